@@ -1,0 +1,97 @@
+//! The error type of burn-ddp: rendezvous, collectives, launch.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in the distributed runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The crate was built without the `cuda` feature but NCCL was asked for.
+    #[error("this build has no CUDA support; rebuild with `--features cuda`")]
+    CudaNotCompiled,
+    /// A socket or file operation failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Waiting for peers took longer than allowed.
+    #[error("{op} timed out after {waited:?} on rank {rank}; missing ranks: {missing:?}")]
+    Timeout {
+        /// The operation.
+        op: String,
+        /// This rank.
+        rank: usize,
+        /// How long it waited.
+        waited: Duration,
+        /// Ranks that never arrived (empty when unknown).
+        missing: Vec<usize>,
+    },
+    /// A peer closed its connection or sent something malformed.
+    #[error("{op}: peer rank {peer} failed: {reason}")]
+    PeerFailed {
+        /// The operation.
+        op: String,
+        /// The peer's rank.
+        peer: usize,
+        /// What was seen.
+        reason: String,
+    },
+    /// The rendezvous store refused or broke a request.
+    #[error("store: {reason}")]
+    Store {
+        /// What happened.
+        reason: String,
+    },
+    /// A listening port is taken.
+    #[error("port {port} on {addr} is already in use; pick another MASTER_PORT or use --standalone")]
+    PortInUse {
+        /// The address.
+        addr: String,
+        /// The port.
+        port: u16,
+    },
+    /// A required environment variable is missing or malformed.
+    #[error("environment variable {name}: {reason}")]
+    Env {
+        /// Its name.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Ranks disagree on a buffer's size or type.
+    #[error("{op}: rank {rank} has {got} elements of {dtype}, rank 0 has {expected}")]
+    Mismatch {
+        /// The collective.
+        op: String,
+        /// Which rank.
+        rank: usize,
+        /// Its size.
+        got: usize,
+        /// Rank 0's size.
+        expected: usize,
+        /// The data type.
+        dtype: String,
+    },
+    /// NCCL or the CUDA driver returned an error.
+    #[error("{op}: {reason}")]
+    Cuda {
+        /// The call.
+        op: String,
+        /// The library's message.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// An I/O error during `op`.
+    pub fn io(op: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { op: op.into(), source }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,239 @@
+//! The batch loader: decodes and transforms samples on a thread pool, a few batches ahead of
+//! the training loop, skipping (and counting) unreadable images.
+
+use super::{Dataset, Pipeline};
+use crate::error::{Error, Result};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// How many skipped paths are remembered for the final report.
+const REMEMBERED_SKIPS: usize = 10;
+
+/// One batch, channel-first, ready to become a `[n, c, h, w]` tensor.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// `n·c·h·w` normalised pixel values.
+    pub images: Vec<f32>,
+    /// Class labels, one per image.
+    pub labels: Vec<i64>,
+    /// `[n, c, h, w]`.
+    pub shape: [usize; 4],
+    /// Dataset indices of the images, in batch order.
+    pub indices: Vec<usize>,
+}
+
+/// Counts images that could not be decoded and remembers the first few.
+#[derive(Debug, Default)]
+pub struct SkipLog {
+    count: AtomicUsize,
+    first: Mutex<Vec<String>>,
+}
+
+impl SkipLog {
+    /// Records one skipped sample.
+    pub fn record(&self, what: String, reason: &Error) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        log::warn!("skipping {what}: {reason}");
+        let mut first = self.first.lock().expect("skip log poisoned");
+        if first.len() < REMEMBERED_SKIPS {
+            first.push(what);
+        }
+    }
+    /// How many samples were skipped.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+    /// The first skipped samples (at most ten).
+    pub fn first(&self) -> Vec<String> {
+        self.first.lock().expect("skip log poisoned").clone()
+    }
+}
+
+/// Batching options.
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    /// Images per batch.
+    pub batch_size: usize,
+    /// Drop a last, smaller batch.
+    pub drop_last: bool,
+    /// Batches prepared ahead of the consumer.
+    pub prefetch: usize,
+    /// Base seed of the per-sample augmentation RNGs.
+    pub seed: u64,
+    /// Fail on the first unreadable image instead of skipping it.
+    pub strict: bool,
+}
+
+/// The RNG for one sample's augmentation, a pure function of (seed, epoch, sample index):
+/// the same on every machine and for every thread count.
+pub fn sample_rng(seed: u64, epoch: u64, index: usize) -> ChaCha8Rng {
+    let mut z = seed ^ epoch.wrapping_mul(0xA24B_AED4_963E_E407) ^ (index as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ChaCha8Rng::seed_from_u64(z ^ (z >> 31))
+}
+
+/// An iterator of batches produced by a background thread.
+pub struct Loader {
+    rx: Option<Receiver<Result<Batch>>>,
+    worker: Option<JoinHandle<()>>,
+    batches: usize,
+}
+
+impl Loader {
+    /// Starts producing the batches of `order` (dataset indices, already shuffled as wanted)
+    /// for `epoch`.
+    pub fn new(
+        dataset: Arc<dyn Dataset>,
+        order: Vec<usize>,
+        pipeline: Pipeline,
+        epoch: u64,
+        config: LoaderConfig,
+        skips: Arc<SkipLog>,
+    ) -> Self {
+        assert!(config.batch_size > 0, "Got batch_size=0, expected at least 1");
+        let batches = if config.drop_last { order.len() / config.batch_size } else { order.len().div_ceil(config.batch_size) };
+        let (tx, rx) = sync_channel(config.prefetch.max(1));
+        let worker = std::thread::Builder::new()
+            .name("burn-vision-loader".into())
+            .spawn(move || {
+                for chunk in order.chunks(config.batch_size).take(batches) {
+                    let batch = make_batch(&*dataset, chunk, &pipeline, epoch, &config, &skips);
+                    let failed = batch.is_err();
+                    if let Ok(None) = batch {
+                        continue;
+                    }
+                    if tx.send(batch.map(|b| b.expect("None handled above"))).is_err() || failed {
+                        return;
+                    }
+                }
+            })
+            .expect("spawning the loader thread");
+        Self { rx: Some(rx), worker: Some(worker), batches }
+    }
+
+    /// Number of batches this epoch (before any all-skipped batch is dropped).
+    pub fn len(&self) -> usize {
+        self.batches
+    }
+
+    /// True when there is no batch.
+    pub fn is_empty(&self) -> bool {
+        self.batches == 0
+    }
+}
+
+fn make_batch(
+    dataset: &dyn Dataset,
+    chunk: &[usize],
+    pipeline: &Pipeline,
+    epoch: u64,
+    config: &LoaderConfig,
+    skips: &SkipLog,
+) -> Result<Option<Batch>> {
+    let decoded: Vec<(usize, Result<(Vec<f32>, (u32, u32))>)> = chunk
+        .par_iter()
+        .map(|&index| {
+            let result = dataset.load(index).map(|img| {
+                let mut out = Vec::new();
+                let size = pipeline.apply_into(img, &mut sample_rng(config.seed, epoch, index), &mut out);
+                (out, size)
+            });
+            (index, result)
+        })
+        .collect();
+    let mut images = Vec::new();
+    let mut labels = Vec::new();
+    let mut indices = Vec::new();
+    let mut size = None;
+    for (index, result) in decoded {
+        match result {
+            Ok((pixels, hw)) => {
+                if *size.get_or_insert(hw) != hw {
+                    return Err(Error::InvalidConfig {
+                        name: "transforms",
+                        value: format!("{hw:?} vs {:?}", size.unwrap()),
+                        reason: format!("images in one batch differ in size ({}); add a Resize/CenterCrop", dataset.describe(index)),
+                    });
+                }
+                images.extend_from_slice(&pixels);
+                labels.push(dataset.label(index) as i64);
+                indices.push(index);
+            }
+            Err(e) if !config.strict => skips.record(dataset.describe(index), &e),
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((w, h)) = size else { return Ok(None) };
+    Ok(Some(Batch { shape: [labels.len(), pipeline.channels, h as usize, w as usize], images, labels, indices }))
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.rx.as_ref()?.recv().ok()
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.rx.take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::IdxDataset;
+
+    fn dataset(n: usize) -> Arc<dyn Dataset> {
+        let mut images = vec![0, 0, 8, 3];
+        for d in [n as u32, 4, 4] {
+            images.extend_from_slice(&d.to_be_bytes());
+        }
+        images.extend((0..n * 16).map(|i| (i % 251) as u8));
+        let mut labels = vec![0, 0, 8, 1];
+        labels.extend_from_slice(&(n as u32).to_be_bytes());
+        labels.extend((0..n).map(|i| (i % 3) as u8));
+        Arc::new(IdxDataset::from_bytes(&images, &labels, "mem", vec![]).unwrap())
+    }
+
+    fn config(batch_size: usize, drop_last: bool) -> LoaderConfig {
+        LoaderConfig { batch_size, drop_last, prefetch: 2, seed: 1, strict: false }
+    }
+
+    #[test]
+    fn batches_cover_the_order_in_sequence() {
+        let order: Vec<usize> = (0..10).rev().collect();
+        let pipe = Pipeline::grayscale(4, 0.0, 1.0, true);
+        let loader = Loader::new(dataset(10), order.clone(), pipe.clone(), 0, config(4, false), Arc::default());
+        assert_eq!(loader.len(), 3);
+        let batches: Vec<Batch> = loader.map(Result::unwrap).collect();
+        assert_eq!(batches.iter().map(|b| b.shape[0]).collect::<Vec<_>>(), [4, 4, 2]);
+        assert_eq!(batches.iter().flat_map(|b| b.indices.clone()).collect::<Vec<_>>(), order);
+        assert_eq!(batches[0].labels, [0, 2, 1, 0]);
+        assert_eq!(batches[0].images.len(), 4 * 16);
+        let dropped = Loader::new(dataset(10), order, pipe, 0, config(4, true), Arc::default());
+        assert_eq!(dropped.count(), 2);
+    }
+
+    #[test]
+    fn augmentation_is_reproducible_per_epoch() {
+        let pipe = Pipeline::grayscale(4, 0.0, 1.0, true);
+        let run = |epoch| -> Vec<f32> {
+            Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default())
+                .flat_map(|b| b.unwrap().images)
+                .collect()
+        };
+        assert_eq!(run(0), run(0));
+        assert_ne!(run(0), run(1));
+    }
+}

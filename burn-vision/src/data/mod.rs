@@ -1,0 +1,40 @@
+//! Datasets, the seeded per-class split, transforms and the parallel prefetching loader.
+
+pub mod folder;
+pub mod idx;
+pub mod loader;
+pub mod source;
+pub mod split;
+pub mod transform;
+
+pub use folder::FolderDataset;
+pub use idx::IdxDataset;
+pub use loader::{Batch, Loader, LoaderConfig, SkipLog};
+pub use source::{DataSource, load_source};
+pub use split::{shuffle_for_epoch, split_per_class};
+pub use transform::{Pipeline, Step};
+
+use crate::error::Result;
+use image::DynamicImage;
+
+/// A labelled image collection read by index. Implementations must be cheap to share across
+/// the loader's threads.
+pub trait Dataset: Send + Sync {
+    /// Number of samples.
+    fn len(&self) -> usize;
+    /// True when there are no samples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The class index of sample `index`, known without decoding it.
+    fn label(&self, index: usize) -> usize;
+    /// Decodes sample `index`.
+    ///
+    /// # Errors
+    /// When the underlying file is missing, unreadable or not a decodable image.
+    fn load(&self, index: usize) -> Result<DynamicImage>;
+    /// A human-readable name of sample `index` (its path, or `file#index`).
+    fn describe(&self, index: usize) -> String;
+    /// Class names, indexed by label.
+    fn classes(&self) -> &[String];
+}

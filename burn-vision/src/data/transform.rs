@@ -1,0 +1,278 @@
+//! Image transforms in torchvision's vocabulary and the pipeline that ends in a normalised
+//! CHW `f32` buffer.
+
+use image::imageops::{self, FilterType};
+use image::{DynamicImage, GenericImageView};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// One transform step. Random steps draw from the per-sample RNG the loader provides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Crops a random area (fraction `scale` of the image, aspect ratio in `ratio`) and
+    /// resizes it to `size`×`size`, as torchvision's RandomResizedCrop.
+    RandomResizedCrop {
+        /// Output side length.
+        size: u32,
+        /// Area fraction range.
+        scale: (f64, f64),
+        /// Aspect-ratio range.
+        ratio: (f64, f64),
+    },
+    /// Mirrors left-right with probability `p`.
+    RandomHorizontalFlip {
+        /// Probability of flipping.
+        p: f64,
+    },
+    /// Resizes so that the shorter side is `size`, keeping the aspect ratio.
+    Resize {
+        /// Target shorter side.
+        size: u32,
+    },
+    /// Crops the central `size`×`size` region (padding with black if smaller).
+    CenterCrop {
+        /// Output side length.
+        size: u32,
+    },
+}
+
+impl Step {
+    /// torchvision's default RandomResizedCrop(size).
+    pub fn random_resized_crop(size: u32) -> Self {
+        Step::RandomResizedCrop { size, scale: (0.08, 1.0), ratio: (3.0 / 4.0, 4.0 / 3.0) }
+    }
+
+    fn apply(&self, img: DynamicImage, rng: &mut ChaCha8Rng) -> DynamicImage {
+        match *self {
+            Step::RandomResizedCrop { size, scale, ratio } => {
+                let (x, y, w, h) = random_crop_box(img.width(), img.height(), scale, ratio, rng);
+                img.crop_imm(x, y, w, h).resize_exact(size, size, FilterType::Triangle)
+            }
+            Step::RandomHorizontalFlip { p } => {
+                if rng.random_bool(p) {
+                    img.fliph()
+                } else {
+                    img
+                }
+            }
+            Step::Resize { size } => {
+                let (w, h) = img.dimensions();
+                let (nw, nh) = if w <= h {
+                    (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1))
+                } else {
+                    (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size)
+                };
+                if (nw, nh) == (w, h) { img } else { img.resize_exact(nw, nh, FilterType::Triangle) }
+            }
+            Step::CenterCrop { size } => center_crop(img, size),
+        }
+    }
+}
+
+fn center_crop(img: DynamicImage, size: u32) -> DynamicImage {
+    let (w, h) = img.dimensions();
+    if w >= size && h >= size {
+        return img.crop_imm((w - size) / 2, (h - size) / 2, size, size);
+    }
+    let mut canvas = DynamicImage::new(size, size, img.color());
+    let (x, y) = ((size as i64 - w as i64) / 2, (size as i64 - h as i64) / 2);
+    imageops::overlay(&mut canvas, &img, x, y);
+    canvas
+}
+
+/// torchvision's crop-box sampling: ten tries at a random area and log-uniform aspect ratio,
+/// then a centred crop with the ratio clamped into range.
+fn random_crop_box(w: u32, h: u32, scale: (f64, f64), ratio: (f64, f64), rng: &mut ChaCha8Rng) -> (u32, u32, u32, u32) {
+    let area = (w as f64) * (h as f64);
+    let (log_lo, log_hi) = (ratio.0.ln(), ratio.1.ln());
+    for _ in 0..10 {
+        let target = area * rng.random_range(scale.0..=scale.1);
+        let aspect = rng.random_range(log_lo..=log_hi).exp();
+        let cw = (target * aspect).sqrt().round() as u32;
+        let ch = (target / aspect).sqrt().round() as u32;
+        if cw > 0 && ch > 0 && cw <= w && ch <= h {
+            return (rng.random_range(0..=w - cw), rng.random_range(0..=h - ch), cw, ch);
+        }
+    }
+    let in_ratio = w as f64 / h as f64;
+    let (cw, ch) = if in_ratio < ratio.0 {
+        (w, ((w as f64 / ratio.0).round() as u32).min(h))
+    } else if in_ratio > ratio.1 {
+        (((h as f64 * ratio.1).round() as u32).min(w), h)
+    } else {
+        (w, h)
+    };
+    ((w - cw) / 2, (h - ch) / 2, cw, ch)
+}
+
+/// Transform steps followed by ToTensor (to `[0, 1]`, channel-first) and Normalize.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pipeline {
+    /// Steps applied in order.
+    pub steps: Vec<Step>,
+    /// Output channels: 1 (grayscale) or 3 (RGB). Inputs are converted: RGBA loses alpha,
+    /// grayscale is replicated, colour is converted to luma.
+    pub channels: usize,
+    /// Per-channel mean subtracted after scaling to `[0, 1]`.
+    pub mean: Vec<f32>,
+    /// Per-channel standard deviation divided by.
+    pub std: Vec<f32>,
+}
+
+/// ImageNet's channel means, as torchvision uses them.
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+/// ImageNet's channel standard deviations.
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+impl Pipeline {
+    /// ImageNet-style training: RandomResizedCrop(size), RandomHorizontalFlip(0.5).
+    pub fn imagenet_train(size: u32) -> Self {
+        Self::rgb(vec![Step::random_resized_crop(size), Step::RandomHorizontalFlip { p: 0.5 }])
+    }
+
+    /// ImageNet-style evaluation: Resize(size·8/7), CenterCrop(size).
+    pub fn imagenet_eval(size: u32) -> Self {
+        Self::rgb(vec![Step::Resize { size: size * 8 / 7 }, Step::CenterCrop { size }])
+    }
+
+    fn rgb(steps: Vec<Step>) -> Self {
+        Self { steps, channels: 3, mean: IMAGENET_MEAN.to_vec(), std: IMAGENET_STD.to_vec() }
+    }
+
+    /// Small grayscale images (MNIST-like) at `size`: centre crop / pad, optional flip.
+    pub fn grayscale(size: u32, mean: f32, std: f32, flip: bool) -> Self {
+        let mut steps = vec![Step::CenterCrop { size }];
+        if flip {
+            steps.push(Step::RandomHorizontalFlip { p: 0.5 });
+        }
+        Self { steps, channels: 1, mean: vec![mean], std: vec![std] }
+    }
+
+    /// The same pipeline with every random step removed (for evaluation of grayscale sets).
+    pub fn deterministic(&self) -> Self {
+        let steps = self.steps.iter().filter(|s| !matches!(s, Step::RandomHorizontalFlip { .. })).cloned().collect();
+        Self { steps, ..self.clone() }
+    }
+
+    /// The spatial size of the output, given the input size.
+    pub fn output_size(&self, input: (u32, u32)) -> (u32, u32) {
+        let mut size = input;
+        for step in &self.steps {
+            size = match *step {
+                Step::RandomResizedCrop { size: s, .. } | Step::CenterCrop { size: s } => (s, s),
+                Step::Resize { size: s } => {
+                    let (w, h) = size;
+                    if w <= h { (s, (h as f64 * s as f64 / w as f64).round() as u32) } else { ((w as f64 * s as f64 / h as f64).round() as u32, s) }
+                }
+                Step::RandomHorizontalFlip { .. } => size,
+            };
+        }
+        size
+    }
+
+    /// Runs the steps and writes the normalised CHW values into `out` (cleared first).
+    ///
+    /// # Panics
+    /// If `channels` is not 1 or 3, or mean/std lengths differ from it.
+    pub fn apply_into(&self, img: DynamicImage, rng: &mut ChaCha8Rng, out: &mut Vec<f32>) -> (u32, u32) {
+        assert!(
+            matches!(self.channels, 1 | 3) && self.mean.len() == self.channels && self.std.len() == self.channels,
+            "Got channels={}, mean={:?}, std={:?}; expected 1 or 3 channels with one mean/std each",
+            self.channels, self.mean, self.std
+        );
+        let img = self.steps.iter().fold(img, |img, step| step.apply(img, rng));
+        let (w, h) = img.dimensions();
+        let plane = (w * h) as usize;
+        out.clear();
+        out.resize(plane * self.channels, 0.0);
+        if self.channels == 1 {
+            let (m, s) = (self.mean[0], self.std[0]);
+            for (o, p) in out.iter_mut().zip(img.to_luma8().into_raw()) {
+                *o = (p as f32 / 255.0 - m) / s;
+            }
+        } else {
+            for (i, px) in img.to_rgb8().pixels().enumerate() {
+                for c in 0..3 {
+                    out[c * plane + i] = (px.0[c] as f32 / 255.0 - self.mean[c]) / self.std[c];
+                }
+            }
+        }
+        (w, h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::{Rgb, RgbImage, Rgba, RgbaImage};
+    use rand::SeedableRng;
+
+    fn rng(seed: u64) -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(seed)
+    }
+
+    #[test]
+    fn imagenet_pipelines_give_224_rgb_in_range() {
+        let img = DynamicImage::ImageRgb8(RgbImage::from_fn(320, 240, |x, y| Rgb([(x % 256) as u8, (y % 256) as u8, 128])));
+        for p in [Pipeline::imagenet_train(224), Pipeline::imagenet_eval(224)] {
+            let mut out = Vec::new();
+            for seed in 0..5 {
+                assert_eq!(p.apply_into(img.clone(), &mut rng(seed), &mut out), (224, 224));
+                assert_eq!(out.len(), 3 * 224 * 224);
+                let lo = (0.0 - IMAGENET_MEAN[0]) / IMAGENET_STD[0] - 1e-4;
+                let hi = (1.0 - IMAGENET_MEAN[2]) / IMAGENET_STD[2] + 1e-4;
+                assert!(out.iter().all(|v| v.is_finite() && *v >= lo.min(-2.2) && *v <= hi), "out of range");
+            }
+            assert_eq!(p.output_size((320, 240)), (224, 224));
+        }
+    }
+
+    #[test]
+    fn normalise_is_exact_for_a_flat_image() {
+        let img = DynamicImage::ImageRgb8(RgbImage::from_pixel(4, 4, Rgb([255, 0, 51])));
+        let p = Pipeline { steps: vec![], channels: 3, mean: vec![0.5, 0.5, 0.5], std: vec![0.5, 0.25, 0.1] };
+        let mut out = Vec::new();
+        p.apply_into(img, &mut rng(0), &mut out);
+        assert!((out[0] - 1.0).abs() < 1e-6 && (out[16] + 2.0).abs() < 1e-6 && (out[32] + 3.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn rgba_and_gray_are_converted_to_the_model_channels() {
+        let rgba = DynamicImage::ImageRgba8(RgbaImage::from_pixel(5, 5, Rgba([255, 255, 255, 0])));
+        let gray_pipe = Pipeline::grayscale(5, 0.0, 1.0, false);
+        let mut out = Vec::new();
+        gray_pipe.apply_into(rgba, &mut rng(0), &mut out);
+        assert_eq!(out.len(), 25);
+        assert!(out.iter().all(|v| (*v - 1.0).abs() < 1e-6));
+        let gray = DynamicImage::ImageLuma8(image::GrayImage::from_pixel(300, 300, image::Luma([0])));
+        Pipeline::imagenet_eval(224).apply_into(gray, &mut rng(0), &mut out);
+        assert_eq!(out.len(), 3 * 224 * 224);
+    }
+
+    #[test]
+    fn flip_mirrors_and_is_seeded() {
+        let img = DynamicImage::ImageLuma8(image::GrayImage::from_fn(4, 1, |x, _| image::Luma([x as u8 * 60])));
+        let p = Pipeline { steps: vec![Step::RandomHorizontalFlip { p: 1.0 }], channels: 1, mean: vec![0.0], std: vec![1.0] };
+        let mut out = Vec::new();
+        p.apply_into(img.clone(), &mut rng(0), &mut out);
+        assert!(out[0] > out[3]);
+        let crop = Pipeline::imagenet_train(16);
+        let big = DynamicImage::ImageRgb8(RgbImage::from_fn(64, 48, |x, y| Rgb([x as u8 * 3, y as u8 * 5, 0])));
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+        crop.apply_into(big.clone(), &mut rng(7), &mut a);
+        crop.apply_into(big.clone(), &mut rng(7), &mut b);
+        crop.apply_into(big, &mut rng(8), &mut c);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn center_crop_pads_small_images() {
+        let img = DynamicImage::ImageLuma8(image::GrayImage::from_pixel(28, 28, image::Luma([255])));
+        let p = Pipeline::grayscale(32, 0.0, 1.0, false);
+        let mut out = Vec::new();
+        assert_eq!(p.apply_into(img, &mut rng(0), &mut out), (32, 32));
+        assert_eq!(out[0], 0.0);
+        assert_eq!(out[16 * 32 + 16], 1.0);
+    }
+}

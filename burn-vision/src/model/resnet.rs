@@ -1,0 +1,238 @@
+//! ResNet-18/34/50/101/152 and small variants, with torchvision's layer names (`conv1`, `bn1`,
+//! `layer1.0.conv1`, `downsample`, `fc`) so that its weights can be mapped onto these models.
+
+use burn::module::Module;
+use burn_nn::conv::{Conv2d, Conv2dConfig};
+use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn_nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::prelude::*;
+
+/// Which residual block a ResNet stacks.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    /// Two 3×3 convolutions (ResNet-18/34). Expansion 1.
+    Basic,
+    /// 1×1 → 3×3 (strided) → 1×1 convolutions (ResNet-50/101/152). Expansion 4.
+    Bottleneck,
+}
+
+impl BlockKind {
+    /// Output channels over the block's width.
+    pub fn expansion(self) -> usize {
+        match self {
+            BlockKind::Basic => 1,
+            BlockKind::Bottleneck => 4,
+        }
+    }
+}
+
+fn conv(c_in: usize, c_out: usize, kernel: usize, stride: usize) -> Conv2dConfig {
+    let pad = kernel / 2;
+    Conv2dConfig::new([c_in, c_out], [kernel, kernel])
+        .with_stride([stride, stride])
+        .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+        .with_bias(false)
+        // torchvision: kaiming_normal_(mode="fan_out", nonlinearity="relu")
+        .with_initializer(Initializer::KaimingNormal { gain: 2f64.sqrt(), fan_out_only: true })
+}
+
+/// The projection shortcut of a block whose shape changes: 1×1 conv + BatchNorm.
+#[derive(Module, Debug)]
+pub struct Downsample<B: Backend> {
+    /// 1×1 strided convolution (torchvision `downsample.0`).
+    pub conv: Conv2d<B>,
+    /// Its BatchNorm (torchvision `downsample.1`).
+    pub bn: BatchNorm<B>,
+}
+
+/// One residual block. A BasicBlock leaves `conv3`/`bn3` empty.
+#[derive(Module, Debug)]
+pub struct Block<B: Backend> {
+    /// First convolution.
+    pub conv1: Conv2d<B>,
+    /// First BatchNorm.
+    pub bn1: BatchNorm<B>,
+    /// Second convolution (3×3, carries the stride).
+    pub conv2: Conv2d<B>,
+    /// Second BatchNorm.
+    pub bn2: BatchNorm<B>,
+    /// Bottleneck's 1×1 expansion.
+    pub conv3: Option<Conv2d<B>>,
+    /// Bottleneck's third BatchNorm.
+    pub bn3: Option<BatchNorm<B>>,
+    /// Shortcut projection when stride or channels change.
+    pub downsample: Option<Downsample<B>>,
+    relu: Relu,
+}
+
+impl<B: Backend> Block<B> {
+    fn new(kind: BlockKind, c_in: usize, width: usize, stride: usize, device: &B::Device) -> Self {
+        let c_out = width * kind.expansion();
+        let bn = |c| BatchNormConfig::new(c).init(device);
+        let downsample = (stride != 1 || c_in != c_out)
+            .then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device), bn: bn(c_out) });
+        let (conv1, conv2, conv3) = match kind {
+            BlockKind::Basic => (conv(c_in, width, 3, stride), conv(width, width, 3, 1), None),
+            BlockKind::Bottleneck => (conv(c_in, width, 1, 1), conv(width, width, 3, stride), Some(conv(width, c_out, 1, 1))),
+        };
+        Self {
+            conv1: conv1.init(device),
+            bn1: bn(width),
+            conv2: conv2.init(device),
+            bn2: bn(width),
+            bn3: conv3.as_ref().map(|_| bn(c_out)),
+            conv3: conv3.map(|c| c.init(device)),
+            downsample,
+            relu: Relu::new(),
+        }
+    }
+
+    /// # Shapes
+    /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let identity = match &self.downsample {
+            Some(d) => d.bn.forward(d.conv.forward(x.clone())),
+            None => x.clone(),
+        };
+        let out = self.relu.forward(self.bn1.forward(self.conv1.forward(x)));
+        let mut out = self.bn2.forward(self.conv2.forward(out));
+        if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
+            out = bn3.forward(conv3.forward(self.relu.forward(out)));
+        }
+        self.relu.forward(out + identity)
+    }
+}
+
+/// A ResNet classifier.
+#[derive(Module, Debug)]
+pub struct ResNet<B: Backend> {
+    /// Stem convolution: 7×7 stride 2 (ImageNet) or 3×3 stride 1 (small inputs).
+    pub conv1: Conv2d<B>,
+    /// Stem BatchNorm.
+    pub bn1: BatchNorm<B>,
+    /// 3×3 stride-2 max-pool; absent with the small-input stem.
+    pub maxpool: Option<MaxPool2d>,
+    /// Stage 1 (stride 1).
+    pub layer1: Vec<Block<B>>,
+    /// Stage 2 (stride 2).
+    pub layer2: Vec<Block<B>>,
+    /// Stage 3 (stride 2).
+    pub layer3: Vec<Block<B>>,
+    /// Stage 4 (stride 2).
+    pub layer4: Vec<Block<B>>,
+    /// Classifier head.
+    pub fc: Linear<B>,
+    relu: Relu,
+}
+
+/// A ResNet's shape. Carries no backend: `init::<B>(&device)` builds the model.
+#[derive(Config, Debug)]
+pub struct ResNetConfig {
+    /// Block type.
+    pub block: BlockKind,
+    /// Blocks per stage.
+    pub layers: [usize; 4],
+    /// Number of classes.
+    pub num_classes: usize,
+    /// Input channels (3 for RGB, 1 for grayscale).
+    #[config(default = 3)]
+    pub in_channels: usize,
+    /// Base width of each stage (torchvision: 64, 128, 256, 512).
+    #[config(default = "[64, 128, 256, 512]")]
+    pub widths: [usize; 4],
+    /// 3×3 stride-1 stem without max-pool, for 28–64 px images.
+    #[config(default = false)]
+    pub small_input: bool,
+}
+
+impl ResNetConfig {
+    /// ResNet-18: BasicBlock ×[2, 2, 2, 2].
+    pub fn resnet18(num_classes: usize) -> Self {
+        Self::new(BlockKind::Basic, [2, 2, 2, 2], num_classes)
+    }
+    /// ResNet-34: BasicBlock ×[3, 4, 6, 3].
+    pub fn resnet34(num_classes: usize) -> Self {
+        Self::new(BlockKind::Basic, [3, 4, 6, 3], num_classes)
+    }
+    /// ResNet-50: Bottleneck ×[3, 4, 6, 3].
+    pub fn resnet50(num_classes: usize) -> Self {
+        Self::new(BlockKind::Bottleneck, [3, 4, 6, 3], num_classes)
+    }
+    /// ResNet-101: Bottleneck ×[3, 4, 23, 3].
+    pub fn resnet101(num_classes: usize) -> Self {
+        Self::new(BlockKind::Bottleneck, [3, 4, 23, 3], num_classes)
+    }
+    /// ResNet-152: Bottleneck ×[3, 8, 36, 3].
+    pub fn resnet152(num_classes: usize) -> Self {
+        Self::new(BlockKind::Bottleneck, [3, 8, 36, 3], num_classes)
+    }
+    /// A CPU-sized ResNet-10 (BasicBlock ×[1, 1, 1, 1], widths 16–128, small-input stem) for
+    /// 28–64 px images.
+    pub fn resnet10_mini(num_classes: usize) -> Self {
+        Self::new(BlockKind::Basic, [1, 1, 1, 1], num_classes).with_widths([16, 32, 64, 128]).with_small_input(true)
+    }
+
+    /// Channels entering the classifier.
+    pub fn feature_dim(&self) -> usize {
+        self.widths[3] * self.block.expansion()
+    }
+
+    /// Builds the model with torchvision's initialisation (Kaiming-normal fan-out convolutions,
+    /// BatchNorm weight 1 and bias 0).
+    ///
+    /// # Panics
+    /// If a count is zero.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> ResNet<B> {
+        assert!(
+            self.num_classes > 0 && self.in_channels > 0 && self.layers.iter().all(|&l| l > 0),
+            "Got num_classes={}, in_channels={}, layers={:?}; expected all positive",
+            self.num_classes, self.in_channels, self.layers
+        );
+        let stem_width = self.widths[0];
+        let conv1 = if self.small_input { conv(self.in_channels, stem_width, 3, 1) } else { conv(self.in_channels, stem_width, 7, 2) };
+        let mut c_in = stem_width;
+        let mut stage = |i: usize| -> Vec<Block<B>> {
+            (0..self.layers[i])
+                .map(|j| {
+                    let stride = if i > 0 && j == 0 { 2 } else { 1 };
+                    let block = Block::new(self.block, c_in, self.widths[i], stride, device);
+                    c_in = self.widths[i] * self.block.expansion();
+                    block
+                })
+                .collect()
+        };
+        let (layer1, layer2, layer3, layer4) = (stage(0), stage(1), stage(2), stage(3));
+        ResNet {
+            conv1: conv1.init(device),
+            bn1: BatchNormConfig::new(stem_width).init(device),
+            maxpool: (!self.small_input).then(|| {
+                MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init()
+            }),
+            layer1,
+            layer2,
+            layer3,
+            layer4,
+            fc: LinearConfig::new(self.feature_dim(), self.num_classes).init(device),
+            relu: Relu::new(),
+        }
+    }
+}
+
+impl<B: Backend> ResNet<B> {
+    /// Class logits.
+    ///
+    /// # Shapes
+    /// `[n, in_channels, h, w]` → `[n, num_classes]`
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        let mut x = self.relu.forward(self.bn1.forward(self.conv1.forward(x)));
+        if let Some(pool) = &self.maxpool {
+            x = pool.forward(x);
+        }
+        for block in self.layer1.iter().chain(&self.layer2).chain(&self.layer3).chain(&self.layer4) {
+            x = block.forward(x);
+        }
+        let [n, c, _, _] = x.dims();
+        let pooled = x.reshape([n as i32, c as i32, -1]).mean_dim(2).reshape([n, c]);
+        self.fc.forward(pooled)
+    }
+}

@@ -1,0 +1,214 @@
+//! Checkpoints: one file holding JSON metadata, the model record and the optimizer record,
+//! checksummed, and written atomically (temp file, fsync, rename) so a crash never leaves a
+//! half-written checkpoint behind.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"BVCKPT01";
+
+/// What a checkpoint says about itself and the run that wrote it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointMeta {
+    /// Registry name of the model.
+    pub model: String,
+    /// Class names, by label.
+    pub classes: Vec<String>,
+    /// Model input channels.
+    pub in_channels: usize,
+    /// Whether the small-input stem is used.
+    pub small_input: bool,
+    /// Side length of the model input (for prediction transforms).
+    pub image_size: u32,
+    /// Epochs completed.
+    pub epoch: usize,
+    /// Optimisation steps completed.
+    pub step: usize,
+    /// Best validation top-1 so far.
+    pub best_acc: f64,
+    /// Validation top-1 of this epoch.
+    pub val_acc: f64,
+    /// The training configuration, as JSON, for `--resume` consistency checks.
+    pub config: serde_json::Value,
+}
+
+/// A checkpoint in memory.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// Metadata.
+    pub meta: CheckpointMeta,
+    /// Model record (burn's binary format, full precision).
+    pub model: Vec<u8>,
+    /// Optimizer record, empty when not saved.
+    pub optimizer: Vec<u8>,
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of the
+/// folder. Readers see the old file or the new one, never a mix.
+///
+/// # Errors
+/// When any of those steps fails; the temporary file is removed then.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io("writing", path, e)
+    })
+}
+
+fn put_section(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+impl Checkpoint {
+    /// Serialises to bytes: magic, CRC-32 of the rest, then three length-prefixed sections.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.model.len() + self.optimizer.len() + 4096);
+        put_section(&mut body, &serde_json::to_vec(&self.meta).expect("meta serialises"));
+        put_section(&mut body, &self.model);
+        put_section(&mut body, &self.optimizer);
+        let mut out = Vec::with_capacity(body.len() + 12);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Parses bytes written by [`Checkpoint::to_bytes`].
+    ///
+    /// # Errors
+    /// [`Error::BadCheckpoint`] for a wrong magic, a checksum mismatch (truncated or corrupt
+    /// file) or malformed sections.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
+        let bad = |reason: &str| Error::BadCheckpoint { path: path.to_path_buf(), reason: reason.to_string() };
+        if bytes.len() < 12 || &bytes[..8] != MAGIC {
+            return Err(bad("not a burn-vision checkpoint (wrong magic); pass a .ckpt file written by `train`"));
+        }
+        let crc = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        let body = &bytes[12..];
+        if crc32fast::hash(body) != crc {
+            return Err(bad("checksum mismatch: the file is truncated or corrupt; use the other checkpoint (best/last) or retrain"));
+        }
+        let mut rest = body;
+        let mut section = || -> Result<Vec<u8>> {
+            if rest.len() < 8 {
+                return Err(bad("truncated section header"));
+            }
+            let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+            if rest.len() - 8 < len {
+                return Err(bad("truncated section"));
+            }
+            let out = rest[8..8 + len].to_vec();
+            rest = &rest[8 + len..];
+            Ok(out)
+        };
+        let meta = serde_json::from_slice(&section()?).map_err(|e| bad(&format!("metadata: {e}")))?;
+        Ok(Self { meta, model: section()?, optimizer: section()? })
+    }
+
+    /// Writes the checkpoint atomically.
+    ///
+    /// # Errors
+    /// When writing fails.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        write_atomic(path, &self.to_bytes())
+    }
+
+    /// Reads and validates a checkpoint.
+    ///
+    /// # Errors
+    /// When it cannot be read or is not valid.
+    pub fn load(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::BadCheckpoint { path: path.to_path_buf(), reason: "file not found".into() },
+            _ => Error::io("reading", path, e),
+        })?;
+        Self::from_bytes(&bytes, path)
+    }
+}
+
+/// The run folder's checkpoint of the last finished epoch.
+pub fn last_path(out: &Path) -> PathBuf {
+    out.join("last.ckpt")
+}
+
+/// The run folder's checkpoint with the best validation accuracy.
+pub fn best_path(out: &Path) -> PathBuf {
+    out.join("best.ckpt")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        Checkpoint {
+            meta: CheckpointMeta {
+                model: "resnet18".into(),
+                classes: vec!["a".into(), "b".into()],
+                in_channels: 3,
+                small_input: false,
+                image_size: 224,
+                epoch: 3,
+                step: 300,
+                best_acc: 0.5,
+                val_acc: 0.4,
+                config: serde_json::json!({ "lr": 0.1 }),
+            },
+            model: (0..1000u32).map(|i| i as u8).collect(),
+            optimizer: vec![7; 33],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_detects_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ckpt");
+        let ck = sample();
+        ck.save(&path).unwrap();
+        let back = Checkpoint::load(&path).unwrap();
+        assert_eq!(back.meta, ck.meta);
+        assert_eq!(back.model, ck.model);
+        assert_eq!(back.optimizer, ck.optimizer);
+
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+        let err = Checkpoint::load(&path).unwrap_err().to_string();
+        assert!(err.contains("truncated or corrupt"), "{err}");
+
+        let mut flipped = bytes.clone();
+        flipped[500] ^= 1;
+        std::fs::write(&path, &flipped).unwrap();
+        assert!(Checkpoint::load(&path).is_err());
+
+        std::fs::write(&path, b"hello").unwrap();
+        assert!(Checkpoint::load(&path).unwrap_err().to_string().contains("wrong magic"));
+        assert!(Checkpoint::load(&dir.path().join("none")).unwrap_err().to_string().contains("not found"));
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/f.bin");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,218 @@
+//! `TrainConfig`: everything a training run needs, built by the CLI or by library users.
+
+use crate::data::DataSource;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The optimiser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// SGD with (PyTorch-style, undampened) momentum and L2 weight decay.
+    Sgd,
+    /// AdamW with decoupled weight decay.
+    Adamw,
+}
+
+/// Where the model runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeviceSpec {
+    /// Burn's flex CPU backend.
+    Cpu,
+    /// burn-cuda on these GPU ordinals.
+    Cuda(Vec<usize>),
+}
+
+impl DeviceSpec {
+    /// Parses `--gpus` (`0`, `0,1,3`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an empty list, a non-number or a duplicate id.
+    pub fn parse_gpus(list: &str) -> Result<Self> {
+        let bad = |reason: String| Error::InvalidConfig { name: "--gpus", value: list.to_string(), reason };
+        let mut ids = Vec::new();
+        for part in list.split(',').map(str::trim) {
+            let id: usize = part.parse().map_err(|_| bad(format!("`{part}` is not a GPU number; use e.g. --gpus 0,1")))?;
+            if ids.contains(&id) {
+                return Err(bad(format!("GPU {id} is listed twice")));
+            }
+            ids.push(id);
+        }
+        if ids.is_empty() {
+            return Err(bad("no GPU listed".into()));
+        }
+        Ok(DeviceSpec::Cuda(ids))
+    }
+
+    /// Number of devices (ranks) this spec trains on.
+    pub fn world_size(&self) -> usize {
+        match self {
+            DeviceSpec::Cpu => 1,
+            DeviceSpec::Cuda(ids) => ids.len(),
+        }
+    }
+}
+
+/// A complete training run description. Serialised into every checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// `bundled`, `fashion-mnist` or a class-folder path.
+    pub data: String,
+    /// Registry name of the model.
+    pub model: String,
+    /// Epochs to train in total (a resumed run continues up to this).
+    pub epochs: usize,
+    /// Images per batch per device.
+    pub batch_size: usize,
+    /// Peak learning rate for one device; scaled linearly by the number of devices.
+    pub lr: f64,
+    /// The optimiser.
+    pub optimizer: OptimizerKind,
+    /// SGD momentum.
+    pub momentum: f64,
+    /// Weight decay (L2 for SGD, decoupled for AdamW).
+    pub weight_decay: f64,
+    /// Epochs of linear warm-up.
+    pub warmup_epochs: usize,
+    /// Final LR over peak LR of the cosine schedule.
+    pub min_lr_factor: f64,
+    /// Label smoothing in [0, 1).
+    pub label_smoothing: f64,
+    /// Validation fraction per class.
+    pub val_fraction: f64,
+    /// Seed of the split, the initialisation, the shuffles and the augmentation.
+    pub seed: u64,
+    /// Run folder: checkpoints and metrics.
+    pub out: PathBuf,
+    /// Continue from `out/last.ckpt`.
+    pub resume: bool,
+    /// Devices.
+    pub device: DeviceSpec,
+    /// Model input side for folder datasets.
+    pub image_size: u32,
+    /// Use the 3×3 stem without max-pool.
+    pub small_input: bool,
+    /// Fail on unreadable images instead of skipping them.
+    pub strict_images: bool,
+    /// Batches decoded ahead of the training loop.
+    pub prefetch: usize,
+    /// Stop each epoch after this many steps (quick runs, benchmarks).
+    pub max_steps_per_epoch: Option<usize>,
+    /// Draw a progress bar.
+    pub show_progress: bool,
+}
+
+impl Default for TrainConfig {
+    /// The embedded default: CPU, bundled Fashion-MNIST subset, ResNet-10-mini.
+    fn default() -> Self {
+        Self {
+            data: "bundled".into(),
+            model: "resnet10-mini".into(),
+            epochs: 4,
+            batch_size: 64,
+            lr: 2e-3,
+            optimizer: OptimizerKind::Adamw,
+            momentum: 0.9,
+            weight_decay: 5e-4,
+            warmup_epochs: 0,
+            min_lr_factor: 0.1,
+            label_smoothing: 0.0,
+            val_fraction: 0.2,
+            seed: 0,
+            out: PathBuf::from("runs/default"),
+            resume: false,
+            device: DeviceSpec::Cpu,
+            image_size: 224,
+            small_input: true,
+            strict_images: false,
+            prefetch: 4,
+            max_steps_per_epoch: None,
+            show_progress: true,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The seed tutorial's recipe: ResNet-34, batch 16 per GPU, SGD momentum 0.9, weight decay
+    /// 0.005, lr 0.001 × world size, cosine to 0.1×, 30 epochs, 20 % validation per class,
+    /// seed 0, 224² inputs.
+    pub fn tutorial() -> Self {
+        Self {
+            model: "resnet34".into(),
+            epochs: 30,
+            batch_size: 16,
+            lr: 1e-3,
+            optimizer: OptimizerKind::Sgd,
+            momentum: 0.9,
+            weight_decay: 5e-3,
+            min_lr_factor: 0.1,
+            small_input: false,
+            ..Self::default()
+        }
+    }
+
+    /// The data source this config names.
+    pub fn source(&self) -> DataSource {
+        self.data.parse().expect("infallible")
+    }
+
+    /// Checks ranges, with one message per problem.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, value: String, reason: &str| Err(Error::InvalidConfig { name, value, reason: reason.into() });
+        if self.epochs == 0 {
+            return bad("--epochs", "0".into(), "train at least one epoch");
+        }
+        if self.batch_size == 0 {
+            return bad("--batch-size", "0".into(), "use at least 1");
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return bad("--lr", self.lr.to_string(), "must be a positive number");
+        }
+        if !(0.0..1.0).contains(&self.val_fraction) {
+            return bad("--val-fraction", self.val_fraction.to_string(), "must be in [0, 1)");
+        }
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return bad("--label-smoothing", self.label_smoothing.to_string(), "must be in [0, 1)");
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_factor) {
+            return bad("--min-lr-factor", self.min_lr_factor.to_string(), "must be in [0, 1]");
+        }
+        if self.weight_decay < 0.0 || !(0.0..1.0).contains(&self.momentum) {
+            return bad("--weight-decay/--momentum", format!("{}/{}", self.weight_decay, self.momentum), "need weight decay ≥ 0 and momentum in [0, 1)");
+        }
+        if self.image_size < 8 {
+            return bad("--image-size", self.image_size.to_string(), "must be at least 8");
+        }
+        Ok(())
+    }
+
+    /// Learning rate after linear scaling by the number of devices.
+    pub fn scaled_lr(&self) -> f64 {
+        self.lr * self.device.world_size() as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_lists_parse_and_reject() {
+        assert_eq!(DeviceSpec::parse_gpus("0,1, 3").unwrap(), DeviceSpec::Cuda(vec![0, 1, 3]));
+        assert!(DeviceSpec::parse_gpus("0,x").unwrap_err().to_string().contains("`x` is not a GPU number"));
+        assert!(DeviceSpec::parse_gpus("1,1").unwrap_err().to_string().contains("twice"));
+    }
+
+    #[test]
+    fn validation_names_the_setting() {
+        let c = TrainConfig { batch_size: 0, ..TrainConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("--batch-size"));
+        assert!(TrainConfig::default().validate().is_ok());
+        let t = TrainConfig { device: DeviceSpec::Cuda(vec![0, 1, 2, 3]), ..TrainConfig::tutorial() };
+        assert!((t.scaled_lr() - 0.004).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,50 @@
+//! Evaluation: loss, top-1 and top-5 over a set of samples, with no gradient tracking.
+
+use crate::data::{Dataset, Loader, LoaderConfig, Pipeline, SkipLog};
+use crate::error::Result;
+use crate::model::ResNet;
+use crate::train::metrics::Tally;
+use burn_nn::loss::CrossEntropyLossConfig;
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use std::sync::Arc;
+
+/// Converts a loader batch into device tensors.
+///
+/// # Shapes
+/// images `[n, c, h, w]`, labels `[n]`
+pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+    let n = batch.shape[0];
+    let x = Tensor::from_data(TensorData::new(batch.images, batch.shape), device);
+    let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);
+    (x, y)
+}
+
+/// Evaluates `model` (an inference-mode module: BatchNorm uses running statistics) on the
+/// samples `indices` of `dataset`, in order.
+///
+/// # Errors
+/// When a batch cannot be loaded (strict mode) or a transform fails.
+pub fn evaluate<B: Backend>(
+    model: &ResNet<B>,
+    dataset: Arc<dyn Dataset>,
+    indices: Vec<usize>,
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    skips: Arc<SkipLog>,
+    device: &B::Device,
+) -> Result<Tally> {
+    let classes = dataset.classes().len();
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let mut tally = Tally::default();
+    for batch in Loader::new(dataset, indices, pipeline, 0, LoaderConfig { drop_last: false, ..config }, skips) {
+        let batch = batch?;
+        let labels = batch.labels.clone();
+        let (x, y) = batch_tensors::<B>(batch, device);
+        let logits = model.forward(x);
+        let loss: f64 = loss_fn.forward(logits.clone(), y).into_scalar().elem();
+        let logits = logits.into_data().convert::<f32>().to_vec::<f32>().expect("f32 logits");
+        tally.add(&logits, &labels, classes, loss);
+    }
+    Ok(tally)
+}

@@ -1,0 +1,59 @@
+//! Training, evaluation and prediction over a [`TrainConfig`], on the CPU or CUDA.
+
+pub mod checkpoint;
+pub mod config;
+pub mod evaluate;
+pub mod metrics;
+pub mod predict;
+pub mod runner;
+pub mod schedule;
+
+pub use config::{DeviceSpec, OptimizerKind, TrainConfig};
+pub use runner::{TrainSummary, train};
+
+use crate::error::{Error, Result};
+use burn_autodiff::Autodiff;
+use burn_flex::Flex;
+
+/// Runs `config` on the device it names.
+///
+/// # Errors
+/// As [`train`], plus [`Error::Device`] for GPU ids that do not exist or a build without CUDA.
+pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
+    match &config.device {
+        DeviceSpec::Cpu => train::<Autodiff<Flex>>(config, Default::default()),
+        DeviceSpec::Cuda(ids) => run_cuda(config, ids),
+    }
+}
+
+/// Resolves `--gpus` to one CUDA device, checking it exists.
+///
+/// # Errors
+/// [`Error::Device`] with what exists.
+pub fn cuda_device(ids: &[usize]) -> Result<usize> {
+    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
+    match ids {
+        [id] => Ok(*id),
+        _ => Err(Error::Device {
+            reason: format!("--gpus {ids:?}: this build trains on one GPU per process; pass a single id (multi-GPU DDP is not wired into the CLI yet)"),
+        }),
+    }
+}
+
+fn device_message(e: burn_ddp::Error) -> String {
+    match e {
+        burn_ddp::Error::CudaNotCompiled => "--gpus needs a CUDA build: cargo run --release -p burn-vision --features cuda -- train --gpus 0 (or drop --gpus to train on the CPU)".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
+    let id = cuda_device(ids)?;
+    train::<Autodiff<burn_cuda::Cuda>>(config, burn_cuda::CudaDevice::new(id))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
+    cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
+}

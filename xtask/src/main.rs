@@ -1,0 +1,147 @@
+//! Project chores: `cargo xtask data ...` prepares datasets, `cargo xtask test` runs the tests.
+
+use anyhow::{Context, Result, bail};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const DEBIAN_DIR: &str = "/usr/share/datasets/fashion-mnist";
+const FILES: [&str; 4] = [
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+];
+const CLASSES: [&str; 10] = [
+    "T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot",
+];
+/// Images per class in the bundled subset.
+const BUNDLE_PER_CLASS: usize = 1000;
+/// Images per class in the bundled JPEG class-folder set.
+const FOLDER_PER_CLASS: usize = 30;
+
+const USAGE: &str = "usage: cargo xtask <command>
+  test                      run every test of the workspace (the CI command)
+  data fashion-mnist        copy the full Fashion-MNIST (60k/10k) into datasets/fashion-mnist
+  data bundle               rebuild the bundled subset in datasets/ from Debian's package
+  data flowers              print how to download TensorFlow's flower_photos";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["test", rest @ ..] => run(Command::new("cargo").args(["test", "--workspace"]).args(rest)),
+        ["data", "fashion-mnist"] => fashion_mnist(),
+        ["data", "bundle"] => bundle(),
+        ["data", "flowers"] => {
+            println!("flower_photos needs internet access (3,670 JPEGs, 5 classes, 218 MiB):");
+            println!("  curl -L https://storage.googleapis.com/download.tensorflow.org/example_images/flower_photos.tgz | tar xz -C datasets/");
+            println!("  cargo run --release -p burn-vision -- train --data datasets/flower_photos --model resnet34");
+            Ok(())
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn source_dir() -> Result<PathBuf> {
+    let dir = PathBuf::from(DEBIAN_DIR);
+    if FILES.iter().all(|f| dir.join(f).is_file()) {
+        return Ok(dir);
+    }
+    bail!(
+        "Fashion-MNIST not found in {DEBIAN_DIR}; install it with `apt-get install dataset-fashion-mnist` \
+         (Debian/Ubuntu), or download the four *-ubyte.gz files from the Fashion-MNIST GitHub repository into datasets/fashion-mnist/"
+    )
+}
+
+fn fashion_mnist() -> Result<()> {
+    let src = source_dir()?;
+    let dst = PathBuf::from("datasets/fashion-mnist");
+    std::fs::create_dir_all(&dst)?;
+    for f in FILES {
+        let bytes = std::fs::read(src.join(f))?;
+        gunzip(&bytes).with_context(|| format!("{f} is not valid gzip"))?;
+        std::fs::write(dst.join(f), &bytes)?;
+        println!("{} ({} bytes)", dst.join(f).display(), bytes.len());
+    }
+    println!("ready: cargo run --release -p burn-vision -- train --data fashion-mnist");
+    Ok(())
+}
+
+fn gunzip(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    GzDecoder::new(bytes).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::best());
+    enc.write_all(bytes)?;
+    Ok(enc.finish()?)
+}
+
+fn header(ndim: u8, dims: &[u32]) -> Vec<u8> {
+    let mut out = vec![0, 0, 8, ndim];
+    for d in dims {
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+    out
+}
+
+/// Builds datasets/fashion-mnist-10k (IDX, first 1,000 training images of each class, in file
+/// order) and datasets/fashion-mnist-folder (the first 30 of those per class as JPEGs).
+fn bundle() -> Result<()> {
+    let src = source_dir()?;
+    let images = gunzip(&std::fs::read(src.join(FILES[0]))?)?;
+    let labels = gunzip(&std::fs::read(src.join(FILES[1]))?)?;
+    let (pixels, labels) = (&images[16..], &labels[8..]);
+    let mut counts = [0usize; 10];
+    let (mut out_pixels, mut out_labels) = (Vec::new(), Vec::new());
+    let folder = PathBuf::from("datasets/fashion-mnist-folder");
+    let _ = std::fs::remove_dir_all(&folder);
+    for (i, &label) in labels.iter().enumerate() {
+        let c = label as usize;
+        if counts[c] >= BUNDLE_PER_CLASS {
+            continue;
+        }
+        let img = &pixels[i * 784..(i + 1) * 784];
+        if counts[c] < FOLDER_PER_CLASS {
+            let dir = folder.join(CLASSES[c]);
+            std::fs::create_dir_all(&dir)?;
+            let gray = image::GrayImage::from_raw(28, 28, img.to_vec()).expect("784 bytes");
+            gray.save(dir.join(format!("train-{i:05}.jpg")))?;
+        }
+        counts[c] += 1;
+        out_pixels.extend_from_slice(img);
+        out_labels.push(label);
+    }
+    let n = out_labels.len() as u32;
+    let dir = PathBuf::from("datasets/fashion-mnist-10k");
+    std::fs::create_dir_all(&dir)?;
+    let mut idx = header(3, &[n, 28, 28]);
+    idx.extend_from_slice(&out_pixels);
+    std::fs::write(dir.join("images-idx3-ubyte.gz"), gzip(&idx)?)?;
+    let mut idx = header(1, &[n]);
+    idx.extend_from_slice(&out_labels);
+    std::fs::write(dir.join("labels-idx1-ubyte.gz"), gzip(&idx)?)?;
+    println!("wrote {n} images to {} and {} JPEGs per class to {}", dir.display(), FOLDER_PER_CLASS, folder.display());
+    Ok(())
+}
