@@ -3,6 +3,7 @@
 
 pub mod device;
 pub mod error;
+pub mod params;
 
 pub use device::{check_gpu_ids, cuda_device_count};
 pub use error::{Error, Result};

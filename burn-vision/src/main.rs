@@ -1,1 +1,280 @@
-fn main() {}
+//! The `burn-vision` command: `train`, `eval`, `predict`. Thin: clap arguments become a
+//! `TrainConfig` and the library does the work.
+
+use anyhow::{Context, Result};
+use burn_vision::data::{DataSource, LoaderConfig, SkipLog, load_source, split_per_class};
+use burn_vision::model::list_models;
+use burn_vision::train::evaluate::evaluate;
+use burn_vision::train::predict::{predict, restore};
+use burn_vision::train::bench::BenchConfig;
+use burn_vision::train::{DeviceSpec, OptimizerKind, TrainConfig, run, run_bench};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "burn-vision", version, about = "Train, evaluate and run image classifiers on Burn")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model (with no flags: ResNet-10-mini on the bundled Fashion-MNIST subset, CPU).
+    Train(TrainArgs),
+    /// Evaluate a checkpoint on the validation split of its data (or all of --data).
+    Eval(EvalArgs),
+    /// Print the top classes of each image.
+    Predict(PredictArgs),
+    /// Measure training throughput on synthetic data (prints one JSON line).
+    Bench(BenchArgs),
+    /// List the models in the registry.
+    Models,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[arg(long, default_value = "resnet50")]
+    model: String,
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 224)]
+    image_size: usize,
+    #[arg(long, default_value_t = 3)]
+    channels: usize,
+    #[arg(long, default_value_t = 1000)]
+    classes: usize,
+    #[arg(long)]
+    small_input: bool,
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// CUDA GPU, e.g. `0`; CPU when absent.
+    #[arg(long)]
+    gpus: Option<String>,
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// Start from a named recipe: `tutorial` (ResNet-34, batch 16/GPU, SGD 0.9, wd 0.005,
+    /// lr 0.001 × GPUs, cosine to 0.1×, 30 epochs, 224²); flags below override it.
+    #[arg(long)]
+    preset: Option<String>,
+    /// `bundled`, `fashion-mnist`, or a folder with one sub-folder of images per class.
+    #[arg(long)]
+    data: Option<String>,
+    /// Model name (see `burn-vision models`).
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Images per batch per device.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Peak learning rate for one device (multiplied by the number of devices).
+    #[arg(long)]
+    lr: Option<f64>,
+    #[arg(long, value_enum)]
+    optimizer: Option<OptimizerKind>,
+    #[arg(long)]
+    momentum: Option<f64>,
+    #[arg(long)]
+    weight_decay: Option<f64>,
+    #[arg(long)]
+    warmup_epochs: Option<usize>,
+    /// Final over peak learning rate of the cosine schedule.
+    #[arg(long)]
+    min_lr_factor: Option<f64>,
+    #[arg(long)]
+    label_smoothing: Option<f64>,
+    /// Fraction of each class held out for validation.
+    #[arg(long)]
+    val_fraction: Option<f64>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run folder (checkpoints, metrics.jsonl).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// CUDA GPUs to train on, e.g. `0` (needs a build with `--features cuda`).
+    #[arg(long, conflicts_with = "cpu")]
+    gpus: Option<String>,
+    /// Train on the CPU (the default).
+    #[arg(long)]
+    cpu: bool,
+    /// Input side for folder datasets.
+    #[arg(long)]
+    image_size: Option<u32>,
+    /// Use the 3×3 stem without max-pool (for 28–64 px images).
+    #[arg(long)]
+    small_input: Option<bool>,
+    /// Stop on the first unreadable image instead of skipping it.
+    #[arg(long)]
+    strict_images: bool,
+    /// End after this many epochs (keeping the schedule of --epochs); continue with --resume.
+    #[arg(long)]
+    stop_after_epochs: Option<usize>,
+    /// Stop every epoch after this many steps.
+    #[arg(long)]
+    max_steps_per_epoch: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// A checkpoint written by `train` (best.ckpt or last.ckpt).
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Data to evaluate on; defaults to the checkpoint's own validation split.
+    #[arg(long)]
+    data: Option<String>,
+    /// Evaluate every sample of --data instead of the validation split.
+    #[arg(long)]
+    all: bool,
+    #[arg(long, default_value_t = 128)]
+    batch_size: usize,
+}
+
+#[derive(Args)]
+struct PredictArgs {
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// How many classes to show per image.
+    #[arg(long, default_value_t = 3)]
+    top: usize,
+    /// Image files.
+    #[arg(required = true)]
+    images: Vec<PathBuf>,
+}
+
+fn train_config(a: TrainArgs) -> Result<TrainConfig> {
+    let mut c = match a.preset.as_deref() {
+        None => TrainConfig::default(),
+        Some("tutorial") => TrainConfig::tutorial(),
+        Some(other) => anyhow::bail!("unknown preset `{other}`; available: tutorial"),
+    };
+    macro_rules! set {
+        ($($field:ident),*) => { $( if let Some(v) = a.$field { c.$field = v; } )* };
+    }
+    set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size);
+    // 28x28 IDX data gets the small-input stem unless told otherwise (`*-mini` models always have it).
+    c.small_input = a.small_input.unwrap_or(matches!(c.source(), DataSource::Bundled | DataSource::FashionMnist));
+    c.resume = a.resume;
+    c.strict_images = a.strict_images;
+    c.max_steps_per_epoch = a.max_steps_per_epoch;
+    c.stop_after_epochs = a.stop_after_epochs;
+    c.show_progress = !a.quiet;
+    if let Some(gpus) = a.gpus {
+        c.device = DeviceSpec::parse_gpus(&gpus)?;
+    }
+    Ok(c)
+}
+
+fn cmd_train(a: TrainArgs) -> Result<()> {
+    let config = train_config(a)?;
+    let summary = run(&config)?;
+    if summary.skipped > 0 {
+        log::warn!("skipped {} unreadable image(s); first: {}", summary.skipped, summary.first_skipped.join(", "));
+    }
+    let last = summary.epochs.last();
+    println!(
+        "done: {} epoch(s) in {:.1}s, final val acc {:.2}%, best {:.2}%, skipped images {}, checkpoints and metrics.jsonl in {}",
+        summary.epochs.len(),
+        summary.seconds,
+        100.0 * last.map_or(0.0, |r| r.val_acc),
+        100.0 * summary.best_acc,
+        summary.skipped,
+        summary.out.display()
+    );
+    Ok(())
+}
+
+type Cpu = burn_flex::Flex;
+
+fn cmd_eval(a: EvalArgs) -> Result<()> {
+    let device = Default::default();
+    let restored = restore::<Cpu>(&a.checkpoint, &device)?;
+    let trained: TrainConfig = serde_json::from_value(restored.meta.config.clone()).context("checkpoint holds no training config")?;
+    let source: DataSource = a.data.as_deref().unwrap_or(&trained.data).parse()?;
+    let data = load_source(&source, trained.image_size)?;
+    anyhow::ensure!(
+        data.dataset.classes() == restored.meta.classes.as_slice(),
+        "the classes of {source} ({}) differ from the checkpoint's ({})",
+        data.dataset.classes().join(","),
+        restored.meta.classes.join(",")
+    );
+    let indices: Vec<usize> = if a.all {
+        (0..data.dataset.len()).collect()
+    } else {
+        let labels: Vec<usize> = (0..data.dataset.len()).map(|i| data.dataset.label(i)).collect();
+        split_per_class(&labels, trained.val_fraction, trained.seed).1
+    };
+    let n = indices.len();
+    let skips = Arc::new(SkipLog::default());
+    let cfg = LoaderConfig { batch_size: a.batch_size, drop_last: false, prefetch: 4, seed: trained.seed, strict: false };
+    let tally = evaluate(&restored.model, data.dataset, indices, restored.pipeline, cfg, skips.clone(), &device)?;
+    println!(
+        "{}: {} images ({} skipped): loss {:.4}, top-1 {:.2}%, top-5 {:.2}%",
+        a.checkpoint.display(), n, skips.count(), tally.loss(), 100.0 * tally.acc1(), 100.0 * tally.acc5()
+    );
+    Ok(())
+}
+
+fn cmd_predict(a: PredictArgs) -> Result<()> {
+    let device = Default::default();
+    let restored = restore::<Cpu>(&a.checkpoint, &device)?;
+    for p in predict(&restored, &a.images, a.top, &device)? {
+        let top: Vec<String> = p.top.iter().map(|(c, prob)| format!("{c} {:.1}%", 100.0 * prob)).collect();
+        println!("{}: {}", p.path, top.join(", "));
+    }
+    Ok(())
+}
+
+fn cmd_bench(a: BenchArgs) -> Result<()> {
+    let spec = match a.gpus.as_deref() {
+        Some(g) => DeviceSpec::parse_gpus(g)?,
+        None => DeviceSpec::Cpu,
+    };
+    let config = BenchConfig {
+        model: a.model,
+        batch_size: a.batch_size,
+        image_size: a.image_size,
+        channels: a.channels,
+        classes: a.classes,
+        small_input: a.small_input,
+        warmup: a.warmup,
+        steps: a.steps,
+    };
+    let result = run_bench(&config, &spec)?;
+    println!("{}", serde_json::to_string(&result)?);
+    Ok(())
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
+    let cli = Cli::parse();
+    let command = cli.command.or_else(|| Cli::parse_from(["burn-vision", "train"]).command).expect("train parses");
+    let result = match command {
+        Command::Train(a) => cmd_train(a),
+        Command::Eval(a) => cmd_eval(a),
+        Command::Predict(a) => cmd_predict(a),
+        Command::Bench(a) => cmd_bench(a),
+        Command::Models => {
+            println!("{}", list_models().join("\n"));
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

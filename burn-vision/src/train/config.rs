@@ -99,6 +99,9 @@ pub struct TrainConfig {
     pub prefetch: usize,
     /// Stop each epoch after this many steps (quick runs, benchmarks).
     pub max_steps_per_epoch: Option<usize>,
+    /// End this invocation after this many epochs, keeping the schedule of `epochs`; the run
+    /// continues later with `resume` (time-boxed or preemptible jobs).
+    pub stop_after_epochs: Option<usize>,
     /// Draw a progress bar.
     pub show_progress: bool,
 }
@@ -109,7 +112,7 @@ impl Default for TrainConfig {
         Self {
             data: "bundled".into(),
             model: "resnet10-mini".into(),
-            epochs: 4,
+            epochs: 3,
             batch_size: 64,
             lr: 2e-3,
             optimizer: OptimizerKind::Adamw,
@@ -128,6 +131,7 @@ impl Default for TrainConfig {
             strict_images: false,
             prefetch: 4,
             max_steps_per_epoch: None,
+            stop_after_epochs: None,
             show_progress: true,
         }
     }

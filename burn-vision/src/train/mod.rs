@@ -1,5 +1,6 @@
 //! Training, evaluation and prediction over a [`TrainConfig`], on the CPU or CUDA.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod evaluate;
@@ -24,6 +25,28 @@ pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
         DeviceSpec::Cpu => train::<Autodiff<Flex>>(config, Default::default()),
         DeviceSpec::Cuda(ids) => run_cuda(config, ids),
     }
+}
+
+/// Runs the synthetic throughput benchmark on the device `spec` names.
+///
+/// # Errors
+/// As [`bench::synthetic_throughput`], plus device errors.
+pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench::BenchResult> {
+    match spec {
+        DeviceSpec::Cpu => bench::synthetic_throughput::<Autodiff<Flex>>(config, &Default::default()),
+        DeviceSpec::Cuda(ids) => bench_cuda(config, ids),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn bench_cuda(config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::BenchResult> {
+    let id = cuda_device(ids)?;
+    bench::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(config, &burn_cuda::CudaDevice::new(id))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn bench_cuda(_config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::BenchResult> {
+    cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
 }
 
 /// Resolves `--gpus` to one CUDA device, checking it exists.

@@ -74,7 +74,7 @@ struct Resumed<B: AutodiffBackend, O> {
 }
 
 /// Settings that must match between a run and its resumption for it to continue exactly.
-const RESUME_KEYS: [&str; 8] = ["data", "model", "batch_size", "seed", "val_fraction", "optimizer", "small_input", "image_size"];
+const RESUME_KEYS: [&str; 9] = ["data", "model", "batch_size", "seed", "val_fraction", "optimizer", "small_input", "image_size", "epochs"];
 
 fn resume<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(config: &TrainConfig, model: ResNet<B>, optim: O, device: &B::Device) -> Result<Resumed<B, O>> {
     let path = last_path(&config.out);
@@ -155,10 +155,10 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     let loss_fn = CrossEntropyLossConfig::new()
         .with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32))
         .init(&device);
-    let num_classes = dataset.classes().len();
     let mut records = Vec::new();
 
-    for epoch in start_epoch..config.epochs {
+    let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (start_epoch + n).min(config.epochs));
+    for epoch in start_epoch..end_epoch {
         let epoch_start = Instant::now();
         let order = shuffle_for_epoch(&train_idx, config.seed, epoch as u64);
         let loader = Loader::new(dataset.clone(), order, data.train.clone(), epoch as u64, loader_config.clone(), skips.clone());
@@ -231,7 +231,6 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         ck.save(&last_path(out))?;
         metrics.append(&record)?;
         records.push(record);
-        let _ = num_classes;
     }
     Ok(TrainSummary {
         epochs: records,

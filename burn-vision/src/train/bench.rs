@@ -1,0 +1,94 @@
+//! Training throughput on synthetic data: the same model, loss and optimiser step as `train`,
+//! with random images, so data loading is out of the measurement.
+
+use crate::error::Result;
+use crate::model::{ResNet, create};
+use burn::module::Module;
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn::tensor::backend::AutodiffBackend;
+use burn_nn::loss::CrossEntropyLossConfig;
+use burn_optim::momentum::MomentumConfig;
+use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+use std::time::Instant;
+
+/// What to measure.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchConfig {
+    /// Registry name.
+    pub model: String,
+    /// Images per step.
+    pub batch_size: usize,
+    /// Input side.
+    pub image_size: usize,
+    /// Input channels.
+    pub channels: usize,
+    /// Classes.
+    pub classes: usize,
+    /// Small-input stem.
+    pub small_input: bool,
+    /// Untimed steps first (autotune, kernel compilation, allocator warm-up).
+    pub warmup: usize,
+    /// Timed steps.
+    pub steps: usize,
+}
+
+/// The measurement.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchResult {
+    /// The settings.
+    pub config: BenchConfig,
+    /// Seconds for the timed steps (device synchronised at both ends).
+    pub seconds: f64,
+    /// Training images per second.
+    pub img_per_s: f64,
+    /// Seconds of the warm-up steps.
+    pub warmup_seconds: f64,
+    /// Loss of the last step (must be finite).
+    pub last_loss: f64,
+}
+
+/// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
+///
+/// # Errors
+/// For an unknown model.
+pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device) -> Result<BenchResult> {
+    B::seed(device, 0);
+    let mut model: ResNet<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?;
+    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init::<B, ResNet<B>>();
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
+    let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+    let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
+    let mut step = |model: ResNet<B>| -> (ResNet<B>, Tensor<B, 1>) {
+        let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        (optim.step(0.01, model, grads), loss)
+    };
+    let t0 = Instant::now();
+    let mut loss = None;
+    for _ in 0..config.warmup {
+        let (m, l) = step(model);
+        model = m;
+        loss = Some(l);
+    }
+    B::sync(device).expect("device sync");
+    let warmup_seconds = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for _ in 0..config.steps {
+        let (m, l) = step(model);
+        model = m;
+        loss = Some(l);
+    }
+    let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
+    B::sync(device).expect("device sync");
+    let seconds = t1.elapsed().as_secs_f64();
+    let _ = model.num_params();
+    Ok(BenchResult {
+        config: config.clone(),
+        seconds,
+        img_per_s: (config.steps * config.batch_size) as f64 / seconds,
+        warmup_seconds,
+        last_loss,
+    })
+}

@@ -1,0 +1,115 @@
+//! End-to-end training tests on the bundled real images (CPU, flex backend).
+
+use burn_ddp::params::{flat_values, max_relative_diff};
+use burn_flex::Flex;
+use burn_vision::train::checkpoint::{best_path, last_path};
+use burn_vision::train::predict::restore;
+use burn_vision::train::{TrainConfig, run};
+use std::path::{Path, PathBuf};
+
+fn folder_set() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder")
+}
+
+/// A quick config over the bundled JPEG class folders (300 images, 10 classes).
+fn folder_config(out: &Path, data: &Path) -> TrainConfig {
+    TrainConfig {
+        data: data.display().to_string(),
+        out: out.to_path_buf(),
+        image_size: 28,
+        batch_size: 16,
+        epochs: 2,
+        max_steps_per_epoch: Some(4),
+        show_progress: false,
+        ..TrainConfig::default()
+    }
+}
+
+#[test]
+fn training_on_bundled_fashion_mnist_learns() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = TrainConfig {
+        out: dir.path().to_path_buf(),
+        epochs: 2,
+        batch_size: 32,
+        max_steps_per_epoch: Some(40),
+        show_progress: false,
+        ..TrainConfig::default()
+    };
+    let summary = run(&config).unwrap();
+    let (first, last) = (&summary.epochs[0], &summary.epochs[1]);
+    assert!(last.train_loss < first.train_loss, "loss did not fall: {} -> {}", first.train_loss, last.train_loss);
+    // 10 balanced classes: chance is 10 %.
+    assert!(last.val_acc > 0.5, "validation accuracy {} is not far above chance", last.val_acc);
+    assert!(last.val_acc5 >= last.val_acc);
+    let lines = std::fs::read_to_string(dir.path().join("metrics.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2);
+    assert!(best_path(dir.path()).is_file() && last_path(dir.path()).is_file());
+}
+
+#[test]
+fn resume_continues_exactly() {
+    let data = folder_set();
+    let straight = tempfile::tempdir().unwrap();
+    run(&folder_config(straight.path(), &data)).unwrap();
+
+    let split = tempfile::tempdir().unwrap();
+    let stopped = run(&TrainConfig { stop_after_epochs: Some(1), ..folder_config(split.path(), &data) }).unwrap();
+    assert_eq!(stopped.epochs.len(), 1);
+    let resumed = run(&TrainConfig { resume: true, ..folder_config(split.path(), &data) }).unwrap();
+    assert_eq!(resumed.resumed_after, Some(1));
+    assert_eq!(resumed.epochs.len(), 1);
+
+    // Parameter ids are random per process, so compare values, not record bytes.
+    let device = Default::default();
+    let a = restore::<Flex>(&last_path(straight.path()), &device).unwrap();
+    let b = restore::<Flex>(&last_path(split.path()), &device).unwrap();
+    assert_eq!((a.meta.epoch, a.meta.step), (b.meta.epoch, b.meta.step));
+    let (va, vb) = (flat_values(&a.model), flat_values(&b.model));
+    assert!(va.len() > 100_000);
+    assert_eq!(va, vb, "parameters differ after resume: max rel diff {}", max_relative_diff(&va, &vb, 1e-6));
+    let metrics = std::fs::read_to_string(split.path().join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2);
+
+    // Without --resume an existing run is never overwritten.
+    let err = run(&folder_config(split.path(), &data)).unwrap_err().to_string();
+    assert!(err.contains("--resume"), "{err}");
+    // A resumption with other settings is refused with the setting named.
+    let err = run(&TrainConfig { resume: true, seed: 9, ..folder_config(split.path(), &data) }).unwrap_err().to_string();
+    assert!(err.contains("seed=0") && err.contains("seed=9"), "{err}");
+}
+
+fn copy_tree(from: &Path, to: &Path, per_class: usize) {
+    for class in std::fs::read_dir(from).unwrap() {
+        let class = class.unwrap().path();
+        let dst = to.join(class.file_name().unwrap());
+        std::fs::create_dir_all(&dst).unwrap();
+        let mut files: Vec<_> = std::fs::read_dir(&class).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        for f in files.into_iter().take(per_class) {
+            std::fs::copy(&f, dst.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn corrupt_images_are_skipped_and_counted() {
+    let data = tempfile::tempdir().unwrap();
+    copy_tree(&folder_set(), data.path(), 8);
+    let bag = data.path().join("Bag");
+    std::fs::write(bag.join("zero.jpg"), b"").unwrap();
+    std::fs::write(bag.join("garbage.png"), b"this is not a png").unwrap();
+    let good = std::fs::read(std::fs::read_dir(&bag).unwrap().next().unwrap().unwrap().path()).unwrap();
+    std::fs::write(bag.join("truncated.jpg"), &good[..20]).unwrap();
+
+    let out = tempfile::tempdir().unwrap();
+    let config = TrainConfig { epochs: 1, max_steps_per_epoch: None, val_fraction: 0.0, ..folder_config(out.path(), data.path()) };
+    let summary = run(&config).unwrap();
+    assert_eq!(summary.skipped, 3, "skipped: {:?}", summary.first_skipped);
+    assert!(summary.first_skipped.iter().any(|p| p.ends_with("zero.jpg")));
+    assert_eq!(summary.epochs[0].skipped_images, 3);
+
+    let strict = tempfile::tempdir().unwrap();
+    let err = run(&TrainConfig { strict_images: true, ..folder_config(strict.path(), data.path()) }).unwrap_err().to_string();
+    assert!(err.contains("Bag/"), "{err}");
+}
