@@ -3,7 +3,14 @@
 
 pub mod device;
 pub mod error;
+pub mod launch;
 pub mod params;
+pub mod process_group;
+pub mod rendezvous;
+pub mod store;
+pub mod tensor;
 
 pub use device::{check_gpu_ids, cuda_device_count};
 pub use error::{Error, Result};
+pub use process_group::{ProcessGroup, ReduceOp};
+pub use rendezvous::{Backend, Group, RendezvousConfig, init_process_group, rendezvous};

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One device call on one H200: burn-vision (CUDA) next to PyTorch on the same GPU.
+# Usage (repo root on the GPU machine, binary carried in carry/): bash benches/gpu/single_gpu.sh
+# Writes raw logs to $OUT (or /tmp/out) and prints a summary table last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source benches/gpu/env.sh
+BIN=${BIN:-carry/burn-vision}
+chmod +x "$BIN"
+# cubecl keeps autotune results under ./target (repo root); restore the last run's.
+[ -f carry/cubecl-cache.tgz ] && mkdir -p target && tar xzf carry/cubecl-cache.tgz -C target
+LOG=$OUT/single_gpu.log
+: > "$LOG"
+step() { # name, timeout, command...
+  local name=$1 t=$2; shift 2
+  echo "=== $name: $*" | tee -a "$LOG"
+  local s=$(date +%s.%N)
+  timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "RESULT|img_per_s|epoch |done:|error" | tail -n 5
+  echo "=== $name rc=${PIPESTATUS[0]} wall=$(echo "$(date +%s.%N) - $s" | bc)s" | tee -a "$LOG"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
+python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())' | tee -a "$LOG"
+D=datasets/fashion-mnist-10k
+[ -d /tmp/fm256 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm256 256 >>"$LOG" 2>&1
+
+R50="--model resnet50 --batch-size ${R50_BATCH:-256} --image-size 224 --classes 1000"
+step burn_r50_synth 420 $BIN bench $R50 --warmup 3 --steps 10 --gpus 0
+step torch_r50_synth 120 python3 benches/pytorch_baseline.py synthetic resnet50 ${R50_BATCH:-256} 224 3 1000 0 3 10
+step burn_r18_fmnist_synth 240 $BIN bench --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --warmup 3 --steps 20 --gpus 0
+step torch_r18_fmnist_synth 120 python3 benches/pytorch_baseline.py synthetic resnet18 256 28 1 10 1 3 20
+rm -rf /tmp/run_r18
+step burn_r18_fmnist_train 300 $BIN train --data bundled --model resnet18 --batch-size 256 --epochs 2 --lr 0.002 --gpus 0 --quiet --out /tmp/run_r18
+cp /tmp/run_r18/metrics.jsonl "$OUT/burn_r18_fmnist_metrics.jsonl" 2>/dev/null
+rm -rf /tmp/run_r50
+step burn_r50_folder_train 300 $BIN train --data /tmp/fm256 --model resnet50 --batch-size ${R50_BATCH:-256} --epochs 1 --max-steps-per-epoch 12 --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50
+cp /tmp/run_r50/metrics.jsonl "$OUT/burn_r50_folder_metrics.jsonl" 2>/dev/null
+step torch_r50_folder 180 python3 benches/pytorch_baseline.py folder /tmp/fm256 ${R50_BATCH:-256} 12
+[ -d target ] && tar czf "$OUT/cubecl-cache.tgz" -C target . 2>/dev/null
+
+echo; echo "SUMMARY (img/s; burn = burn-vision on burn-cuda 0.21 autotune+fusion, f32)"
+python3 - "$LOG" "$OUT" <<'PY'
+import json, re, sys, glob, os
+log = open(sys.argv[1]).read()
+rows = {}
+for name, body in re.findall(r"=== (\w+): .*?\n(.*?)=== \1 rc", log, re.S):
+    for line in body.splitlines():
+        line = line.replace("RESULT ", "")
+        if line.startswith("{"):
+            try: rows[name] = json.loads(line)["img_per_s"]
+            except Exception: pass
+for f, name in [("burn_r18_fmnist_metrics.jsonl", "burn_r18_fmnist_train"), ("burn_r50_folder_metrics.jsonl", "burn_r50_folder_train")]:
+    p = os.path.join(sys.argv[2], f)
+    if os.path.exists(p):
+        recs = [json.loads(l) for l in open(p)]
+        rows[name] = recs[-1]["img_per_s"]
+        if "r18" in f: rows[name + "_val_acc"] = recs[-1]["val_acc"]
+pairs = [("ResNet-50 224² synthetic", "burn_r50_synth", "torch_r50_synth"),
+         ("ResNet-18 28² 1ch synthetic", "burn_r18_fmnist_synth", "torch_r18_fmnist_synth"),
+         ("ResNet-50 224² JPEG folder", "burn_r50_folder_train", "torch_r50_folder"),
+         ("ResNet-18 bundled FMNIST train", "burn_r18_fmnist_train", None)]
+print(f"{'workload':34} {'burn':>10} {'pytorch':>10} {'ratio':>7}")
+for label, b, t in pairs:
+    bv, tv = rows.get(b), rows.get(t) if t else None
+    ratio = f"{bv / tv:.3f}" if bv and tv else "-"
+    print(f"{label:34} {bv or float('nan'):10.1f} {tv or float('nan'):10.1f} {ratio:>7}")
+if "burn_r18_fmnist_train_val_acc" in rows: print("burn ResNet-18 bundled val acc after 2 epochs:", rows["burn_r18_fmnist_train_val_acc"])
+PY

@@ -1,0 +1,112 @@
+"""PyTorch/torchvision baselines for the burn-vision benchmarks, run in the same device call.
+
+Modes (each prints one JSON line prefixed with RESULT):
+  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS
+             forward+backward+SGD(momentum 0.9) on random data, fp32 (cuDNN may use TF32, as
+             PyTorch allows by default), NCHW, eager: the same work `burn-vision bench` does.
+  folder     DIR BATCH STEPS  ResNet-50 on an ImageFolder with RandomResizedCrop(224)+flip,
+             8 DataLoader workers: real decoding and augmentation.
+  make-folder IDX_IMAGES IDX_LABELS OUT SIDE  writes the IDX images as SIDExSIDE RGB JPEGs in
+             class folders (the real-data input for both frameworks).
+"""
+import gzip, json, os, sys, time
+
+import torch
+import torch.nn as nn
+import torchvision
+
+
+def resnet(name, classes, channels, small):
+    model = getattr(torchvision.models, name)(num_classes=classes)
+    if small:  # the small-input stem of burn-vision: 3x3 stride-1 conv, no max-pool
+        model.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
+        model.maxpool = nn.Identity()
+    elif channels != 3:
+        model.conv1 = nn.Conv2d(channels, 64, 7, 2, 3, bias=False)
+    return model
+
+
+def timed_steps(model, opt, batches, warmup, steps):
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    it = iter(batches)
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step(*next(it))
+    torch.cuda.synchronize()
+    warm = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    n = 0
+    for _ in range(steps):
+        x, y = next(it)
+        loss = step(x, y)
+        n += x.shape[0]
+    torch.cuda.synchronize()
+    return n / (time.perf_counter() - t1), warm, float(loss)
+
+
+def synthetic(name, batch, size, channels, classes, small, warmup, steps):
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = resnet(name, classes, channels, small).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, channels, size, size, device=dev)
+    y = torch.randint(0, classes, (batch,), device=dev)
+    ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps)
+    print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
+                                      img_per_s=ips, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
+
+
+def folder(path, batch, steps):
+    import torchvision.transforms as T
+    dev = torch.device("cuda")
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ds = torchvision.datasets.ImageFolder(path, tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=8, drop_last=True,
+                                     pin_memory=True, persistent_workers=True)
+
+    def forever():
+        while True:
+            for x, y in dl:
+                yield x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+
+    model = resnet("resnet50", len(ds.classes), 3, False).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    ips, warm, loss = timed_steps(model, opt, forever(), 3, steps)
+    print("RESULT " + json.dumps(dict(framework="pytorch", mode="folder", model="resnet50", batch=batch,
+                                      img_per_s=ips, warmup_s=warm, loss=loss)), flush=True)
+
+
+def make_folder(images, labels, out, side):
+    from PIL import Image
+    classes = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"]
+    img = gzip.open(images).read()[16:]
+    lab = gzip.open(labels).read()[8:]
+    for c in classes:
+        os.makedirs(os.path.join(out, c), exist_ok=True)
+    for i, l in enumerate(lab):
+        im = Image.frombytes("L", (28, 28), img[i * 784:(i + 1) * 784]).convert("RGB").resize((side, side), Image.BILINEAR)
+        im.save(os.path.join(out, classes[l], f"{i:05d}.jpg"), quality=90)
+    print(f"wrote {len(lab)} images to {out}", flush=True)
+
+
+if __name__ == "__main__":
+    mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "synthetic":
+        name, batch, size, ch, classes, small, warmup, steps = args
+        synthetic(name, int(batch), int(size), int(ch), int(classes), small == "1", int(warmup), int(steps))
+    elif mode == "folder":
+        folder(args[0], int(args[1]), int(args[2]))
+    elif mode == "make-folder":
+        make_folder(args[0], args[1], args[2], int(args[3]))
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,76 @@
+//! `burn-ddp launch`: a torchrun-style launcher for any program.
+
+use burn_ddp::launch::{LaunchConfig, launch};
+use clap::{Parser, Subcommand};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "burn-ddp", version, about = "Launch multi-process (multi-GPU) training jobs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start PROGRAM once per local rank with MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+    /// LOCAL_RANK and LOCAL_WORLD_SIZE set (LOCAL_RANK is the GPU to use).
+    Launch {
+        /// Processes on this node (one per GPU).
+        #[arg(long, default_value_t = 1)]
+        nproc_per_node: usize,
+        /// Nodes in the job.
+        #[arg(long, default_value_t = 1)]
+        nnodes: usize,
+        /// This node's index in 0..nnodes.
+        #[arg(long, default_value_t = 0)]
+        node_rank: usize,
+        /// Host of rank 0 (the rendezvous store).
+        #[arg(long, default_value = "127.0.0.1")]
+        master_addr: String,
+        /// Port of the rendezvous store.
+        #[arg(long, default_value_t = 29500)]
+        master_port: u16,
+        /// Single node on a free loopback port (overrides --master-addr/--master-port).
+        #[arg(long)]
+        standalone: bool,
+        /// Restart the whole group this many times after a rank fails.
+        #[arg(long, default_value_t = 0)]
+        max_restarts: usize,
+        /// Seconds ranks get to exit after being told to stop.
+        #[arg(long, default_value_t = 3.0)]
+        grace_s: f64,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true)]
+        program: Vec<String>,
+    },
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
+    let Cmd::Launch { nproc_per_node, nnodes, node_rank, master_addr, master_port, standalone, max_restarts, grace_s, program } = Cli::parse().command;
+    let config = LaunchConfig {
+        nproc_per_node,
+        nnodes,
+        node_rank,
+        master_addr: if standalone { "127.0.0.1".into() } else { master_addr },
+        master_port: if standalone { 0 } else { master_port },
+        max_restarts,
+        program,
+        grace: Duration::from_secs_f64(grace_s),
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)) {
+        log::warn!("cannot catch Ctrl-C: {e}");
+    }
+    match launch(&config, interrupted) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+}

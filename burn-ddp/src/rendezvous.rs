@@ -1,0 +1,185 @@
+//! env:// rendezvous: read what torchrun (or our launcher) sets, start the store on rank 0,
+//! meet every rank with a time-out that names the ranks that never came, and build the
+//! process group.
+
+use crate::error::{Error, Result};
+use crate::process_group::buffer::MemoryKind;
+use crate::process_group::*;
+use crate::store::{Store, StoreServer, TcpStore};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where and who this process is in the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RendezvousConfig {
+    /// Host of rank 0's store (MASTER_ADDR).
+    pub master_addr: String,
+    /// Port of the store (MASTER_PORT).
+    pub master_port: u16,
+    /// Global rank (RANK).
+    pub rank: usize,
+    /// Number of ranks (WORLD_SIZE).
+    pub world_size: usize,
+    /// Rank on this node (LOCAL_RANK): the GPU ordinal by convention.
+    pub local_rank: usize,
+    /// Ranks on this node (LOCAL_WORLD_SIZE).
+    pub local_world_size: usize,
+    /// Time-out of rendezvous and of every collective (BURN_DDP_TIMEOUT_S, default 300 s).
+    pub timeout: Duration,
+    /// Shared secret peers must present (BURN_DDP_TOKEN).
+    pub token: Option<String>,
+}
+
+fn var<T: std::str::FromStr>(name: &'static str, default: Option<T>) -> Result<T> {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().map_err(|_| Error::Env { name, reason: format!("`{v}` is not a valid value") }),
+        Err(_) => default.ok_or(Error::Env { name, reason: "not set; start the program with `burn-ddp launch` or torchrun, or set it yourself".into() }),
+    }
+}
+
+impl RendezvousConfig {
+    /// Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (the last
+    /// two default to RANK and WORLD_SIZE), BURN_DDP_TIMEOUT_S and BURN_DDP_TOKEN.
+    ///
+    /// # Errors
+    /// [`Error::Env`] naming a missing or malformed variable, or a rank outside the world.
+    pub fn from_env() -> Result<Self> {
+        let rank: usize = var("RANK", None)?;
+        let world_size: usize = var("WORLD_SIZE", None)?;
+        let config = Self {
+            master_addr: var("MASTER_ADDR", Some("127.0.0.1".to_string()))?,
+            master_port: var("MASTER_PORT", None)?,
+            rank,
+            world_size,
+            local_rank: var("LOCAL_RANK", Some(rank))?,
+            local_world_size: var("LOCAL_WORLD_SIZE", Some(world_size))?,
+            timeout: Duration::from_secs_f64(var("BURN_DDP_TIMEOUT_S", Some(DEFAULT_TIMEOUT.as_secs_f64()))?),
+            token: std::env::var("BURN_DDP_TOKEN").ok(),
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks that the rank fits in the world.
+    ///
+    /// # Errors
+    /// [`Error::Env`] otherwise.
+    pub fn check(&self) -> Result<()> {
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return Err(Error::Env { name: "RANK", reason: format!("rank {} is outside WORLD_SIZE={}", self.rank, self.world_size) });
+        }
+        if self.local_rank >= self.local_world_size.max(1) {
+            return Err(Error::Env { name: "LOCAL_RANK", reason: format!("{} is outside LOCAL_WORLD_SIZE={}", self.local_rank, self.local_world_size) });
+        }
+        Ok(())
+    }
+}
+
+/// The meeting: the store client (and on rank 0 the server) that every later step uses.
+pub struct Rendezvous {
+    /// This rank's settings.
+    pub config: RendezvousConfig,
+    /// The connection to the store.
+    pub store: Arc<TcpStore>,
+    _server: Option<StoreServer>,
+}
+
+/// Starts the store on rank 0, connects every rank and waits for all of them.
+///
+/// # Errors
+/// [`Error::PortInUse`] on rank 0 when the port is taken; [`Error::Timeout`] naming the ranks
+/// that never arrived; [`Error::Env`] when ranks disagree on WORLD_SIZE.
+pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
+    config.check()?;
+    let server = if config.rank == 0 {
+        let bind_host = if config.master_addr == "localhost" { "127.0.0.1" } else { config.master_addr.as_str() };
+        Some(StoreServer::bind(bind_host, config.master_port, config.token.clone())?)
+    } else {
+        None
+    };
+    let store = TcpStore::connect(&config.master_addr, config.master_port, config.token.as_deref(), config.timeout).map_err(|e| match e {
+        Error::Timeout { waited, .. } => Error::Timeout { op: format!("connecting to rank 0's store at {}:{}", config.master_addr, config.master_port), rank: config.rank, waited, missing: vec![0] },
+        other => other,
+    })?;
+    store.set(&format!("rdzv/world/{}", config.rank), config.world_size.to_string().as_bytes())?;
+    let keys: Vec<String> = (0..config.world_size).map(|r| format!("rdzv/world/{r}")).collect();
+    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    if let Err(missing) = store.wait_missing(&key_refs, config.timeout)? {
+        let ranks = missing.0.iter().filter_map(|k| k.rsplit('/').next()?.parse().ok()).collect();
+        return Err(Error::Timeout { op: "rendezvous".into(), rank: config.rank, waited: config.timeout, missing: ranks });
+    }
+    for (r, key) in keys.iter().enumerate() {
+        let theirs = String::from_utf8_lossy(&store.get(key)?).into_owned();
+        if theirs != config.world_size.to_string() {
+            return Err(Error::Env { name: "WORLD_SIZE", reason: format!("rank {r} has WORLD_SIZE={theirs}, rank {} has {}; start every rank with the same value", config.rank, config.world_size) });
+        }
+    }
+    Ok(Rendezvous { config: config.clone(), store: Arc::new(store), _server: server })
+}
+
+/// Which collective library to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// TCP sockets, host memory.
+    Tcp,
+    /// NCCL, CUDA memory on GPU `LOCAL_RANK`.
+    Nccl,
+}
+
+/// A process group together with the rendezvous that keeps rank 0's store alive.
+pub struct Group {
+    inner: Box<dyn ProcessGroup>,
+    rendezvous: Rendezvous,
+}
+
+impl Group {
+    /// The rendezvous (config and store).
+    pub fn rendezvous(&self) -> &Rendezvous {
+        &self.rendezvous
+    }
+}
+
+/// Rendezvous, then the process group of `backend`.
+///
+/// # Errors
+/// As [`rendezvous`], plus the backend's set-up errors.
+pub fn init_process_group(backend: Backend, config: &RendezvousConfig) -> Result<Arc<Group>> {
+    let rdzv = rendezvous(config)?;
+    let inner: Box<dyn ProcessGroup> = match backend {
+        Backend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?),
+        Backend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
+    };
+    // Everyone has finished set-up (and used the store) before anyone may leave.
+    inner.barrier(&BarrierOptions::default())?;
+    Ok(Arc::new(Group { inner, rendezvous: rdzv }))
+}
+
+impl ProcessGroup for Group {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn memory(&self) -> MemoryKind {
+        self.inner.memory()
+    }
+    fn all_reduce(&self, buf: Buffer<'_>, opts: &AllReduceOptions) -> Result<()> {
+        self.inner.all_reduce(buf, opts)
+    }
+    fn broadcast(&self, buf: Buffer<'_>, opts: &BroadcastOptions) -> Result<()> {
+        self.inner.broadcast(buf, opts)
+    }
+    fn all_gather(&self, input: Buffer<'_>, output: Buffer<'_>, opts: &AllGatherOptions) -> Result<()> {
+        self.inner.all_gather(input, output, opts)
+    }
+    fn reduce_scatter(&self, input: Buffer<'_>, output: Buffer<'_>, opts: &ReduceScatterOptions) -> Result<()> {
+        self.inner.reduce_scatter(input, output, opts)
+    }
+    fn barrier(&self, opts: &BarrierOptions) -> Result<()> {
+        self.inner.barrier(opts)
+    }
+}

@@ -1,0 +1,108 @@
+//! Store protocol tests over real loopback sockets.
+
+use super::*;
+use crate::error::Error;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(5);
+
+fn server(token: Option<&str>) -> (StoreServer, u16) {
+    let s = StoreServer::bind("127.0.0.1", 0, token.map(str::to_string)).unwrap();
+    let port = s.local_addr().port();
+    (s, port)
+}
+
+#[test]
+fn set_get_add_delete_check() {
+    let (_s, port) = server(None);
+    let c = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
+    c.set("a", b"1").unwrap();
+    assert_eq!(c.get("a").unwrap(), b"1");
+    assert_eq!(c.add("n", 5).unwrap(), 5);
+    assert_eq!(c.add("n", -2).unwrap(), 3);
+    assert_eq!(c.check(&["a", "zz", "n"]).unwrap(), [true, false, true]);
+    assert!(c.delete("a").unwrap());
+    assert!(!c.delete("a").unwrap());
+    assert!(c.add("b", 1).is_ok());
+    c.set("text", b"x").unwrap();
+    assert!(c.add("text", 1).is_err(), "add on a non-integer must fail");
+}
+
+#[test]
+fn get_waits_for_another_client() {
+    let (_s, port) = server(None);
+    let waiter = std::thread::spawn(move || TcpStore::connect("127.0.0.1", port, None, T).unwrap().get("late").unwrap());
+    std::thread::sleep(Duration::from_millis(200));
+    TcpStore::connect("127.0.0.1", port, None, T).unwrap().set("late", b"here").unwrap();
+    assert_eq!(waiter.join().unwrap(), b"here");
+}
+
+#[test]
+fn wait_times_out_naming_missing_keys() {
+    let (_s, port) = server(None);
+    let c = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
+    c.set("k0", b"").unwrap();
+    let t = Instant::now();
+    let missing = c.wait_missing(&["k0", "k1", "k2"], Duration::from_millis(300)).unwrap().unwrap_err();
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert_eq!(missing.0, ["k1", "k2"]);
+    let err = c.wait(&["k9"], Duration::from_millis(50)).unwrap_err().to_string();
+    assert!(err.contains("k9"), "{err}");
+}
+
+#[test]
+fn wrong_token_is_refused() {
+    let (_s, port) = server(Some("secret"));
+    assert!(TcpStore::connect("127.0.0.1", port, Some("secret"), T).is_ok());
+    let err = TcpStore::connect("127.0.0.1", port, Some("guess"), T).err().unwrap().to_string();
+    assert!(err.contains("BURN_DDP_TOKEN"), "{err}");
+    assert!(TcpStore::connect("127.0.0.1", port, None, T).is_err());
+}
+
+#[test]
+fn garbage_clients_are_dropped_and_the_server_keeps_serving() {
+    let (_s, port) = server(None);
+    let good = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
+    // An oversized length prefix: refused before allocating 4 GiB.
+    let mut g = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    g.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    let mut buf = [0u8; 1];
+    g.set_read_timeout(Some(T)).unwrap();
+    assert_eq!(g.read(&mut buf).unwrap_or(0), 0, "server should close the connection");
+    // Random bytes, then a valid greeting followed by an unknown opcode and a lying length.
+    for payload in [&b"GET / HTTP/1.1\r\n\r\n"[..], &[5, 0, 0, 0, 1, 2, 3, 4, 5][..]] {
+        let mut g = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        g.write_all(payload).unwrap();
+        drop(g);
+    }
+    let mut g = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    protocol::write_frame(&mut g, &protocol::Writer::op(protocol::Op::Hello).u32(protocol::VERSION).bytes(b"").0).unwrap();
+    assert_eq!(protocol::read_frame(&mut g).unwrap(), [protocol::status::OK]);
+    protocol::write_frame(&mut g, &[99, 1, 2]).unwrap();
+    protocol::write_frame(&mut g, &protocol::Writer::op(protocol::Op::Set).u32(1 << 30).0).ok();
+    good.set("still", b"alive").unwrap();
+    assert_eq!(good.get("still").unwrap(), b"alive");
+}
+
+#[test]
+fn port_in_use_is_a_clear_error() {
+    let (_s, port) = server(None);
+    match StoreServer::bind("127.0.0.1", port, None) {
+        Err(Error::PortInUse { port: p, .. }) => assert_eq!(p, port),
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("second bind succeeded"),
+    }
+}
+
+#[test]
+fn connect_times_out_when_nobody_serves() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t = Instant::now();
+    assert!(matches!(TcpStore::connect("127.0.0.1", port, None, Duration::from_millis(300)), Err(Error::Timeout { .. })));
+    assert!(t.elapsed() < Duration::from_secs(5));
+}

@@ -1,0 +1,91 @@
+//! Collectives on burn tensors, so higher layers never touch raw buffers.
+//!
+//! With a host-memory group (tcp) the tensor goes through the host: this works for every
+//! backend. A CUDA-memory group (nccl) needs the tensor's device pointer; that path lives in
+//! [`crate::cuda_tensor`] behind `feature = "cuda"`.
+
+use crate::error::{Error, Result};
+use crate::process_group::buffer::MemoryKind;
+use crate::process_group::*;
+use burn::prelude::*;
+use burn::tensor::{DType as BurnDType, TensorData};
+
+fn dtype_of(d: BurnDType) -> Result<DType> {
+    Ok(match d {
+        BurnDType::F32 => DType::F32,
+        BurnDType::F64 => DType::F64,
+        BurnDType::I64 => DType::I64,
+        BurnDType::BF16 => DType::BF16,
+        BurnDType::F16 => DType::F16,
+        other => return Err(Error::Cuda { op: "collective".into(), reason: format!("element type {other:?} is not supported (f32, f64, i64, bf16, f16)") }),
+    })
+}
+
+fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
+    match pg.memory() {
+        MemoryKind::Host => Ok(()),
+        MemoryKind::Cuda => Err(Error::Cuda {
+            op: "tensor collective".into(),
+            reason: "this process group works on CUDA memory; use burn_ddp::cuda_tensor helpers with burn-cuda tensors".into(),
+        }),
+    }
+}
+
+/// Applies `f` to the tensor's bytes on the host and rebuilds it on its device.
+fn via_host<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<B, D>> {
+    let device = t.device();
+    let data = t.into_data();
+    let (shape, dtype) = (data.shape.clone(), data.dtype);
+    let mut bytes = data.into_bytes().to_vec();
+    f(Buffer::host(dtype_of(dtype)?, &mut bytes))?;
+    Ok(Tensor::from_data(TensorData::from_bytes_vec(bytes, shape, dtype), &device))
+}
+
+/// Reduces a float tensor element-wise across ranks; every rank gets the result.
+///
+/// # Errors
+/// As [`ProcessGroup::all_reduce`].
+pub fn all_reduce<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>, op: ReduceOp) -> Result<Tensor<B, D>> {
+    host_only(pg)?;
+    via_host(t, |buf| pg.all_reduce(buf, &AllReduceOptions { op, timeout: None }))
+}
+
+/// Every rank gets rank `root`'s tensor (shapes must match).
+///
+/// # Errors
+/// As [`ProcessGroup::broadcast`].
+pub fn broadcast<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>, root: usize) -> Result<Tensor<B, D>> {
+    host_only(pg)?;
+    via_host(t, |buf| pg.broadcast(buf, &BroadcastOptions { root, timeout: None }))
+}
+
+/// Concatenates every rank's tensor along dimension 0, in rank order.
+///
+/// # Shapes
+/// `[n, ...]` on every rank → `[world · n, ...]`
+///
+/// # Errors
+/// As [`ProcessGroup::all_gather`].
+pub fn all_gather<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>) -> Result<Tensor<B, D>> {
+    host_only(pg)?;
+    let device = t.device();
+    let data = t.into_data();
+    let (mut shape, dtype) = (data.shape.clone(), data.dtype);
+    let mut input = data.into_bytes().to_vec();
+    let mut output = vec![0u8; input.len() * pg.world_size()];
+    let d = dtype_of(dtype)?;
+    pg.all_gather(Buffer::host(d, &mut input), Buffer::host(d, &mut output), &AllGatherOptions::default())?;
+    shape[0] *= pg.world_size();
+    Ok(Tensor::from_data(TensorData::from_bytes_vec(output, shape, dtype), &device))
+}
+
+/// Sums float values (one per rank entry of `values`) across ranks on the host: a convenience
+/// for metrics.
+///
+/// # Errors
+/// As [`ProcessGroup::all_reduce`].
+pub fn all_reduce_f64(pg: &dyn ProcessGroup, values: &mut [f64], op: ReduceOp) -> Result<()> {
+    // SAFETY: f64 has no invalid bit patterns; the byte length is scaled.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+    pg.all_reduce(Buffer::host(DType::F64, bytes), &AllReduceOptions { op, timeout: None })
+}

@@ -1,0 +1,275 @@
+//! Multi-process tests over loopback TCP: the conformance suite for 2, 3 and 4 ranks, and the
+//! faults (dead rank, missing rank, wrong WORLD_SIZE, busy port). Each test re-executes this
+//! test binary once per rank (`BURN_DDP_TEST_ROLE=worker`) with a hard time-out.
+
+use burn_ddp::process_group::buffer::DType;
+use burn_ddp::process_group::*;
+use burn_ddp::{Backend, Error, ProcessGroup, ReduceOp, RendezvousConfig, init_process_group};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HARD_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn is_worker() -> bool {
+    std::env::var("BURN_DDP_TEST_ROLE").is_ok()
+}
+
+/// Runs `test` in `ranks` child processes of a `world`-rank group and returns their outputs.
+fn spawn(test: &str, world: usize, ranks: &[usize], extra: &[(&str, String)]) -> Vec<Output> {
+    let port = burn_ddp::launch::free_port().unwrap();
+    let children: Vec<_> = ranks
+        .iter()
+        .map(|&rank| {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env("BURN_DDP_TEST_ROLE", "worker")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in extra {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let mut children = children;
+    loop {
+        if children.iter_mut().all(|c| matches!(c.try_wait(), Ok(Some(_)))) {
+            break;
+        }
+        if start.elapsed() > HARD_TIMEOUT {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            panic!("{test}: ranks still running after {HARD_TIMEOUT:?} (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    children.into_iter().map(|c| c.wait_with_output().unwrap()).collect()
+}
+
+fn assert_all_ok(test: &str, outs: &[Output]) {
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "{test} rank {r} failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+fn group() -> std::sync::Arc<burn_ddp::Group> {
+    init_process_group(Backend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// The conformance suite, written once against `&dyn ProcessGroup`. Every rank's data is a
+/// known function of (rank, index), so each result is checked exactly.
+pub fn conformance(pg: &dyn ProcessGroup) {
+    let (r, w) = (pg.rank(), pg.world_size());
+    let value = |rank: usize, i: usize| ((rank * 7 + i * 3) % 23) as f32 - 11.0;
+    for n in [1usize, 2, 7, 1001, 3 * 1024 * 1024 + 5] {
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+            let mut b = f32_bytes(&(0..n).map(|i| value(r, i)).collect::<Vec<_>>());
+            pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op, timeout: None }).unwrap();
+            let got = to_f32(&b);
+            for i in (0..n).step_by((n / 50).max(1)).chain([n - 1]) {
+                let vals: Vec<f32> = (0..w).map(|k| value(k, i)).collect();
+                let expect = match op {
+                    ReduceOp::Sum => vals.iter().sum(),
+                    ReduceOp::Mean => vals.iter().sum::<f32>() / w as f32,
+                    ReduceOp::Max => vals.iter().cloned().fold(f32::MIN, f32::max),
+                    ReduceOp::Min => vals.iter().cloned().fold(f32::MAX, f32::min),
+                };
+                assert!((got[i] - expect).abs() <= 1e-5 * expect.abs().max(1.0), "{op:?} n={n} i={i}: {} vs {expect}", got[i]);
+            }
+            if n > 1000 {
+                break; // the large size checks one op: streaming, not arithmetic
+            }
+        }
+    }
+    // i64, f64 and bf16 sums.
+    let mut ints: Vec<u8> = (0..5i64).flat_map(|i| (i * 100 + r as i64).to_le_bytes()).collect();
+    pg.all_reduce(Buffer::host(DType::I64, &mut ints), &AllReduceOptions::default()).unwrap();
+    let sum_r: i64 = (0..w as i64).sum();
+    for (i, c) in ints.chunks(8).enumerate() {
+        assert_eq!(i64::from_le_bytes(c.try_into().unwrap()), i as i64 * 100 * w as i64 + sum_r);
+    }
+    let mut f64s: Vec<u8> = [0.5f64 * (r + 1) as f64, -1.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    pg.all_reduce(Buffer::host(DType::F64, &mut f64s), &AllReduceOptions::default()).unwrap();
+    assert_eq!(f64::from_le_bytes(f64s[..8].try_into().unwrap()), 0.5 * (w * (w + 1) / 2) as f64);
+    let mut bf: Vec<u8> = half::bf16::from_f32(1.0 + r as f32).to_le_bytes().to_vec();
+    pg.all_reduce(Buffer::host(DType::BF16, &mut bf), &AllReduceOptions::default()).unwrap();
+    assert_eq!(half::bf16::from_le_bytes(bf[..2].try_into().unwrap()).to_f32(), (w * (w + 1) / 2) as f32);
+
+    // Broadcast from every root, odd sizes, one larger than a broadcast piece.
+    for root in 0..w {
+        for n in [3usize, 1_500_001] {
+            let mut b = f32_bytes(&(0..n).map(|i| if r == root { value(root, i) } else { -99.0 }).collect::<Vec<_>>());
+            pg.broadcast(Buffer::host(DType::F32, &mut b), &BroadcastOptions { root, timeout: None }).unwrap();
+            let got = to_f32(&b);
+            assert!(got.iter().enumerate().step_by(997).all(|(i, v)| *v == value(root, i)), "broadcast root {root} n {n}");
+            assert_eq!(got[n - 1], value(root, n - 1));
+        }
+    }
+    // All-gather: rank k contributes [k*10, k*10+1, k*10+2].
+    let mut input = f32_bytes(&[r as f32 * 10.0, r as f32 * 10.0 + 1.0, r as f32 * 10.0 + 2.0]);
+    let mut output = vec![0u8; input.len() * w];
+    pg.all_gather(Buffer::host(DType::F32, &mut input), Buffer::host(DType::F32, &mut output), &AllGatherOptions::default()).unwrap();
+    let expect: Vec<f32> = (0..w).flat_map(|k| [k as f32 * 10.0, k as f32 * 10.0 + 1.0, k as f32 * 10.0 + 2.0]).collect();
+    assert_eq!(to_f32(&output), expect);
+    // Reduce-scatter: input block j on rank k is (k + j) repeated 5 times; rank r gets Σ_k (k + r).
+    let mut input = f32_bytes(&(0..w * 5).map(|i| (r + i / 5) as f32).collect::<Vec<_>>());
+    let mut output = vec![0u8; 5 * 4];
+    pg.reduce_scatter(Buffer::host(DType::F32, &mut input), Buffer::host(DType::F32, &mut output), &ReduceScatterOptions::default()).unwrap();
+    let expect = (0..w).map(|k| (k + r) as f32).sum::<f32>();
+    assert_eq!(to_f32(&output), vec![expect; 5]);
+    pg.barrier(&BarrierOptions::default()).unwrap();
+
+    // Tensor helpers on a burn backend.
+    use burn::prelude::*;
+    type B = burn_flex::Flex;
+    let device = Default::default();
+    let t = Tensor::<B, 2>::from_floats([[r as f32, 1.0], [2.0, -(r as f32)]], &device);
+    let sum = burn_ddp::tensor::all_reduce(pg, t, ReduceOp::Sum).unwrap();
+    let s = (w * (w - 1) / 2) as f32;
+    assert_eq!(sum.into_data().to_vec::<f32>().unwrap(), [s, w as f32, 2.0 * w as f32, -s]);
+    let b = burn_ddp::tensor::broadcast(pg, Tensor::<B, 1>::from_floats([r as f32 + 5.0], &device), w - 1).unwrap();
+    assert_eq!(b.into_data().to_vec::<f32>().unwrap(), [w as f32 + 4.0]);
+    let g = burn_ddp::tensor::all_gather(pg, Tensor::<B, 2>::from_floats([[r as f32, 0.0]], &device)).unwrap();
+    assert_eq!(g.dims(), [w, 2]);
+}
+
+fn conformance_for(test: &str, world: usize) {
+    if is_worker() {
+        let pg = group();
+        conformance(&*pg);
+        println!("rank {} of {world}: conformance ok", pg.rank());
+        return;
+    }
+    let outs = spawn(test, world, &(0..world).collect::<Vec<_>>(), &[]);
+    assert_all_ok(test, &outs);
+}
+
+#[test]
+fn tcp_conformance_2_ranks() {
+    conformance_for("tcp_conformance_2_ranks", 2);
+}
+
+#[test]
+fn tcp_conformance_3_ranks() {
+    conformance_for("tcp_conformance_3_ranks", 3);
+}
+
+#[test]
+fn tcp_conformance_4_ranks() {
+    conformance_for("tcp_conformance_4_ranks", 4);
+}
+
+#[test]
+fn single_rank_group_works_without_peers() {
+    if is_worker() {
+        conformance(&*group());
+        return;
+    }
+    assert_all_ok("single_rank", &spawn("single_rank_group_works_without_peers", 1, &[0], &[]));
+}
+
+#[test]
+fn dead_rank_mid_collective_is_an_error_not_a_hang() {
+    const TEST: &str = "dead_rank_mid_collective_is_an_error_not_a_hang";
+    if is_worker() {
+        let pg = group();
+        if pg.rank() == 2 {
+            std::process::exit(3); // dies before the collective
+        }
+        let mut b = f32_bytes(&vec![1.0; 100_000]);
+        let t = Instant::now();
+        let err = pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(Duration::from_secs(10)) }).unwrap_err();
+        println!("ERROR rank {}: {err} after {:?}", pg.rank(), t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(15));
+        if pg.rank() == 0 {
+            // Rank 0 receives from rank 2: the dead rank is named.
+            assert!(matches!(err, Error::PeerFailed { peer: 2, .. } | Error::Timeout { .. }), "{err}");
+            assert!(err.to_string().contains('2'), "{err}");
+        }
+        return;
+    }
+    let outs = spawn(TEST, 3, &[0, 1, 2], &[]);
+    assert_eq!(outs[2].status.code(), Some(3));
+    assert_all_ok(TEST, &outs[..2]);
+    assert!(String::from_utf8_lossy(&outs[0].stdout).contains("peer rank 2 failed"), "{}", String::from_utf8_lossy(&outs[0].stdout));
+}
+
+#[test]
+fn missing_rank_times_out_naming_it() {
+    const TEST: &str = "missing_rank_times_out_naming_it";
+    if is_worker() {
+        let err = init_process_group(Backend::Tcp, &RendezvousConfig::from_env().unwrap()).err().expect("rendezvous must fail");
+        println!("ERROR {err}");
+        assert!(matches!(&err, Error::Timeout { missing, .. } if missing == &vec![2]), "{err}");
+        return;
+    }
+    let outs = spawn(TEST, 3, &[0, 1], &[("BURN_DDP_TIMEOUT_S", "2".into())]);
+    assert_all_ok(TEST, &outs);
+}
+
+#[test]
+fn wrong_world_size_is_reported() {
+    const TEST: &str = "wrong_world_size_is_reported";
+    if is_worker() {
+        let mut cfg = RendezvousConfig::from_env().unwrap();
+        if cfg.rank == 1 {
+            cfg.world_size = 2; // rank 1 believes in a world of two
+        }
+        let err = init_process_group(Backend::Tcp, &cfg).err().expect("rendezvous must fail");
+        println!("ERROR rank {}: {err}", cfg.rank);
+        if cfg.rank == 1 {
+            assert!(err.to_string().contains("WORLD_SIZE=3"), "{err}");
+        } else {
+            assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        }
+        return;
+    }
+    let outs = spawn(TEST, 3, &[0, 1], &[("BURN_DDP_TIMEOUT_S", "2".into())]);
+    assert_all_ok(TEST, &outs);
+}
+
+#[test]
+fn busy_master_port_is_one_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let cfg = RendezvousConfig {
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        rank: 0,
+        world_size: 2,
+        local_rank: 0,
+        local_world_size: 2,
+        timeout: Duration::from_secs(2),
+        token: None,
+    };
+    let err = init_process_group(Backend::Tcp, &cfg).err().unwrap();
+    assert!(matches!(err, Error::PortInUse { .. }), "{err}");
+    assert!(err.to_string().contains("already in use"), "{err}");
+}
+
+#[test]
+fn nccl_without_cuda_build_is_an_error() {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let store = burn_ddp::store::StoreServer::bind("127.0.0.1", 0, None).unwrap();
+        let client = burn_ddp::store::TcpStore::connect("127.0.0.1", store.local_addr().port(), None, Duration::from_secs(2)).unwrap();
+        let err = NcclProcessGroup::new(&client, 0, 1, 0, Duration::from_secs(1)).err().unwrap();
+        assert!(matches!(err, Error::CudaNotCompiled));
+    }
+    #[cfg(feature = "cuda")]
+    eprintln!("SKIPPED nccl_without_cuda_build_is_an_error: this build has the cuda feature");
+}
