@@ -14,27 +14,32 @@ LOG=$OUT/single_gpu.log
 step() { # name, timeout, command...
   local name=$1 t=$2; shift 2
   echo "=== $name: $*" | tee -a "$LOG"
-  local s=$(date +%s.%N)
+  local s=$SECONDS
   timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "RESULT|img_per_s|epoch |done:|error" | tail -n 5
-  echo "=== $name rc=${PIPESTATUS[0]} wall=$(echo "$(date +%s.%N) - $s" | bc)s" | tee -a "$LOG"
+  echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())' | tee -a "$LOG"
 D=datasets/fashion-mnist-10k
-[ -d /tmp/fm256 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm256 256 >>"$LOG" 2>&1
+[[ ${PART:-ab} == *b* ]] && [ ! -d /tmp/fm256 ] && python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm256 256 >>"$LOG" 2>&1
 
+PART=${PART:-ab}
 R50="--model resnet50 --batch-size ${R50_BATCH:-256} --image-size 224 --classes 1000"
-step burn_r50_synth 420 $BIN bench $R50 --warmup 3 --steps 10 --gpus 0
-step torch_r50_synth 120 python3 benches/pytorch_baseline.py synthetic resnet50 ${R50_BATCH:-256} 224 3 1000 0 3 10
-step burn_r18_fmnist_synth 240 $BIN bench --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --warmup 3 --steps 20 --gpus 0
-step torch_r18_fmnist_synth 120 python3 benches/pytorch_baseline.py synthetic resnet18 256 28 1 10 1 3 20
+if [[ $PART == *a* ]]; then
+step burn_r50_synth 240 $BIN bench $R50 --warmup 3 --steps 10 --gpus 0
+step torch_r50_synth 90 python3 benches/pytorch_baseline.py synthetic resnet50 ${R50_BATCH:-256} 224 3 1000 0 3 10
+step burn_r18_fmnist_synth 120 $BIN bench --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --warmup 3 --steps 20 --gpus 0
+step torch_r18_fmnist_synth 60 python3 benches/pytorch_baseline.py synthetic resnet18 256 28 1 10 1 3 20
+fi
+if [[ $PART == *b* ]]; then
 rm -rf /tmp/run_r18
-step burn_r18_fmnist_train 300 $BIN train --data bundled --model resnet18 --batch-size 256 --epochs 2 --lr 0.002 --gpus 0 --quiet --out /tmp/run_r18
+step burn_r18_fmnist_train 150 $BIN train --data bundled --model resnet18 --batch-size 256 --epochs 2 --lr 0.002 --gpus 0 --quiet --out /tmp/run_r18
 cp /tmp/run_r18/metrics.jsonl "$OUT/burn_r18_fmnist_metrics.jsonl" 2>/dev/null
 rm -rf /tmp/run_r50
-step burn_r50_folder_train 300 $BIN train --data /tmp/fm256 --model resnet50 --batch-size ${R50_BATCH:-256} --epochs 1 --max-steps-per-epoch 12 --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50
+step burn_r50_folder_train 180 $BIN train --data /tmp/fm256 --model resnet50 --batch-size ${R50_BATCH:-256} --epochs 1 --max-steps-per-epoch 12 --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50
 cp /tmp/run_r50/metrics.jsonl "$OUT/burn_r50_folder_metrics.jsonl" 2>/dev/null
-step torch_r50_folder 180 python3 benches/pytorch_baseline.py folder /tmp/fm256 ${R50_BATCH:-256} 12
+step torch_r50_folder 120 python3 benches/pytorch_baseline.py folder /tmp/fm256 ${R50_BATCH:-256} 12
+fi
 [ -d target ] && tar czf "$OUT/cubecl-cache.tgz" -C target . 2>/dev/null
 
 echo; echo "SUMMARY (img/s; burn = burn-vision on burn-cuda 0.21 autotune+fusion, f32)"
