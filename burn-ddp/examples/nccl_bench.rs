@@ -1,0 +1,94 @@
+//! NCCL conformance and bandwidth on real GPUs: start with the launcher, one rank per GPU:
+//!
+//! ```text
+//! burn-ddp launch --standalone --nproc-per-node 2 -- target/release/examples/nccl_bench
+//! ```
+//!
+//! Every collective is checked against known values on device buffers, then the all-reduce bus
+//! bandwidth is measured for 1 MiB … 1 GiB (rank 0 prints `RESULT` lines).
+
+#[cfg(feature = "cuda")]
+fn main() {
+    use burn_ddp::process_group::buffer::{DType, Memory};
+    use burn_ddp::process_group::*;
+    use burn_ddp::{Backend, ReduceOp, RendezvousConfig, init_process_group};
+    use cudarc::driver::{CudaContext, DevicePtr};
+    use std::time::Instant;
+
+    let config = RendezvousConfig::from_env().expect("launch with burn-ddp launch");
+    let pg = init_process_group(Backend::Nccl, &config).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(1)
+    });
+    let (r, w, dev) = (pg.rank(), pg.world_size(), config.local_rank);
+    let ctx = CudaContext::new(dev).unwrap();
+    let stream = ctx.default_stream();
+    let buf = |ptr: u64, len: usize| Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr, device: dev } };
+
+    // Conformance on device memory.
+    for n in [1usize, 7, 1001, 3 * 1024 * 1024 + 5] {
+        let host: Vec<f32> = (0..n).map(|i| ((r * 7 + i * 3) % 23) as f32).collect();
+        let mut d = stream.clone_htod(&host).unwrap();
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean] {
+            stream.memcpy_htod(&host, &mut d).unwrap();
+            stream.synchronize().unwrap();
+            let p = d.device_ptr(&stream).0;
+            pg.all_reduce(buf(p, n), &AllReduceOptions { op, timeout: None }).unwrap();
+            let got = stream.clone_dtoh(&d).unwrap();
+            for i in [0, n / 2, n - 1] {
+                let vals: Vec<f32> = (0..w).map(|k| ((k * 7 + i * 3) % 23) as f32).collect();
+                let expect = match op {
+                    ReduceOp::Sum => vals.iter().sum(),
+                    ReduceOp::Mean => vals.iter().sum::<f32>() / w as f32,
+                    ReduceOp::Max => vals.iter().cloned().fold(f32::MIN, f32::max),
+                    ReduceOp::Min => vals.iter().cloned().fold(f32::MAX, f32::min),
+                };
+                assert!((got[i] - expect).abs() < 1e-4, "rank {r} {op:?} n={n} i={i}: {} vs {expect}", got[i]);
+            }
+        }
+    }
+    let b = stream.clone_htod(&vec![r as f32 + 1.0; 1000]).unwrap();
+    let p = b.device_ptr(&stream).0;
+    pg.broadcast(buf(p, 1000), &BroadcastOptions { root: w - 1, timeout: None }).unwrap();
+    assert!(stream.clone_dtoh(&b).unwrap().iter().all(|v| *v == w as f32));
+    let input = stream.clone_htod(&[r as f32; 4]).unwrap();
+    let output = stream.alloc_zeros::<f32>(4 * w).unwrap();
+    let (pi, po) = (input.device_ptr(&stream).0, output.device_ptr(&stream).0);
+    pg.all_gather(buf(pi, 4), buf(po, 4 * w), &AllGatherOptions::default()).unwrap();
+    assert_eq!(stream.clone_dtoh(&output).unwrap(), (0..w).flat_map(|k| [k as f32; 4]).collect::<Vec<_>>());
+    let input = stream.clone_htod(&(0..4 * w).map(|i| (i / 4 + r) as f32).collect::<Vec<_>>()).unwrap();
+    let output = stream.alloc_zeros::<f32>(4).unwrap();
+    let (pi, po) = (input.device_ptr(&stream).0, output.device_ptr(&stream).0);
+    pg.reduce_scatter(buf(pi, 4 * w), buf(po, 4), &ReduceScatterOptions::default()).unwrap();
+    assert_eq!(stream.clone_dtoh(&output).unwrap(), vec![(0..w).map(|k| (k + r) as f32).sum::<f32>(); 4]);
+    pg.barrier(&BarrierOptions::default()).unwrap();
+    println!("RESULT rank={r} nccl_conformance=ok world={w}");
+    drop(b);
+
+    // Bandwidth sweep.
+    for mib in [1usize, 4, 16, 64, 256, 1024] {
+        let n = mib * 1024 * 1024 / 4;
+        let d = stream.alloc_zeros::<f32>(n).unwrap();
+        let p = d.device_ptr(&stream).0;
+        for _ in 0..5 {
+            pg.all_reduce(buf(p, n), &AllReduceOptions::default()).unwrap();
+        }
+        let iters = if mib >= 256 { 10 } else { 30 };
+        let t = Instant::now();
+        for _ in 0..iters {
+            pg.all_reduce(buf(p, n), &AllReduceOptions::default()).unwrap();
+        }
+        let s = t.elapsed().as_secs_f64() / iters as f64;
+        let algbw = (n * 4) as f64 / s / 1e9;
+        let busbw = algbw * 2.0 * (w as f64 - 1.0) / w as f64;
+        if r == 0 {
+            println!("RESULT framework=burn-ddp MiB={mib} ms={:.3} algbw_GBs={algbw:.1} busbw_GBs={busbw:.1}", s * 1e3);
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    eprintln!("nccl_bench needs the cuda feature: cargo build --release -p burn-ddp --features cuda --example nccl_bench");
+    std::process::exit(1);
+}
