@@ -76,6 +76,18 @@ pub enum Error {
         /// The data type.
         dtype: String,
     },
+    /// A parameter got a gradient on some ranks only (or on none).
+    #[error("parameter #{index} (shape {shape:?}) has no gradient {where_}; every rank must use every parameter in the forward pass, or set find_unused_parameters", where_ = if *everywhere { "on any rank".to_string() } else { format!("on some ranks only (seen from rank {rank})") })]
+    UnusedParameter {
+        /// Index in registration order.
+        index: usize,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// True when no rank has a gradient for it.
+        everywhere: bool,
+        /// The reporting rank.
+        rank: usize,
+    },
     /// NCCL or the CUDA driver returned an error.
     #[error("{op}: {reason}")]
     Cuda {

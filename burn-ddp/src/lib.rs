@@ -1,16 +1,20 @@
 //! Multi-process data-parallel training for Burn: rendezvous store, process groups (TCP, NCCL),
 //! launcher, DistributedDataParallel, SyncBatchNorm and the distributed sampler.
 
+pub mod ddp;
 pub mod device;
 pub mod error;
 pub mod launch;
 pub mod params;
 pub mod process_group;
 pub mod rendezvous;
+pub mod sampler;
 pub mod store;
 pub mod tensor;
 
+pub use ddp::{DdpConfig, DistributedDataParallel, SyncStats};
 pub use device::{check_gpu_ids, cuda_device_count};
 pub use error::{Error, Result};
 pub use process_group::{ProcessGroup, ReduceOp};
+pub use sampler::{DistributedSampler, shard_exact};
 pub use rendezvous::{Backend, Group, RendezvousConfig, init_process_group, rendezvous};

@@ -1,0 +1,115 @@
+//! Proof by equivalence: DDP with N ranks and batch b per rank gives the same parameters after k
+//! SGD steps (momentum, weight decay) as one process with batch N·b. Ranks initialise with
+//! different seeds, so the broadcast from rank 0 is part of what is tested.
+
+mod common;
+
+use burn::module::Module;
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn_autodiff::Autodiff;
+use burn_ddp::params::{flat_values, max_relative_diff};
+use burn_ddp::{ProcessGroup, Backend as PgBackend, DdpConfig, DistributedDataParallel, RendezvousConfig, init_process_group};
+use burn_flex::Flex;
+use burn_nn::loss::CrossEntropyLossConfig;
+use burn_nn::{Linear, LinearConfig, Relu};
+use burn_optim::decay::WeightDecayConfig;
+use burn_optim::momentum::MomentumConfig;
+use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+use common::{assert_all_ok, is_worker, spawn};
+
+type B = Autodiff<Flex>;
+const PER_RANK: usize = 4;
+const STEPS: usize = 3;
+const FEATURES: usize = 8;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    l1: Linear<B>,
+    l2: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self { l1: LinearConfig::new(FEATURES, 16).init(device), l2: LinearConfig::new(16, 3).init(device), relu: Relu::new() }
+    }
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.l2.forward(self.relu.forward(self.l1.forward(x)))
+    }
+}
+
+/// Row `i` of the global data set: features and label, a fixed function of `i`.
+fn row(i: usize) -> (Vec<f32>, i64) {
+    let x = (0..FEATURES).map(|j| (((i * 31 + j * 17) % 29) as f32 - 14.0) / 7.0).collect();
+    (x, (i % 3) as i64)
+}
+
+fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let n = rows.len();
+    let (xs, ys): (Vec<Vec<f32>>, Vec<i64>) = rows.map(row).unzip();
+    (Tensor::from_data(TensorData::new(xs.concat(), [n, FEATURES]), device), Tensor::from_data(TensorData::new(ys, [n]), device))
+}
+
+/// Trains `STEPS` steps; `rows_of(step)` picks this process's rows; `sync` averages gradients.
+fn train(mut model: Mlp<B>, rows_of: impl Fn(usize) -> std::ops::Range<usize>, sync: impl Fn(&Mlp<B>, GradientsParams) -> GradientsParams) -> Mlp<B> {
+    let device = Default::default();
+    let mut optim = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+        .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
+        .init::<B, Mlp<B>>();
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
+    for step in 0..STEPS {
+        let (x, y) = batch(rows_of(step), &device);
+        let loss = loss_fn.forward(model.forward(x), y);
+        let grads = sync(&model, GradientsParams::from_grads(loss.backward(), &model));
+        model = optim.step(0.1, model, grads);
+    }
+    model
+}
+
+fn equivalence(test: &str, world: usize) {
+    let device = Default::default();
+    if is_worker() {
+        let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+        let (rank, w) = (pg.rank(), pg.world_size());
+        B::seed(&device, 1000 + rank as u64); // deliberately different initialisations
+        let ddp = DistributedDataParallel::new(pg, DdpConfig { bucket_bytes: 256, ..DdpConfig::default() });
+        let model = ddp.broadcast_module(Mlp::<B>::new(&device)).unwrap();
+        let global = w * PER_RANK;
+        let model = train(model, |s| s * global + rank * PER_RANK..s * global + (rank + 1) * PER_RANK, |m, g| ddp.sync_gradients(m, g).unwrap());
+        let stats = ddp.stats();
+        assert_eq!(stats.steps, STEPS);
+        assert!(stats.buckets > STEPS, "a 256-byte bucket limit must split the gradients");
+        println!("PARAMS {}", serde_json::to_string(&flat_values(&model)).unwrap());
+        return;
+    }
+    let outs = spawn(test, world, &(0..world).collect::<Vec<_>>(), &[]);
+    assert_all_ok(test, &outs);
+    // One process, batch N·b, rank 0's initialisation.
+    B::seed(&device, 1000);
+    let global = world * PER_RANK;
+    let single = flat_values(&train(Mlp::<B>::new(&device), |s| s * global..(s + 1) * global, |_, g| g));
+    let initial = {
+        B::seed(&device, 1000);
+        flat_values(&Mlp::<B>::new(&device))
+    };
+    assert!(max_relative_diff(&single, &initial, 1e-6) > 1e-3, "training must move the parameters");
+    for (r, o) in outs.iter().enumerate() {
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
+        let params: Vec<f32> = serde_json::from_str(line).unwrap();
+        let diff = max_relative_diff(&params, &single, 1e-6);
+        assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
+    }
+}
+
+#[test]
+fn ddp_2_ranks_equals_one_process_with_the_global_batch() {
+    equivalence("ddp_2_ranks_equals_one_process_with_the_global_batch", 2);
+}
+
+#[test]
+fn ddp_3_ranks_equals_one_process_with_the_global_batch() {
+    equivalence("ddp_3_ranks_equals_one_process_with_the_global_batch", 3);
+}
