@@ -91,6 +91,10 @@ struct Collect<'a, B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
+        if !param.val().is_require_grad() {
+            return;
+        }
         let grad = self.grads.remove::<B::InnerBackend, D>(param.id);
         let shape = param.shape().dims::<D>().to_vec();
         self.out.push(Flat { id: param.id, shape, grad: grad.map(|g| g.reshape([-1])) });

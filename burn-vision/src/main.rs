@@ -106,6 +106,9 @@ struct TrainArgs {
     /// Train on the CPU (the default).
     #[arg(long)]
     cpu: bool,
+    /// CPU processes training together (DDP over TCP), e.g. `--nproc 2 --cpu`.
+    #[arg(long, conflicts_with = "gpus")]
+    nproc: Option<usize>,
     /// Input side for folder datasets.
     #[arg(long)]
     image_size: Option<u32>,
@@ -173,12 +176,39 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     if let Some(gpus) = a.gpus {
         c.device = DeviceSpec::parse_gpus(&gpus)?;
     }
+    if let Some(n) = a.nproc {
+        c.nproc = n;
+    }
     Ok(c)
+}
+
+/// Several processes and not yet launched: start one per rank (this same command) and wait.
+fn launch_ranks(config: &TrainConfig) -> Result<()> {
+    config.validate()?;
+    if let DeviceSpec::Cuda(ids) = &config.device {
+        burn_ddp::check_gpu_ids(ids).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let program: Vec<String> = std::env::args().collect();
+    let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.world_size(), master_port: 0, program, ..Default::default() };
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = interrupted.clone();
+    let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+    let code = burn_ddp::launch::launch(&launch, interrupted)?;
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
 }
 
 fn cmd_train(a: TrainArgs) -> Result<()> {
     let config = train_config(a)?;
+    if config.world_size() > 1 && std::env::var_os("RANK").is_none() {
+        return launch_ranks(&config);
+    }
     let summary = run(&config)?;
+    if std::env::var("RANK").is_ok_and(|r| r != "0") {
+        return Ok(());
+    }
     if summary.skipped > 0 {
         log::warn!("skipped {} unreadable image(s); first: {}", summary.skipped, summary.first_skipped.join(", "));
     }

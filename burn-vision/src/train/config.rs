@@ -89,6 +89,8 @@ pub struct TrainConfig {
     pub resume: bool,
     /// Devices.
     pub device: DeviceSpec,
+    /// Processes for CPU training (one per device for CUDA).
+    pub nproc: usize,
     /// Model input side for folder datasets.
     pub image_size: u32,
     /// Use the 3×3 stem without max-pool.
@@ -126,6 +128,7 @@ impl Default for TrainConfig {
             out: PathBuf::from("runs/default"),
             resume: false,
             device: DeviceSpec::Cpu,
+            nproc: 1,
             image_size: 224,
             small_input: true,
             strict_images: false,
@@ -188,15 +191,26 @@ impl TrainConfig {
         if self.weight_decay < 0.0 || !(0.0..1.0).contains(&self.momentum) {
             return bad("--weight-decay/--momentum", format!("{}/{}", self.weight_decay, self.momentum), "need weight decay ≥ 0 and momentum in [0, 1)");
         }
+        if self.nproc == 0 {
+            return bad("--nproc", "0".into(), "use at least 1");
+        }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
         }
         Ok(())
     }
 
-    /// Learning rate after linear scaling by the number of devices.
+    /// Processes that train together: `--nproc` on the CPU, one per listed GPU.
+    pub fn world_size(&self) -> usize {
+        match self.device {
+            DeviceSpec::Cpu => self.nproc,
+            DeviceSpec::Cuda(ref ids) => ids.len(),
+        }
+    }
+
+    /// Learning rate after linear scaling by the number of processes.
     pub fn scaled_lr(&self) -> f64 {
-        self.lr * self.device.world_size() as f64
+        self.lr * self.world_size() as f64
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
+pub mod distributed;
 pub mod evaluate;
 pub mod metrics;
 pub mod predict;
@@ -10,7 +11,7 @@ pub mod runner;
 pub mod schedule;
 
 pub use config::{DeviceSpec, OptimizerKind, TrainConfig};
-pub use runner::{TrainSummary, train};
+pub use runner::{TrainSummary, train, train_with};
 
 use crate::error::{Error, Result};
 use burn_autodiff::Autodiff;
@@ -49,7 +50,7 @@ fn bench_cuda(_config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::Benc
     cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
 }
 
-/// Resolves `--gpus` to one CUDA device, checking it exists.
+/// Resolves `--gpus` for the benchmark (one device), checking it exists.
 ///
 /// # Errors
 /// [`Error::Device`] with what exists.
@@ -57,9 +58,7 @@ pub fn cuda_device(ids: &[usize]) -> Result<usize> {
     burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
     match ids {
         [id] => Ok(*id),
-        _ => Err(Error::Device {
-            reason: format!("--gpus {ids:?}: this build trains on one GPU per process; pass a single id (multi-GPU DDP is not wired into the CLI yet)"),
-        }),
+        _ => Err(Error::Device { reason: format!("--gpus {ids:?}: the benchmark runs on one GPU; pass a single id") }),
     }
 }
 
@@ -72,11 +71,14 @@ fn device_message(e: burn_ddp::Error) -> String {
 
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
-    let id = cuda_device(ids)?;
+    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
+    let local_rank: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let id = *ids.get(local_rank).ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
     train::<Autodiff<burn_cuda::Cuda>>(config, burn_cuda::CudaDevice::new(id))
 }
 
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
-    cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
+    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
+    unreachable!("check_gpu_ids fails without the cuda feature")
 }

@@ -6,7 +6,9 @@ use super::config::{OptimizerKind, TrainConfig};
 use super::evaluate::{batch_tensors, evaluate};
 use super::metrics::{EpochRecord, MetricsLog, Tally};
 use super::schedule::CosineSchedule;
+use super::distributed::{Dist, Distributed};
 use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, load_source, shuffle_for_epoch, split_per_class};
+use burn_ddp::{DistributedSampler, shard_exact};
 use crate::error::{Error, Result};
 use crate::model::{ResNet, create};
 use burn::module::AutodiffModule;
@@ -50,6 +52,15 @@ pub struct TrainSummary {
 /// without `resume`.
 pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Result<TrainSummary> {
     config.validate()?;
+    let dist = Distributed::from_env(config.world_size())?;
+    train_with::<B>(config, device, dist.as_ref())
+}
+
+/// Trains as one rank of `dist` (or alone with `None`).
+///
+/// # Errors
+/// As [`train`].
+pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, dist: Dist<'_>) -> Result<TrainSummary> {
     let data = load_source(&config.source(), config.image_size)?;
     let classes = data.dataset.classes().len();
     B::seed(&device, config.seed);
@@ -59,9 +70,9 @@ pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Res
         OptimizerKind::Sgd => {
             let momentum = (config.momentum > 0.0).then(|| MomentumConfig::new().with_momentum(config.momentum).with_dampening(0.0));
             let optim = SgdConfig::new().with_momentum(momentum).with_weight_decay((wd > 0.0).then(|| WeightDecayConfig::new(wd))).init();
-            train_loop(config, data, model, optim, device)
+            train_loop(config, data, model, optim, device, dist)
         }
-        OptimizerKind::Adamw => train_loop(config, data, model, AdamWConfig::new().with_weight_decay(wd).init(), device),
+        OptimizerKind::Adamw => train_loop(config, data, model, AdamWConfig::new().with_weight_decay(wd).init(), device, dist),
     }
 }
 
@@ -111,9 +122,12 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     model: ResNet<B>,
     optim: O,
     device: B::Device,
+    dist: Dist<'_>,
 ) -> Result<TrainSummary> {
     let started = Instant::now();
     let out = &config.out;
+    let main_rank = dist.is_none_or(|d| d.rank == 0);
+    let (rank, world) = dist.map_or((0, 1), |d| (d.rank, d.world));
     let (mut model, mut optim, start_epoch, mut step, mut best_acc) = if config.resume {
         let r = resume(config, model, optim, &device)?;
         log::info!("resuming {} after epoch {} (step {})", last_path(out).display(), r.epoch, r.step);
@@ -128,15 +142,23 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         }
         (model, optim, 0, 0, 0.0)
     };
-    std::fs::create_dir_all(out).map_err(|e| Error::io("creating", out, e))?;
+    // Every rank starts from rank 0's parameters and buffers.
+    if let Some(d) = dist {
+        model = d.ddp.broadcast_module(model)?;
+    }
     let metrics = MetricsLog::new(&out.join("metrics.jsonl"));
-    metrics.truncate_to(start_epoch)?;
+    if main_rank {
+        std::fs::create_dir_all(out).map_err(|e| Error::io("creating", out, e))?;
+        metrics.truncate_to(start_epoch)?;
+    }
 
     let dataset: Arc<dyn Dataset> = data.dataset.clone();
     let labels: Vec<usize> = (0..dataset.len()).map(|i| dataset.label(i)).collect();
     let (train_idx, val_idx) = split_per_class(&labels, config.val_fraction, config.seed);
-    let drop_last = train_idx.len() > config.batch_size;
-    let mut steps_per_epoch = if drop_last { train_idx.len() / config.batch_size } else { 1 };
+    let sampler = DistributedSampler::new(train_idx.len(), world, rank).with_seed(config.seed).with_drop_last(true);
+    let per_rank = if dist.is_some() { sampler.num_samples() } else { train_idx.len() };
+    let drop_last = per_rank > config.batch_size;
+    let mut steps_per_epoch = if drop_last { per_rank / config.batch_size } else { 1 };
     if let Some(max) = config.max_steps_per_epoch {
         steps_per_epoch = steps_per_epoch.min(max);
     }
@@ -146,23 +168,35 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         warmup_steps: config.warmup_epochs * steps_per_epoch,
         total_steps: config.epochs * steps_per_epoch,
     };
-    log::info!(
-        "training {} on {} ({} classes): {} train / {} validation images, batch {}, {} steps/epoch, lr {}",
-        config.model, config.data, dataset.classes().len(), train_idx.len(), val_idx.len(), config.batch_size, steps_per_epoch, schedule.base_lr
-    );
+    if main_rank {
+        log::info!(
+            "training {} on {} ({} classes): {} train / {} validation images, {world} process(es) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {world})",
+            config.model, config.data, dataset.classes().len(), train_idx.len(), val_idx.len(), config.batch_size,
+            config.batch_size * world, steps_per_epoch, schedule.base_lr, config.lr
+        );
+    }
     let loader_config = LoaderConfig { batch_size: config.batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
     let skips = Arc::new(SkipLog::default());
     let loss_fn = CrossEntropyLossConfig::new()
         .with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32))
         .init(&device);
     let mut records = Vec::new();
+    let mut health: Vec<Vec<f64>> = Vec::new();
 
     let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (start_epoch + n).min(config.epochs));
     for epoch in start_epoch..end_epoch {
         let epoch_start = Instant::now();
-        let order = shuffle_for_epoch(&train_idx, config.seed, epoch as u64);
+        let order = match dist {
+            None => shuffle_for_epoch(&train_idx, config.seed, epoch as u64),
+            Some(_) => {
+                let mut sampler = sampler.clone();
+                sampler.set_epoch(epoch as u64);
+                sampler.indices().into_iter().map(|i| train_idx[i]).collect()
+            }
+        };
         let loader = Loader::new(dataset.clone(), order, data.train.clone(), epoch as u64, loader_config.clone(), skips.clone());
-        let bar = progress_bar(config, steps_per_epoch, epoch);
+        let bar = if main_rank { progress_bar(config, steps_per_epoch, epoch) } else { ProgressBar::hidden() };
+        let mut sync_seconds = 0.0;
         let mut loss_sum = Tensor::<B::InnerBackend, 1>::zeros([1], &device);
         let mut correct = Tensor::<B::InnerBackend, 1, Int>::zeros([1], &device);
         let mut seen = 0usize;
@@ -174,7 +208,12 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             let loss = loss_fn.forward(logits.clone(), y.clone());
             loss_sum = loss_sum + loss.clone().inner().mul_scalar(n as f64);
             correct = correct + logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+            if let Some(d) = dist {
+                let t = Instant::now();
+                grads = d.ddp.sync_gradients(&model, grads)?;
+                sync_seconds += t.elapsed().as_secs_f64();
+            }
             model = optim.step(schedule.lr(step), model, grads);
             step += 1;
             seen += n;
@@ -185,11 +224,30 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         }
         bar.finish_and_clear();
         let train_seconds = epoch_start.elapsed().as_secs_f64();
-        let mut train_tally = Tally { count: seen, ..Tally::default() };
-        train_tally.loss_sum = loss_sum.into_scalar().elem();
-        train_tally.top1 = correct.into_scalar().elem::<i64>() as usize;
+        let rank_img_per_s = seen as f64 / train_seconds;
+        let mut train_sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
+        // BatchNorm running statistics: rank 0's are broadcast at the end of every epoch.
+        if let Some(d) = dist {
+            d.sum(&mut train_sums)?;
+            model = d.ddp.broadcast_module(model)?;
+        }
+        let train_tally = Tally { loss_sum: train_sums[0], top1: train_sums[1] as usize, top5: 0, count: train_sums[2] as usize };
+        let seen = train_tally.count;
 
-        let val = evaluate(&model.valid(), dataset.clone(), val_idx.clone(), data.eval.clone(), loader_config.clone(), skips.clone(), &device)?;
+        // Validation: every sample exactly once across ranks, then the tallies are summed.
+        let my_val: Vec<usize> = match dist {
+            None => val_idx.clone(),
+            Some(d) => shard_exact(val_idx.len(), d.world, d.rank).into_iter().map(|i| val_idx[i]).collect(),
+        };
+        let mut val = evaluate(&model.valid(), dataset.clone(), my_val, data.eval.clone(), loader_config.clone(), skips.clone(), &device)?;
+        let mut skipped = skips.count() as f64;
+        if let Some(d) = dist {
+            let mut v = [val.loss_sum, val.top1 as f64, val.top5 as f64, val.count as f64, skipped];
+            d.sum(&mut v)?;
+            val = Tally { loss_sum: v[0], top1: v[1] as usize, top5: v[2] as usize, count: v[3] as usize };
+            skipped = v[4];
+            health.push(d.gather(&[rank_img_per_s, sync_seconds / train_seconds.max(1e-9)])?);
+        }
         let record = EpochRecord {
             epoch: epoch + 1,
             train_loss: train_tally.loss(),
@@ -200,8 +258,12 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             lr: schedule.lr(step.saturating_sub(1)),
             img_per_s: seen as f64 / train_seconds,
             seconds: epoch_start.elapsed().as_secs_f64(),
-            skipped_images: skips.count(),
+            skipped_images: skipped as usize,
         };
+        if !main_rank {
+            records.push(record);
+            continue;
+        }
         log::info!(
             "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s | {:.1}s",
             record.epoch, config.epochs, record.train_loss, 100.0 * record.train_acc, record.val_loss, 100.0 * record.val_acc,
@@ -232,6 +294,11 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         metrics.append(&record)?;
         records.push(record);
     }
+    if main_rank {
+        if let Some(last) = health.last() {
+            log_health(last, world);
+        }
+    }
     Ok(TrainSummary {
         epochs: records,
         best_acc,
@@ -241,4 +308,15 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         out: out.clone(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The per-rank health table of the last epoch: images/s, share of the training time spent in
+/// gradient sync, and the skew between the fastest and slowest rank.
+fn log_health(per_rank: &[f64], world: usize) {
+    let ips: Vec<f64> = per_rank.chunks(2).map(|c| c[0]).collect();
+    for (r, c) in per_rank.chunks(2).enumerate() {
+        log::info!("rank {r}: {:.1} img/s, gradient sync {:.1}% of training time", c[0], 100.0 * c[1]);
+    }
+    let (lo, hi) = ips.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    log::info!("{world} ranks: {:.1} img/s together, slowest/fastest rank {:.2}", ips.iter().sum::<f64>(), if hi > 0.0 { lo / hi } else { 0.0 });
 }
