@@ -9,6 +9,9 @@ use crate::store::{Store, StoreServer, TcpStore};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long rank 0 keeps its store up after a failed rendezvous, for the other ranks' sake.
+const RENDEZVOUS_GRACE: Duration = Duration::from_secs(3);
+
 /// Where and who this process is in the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RendezvousConfig {
@@ -106,6 +109,11 @@ pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
     let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     if let Err(missing) = store.wait_missing(&key_refs, config.timeout)? {
         let ranks = missing.0.iter().filter_map(|k| k.rsplit('/').next()?.parse().ok()).collect();
+        if config.rank == 0 {
+            // Ranks that arrived a little later are still waiting on this store: keep serving
+            // until their own time-outs have run out, so they too learn which ranks are missing.
+            std::thread::sleep(config.timeout.min(RENDEZVOUS_GRACE));
+        }
         return Err(Error::Timeout { op: "rendezvous".into(), rank: config.rank, waited: config.timeout, missing: ranks });
     }
     for (r, key) in keys.iter().enumerate() {

@@ -169,7 +169,7 @@ fn missing_rank_times_out_naming_it() {
         assert!(matches!(&err, Error::Timeout { missing, .. } if missing == &vec![2]), "{err}");
         return;
     }
-    let outs = spawn(TEST, 3, &[0, 1], &[("BURN_DDP_TIMEOUT_S", "2".into())]);
+    let outs = spawn(TEST, 3, &[0, 1], &[("BURN_DDP_TIMEOUT_S", "3".into())]);
     assert_all_ok(TEST, &outs);
 }
 
@@ -190,7 +190,7 @@ fn wrong_world_size_is_reported() {
         }
         return;
     }
-    let outs = spawn(TEST, 3, &[0, 1], &[("BURN_DDP_TIMEOUT_S", "2".into())]);
+    let outs = spawn(TEST, 3, &[0, 1], &[("BURN_DDP_TIMEOUT_S", "3".into())]);
     assert_all_ok(TEST, &outs);
 }
 
