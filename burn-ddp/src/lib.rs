@@ -1,6 +1,8 @@
 //! Multi-process data-parallel training for Burn: rendezvous store, process groups (TCP, NCCL),
 //! launcher, DistributedDataParallel, SyncBatchNorm and the distributed sampler.
 
+#[cfg(feature = "cuda")]
+pub mod cuda_tensor;
 pub mod ddp;
 pub mod device;
 pub mod error;

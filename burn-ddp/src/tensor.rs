@@ -1,8 +1,8 @@
 //! Collectives on burn tensors, so higher layers never touch raw buffers.
 //!
 //! With a host-memory group (tcp) the tensor goes through the host: this works for every
-//! backend. A CUDA-memory group (nccl) needs the tensor's device pointer; that path lives in
-//! [`crate::cuda_tensor`] behind `feature = "cuda"`.
+//! backend. With a CUDA-memory group (nccl) and a burn-cuda tensor, `all_reduce` and
+//! `broadcast` work in place on device memory (`cuda_tensor`, behind `feature = "cuda"`).
 
 use crate::error::{Error, Result};
 use crate::process_group::buffer::MemoryKind;
@@ -32,7 +32,7 @@ fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
 }
 
 /// Applies `f` to the tensor's bytes on the host and rebuilds it on its device.
-fn via_host<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<B, D>> {
+pub(crate) fn host_round_trip<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<B, D>> {
     let device = t.device();
     let data = t.into_data();
     let (shape, dtype) = (data.shape.clone(), data.dtype);
@@ -46,8 +46,35 @@ fn via_host<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'
 /// # Errors
 /// As [`ProcessGroup::all_reduce`].
 pub fn all_reduce<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>, op: ReduceOp) -> Result<Tensor<B, D>> {
+    #[cfg(feature = "cuda")]
+    let t = match on_cuda(pg, t, |pg, t| crate::cuda_tensor::all_reduce(pg, t, op))? {
+        Ok(done) => return Ok(done),
+        Err(t) => t,
+    };
     host_only(pg)?;
-    via_host(t, |buf| pg.all_reduce(buf, &AllReduceOptions { op, timeout: None }))
+    host_round_trip(t, |buf| pg.all_reduce(buf, &AllReduceOptions { op, timeout: None }))
+}
+
+/// With a CUDA-memory group and a burn-cuda tensor, runs `f` on it (`Ok(Ok(result))`);
+/// otherwise hands the tensor back (`Ok(Err(t))`).
+#[cfg(feature = "cuda")]
+fn on_cuda<B: Backend, const D: usize>(
+    pg: &dyn ProcessGroup,
+    t: Tensor<B, D>,
+    f: impl FnOnce(&dyn ProcessGroup, Tensor<burn_cuda::Cuda, D>) -> Result<Tensor<burn_cuda::Cuda, D>>,
+) -> Result<std::result::Result<Tensor<B, D>, Tensor<B, D>>> {
+    use std::any::Any;
+    if pg.memory() != MemoryKind::Cuda {
+        return Ok(Err(t));
+    }
+    let boxed: Box<dyn Any> = Box::new(t);
+    match boxed.downcast::<Tensor<burn_cuda::Cuda, D>>() {
+        Ok(cuda) => {
+            let done: Box<dyn Any> = Box::new(f(pg, *cuda)?);
+            Ok(Ok(*done.downcast::<Tensor<B, D>>().expect("same type as the input")))
+        }
+        Err(back) => Ok(Err(*back.downcast::<Tensor<B, D>>().expect("same type as the input"))),
+    }
 }
 
 /// Every rank gets rank `root`'s tensor (shapes must match).
@@ -55,8 +82,13 @@ pub fn all_reduce<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B
 /// # Errors
 /// As [`ProcessGroup::broadcast`].
 pub fn broadcast<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>, root: usize) -> Result<Tensor<B, D>> {
+    #[cfg(feature = "cuda")]
+    let t = match on_cuda(pg, t, |pg, t| crate::cuda_tensor::broadcast(pg, t, root))? {
+        Ok(done) => return Ok(done),
+        Err(t) => t,
+    };
     host_only(pg)?;
-    via_host(t, |buf| pg.broadcast(buf, &BroadcastOptions { root, timeout: None }))
+    host_round_trip(t, |buf| pg.broadcast(buf, &BroadcastOptions { root, timeout: None }))
 }
 
 /// Concatenates every rank's tensor along dimension 0, in rank order.

@@ -148,9 +148,11 @@ impl TcpProcessGroup {
         Ok(links)
     }
 
-    /// Ring reduce-scatter over `buf` split into `world` segments; afterwards this rank holds
-    /// the reduced segment `(rank + 1 + shift) mod world`.
-    fn ring_reduce_scatter(&self, links: &mut Links, kind: Kind, dtype: super::DType, op: ReduceOp, buf: &mut [u8], shift: usize) -> Result<()> {
+    /// One pass around the ring over `buf` split into `world` segments: at step s this rank
+    /// sends segment `first_send − s` to the next rank and `combine`s the segment it receives
+    /// (`first_send − s − 1`) from the previous one.
+    #[allow(clippy::too_many_arguments)]
+    fn ring_pass(&self, links: &mut Links, kind: Kind, dtype: super::DType, buf: &mut [u8], first_send: usize, combine: impl Fn(&mut [u8], &[u8])) -> Result<()> {
         let (w, es) = (self.world, dtype.size());
         let n = buf.len() / es;
         let seg = |i: usize| {
@@ -159,32 +161,23 @@ impl TcpProcessGroup {
         };
         let mut tmp = Vec::new();
         for s in 0..w - 1 {
-            let send_i = self.rank + shift + w * 2 - s;
-            let recv_i = send_i + w - 1;
-            let (send_r, recv_r) = (seg(send_i), seg(recv_i));
+            let send_i = first_send + w * 2 - s;
+            let (send_r, recv_r) = (seg(send_i), seg(send_i + w - 1));
             self.exchange(links, kind, dtype.code(), &buf[send_r], &mut tmp, recv_r.len())?;
-            accumulate(dtype, op, &mut buf[recv_r], &tmp);
+            combine(&mut buf[recv_r], &tmp);
         }
         Ok(())
     }
 
+    /// Ring reduce-scatter: afterwards this rank holds the reduced segment
+    /// `(rank + 1 + shift) mod world`.
+    fn ring_reduce_scatter(&self, links: &mut Links, kind: Kind, dtype: super::DType, op: ReduceOp, buf: &mut [u8], shift: usize) -> Result<()> {
+        self.ring_pass(links, kind, dtype, buf, self.rank + shift, |acc, other| accumulate(dtype, op, acc, other))
+    }
+
     /// Ring all-gather: this rank starts holding segment `(rank + 1 + shift) mod world`.
     fn ring_all_gather(&self, links: &mut Links, kind: Kind, dtype: super::DType, buf: &mut [u8], shift: usize) -> Result<()> {
-        let (w, es) = (self.world, dtype.size());
-        let n = buf.len() / es;
-        let seg = |i: usize| {
-            let r = split(n, w, i % w);
-            r.start * es..r.end * es
-        };
-        let mut tmp = Vec::new();
-        for s in 0..w - 1 {
-            let send_i = self.rank + 1 + shift + w * 2 - s;
-            let recv_i = send_i + w - 1;
-            let (send_r, recv_r) = (seg(send_i), seg(recv_i));
-            self.exchange(links, kind, dtype.code(), &buf[send_r], &mut tmp, recv_r.len())?;
-            buf[recv_r].copy_from_slice(&tmp);
-        }
-        Ok(())
+        self.ring_pass(links, kind, dtype, buf, self.rank + 1 + shift, |dst, src| dst.copy_from_slice(src))
     }
 }
 
