@@ -16,16 +16,24 @@ use cubecl::cuda::CudaRuntime;
 
 type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
 
-/// Runs `op` on the device buffer of `t`; `None` when the tensor is not one contiguous f32 buffer
-/// (the caller then goes through the host).
-fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Option<Tensor<Cuda, D>>> {
+/// Runs `op` on the device buffer of `t`.
+///
+/// # Errors
+/// [`Error::Cuda`] when the tensor is not contiguous f32 (collectives need one dense buffer; a
+/// freshly computed tensor, a gradient or a `Tensor::cat` is), or when `op` fails.
+fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<Cuda, D>> {
     let prim = t.into_primitive().tensor();
     let len = prim.shape.num_elements();
     let keep = prim.clone();
     let client = prim.client.clone();
     let cube = client.resolve_tensor_float::<Inner>(prim);
-    if !cube.is_contiguous_buffer() || cube.dtype != burn::tensor::DType::F32 {
-        return Ok(None);
+    // Strides decide: the allocation may be padded past the last element, which NCCL never
+    // touches (it reads and writes `len` elements from the start).
+    if !cube.is_contiguous() || cube.dtype != burn::tensor::DType::F32 {
+        return Err(Error::Cuda {
+            op: "collective on a burn-cuda tensor".into(),
+            reason: format!("needs a contiguous f32 tensor, got {:?} with strides {:?}", cube.dtype, cube.meta.strides()),
+        });
     }
     let device = cube.device.index;
     <Inner as Backend>::sync(&cube.device).map_err(|e| Error::Cuda { op: "synchronising burn's stream".into(), reason: format!("{e:?}") })?;
@@ -34,20 +42,16 @@ fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer
     op(Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr, device } })?;
     drop(resource);
     drop(cube);
-    Ok(Some(Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(keep))))
+    Ok(Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(keep)))
 }
 
-/// Reduces a burn-cuda tensor across ranks with NCCL, in place; falls back to a host round trip
-/// for a non-contiguous tensor.
+/// Reduces a contiguous f32 burn-cuda tensor across ranks with NCCL, in place.
 ///
 /// # Errors
-/// As [`ProcessGroup::all_reduce`].
+/// As [`ProcessGroup::all_reduce`], and for a non-contiguous tensor.
 pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op: ReduceOp) -> Result<Tensor<Cuda, D>> {
     let opts = AllReduceOptions { op, timeout: None };
-    match with_device_buffer(t.clone(), |buf| pg.all_reduce(buf, &opts))? {
-        Some(t) => Ok(t),
-        None => crate::tensor::host_round_trip(t, |buf| pg.all_reduce(buf, &opts)),
-    }
+    with_device_buffer(t, |buf| pg.all_reduce(buf, &opts))
 }
 
 /// Rank `root`'s burn-cuda tensor on every rank, with NCCL, in place.
@@ -56,8 +60,5 @@ pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op:
 /// As [`ProcessGroup::broadcast`].
 pub fn broadcast<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, root: usize) -> Result<Tensor<Cuda, D>> {
     let opts = BroadcastOptions { root, timeout: None };
-    match with_device_buffer(t.clone(), |buf| pg.broadcast(buf, &opts))? {
-        Some(t) => Ok(t),
-        None => crate::tensor::host_round_trip(t, |buf| pg.broadcast(buf, &opts)),
-    }
+    with_device_buffer(t, |buf| pg.broadcast(buf, &opts))
 }

@@ -32,7 +32,7 @@ fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
 }
 
 /// Applies `f` to the tensor's bytes on the host and rebuilds it on its device.
-pub(crate) fn host_round_trip<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<B, D>> {
+fn host_round_trip<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<B, D>> {
     let device = t.device();
     let data = t.into_data();
     let (shape, dtype) = (data.shape.clone(), data.dtype);
