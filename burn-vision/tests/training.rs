@@ -7,6 +7,15 @@ use burn_vision::train::predict::restore;
 use burn_vision::train::{TrainConfig, run};
 use std::path::{Path, PathBuf};
 
+/// These tests run one at a time: the CPU backend splits its parallel reductions adaptively,
+/// so trainings running side by side in one process are not bit-for-bit repeatable, and the
+/// resume test checks bit-for-bit equality.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn folder_set() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder")
 }
@@ -27,6 +36,7 @@ fn folder_config(out: &Path, data: &Path) -> TrainConfig {
 
 #[test]
 fn training_on_bundled_fashion_mnist_learns() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let config = TrainConfig {
         out: dir.path().to_path_buf(),
@@ -49,6 +59,7 @@ fn training_on_bundled_fashion_mnist_learns() {
 
 #[test]
 fn resume_continues_exactly() {
+    let _serial = serial();
     let data = folder_set();
     let straight = tempfile::tempdir().unwrap();
     run(&folder_config(straight.path(), &data)).unwrap();
@@ -94,6 +105,7 @@ fn copy_tree(from: &Path, to: &Path, per_class: usize) {
 
 #[test]
 fn corrupt_images_are_skipped_and_counted() {
+    let _serial = serial();
     let data = tempfile::tempdir().unwrap();
     copy_tree(&folder_set(), data.path(), 8);
     let bag = data.path().join("Bag");

@@ -63,8 +63,7 @@ pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Res
 pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, dist: Dist<'_>) -> Result<TrainSummary> {
     let data = load_source(&config.source(), config.image_size)?;
     let classes = data.dataset.classes().len();
-    B::seed(&device, config.seed);
-    let model: ResNet<B> = create(&config.model, classes, data.train.channels, config.small_input, &device)?;
+    let model: ResNet<B> = seeded_model(config, classes, data.train.channels, &device)?;
     let wd = config.weight_decay as f32;
     match config.optimizer {
         OptimizerKind::Sgd => {
@@ -74,6 +73,17 @@ pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, d
         }
         OptimizerKind::Adamw => train_loop(config, data, model, AdamWConfig::new().with_weight_decay(wd).init(), device, dist),
     }
+}
+
+/// Backends keep one random generator per process (flex: a global), so seeding and drawing the
+/// initial weights happen under one lock: concurrent trainings in a process (tests, services)
+/// still get the initialisation their seed promises.
+static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn seeded_model<B: AutodiffBackend>(config: &TrainConfig, classes: usize, channels: usize, device: &B::Device) -> Result<ResNet<B>> {
+    let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    B::seed(device, config.seed);
+    create(&config.model, classes, channels, config.small_input, device)
 }
 
 struct Resumed<B: AutodiffBackend, O> {
