@@ -45,7 +45,10 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr().map_err(|e| Error::io("finding a free port", e))?.port())
 }
 
-fn pump(source: impl Read + Send + 'static, rank: usize, to_stderr: bool) {
+/// How long the launcher waits for the last output of exited ranks before it returns.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+fn pump(source: impl Read + Send + 'static, rank: usize, to_stderr: bool) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(source).lines() {
             let Ok(line) = line else { break };
@@ -55,12 +58,27 @@ fn pump(source: impl Read + Send + 'static, rank: usize, to_stderr: bool) {
                 let _ = writeln!(std::io::stdout().lock(), "[rank {rank}] {line}");
             }
         }
-    });
+    })
 }
 
-fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Vec<(usize, Child)>> {
+/// Waits (boundedly: a grandchild may still hold a pipe open) until the output threads have
+/// printed everything the ranks wrote.
+fn drain(pumps: Vec<std::thread::JoinHandle<()>>) {
+    let deadline = Instant::now() + OUTPUT_DRAIN;
+    while Instant::now() < deadline && !pumps.iter().all(|p| p.is_finished()) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for p in pumps.into_iter().filter(|p| p.is_finished()) {
+        let _ = p.join();
+    }
+}
+
+type Ranks = (Vec<(usize, Child)>, Vec<std::thread::JoinHandle<()>>);
+
+fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Ranks> {
     let world = config.nproc_per_node * config.nnodes;
     let mut children = Vec::new();
+    let mut pumps = Vec::new();
     for local in 0..config.nproc_per_node {
         let rank = config.node_rank * config.nproc_per_node + local;
         let mut cmd = Command::new(&config.program[0]);
@@ -77,27 +95,39 @@ fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Vec<(
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        #[cfg(unix)]
+        {
+            // Each rank leads its own process group, so stopping it stops what it started too.
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+        }
         let mut child = cmd.spawn().map_err(|e| Error::io(format!("starting `{}` for rank {rank}", config.program[0]), e))?;
-        pump(child.stdout.take().expect("piped"), rank, false);
-        pump(child.stderr.take().expect("piped"), rank, true);
+        pumps.push(pump(child.stdout.take().expect("piped"), rank, false));
+        pumps.push(pump(child.stderr.take().expect("piped"), rank, true));
         children.push((rank, child));
     }
-    Ok(children)
+    Ok((children, pumps))
+}
+
+/// Sends `signal` to the process group each rank leads.
+fn signal_groups(children: &[(usize, Child)], signal: &str) {
+    #[cfg(unix)]
+    for (_, c) in children {
+        let _ = Command::new("kill").arg(format!("-{signal}")).arg("--").arg(format!("-{}", c.id())).stderr(Stdio::null()).status();
+    }
 }
 
 fn stop_all(children: &mut [(usize, Child)], grace: Duration) {
-    for (_, c) in children.iter_mut() {
-        #[cfg(unix)]
-        {
-            // SIGTERM first so ranks can clean up; SIGKILL after the grace period.
-            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).stderr(Stdio::null()).status();
-        }
-    }
+    // SIGTERM first so ranks can clean up; SIGKILL after the grace period.
+    signal_groups(children, "TERM");
     let deadline = Instant::now() + grace;
     for (_, c) in children.iter_mut() {
         while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+    signal_groups(children, "KILL");
+    for (_, c) in children.iter_mut() {
         let _ = c.kill();
         let _ = c.wait();
     }
@@ -153,8 +183,10 @@ pub fn launch(config: &LaunchConfig, interrupted: Arc<AtomicBool>) -> Result<i32
     }
     let port = if config.master_port == 0 { free_port()? } else { config.master_port };
     for attempt in 0..=config.max_restarts {
-        let mut children = spawn_group(config, port, attempt)?;
-        match supervise(&mut children, &interrupted, config.grace) {
+        let (mut children, pumps) = spawn_group(config, port, attempt)?;
+        let outcome = supervise(&mut children, &interrupted, config.grace);
+        drain(pumps);
+        match outcome {
             Outcome::Success => return Ok(0),
             Outcome::Interrupted => return Ok(130),
             Outcome::Failed { rank, code } if attempt == config.max_restarts => {
