@@ -3,7 +3,6 @@
 
 use crate::error::{Error, Result};
 use burn_ddp::{Backend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig, init_process_group};
-use std::sync::Arc;
 
 /// A joined process group with DDP on top.
 pub struct Distributed {
@@ -68,6 +67,3 @@ impl Distributed {
 
 /// Shares `Distributed` by reference where it exists.
 pub type Dist<'a> = Option<&'a Distributed>;
-
-/// Keeps the group alive for the whole run.
-pub type SharedDistributed = Option<Arc<Distributed>>;
