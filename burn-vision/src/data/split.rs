@@ -91,12 +91,13 @@ mod tests {
 
     #[test]
     fn split_is_stable_across_platforms() {
-        // ChaCha8 is specified bit-for-bit; these indices were produced by this function on
-        // x86-64 and must not change with the platform, the thread count or the rand version.
+        // ChaCha8 is specified bit-for-bit. Golden values: printed by these two calls on x86-64
+        // (rand 0.9, rand_chacha 0.9) on 2026-11-30. A change here means every existing run's
+        // split and data order changed: bump it only on purpose, and say so in the changelog.
         let labels: Vec<usize> = (0..20).map(|i| i % 2).collect();
         let (_, val) = split_per_class(&labels, 0.2, 0);
-        assert_eq!(val.len(), 4);
-        assert!(val.iter().filter(|&&i| i % 2 == 0).count() == 2);
+        assert_eq!(val, [4, 16, 17, 19]);
+        assert_eq!(shuffle_for_epoch(&(0..10).collect::<Vec<_>>(), 0, 1), [4, 1, 5, 3, 0, 2, 6, 9, 8, 7]);
     }
 
     #[test]
