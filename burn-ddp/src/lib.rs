@@ -13,6 +13,7 @@ pub mod rendezvous;
 pub mod sampler;
 pub mod store;
 pub mod tensor;
+pub mod testing;
 
 pub use ddp::{DdpConfig, DistributedDataParallel, SyncStats};
 pub use device::{check_gpu_ids, cuda_device_count};
