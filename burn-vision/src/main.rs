@@ -186,7 +186,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
 fn launch_ranks(config: &TrainConfig) -> Result<()> {
     config.validate()?;
     if let DeviceSpec::Cuda(ids) = &config.device {
-        burn_ddp::check_gpu_ids(ids).map_err(|e| anyhow::anyhow!("{e}"))?;
+        burn_vision::train::check_gpus(ids)?;
     }
     let program: Vec<String> = std::env::args().collect();
     let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.world_size(), master_port: 0, program, ..Default::default() };

@@ -32,8 +32,10 @@ fn bad_input_gets_one_clear_line() {
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn gpus_without_cuda_build_says_how_to_get_it() {
-    let err = stderr(&cli(&["train", "--gpus", "0"]));
-    assert!(err.contains("--features cuda"), "{err}");
+    for gpus in ["0", "0,1"] {
+        let err = stderr(&cli(&["train", "--gpus", gpus]));
+        assert!(err.contains("--features cuda"), "--gpus {gpus}: {err}");
+    }
 }
 
 #[test]

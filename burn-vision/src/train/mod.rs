@@ -55,11 +55,19 @@ fn bench_cuda(_config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::Benc
 /// # Errors
 /// [`Error::Device`] with what exists.
 pub fn cuda_device(ids: &[usize]) -> Result<usize> {
-    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
+    check_gpus(ids)?;
     match ids {
         [id] => Ok(*id),
         _ => Err(Error::Device { reason: format!("--gpus {ids:?}: the benchmark runs on one GPU; pass a single id") }),
     }
+}
+
+/// Checks that every id in `--gpus` names a visible GPU in a CUDA build.
+///
+/// # Errors
+/// [`Error::Device`] saying what exists, or how to get a CUDA build.
+pub fn check_gpus(ids: &[usize]) -> Result<()> {
+    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })
 }
 
 fn device_message(e: burn_ddp::Error) -> String {
@@ -71,7 +79,7 @@ fn device_message(e: burn_ddp::Error) -> String {
 
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
-    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
+    check_gpus(ids)?;
     let local_rank: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let id = *ids.get(local_rank).ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
     train::<Autodiff<burn_cuda::Cuda>>(config, burn_cuda::CudaDevice::new(id))
@@ -79,6 +87,6 @@ fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
 
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
-    burn_ddp::check_gpu_ids(ids).map_err(|e| Error::Device { reason: device_message(e) })?;
+    check_gpus(ids)?;
     unreachable!("check_gpu_ids fails without the cuda feature")
 }
