@@ -19,9 +19,17 @@ type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
 /// Runs `op` on the device buffer of `t`.
 ///
 /// # Errors
-/// [`Error::Cuda`] when the tensor is not contiguous f32 (collectives need one dense buffer; a
-/// freshly computed tensor, a gradient or a `Tensor::cat` is), or when `op` fails.
+/// [`Error::Cuda`] when the tensor is not f32, or when `op` fails.
 fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<Cuda, D>> {
+    // burn-cuda pitches the rows of 2-D and larger allocations (a [2, 2] tensor gets strides
+    // [4, 1]); as one dimension the tensor is dense, copied only when it was pitched.
+    let dims = t.dims();
+    let flat: Tensor<Cuda, 1> = t.reshape([dims.iter().product::<usize>()]);
+    let flat = with_dense_buffer(flat, op)?;
+    Ok(flat.reshape(dims))
+}
+
+fn with_dense_buffer(t: Tensor<Cuda, 1>, op: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<Cuda, 1>> {
     let prim = t.into_primitive().tensor();
     let len = prim.shape.num_elements();
     let keep = prim.clone();
@@ -45,10 +53,10 @@ fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer
     Ok(Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(keep)))
 }
 
-/// Reduces a contiguous f32 burn-cuda tensor across ranks with NCCL, in place.
+/// Reduces an f32 burn-cuda tensor (any layout) across ranks with NCCL, in place.
 ///
 /// # Errors
-/// As [`ProcessGroup::all_reduce`], and for a non-contiguous tensor.
+/// As [`ProcessGroup::all_reduce`], and for a tensor that is not f32.
 pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op: ReduceOp) -> Result<Tensor<Cuda, D>> {
     let opts = AllReduceOptions { op, timeout: None };
     with_device_buffer(t, |buf| pg.all_reduce(buf, &opts))
