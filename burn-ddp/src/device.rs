@@ -35,3 +35,22 @@ pub fn check_gpu_ids(ids: &[usize]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Bytes of GPU `ordinal`'s memory in use (by every process on it), from the driver.
+///
+/// # Errors
+/// [`Error::CudaNotCompiled`] without the `cuda` feature; [`Error::Cuda`] when the driver fails.
+pub fn gpu_memory_used(ordinal: usize) -> Result<u64> {
+    #[cfg(feature = "cuda")]
+    {
+        let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(|e| Error::Cuda { op: format!("context on GPU {ordinal}"), reason: e.to_string() })?;
+        ctx.bind_to_thread().map_err(|e| Error::Cuda { op: "binding the context".into(), reason: e.to_string() })?;
+        let (free, total) = cudarc::driver::result::mem_get_info().map_err(|e| Error::Cuda { op: "cuMemGetInfo".into(), reason: e.to_string() })?;
+        Ok((total - free) as u64)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        Err(Error::CudaNotCompiled)
+    }
+}

@@ -96,6 +96,12 @@ pub enum Error {
         /// The library's message.
         reason: String,
     },
+    /// A feature used with a backend or setting it does not support.
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What was asked for, and what would work.
+        what: String,
+    },
 }
 
 impl Error {

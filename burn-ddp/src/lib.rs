@@ -3,6 +3,7 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda_tensor;
+pub mod data_parallel;
 pub mod ddp;
 pub mod device;
 pub mod error;
@@ -12,12 +13,15 @@ pub mod process_group;
 pub mod rendezvous;
 pub mod sampler;
 pub mod store;
+pub mod sync_batch_norm;
 pub mod tensor;
 pub mod testing;
 
+pub use data_parallel::{DataParallel, DataParallelStep};
 pub use ddp::{DdpConfig, DistributedDataParallel, SyncStats};
-pub use device::{check_gpu_ids, cuda_device_count};
+pub use device::{check_gpu_ids, cuda_device_count, gpu_memory_used};
 pub use error::{Error, Result};
 pub use process_group::{ProcessGroup, ReduceOp};
+pub use sync_batch_norm::{BatchNormSync, sync_batch_norm};
 pub use sampler::{DistributedSampler, shard_exact};
-pub use rendezvous::{Backend, Group, RendezvousConfig, init_process_group, rendezvous};
+pub use rendezvous::{Backend, Group, RendezvousConfig, init_process_group, init_process_groups, rendezvous};

@@ -137,7 +137,7 @@ pub enum Backend {
 /// A process group together with the rendezvous that keeps rank 0's store alive.
 pub struct Group {
     inner: Box<dyn ProcessGroup>,
-    rendezvous: Rendezvous,
+    rendezvous: Arc<Rendezvous>,
 }
 
 impl Group {
@@ -152,14 +152,34 @@ impl Group {
 /// # Errors
 /// As [`rendezvous`], plus the backend's set-up errors.
 pub fn init_process_group(backend: Backend, config: &RendezvousConfig) -> Result<Arc<Group>> {
-    let rdzv = rendezvous(config)?;
-    let inner: Box<dyn ProcessGroup> = match backend {
-        Backend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?),
-        Backend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
-    };
-    // Everyone has finished set-up (and used the store) before anyone may leave.
-    inner.barrier(&BarrierOptions::default())?;
-    Ok(Arc::new(Group { inner, rendezvous: rdzv }))
+    Ok(init_process_groups(&[backend], config)?.remove(0))
+}
+
+/// One rendezvous, then one process group per entry of `backends` over the same ranks — e.g.
+/// NCCL for gradients on the GPUs next to TCP for host-side values (metrics, agreement checks),
+/// as PyTorch runs a gloo group beside an NCCL one. At most one group per backend.
+///
+/// # Errors
+/// As [`rendezvous`], plus each backend's set-up errors.
+///
+/// # Panics
+/// If a backend is listed twice (their set-up keys in the store would collide).
+pub fn init_process_groups(backends: &[Backend], config: &RendezvousConfig) -> Result<Vec<Arc<Group>>> {
+    for (i, b) in backends.iter().enumerate() {
+        assert!(!backends[..i].contains(b), "Got backend {b:?} twice in {backends:?}; one group per backend");
+    }
+    let rdzv = Arc::new(rendezvous(config)?);
+    let mut groups = Vec::with_capacity(backends.len());
+    for &backend in backends {
+        let inner: Box<dyn ProcessGroup> = match backend {
+            Backend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?),
+            Backend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
+        };
+        // Everyone has finished set-up (and used the store) before anyone may leave.
+        inner.barrier(&BarrierOptions::default())?;
+        groups.push(Arc::new(Group { inner, rendezvous: rdzv.clone() }));
+    }
+    Ok(groups)
 }
 
 impl ProcessGroup for Group {

@@ -67,10 +67,25 @@ fn on_cuda<B: Backend, const D: usize>(
     if pg.memory() != MemoryKind::Cuda {
         return Ok(Err(t));
     }
+    type Ad = burn_autodiff::Autodiff<burn_cuda::Cuda>;
     let boxed: Box<dyn Any> = Box::new(t);
-    match boxed.downcast::<Tensor<burn_cuda::Cuda, D>>() {
+    let boxed = match boxed.downcast::<Tensor<burn_cuda::Cuda, D>>() {
         Ok(cuda) => {
             let done: Box<dyn Any> = Box::new(f(pg, *cuda)?);
+            return Ok(Ok(*done.downcast::<Tensor<B, D>>().expect("same type as the input")));
+        }
+        Err(back) => back,
+    };
+    match boxed.downcast::<Tensor<Ad, D>>() {
+        // A parameter of a model trained on Autodiff<Cuda>: the collective works on its values
+        // and the result is a fresh leaf, tracked again when the input was.
+        Ok(ad) => {
+            let tracked = ad.is_require_grad();
+            let mut done = Tensor::<Ad, D>::from_inner(f(pg, ad.inner())?);
+            if tracked {
+                done = done.require_grad();
+            }
+            let done: Box<dyn Any> = Box::new(done);
             Ok(Ok(*done.downcast::<Tensor<B, D>>().expect("same type as the input")))
         }
         Err(back) => Ok(Err(*back.downcast::<Tensor<B, D>>().expect("same type as the input"))),

@@ -83,6 +83,15 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// cuDNN could not be loaded, refused a convolution or failed (the caller falls back to
+    /// burn's kernels).
+    #[error("cuDNN {op}: {reason}")]
+    Cudnn {
+        /// What was being done.
+        op: &'static str,
+        /// cuDNN's status or the reason.
+        reason: String,
+    },
     /// A distributed-runtime error.
     #[error(transparent)]
     Distributed(#[from] burn_ddp::Error),

@@ -4,6 +4,7 @@
 pub mod data;
 pub mod error;
 pub mod model;
+pub mod nn;
 pub mod train;
 
 pub use error::{Error, Result};

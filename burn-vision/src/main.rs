@@ -106,9 +106,20 @@ struct TrainArgs {
     /// Train on the CPU (the default).
     #[arg(long)]
     cpu: bool,
-    /// CPU processes training together (DDP over TCP), e.g. `--nproc 2 --cpu`.
+    /// CPU processes training together (DDP over TCP), e.g. `--nproc 2 --cpu`; with
+    /// `--strategy dp`, CPU worker threads of one process.
     #[arg(long, conflicts_with = "gpus")]
     nproc: Option<usize>,
+    /// How several devices train together: `ddp` (one process per device, all-reduce; the
+    /// default) or `dp` (DataParallel: one process, a thread per device).
+    #[arg(long)]
+    strategy: Option<String>,
+    /// SyncBatchNorm: BatchNorm statistics over the global batch of all ranks (DDP).
+    #[arg(long)]
+    sync_bn: bool,
+    /// Per-rank BatchNorm statistics even where the preset synchronises them.
+    #[arg(long, conflicts_with = "sync_bn")]
+    no_sync_bn: bool,
     /// Input side for folder datasets.
     #[arg(long)]
     image_size: Option<u32>,
@@ -179,6 +190,15 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     if let Some(n) = a.nproc {
         c.nproc = n;
     }
+    if let Some(s) = a.strategy {
+        c.strategy = s.parse()?;
+    }
+    if a.sync_bn {
+        c.sync_bn = true;
+    }
+    if a.no_sync_bn {
+        c.sync_bn = false;
+    }
     Ok(c)
 }
 
@@ -189,7 +209,7 @@ fn launch_ranks(config: &TrainConfig) -> Result<()> {
         burn_vision::train::check_gpus(ids)?;
     }
     let program: Vec<String> = std::env::args().collect();
-    let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.world_size(), master_port: 0, program, ..Default::default() };
+    let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.processes(), master_port: 0, program, ..Default::default() };
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
@@ -202,7 +222,7 @@ fn launch_ranks(config: &TrainConfig) -> Result<()> {
 
 fn cmd_train(a: TrainArgs) -> Result<()> {
     let config = train_config(a)?;
-    if config.world_size() > 1 && std::env::var_os("RANK").is_none() {
+    if config.processes() > 1 && std::env::var_os("RANK").is_none() {
         return launch_ranks(&config);
     }
     let summary = run(&config)?;

@@ -6,6 +6,8 @@ use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn_nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
+use crate::nn::forward_conv;
+use burn_ddp::{BatchNormSync, sync_batch_norm};
 
 /// Which residual block a ResNet stacks.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -87,19 +89,29 @@ impl<B: Backend> Block<B> {
         }
     }
 
+    /// `sync`: BatchNorm statistics over every rank of its group (SyncBatchNorm), else local.
+    ///
     /// # Shapes
     /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`
-    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    pub fn forward(&self, x: Tensor<B, 4>, sync: Option<&BatchNormSync>) -> Tensor<B, 4> {
         let identity = match &self.downsample {
-            Some(d) => d.bn.forward(d.conv.forward(x.clone())),
+            Some(d) => norm(&d.bn, forward_conv(&d.conv, x.clone()), sync),
             None => x.clone(),
         };
-        let out = self.relu.forward(self.bn1.forward(self.conv1.forward(x)));
-        let mut out = self.bn2.forward(self.conv2.forward(out));
+        let out = self.relu.forward(norm(&self.bn1, forward_conv(&self.conv1, x), sync));
+        let mut out = norm(&self.bn2, forward_conv(&self.conv2, out), sync);
         if let (Some(conv3), Some(bn3)) = (&self.conv3, &self.bn3) {
-            out = bn3.forward(conv3.forward(self.relu.forward(out)));
+            out = norm(bn3, forward_conv(conv3, self.relu.forward(out)), sync);
         }
         self.relu.forward(out + identity)
+    }
+}
+
+/// BatchNorm, or SyncBatchNorm with the same parameters when `sync` is given.
+fn norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>) -> Tensor<B, 4> {
+    match sync {
+        Some(s) => sync_batch_norm(bn, x, s),
+        None => bn.forward(x),
     }
 }
 
@@ -123,6 +135,10 @@ pub struct ResNet<B: Backend> {
     /// Classifier head.
     pub fc: Linear<B>,
     relu: Relu,
+    /// Set by [`ResNet::with_sync_batch_norm`]: every BatchNorm runs as SyncBatchNorm. Not
+    /// saved in checkpoints (the parameters are the same either way).
+    #[module(skip)]
+    sync_bn: Option<BatchNormSync>,
 }
 
 /// A ResNet's shape. Carries no backend: `init::<B>(&device)` builds the model.
@@ -214,22 +230,36 @@ impl ResNetConfig {
             layer4,
             fc: LinearConfig::new(self.feature_dim(), self.num_classes).init(device),
             relu: Relu::new(),
+            sync_bn: None,
         }
     }
 }
 
 impl<B: Backend> ResNet<B> {
+    /// Runs every BatchNorm as SyncBatchNorm over `sync`'s group (`None`: per-rank statistics),
+    /// PyTorch's `convert_sync_batchnorm`. Parameters, buffers and checkpoints are unchanged.
+    pub fn with_sync_batch_norm(mut self, sync: Option<BatchNormSync>) -> Self {
+        self.sync_bn = sync;
+        self
+    }
+
+    /// Whether the BatchNorms are synchronised across ranks.
+    pub fn sync_batch_norm(&self) -> bool {
+        self.sync_bn.is_some()
+    }
+
     /// Class logits.
     ///
     /// # Shapes
     /// `[n, in_channels, h, w]` → `[n, num_classes]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
-        let mut x = self.relu.forward(self.bn1.forward(self.conv1.forward(x)));
+        let sync = self.sync_bn.as_ref();
+        let mut x = self.relu.forward(norm(&self.bn1, forward_conv(&self.conv1, x), sync));
         if let Some(pool) = &self.maxpool {
             x = pool.forward(x);
         }
         for block in self.layer1.iter().chain(&self.layer2).chain(&self.layer3).chain(&self.layer4) {
-            x = block.forward(x);
+            x = block.forward(x, sync);
         }
         let [n, c, _, _] = x.dims();
         let pooled = x.reshape([n as i32, c as i32, -1]).mean_dim(2).reshape([n, c]);

@@ -106,6 +106,34 @@ pub struct TrainConfig {
     pub stop_after_epochs: Option<usize>,
     /// Draw a progress bar.
     pub show_progress: bool,
+    /// How several devices train together.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// BatchNorm statistics over the global batch of all ranks (DDP only).
+    #[serde(default)]
+    pub sync_bn: bool,
+}
+
+/// How several devices share the training.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// DistributedDataParallel: one process per device, gradients averaged by all-reduce.
+    #[default]
+    Ddp,
+    /// DataParallel: one process, a thread per device, gradients reduced onto the first device.
+    Dp,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "ddp" => Ok(Strategy::Ddp),
+            "dp" => Ok(Strategy::Dp),
+            other => Err(Error::InvalidConfig { name: "--strategy", value: other.into(), reason: "use ddp (one process per device) or dp (one process, a thread per device)".into() }),
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -136,6 +164,8 @@ impl Default for TrainConfig {
             max_steps_per_epoch: None,
             stop_after_epochs: None,
             show_progress: true,
+            strategy: Strategy::Ddp,
+            sync_bn: false,
         }
     }
 }
@@ -143,7 +173,7 @@ impl Default for TrainConfig {
 impl TrainConfig {
     /// The seed tutorial's recipe: ResNet-34, batch 16 per GPU, SGD momentum 0.9, weight decay
     /// 0.005, lr 0.001 × world size, cosine to 0.1×, 30 epochs, 20 % validation per class,
-    /// seed 0, 224² inputs.
+    /// seed 0, 224² inputs, SyncBatchNorm across ranks.
     pub fn tutorial() -> Self {
         Self {
             model: "resnet34".into(),
@@ -155,6 +185,7 @@ impl TrainConfig {
             weight_decay: 5e-3,
             min_lr_factor: 0.1,
             small_input: false,
+            sync_bn: true,
             ..Self::default()
         }
     }
@@ -194,13 +225,24 @@ impl TrainConfig {
         if self.nproc == 0 {
             return bad("--nproc", "0".into(), "use at least 1");
         }
+        if self.sync_bn && self.strategy == Strategy::Dp {
+            return bad("--sync-bn", "with --strategy dp".into(), "SyncBatchNorm synchronises DDP ranks; use --strategy ddp, or drop --sync-bn");
+        }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
         }
         Ok(())
     }
 
-    /// Processes that train together: `--nproc` on the CPU, one per listed GPU.
+    /// Processes to start: one per device with DDP, one in all with DataParallel.
+    pub fn processes(&self) -> usize {
+        match self.strategy {
+            Strategy::Ddp => self.world_size(),
+            Strategy::Dp => 1,
+        }
+    }
+
+    /// Devices that train together: `--nproc` on the CPU, one per listed GPU.
     pub fn world_size(&self) -> usize {
         match self.device {
             DeviceSpec::Cpu => self.nproc,

@@ -2,12 +2,17 @@
 //! training loop needs (sharding, reductions of metrics). One process = `None` everywhere.
 
 use crate::error::{Error, Result};
-use burn_ddp::{Backend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig, init_process_group};
+use burn_ddp::{Backend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig, init_process_groups};
+use std::sync::Arc;
 
 /// A joined process group with DDP on top.
 pub struct Distributed {
-    /// Gradient averaging and broadcasts.
+    /// Gradient averaging and broadcasts, on the devices' memory (NCCL between GPUs).
     pub ddp: DistributedDataParallel,
+    /// The group DDP uses (for SyncBatchNorm too).
+    pub device_group: Arc<dyn ProcessGroup>,
+    /// Host-side values (metrics, tallies): TCP.
+    host_group: Arc<dyn ProcessGroup>,
     /// This rank.
     pub rank: usize,
     /// Number of ranks.
@@ -18,11 +23,14 @@ pub struct Distributed {
 
 impl Distributed {
     /// Joins the group described by the launcher's environment when `RANK` is set; `None` for a
-    /// plain single process.
+    /// plain single process. With `gpus`, gradients travel over NCCL on the GPUs (set
+    /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
+    /// always use a TCP group beside it.
     ///
     /// # Errors
-    /// Rendezvous failures, or a WORLD_SIZE that differs from the configured number of devices.
-    pub fn from_env(expected_world: usize) -> Result<Option<Self>> {
+    /// Rendezvous failures, NCCL set-up failures, or a WORLD_SIZE that differs from the
+    /// configured number of devices.
+    pub fn from_env(expected_world: usize, gpus: bool) -> Result<Option<Self>> {
         if std::env::var("RANK").is_err() {
             return Ok(None);
         }
@@ -34,14 +42,27 @@ impl Distributed {
                 reason: format!("the training config asks for {expected_world} processes (--nproc / --gpus)"),
             });
         }
-        // Gradients travel through host memory over TCP for now, on CPUs and GPUs alike.
-        let pg = init_process_group(Collectives::Tcp, &config)?;
-        Ok(Some(Self { ddp: DistributedDataParallel::new(pg, DdpConfig::default()), rank: config.rank, world: config.world_size, local_rank: config.local_rank }))
+        let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
+        let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
+        let groups = init_process_groups(backends, &config)?;
+        let host_group: Arc<dyn ProcessGroup> = groups[0].clone();
+        let device_group: Arc<dyn ProcessGroup> = groups[groups.len() - 1].clone();
+        if config.rank == 0 {
+            log::info!("gradients over {}, metrics over {}", device_group.backend(), host_group.backend());
+        }
+        Ok(Some(Self {
+            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig::default()),
+            device_group,
+            host_group,
+            rank: config.rank,
+            world: config.world_size,
+            local_rank: config.local_rank,
+        }))
     }
 
-    /// The process group.
+    /// The host-memory group (metrics and tallies).
     pub fn pg(&self) -> &dyn ProcessGroup {
-        self.ddp.process_group()
+        &*self.host_group
     }
 
     /// Sums `values` across ranks in place.

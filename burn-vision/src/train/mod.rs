@@ -5,13 +5,14 @@ pub mod checkpoint;
 pub mod config;
 pub mod distributed;
 pub mod evaluate;
+pub mod health;
 pub mod metrics;
 pub mod predict;
 pub mod runner;
 pub mod schedule;
 
-pub use config::{DeviceSpec, OptimizerKind, TrainConfig};
-pub use runner::{TrainSummary, train, train_with};
+pub use config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
+pub use runner::{TrainSummary, train, train_on, train_with};
 
 use crate::error::{Error, Result};
 use burn_autodiff::Autodiff;
@@ -23,6 +24,8 @@ use burn_flex::Flex;
 /// As [`train`], plus [`Error::Device`] for GPU ids that do not exist or a build without CUDA.
 pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
     match &config.device {
+        // DataParallel over CPU "devices": worker threads of one process sharing the CPU.
+        DeviceSpec::Cpu if config.strategy == Strategy::Dp => train_on::<Autodiff<Flex>>(config, vec![Default::default(); config.nproc]),
         DeviceSpec::Cpu => train::<Autodiff<Flex>>(config, Default::default()),
         DeviceSpec::Cuda(ids) => run_cuda(config, ids),
     }
@@ -80,6 +83,9 @@ fn device_message(e: burn_ddp::Error) -> String {
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
     check_gpus(ids)?;
+    if config.strategy == Strategy::Dp {
+        return train_on::<Autodiff<burn_cuda::Cuda>>(config, ids.iter().map(|&i| burn_cuda::CudaDevice::new(i)).collect());
+    }
     let local_rank: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let id = *ids.get(local_rank).ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
     train::<Autodiff<burn_cuda::Cuda>>(config, burn_cuda::CudaDevice::new(id))

@@ -2,13 +2,13 @@
 //! checkpoints, metrics and exact resume.
 
 use super::checkpoint::{Checkpoint, CheckpointMeta, best_path, last_path};
-use super::config::{OptimizerKind, TrainConfig};
+use super::config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 use super::evaluate::{batch_tensors, evaluate};
 use super::metrics::{EpochRecord, MetricsLog, Tally};
 use super::schedule::CosineSchedule;
 use super::distributed::{Dist, Distributed};
 use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, load_source, shuffle_for_epoch, split_per_class};
-use burn_ddp::{DistributedSampler, shard_exact};
+use burn_ddp::{BatchNormSync, DataParallel, DistributedSampler, shard_exact};
 use crate::error::{Error, Result};
 use crate::model::{ResNet, create};
 use burn::module::AutodiffModule;
@@ -45,15 +45,27 @@ pub struct TrainSummary {
     pub seconds: f64,
 }
 
-/// Trains on one device of backend `B`.
+/// Trains on one device of backend `B` (as one rank when the launcher's environment is set).
 ///
 /// # Errors
 /// For invalid settings, unreadable data, unusable checkpoints, or an existing run in `out`
 /// without `resume`.
 pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Result<TrainSummary> {
+    train_on::<B>(config, vec![device])
+}
+
+/// Trains on `devices`: with more than one, DataParallel in this process (the strategy `dp`);
+/// with one, alone or as one DDP rank when the launcher's environment is set.
+///
+/// # Errors
+/// As [`train`].
+pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>) -> Result<TrainSummary> {
     config.validate()?;
-    let dist = Distributed::from_env(config.world_size())?;
-    train_with::<B>(config, device, dist.as_ref())
+    let dist = match config.strategy {
+        Strategy::Ddp => Distributed::from_env(config.processes(), matches!(config.device, DeviceSpec::Cuda(_)))?,
+        Strategy::Dp => None,
+    };
+    train_inner::<B>(config, devices, dist.as_ref())
 }
 
 /// Trains as one rank of `dist` (or alone with `None`).
@@ -61,17 +73,26 @@ pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Res
 /// # Errors
 /// As [`train`].
 pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, dist: Dist<'_>) -> Result<TrainSummary> {
+    train_inner::<B>(config, vec![device], dist)
+}
+
+fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>, dist: Dist<'_>) -> Result<TrainSummary> {
     let data = load_source(&config.source(), config.image_size)?;
     let classes = data.dataset.classes().len();
-    let model: ResNet<B> = seeded_model(config, classes, data.train.channels, &device)?;
+    let mut model: ResNet<B> = seeded_model(config, classes, data.train.channels, &devices[0])?;
+    match dist {
+        Some(d) if config.sync_bn => model = model.with_sync_batch_norm(Some(BatchNormSync::new::<B>(d.device_group.clone())?)),
+        None if config.sync_bn => log::info!("--sync-bn: one process, so BatchNorm statistics are already over the whole batch"),
+        _ => {}
+    }
     let wd = config.weight_decay as f32;
     match config.optimizer {
         OptimizerKind::Sgd => {
             let momentum = (config.momentum > 0.0).then(|| MomentumConfig::new().with_momentum(config.momentum).with_dampening(0.0));
             let optim = SgdConfig::new().with_momentum(momentum).with_weight_decay((wd > 0.0).then(|| WeightDecayConfig::new(wd))).init();
-            train_loop(config, data, model, optim, device, dist)
+            train_loop(config, data, model, optim, devices, dist)
         }
-        OptimizerKind::Adamw => train_loop(config, data, model, AdamWConfig::new().with_weight_decay(wd).init(), device, dist),
+        OptimizerKind::Adamw => train_loop(config, data, model, AdamWConfig::new().with_weight_decay(wd).init(), devices, dist),
     }
 }
 
@@ -131,10 +152,14 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     data: crate::data::source::LoadedData,
     model: ResNet<B>,
     optim: O,
-    device: B::Device,
+    devices: Vec<B::Device>,
     dist: Dist<'_>,
 ) -> Result<TrainSummary> {
     let started = Instant::now();
+    let device = devices[0].clone();
+    // DataParallel: the loader's batch is split over the devices (batch_size per device).
+    let dp = (devices.len() > 1).then(|| DataParallel::<B>::new(devices.clone()));
+    let batch_size = config.batch_size * devices.len();
     let out = &config.out;
     let main_rank = dist.is_none_or(|d| d.rank == 0);
     let (rank, world) = dist.map_or((0, 1), |d| (d.rank, d.world));
@@ -167,8 +192,8 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     let (train_idx, val_idx) = split_per_class(&labels, config.val_fraction, config.seed);
     let sampler = DistributedSampler::new(train_idx.len(), world, rank).with_seed(config.seed).with_drop_last(true);
     let per_rank = if dist.is_some() { sampler.num_samples() } else { train_idx.len() };
-    let drop_last = per_rank > config.batch_size;
-    let mut steps_per_epoch = if drop_last { per_rank / config.batch_size } else { 1 };
+    let drop_last = per_rank > batch_size;
+    let mut steps_per_epoch = if drop_last { per_rank / batch_size } else { 1 };
     if let Some(max) = config.max_steps_per_epoch {
         steps_per_epoch = steps_per_epoch.min(max);
     }
@@ -180,12 +205,14 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     };
     if main_rank {
         log::info!(
-            "training {} on {} ({} classes): {} train / {} validation images, {world} process(es) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {world})",
-            config.model, config.data, dataset.classes().len(), train_idx.len(), val_idx.len(), config.batch_size,
-            config.batch_size * world, steps_per_epoch, schedule.base_lr, config.lr
+            "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}",
+            config.model, config.data, dataset.classes().len(), train_idx.len(), val_idx.len(), config.world_size(), config.batch_size,
+            config.batch_size * config.world_size(), steps_per_epoch, schedule.base_lr, config.lr, config.world_size(),
+            if dp.is_some() { ", DataParallel" } else if world > 1 { ", DDP" } else { "" },
+            if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" }
         );
     }
-    let loader_config = LoaderConfig { batch_size: config.batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
+    let loader_config = LoaderConfig { batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
     let skips = Arc::new(SkipLog::default());
     let loss_fn = CrossEntropyLossConfig::new()
         .with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32))
@@ -210,15 +237,33 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut loss_sum = Tensor::<B::InnerBackend, 1>::zeros([1], &device);
         let mut correct = Tensor::<B::InnerBackend, 1, Int>::zeros([1], &device);
         let mut seen = 0usize;
+        let mut host_tally = (0f64, 0i64); // DataParallel's loss sum and hits
         for batch in loader.take(steps_per_epoch) {
             let batch = batch?;
             let n = batch.shape[0];
             let (x, y) = batch_tensors::<B>(batch, &device);
-            let logits = model.forward(x);
-            let loss = loss_fn.forward(logits.clone(), y.clone());
-            loss_sum = loss_sum + loss.clone().inner().mul_scalar(n as f64);
-            correct = correct + logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
-            let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+            let mut grads = match &dp {
+                Some(dp) => {
+                    let out = dp.step(model, n, |replica: ResNet<B>, rows, dev| {
+                        let k = rows.len();
+                        let (xs, ys) = (x.clone().slice([rows.clone()]).to_device(dev), y.clone().slice([rows]).to_device(dev));
+                        let logits = replica.forward(xs);
+                        let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(ys.clone().inner()).int().sum().into_scalar().elem();
+                        (loss_fn.forward(logits, ys), hits)
+                    });
+                    host_tally.0 += out.loss * n as f64;
+                    host_tally.1 += out.outputs.iter().sum::<i64>();
+                    model = out.model;
+                    out.grads
+                }
+                None => {
+                    let logits = model.forward(x);
+                    let loss = loss_fn.forward(logits.clone(), y.clone());
+                    loss_sum = loss_sum + loss.clone().inner().mul_scalar(n as f64);
+                    correct = correct + logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
+                    GradientsParams::from_grads(loss.backward(), &model)
+                }
+            };
             if let Some(d) = dist {
                 let t = Instant::now();
                 grads = d.ddp.sync_gradients(&model, grads)?;
@@ -235,11 +280,14 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         bar.finish_and_clear();
         let train_seconds = epoch_start.elapsed().as_secs_f64();
         let rank_img_per_s = seen as f64 / train_seconds;
-        let mut train_sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
-        // BatchNorm running statistics: rank 0's are broadcast at the end of every epoch.
+        let mut train_sums = [loss_sum.into_scalar().elem::<f64>() + host_tally.0, (correct.into_scalar().elem::<i64>() + host_tally.1) as f64, seen as f64];
         if let Some(d) = dist {
             d.sum(&mut train_sums)?;
-            model = d.ddp.broadcast_module(model)?;
+            // Per-rank BatchNorm running statistics: rank 0's are broadcast at the end of every
+            // epoch (with SyncBatchNorm they are identical on every rank already).
+            if !model.sync_batch_norm() {
+                model = d.ddp.broadcast_module(model)?;
+            }
         }
         let train_tally = Tally { loss_sum: train_sums[0], top1: train_sums[1] as usize, top5: 0, count: train_sums[2] as usize };
         let seen = train_tally.count;
@@ -256,7 +304,11 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             d.sum(&mut v)?;
             val = Tally { loss_sum: v[0], top1: v[1] as usize, top5: v[2] as usize, count: v[3] as usize };
             skipped = v[4];
-            health.push(d.gather(&[rank_img_per_s, sync_seconds / train_seconds.max(1e-9)])?);
+            let gpu = match &config.device {
+                DeviceSpec::Cuda(ids) => ids.get(d.local_rank).copied(),
+                DeviceSpec::Cpu => None,
+            };
+            health.push(d.gather(&super::health::row(rank_img_per_s, sync_seconds / train_seconds.max(1e-9), gpu))?);
         }
         let record = EpochRecord {
             epoch: epoch + 1,
@@ -306,7 +358,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     }
     if main_rank {
         if let Some(last) = health.last() {
-            log_health(last, world);
+            super::health::log(last);
         }
     }
     Ok(TrainSummary {
@@ -318,15 +370,4 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         out: out.clone(),
         seconds: started.elapsed().as_secs_f64(),
     })
-}
-
-/// The per-rank health table of the last epoch: images/s, share of the training time spent in
-/// gradient sync, and the skew between the fastest and slowest rank.
-fn log_health(per_rank: &[f64], world: usize) {
-    let ips: Vec<f64> = per_rank.chunks(2).map(|c| c[0]).collect();
-    for (r, c) in per_rank.chunks(2).enumerate() {
-        log::info!("rank {r}: {:.1} img/s, gradient sync {:.1}% of training time", c[0], 100.0 * c[1]);
-    }
-    let (lo, hi) = ips.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    log::info!("{world} ranks: {:.1} img/s together, slowest/fastest rank {:.2}", ips.iter().sum::<f64>(), if hi > 0.0 { lo / hi } else { 0.0 });
 }

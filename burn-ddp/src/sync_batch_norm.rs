@@ -1,0 +1,189 @@
+//! SyncBatchNorm: BatchNorm whose training-mode statistics span every rank, with exact
+//! gradients.
+//!
+//! Each rank computes its per-channel (count, mean, M2 = Σ(x − mean)²) and the ranks exchange
+//! them in one collective; every rank combines them with Chan's parallel-variance formula (no
+//! `E[x²] − mean²` cancellation), so counts may differ between ranks. The exchange is an autodiff
+//! operation: its backward pass sums the statistics' gradients over the ranks (one more
+//! collective), which carries every rank's loss into every rank's input gradient — the result
+//! equals BatchNorm over the concatenated batch, values and gradients. Running statistics follow
+//! burn's BatchNorm (biased variance, `momentum` weighting). Evaluation mode (a backend without
+//! autodiff) uses the running statistics and never communicates.
+//!
+//! It is a function over burn-nn's [`BatchNorm`] parameters, so a model switches between the two
+//! without changing its parameters or checkpoints.
+
+use crate::error::{Error, Result};
+use crate::process_group::ProcessGroup;
+use crate::{ReduceOp, tensor};
+use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::backend::AutodiffBackend;
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::Autodiff;
+use burn_nn::BatchNorm;
+use std::any::{Any, TypeId};
+use std::sync::Arc;
+
+/// `[k]` on every rank → `[world · k]`, rank r's values at `r·k..(r+1)·k`.
+type GatherFn<B> = fn(Tensor<B, 1>, &Arc<dyn ProcessGroup>) -> Tensor<B, 1>;
+
+/// What a model needs to run its BatchNorms synchronised: the group and the differentiable
+/// exchange resolved for the training backend.
+#[derive(Clone)]
+pub struct BatchNormSync {
+    pg: Arc<dyn ProcessGroup>,
+    gather: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for BatchNormSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BatchNormSync {{ rank: {}, world: {} }}", self.pg.rank(), self.pg.world_size())
+    }
+}
+
+impl BatchNormSync {
+    /// Statistics over `pg`'s ranks for a model trained on autodiff backend `B`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when `B` is not burn's `Autodiff<_>`
+    /// (with or without balanced checkpointing), whose graph the exchange hooks into.
+    pub fn new<B: AutodiffBackend>(pg: Arc<dyn ProcessGroup>) -> Result<Self> {
+        let ty = TypeId::of::<B>();
+        let gather: Arc<dyn Any + Send + Sync> = if ty == TypeId::of::<Autodiff<B::InnerBackend, NoCheckpointing>>() {
+            Arc::new(gather_autodiff::<B::InnerBackend, NoCheckpointing> as GatherFn<Autodiff<B::InnerBackend, NoCheckpointing>>)
+        } else if ty == TypeId::of::<Autodiff<B::InnerBackend, BalancedCheckpointing>>() {
+            Arc::new(gather_autodiff::<B::InnerBackend, BalancedCheckpointing> as GatherFn<Autodiff<B::InnerBackend, BalancedCheckpointing>>)
+        } else {
+            return Err(Error::Unsupported { what: format!("SyncBatchNorm on backend {}: it needs burn_autodiff::Autodiff<_>", std::any::type_name::<B>()) });
+        };
+        Ok(Self { pg, gather })
+    }
+
+    /// The group the statistics are exchanged in.
+    pub fn process_group(&self) -> &Arc<dyn ProcessGroup> {
+        &self.pg
+    }
+
+    fn gather<B: Backend>(&self, local: Tensor<B, 1>) -> Tensor<B, 1> {
+        if B::ad_enabled(&local.device()) {
+            let f = self.gather.downcast_ref::<GatherFn<B>>().unwrap_or_else(|| {
+                panic!("SyncBatchNorm was set up for another backend than {}; build BatchNormSync::new::<YourAutodiffBackend>", std::any::type_name::<B>())
+            });
+            f(local, &self.pg)
+        } else {
+            gather_plain(local, &*self.pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"))
+        }
+    }
+}
+
+/// All-gather built from a sum all-reduce (the one collective every group has on every memory
+/// kind): each rank writes its slot of a zero buffer.
+fn gather_plain<B: Backend>(local: Tensor<B, 1>, pg: &dyn ProcessGroup) -> Result<Tensor<B, 1>> {
+    let (w, r, k) = (pg.world_size(), pg.rank(), local.dims()[0]);
+    let device = local.device();
+    let mut parts = Vec::with_capacity(3);
+    if r > 0 {
+        parts.push(Tensor::zeros([r * k], &device));
+    }
+    parts.push(local);
+    if r + 1 < w {
+        parts.push(Tensor::zeros([(w - r - 1) * k], &device));
+    }
+    tensor::all_reduce(pg, Tensor::cat(parts, 0), ReduceOp::Sum)
+}
+
+#[derive(Clone)]
+struct GroupRef(Arc<dyn ProcessGroup>);
+
+impl std::fmt::Debug for GroupRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}", self.0.rank(), self.0.world_size())
+    }
+}
+
+#[derive(Debug)]
+struct GatherBackward;
+
+impl<B: Backend> Backward<B, 1> for GatherBackward {
+    type State = (GroupRef, usize);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [parent] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (GroupRef(pg), k) = ops.state;
+        // Every rank runs this collective, whether or not its input needs the gradient, so the
+        // ranks' collective sequences stay aligned.
+        let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
+        let summed = tensor::all_reduce(&*pg, g, ReduceOp::Sum).unwrap_or_else(|e| panic!("SyncBatchNorm backward: summing statistic gradients failed: {e}"));
+        if let Some(node) = parent {
+            let r = pg.rank();
+            let own = summed.slice([r * k..(r + 1) * k]);
+            grads.register::<B>(node.id, own.into_primitive().tensor());
+        }
+    }
+}
+
+fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, C>, 1>, pg: &Arc<dyn ProcessGroup>) -> Tensor<Autodiff<B, C>, 1> {
+    let k = local.dims()[0];
+    let ad = local.into_primitive().tensor();
+    let inner = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(ad.primitive.clone()));
+    let gathered = gather_plain(inner, &**pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
+    let gathered = gathered.into_primitive().tensor();
+    let out = match GatherBackward.prepare::<C>([ad.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish((GroupRef(pg.clone()), k), gathered),
+        OpsKind::UnTracked(prep) => prep.finish(gathered),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+/// BatchNorm over the batch of every rank of `sync`'s group, using `bn`'s parameters and
+/// updating its running statistics; on a backend without autodiff (evaluation) it is
+/// `bn.forward(x)` and does not communicate. Every rank must call it for the same layers in the
+/// same order.
+///
+/// # Shapes
+/// - x: `[batch, channels, ...]` (batch may differ between ranks)
+/// - output: as x
+///
+/// # Panics
+/// When the exchange fails (a dead rank, a time-out): a forward pass has no error channel, and
+/// the launcher stops the other ranks.
+pub fn sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync) -> Tensor<B, D> {
+    let device = x.device();
+    if !B::ad_enabled(&device) {
+        return bn.forward(x);
+    }
+    let dims = x.dims();
+    let c = dims[1];
+    let per_channel = dims.iter().enumerate().filter(|&(i, _)| i != 1).map(|(_, &d)| d).product::<usize>();
+    let xc = x.clone().swap_dims(0, 1).reshape([c, per_channel]);
+    let mean_r = xc.clone().mean_dim(1); // [c, 1]
+    let m2_r = (xc - mean_r.clone()).square().sum_dim(1); // [c, 1]
+    let count = Tensor::<B, 1>::from_floats([per_channel as f32], &device);
+    let local = Tensor::cat(vec![count, mean_r.reshape([c]), m2_r.reshape([c])], 0);
+
+    let w = sync.pg.world_size();
+    let g = sync.gather(local).reshape([w, 2 * c + 1]);
+    let counts = g.clone().slice([0..w, 0..1]); // [w, 1]
+    let means = g.clone().slice([0..w, 1..1 + c]); // [w, c]
+    let m2s = g.slice([0..w, 1 + c..1 + 2 * c]); // [w, c]
+    let total = counts.clone().sum().reshape([1, 1]);
+    let mean = (means.clone() * counts.clone()).sum_dim(0) / total.clone(); // [1, c]
+    let m2 = m2s.sum_dim(0) + ((means - mean.clone()).square() * counts).sum_dim(0);
+    let var = m2 / total; // biased, as burn's BatchNorm normalises with
+
+    let momentum = bn.momentum;
+    let running_mean = bn.running_mean.value_sync().to_device(&device);
+    let running_var = bn.running_var.value_sync().to_device(&device);
+    bn.running_mean.update((running_mean * (1.0 - momentum) + mean.clone().detach().reshape([c]) * momentum).detach());
+    bn.running_var.update((running_var * (1.0 - momentum) + var.clone().detach().reshape([c]) * momentum).detach());
+
+    let mut shape = [1; D];
+    shape[1] = c;
+    let std = (var + bn.epsilon).sqrt();
+    (x - mean.reshape(shape)) / std.reshape(shape) * bn.gamma.val().reshape(shape) + bn.beta.val().reshape(shape)
+}

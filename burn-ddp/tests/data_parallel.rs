@@ -1,0 +1,96 @@
+//! Proof by equivalence: DataParallel over N devices (threads) gives the same parameters after
+//! k SGD steps (momentum, weight decay) as one device with the same batch, including batches
+//! that do not split evenly.
+
+use burn::module::Module;
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn_autodiff::Autodiff;
+use burn_ddp::data_parallel::DataParallel;
+use burn_ddp::params::{flat_values, max_relative_diff};
+use burn_flex::Flex;
+use burn_nn::loss::CrossEntropyLossConfig;
+use burn_nn::{Linear, LinearConfig, Relu};
+use burn_optim::decay::WeightDecayConfig;
+use burn_optim::momentum::MomentumConfig;
+use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+
+type B = Autodiff<Flex>;
+const FEATURES: usize = 8;
+const STEPS: usize = 3;
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    l1: Linear<B>,
+    l2: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Mlp<B> {
+    fn new(device: &B::Device) -> Self {
+        Self { l1: LinearConfig::new(FEATURES, 16).init(device), l2: LinearConfig::new(16, 3).init(device), relu: Relu::new() }
+    }
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.l2.forward(self.relu.forward(self.l1.forward(x)))
+    }
+}
+
+fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let n = rows.len();
+    let xs: Vec<f32> = rows.clone().flat_map(|i| (0..FEATURES).map(move |j| (((i * 31 + j * 17) % 29) as f32 - 14.0) / 7.0)).collect();
+    let ys: Vec<i64> = rows.map(|i| (i % 3) as i64).collect();
+    (Tensor::from_data(TensorData::new(xs, [n, FEATURES]), device), Tensor::from_data(TensorData::new(ys, [n]), device))
+}
+
+fn optimizer() -> impl Optimizer<Mlp<B>, B> {
+    SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+        .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
+        .init::<B, Mlp<B>>()
+}
+
+fn equivalence(devices: usize, batch_size: usize) {
+    let device: burn::tensor::Device<B> = Default::default();
+    // Lazily initialised parameters are drawn when first read: read them once, so the two runs
+    // (and the replicas) start from the same values.
+    let init = Mlp::<B>::new(&device);
+    let _ = flat_values(&init);
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
+
+    let mut single = init.clone();
+    let mut optim = optimizer();
+    for s in 0..STEPS {
+        let (x, y) = batch(s * batch_size..(s + 1) * batch_size, &device);
+        let grads = GradientsParams::from_grads(loss_fn.forward(single.forward(x), y).backward(), &single);
+        single = optim.step(0.1, single, grads);
+    }
+
+    let dp = DataParallel::<B>::new(vec![device.clone(); devices]);
+    let mut model = init.clone();
+    let mut optim = optimizer();
+    for s in 0..STEPS {
+        let base = s * batch_size;
+        let out = dp.step(model, batch_size, |replica: Mlp<B>, rows, dev| {
+            let (x, y) = batch(base + rows.start..base + rows.end, dev);
+            let rows = rows.clone();
+            (CrossEntropyLossConfig::new().init(dev).forward(replica.forward(x), y), rows.len())
+        });
+        assert_eq!(out.outputs.iter().sum::<usize>(), batch_size, "every row on exactly one device");
+        assert!(out.loss.is_finite());
+        model = optim.step(0.1, out.model, out.grads);
+    }
+    let (a, b) = (flat_values(&model), flat_values(&single));
+    assert!(max_relative_diff(&b, &flat_values(&init), 1e-6) > 1e-3, "training must move the parameters");
+    let diff = max_relative_diff(&a, &b, 1e-6);
+    assert!(diff < 1e-5, "{devices} devices, batch {batch_size}: max relative difference {diff} from one device");
+}
+
+#[test]
+fn data_parallel_2_devices_equals_one_device() {
+    equivalence(2, 8);
+}
+
+#[test]
+fn data_parallel_3_devices_uneven_split_equals_one_device() {
+    equivalence(3, 10);
+}

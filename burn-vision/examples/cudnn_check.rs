@@ -1,0 +1,162 @@
+//! On a GPU: checks the cuDNN convolution path against an f64 reference in every direction and
+//! option (TF32 on and off, and burn's own kernels for comparison), then times every distinct
+//! ResNet-50 convolution shape (forward, and forward + backward) at batch 256.
+//!
+//! `cargo build --release -p burn-vision --features cuda --example cudnn_check`; run it with
+//! `cudnn_check [check] [bench] [--batch N] [--iters N]`. Prints `RESULT` lines; exits 1 when a
+//! check fails.
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use burn_autodiff::Autodiff;
+use burn_cuda::{Cuda, CudaDevice};
+use burn_vision::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
+use burn_vision::nn::{CudnnOptions, conv2d, cudnn, options};
+use std::time::Instant;
+
+type Ad = Autodiff<Cuda>;
+
+fn to_f64<const D: usize, B: Backend>(t: Tensor<B, D>) -> Vec<f64> {
+    t.into_data().to_vec::<f32>().expect("f32 data").into_iter().map(f64::from).collect()
+}
+
+/// y, dx, dw, db of one case on the GPU, relative errors against the f64 reference.
+fn errors(case: &Conv2dCase, device: &CudaDevice) -> [f64; 4] {
+    let (x, w, b, g) = case.random_inputs(11);
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
+    let xt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&x), case.x_dims()), device).require_grad();
+    let wt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&w), case.w_dims()), device).require_grad();
+    let bt = Tensor::<Ad, 1>::from_data(TensorData::new(f32s(&b), [case.k]), device).require_grad();
+    let gt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&g), case.y_dims()), device);
+    let y = conv2d(xt.clone(), wt.clone(), case.bias.then(|| bt.clone()), case.options());
+    let grads = (y.clone() * gt).sum().backward();
+    let y_ref = conv2d_f64(case, &x, &w, &b);
+    let (dx, dw, db) = conv2d_grads_f64(case, &x, &w, &g);
+    let db_err = if case.bias { max_rel_err(&to_f64(bt.grad(&grads).expect("bias grad")), &db) } else { 0.0 };
+    [
+        max_rel_err(&to_f64(y), &y_ref),
+        max_rel_err(&to_f64(xt.grad(&grads).expect("x grad")), &dx),
+        max_rel_err(&to_f64(wt.grad(&grads).expect("w grad")), &dw),
+        db_err,
+    ]
+}
+
+fn check(device: &CudaDevice) -> bool {
+    let c = |n, c, h, w, k, r, stride: usize, pad: usize, dil: usize, groups, bias| Conv2dCase {
+        n, c, h, w, k, r, s: r, stride: [stride; 2], pad: [pad; 2], dil: [dil; 2], groups, bias,
+    };
+    let cases = [
+        c(4, 16, 14, 14, 32, 3, 1, 1, 1, 1, false),  // pitched rows (14 floats -> 16)
+        c(2, 3, 32, 32, 16, 7, 2, 3, 1, 1, false),   // a stem
+        c(3, 32, 7, 7, 64, 1, 1, 0, 1, 1, true),     // 1x1 with bias on 7x7 (pitched)
+        c(2, 24, 15, 13, 24, 3, 2, 1, 1, 4, true),   // groups, odd sizes
+        c(2, 8, 17, 17, 12, 3, 1, 2, 2, 1, false),   // dilation
+        c(5, 64, 9, 9, 32, 1, 2, 0, 1, 1, false),    // strided 1x1 (downsample)
+        c(2, 12, 10, 10, 12, 3, 1, 1, 1, 12, false), // depthwise
+    ];
+    let mut ok = true;
+    let base = options::get();
+    for (label, opts, bound) in [
+        ("cudnn_fp32", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4),
+        ("cudnn_tf32", CudnnOptions { allow_tf32: true, ..base.clone() }, 5e-3),
+        ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4),
+    ] {
+        options::set(opts.clone());
+        for case in &cases {
+            let before = cudnn::calls();
+            let e = errors(case, device);
+            let used = cudnn::calls() - before;
+            let path_ok = if opts.enabled { used >= 3 } else { used == 0 };
+            let pass = path_ok && e.iter().all(|&v| v < bound);
+            ok &= pass;
+            println!(
+                "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} {}",
+                e[0], e[1], e[2], e[3], if pass { "ok" } else { "FAIL" }
+            );
+        }
+    }
+    options::set(base);
+    ok
+}
+
+#[derive(serde::Deserialize)]
+struct Shapes {
+    shapes: Vec<Shape4>,
+}
+
+#[derive(serde::Deserialize)]
+struct Shape4 {
+    name: String,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    r: usize,
+    s: usize,
+    stride: usize,
+    pad: usize,
+}
+
+fn time_ms(iters: usize, device: &CudaDevice, mut f: impl FnMut()) -> f64 {
+    f();
+    f();
+    <Cuda as Backend>::sync(device).expect("sync");
+    let t = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    <Cuda as Backend>::sync(device).expect("sync");
+    t.elapsed().as_secs_f64() * 1e3 / iters as f64
+}
+
+fn bench(device: &CudaDevice, batch: usize, iters: usize) {
+    let shapes: Shapes = serde_json::from_str(include_str!("../../benches/resnet50_conv_shapes.json")).expect("shape list");
+    for s in shapes.shapes {
+        let o = burn::tensor::ops::ConvOptions::new([s.stride; 2], [s.pad; 2], [1, 1], 1);
+        let normal = Distribution::Normal(0.0, 1.0);
+        let x = Tensor::<Cuda, 4>::random([batch, s.c, s.h, s.w], normal, device);
+        let w = Tensor::<Cuda, 4>::random([s.k, s.c, s.r, s.s], normal, device) * 0.05;
+        let fwd = time_ms(iters, device, || {
+            let y = conv2d(x.clone(), w.clone(), None, o.clone());
+            let _ = <Cuda as Backend>::sync(device);
+            drop(y);
+        });
+        let xa = Tensor::<Ad, 4>::from_inner(x.clone()).require_grad();
+        let wa = Tensor::<Ad, 4>::from_inner(w.clone()).require_grad();
+        let y0 = conv2d(xa.clone(), wa.clone(), None, o.clone());
+        let g = Tensor::<Ad, 4>::random(y0.dims(), normal, device);
+        drop(y0);
+        let fwdbwd = time_ms(iters, device, || {
+            let y = conv2d(xa.clone(), wa.clone(), None, o.clone());
+            let grads = (y * g.clone()).sum().backward();
+            let dx = xa.grad(&grads).expect("dx");
+            let dw = wa.grad(&grads).expect("dw");
+            let _ = <Cuda as Backend>::sync(device);
+            drop((dx, dw));
+        });
+        println!(
+            "RESULT framework=burn-cudnn shape={} batch={batch} c={} hw={} k={} r={} stride={} fwd_ms={fwd:.3} fwdbwd_ms={fwdbwd:.3}",
+            s.name, s.c, s.h, s.k, s.r, s.stride
+        );
+    }
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str, default: usize| {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    };
+    let all = !args.iter().any(|a| a == "check" || a == "bench");
+    let device = CudaDevice::new(0);
+    println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());
+    let mut ok = true;
+    if all || args.iter().any(|a| a == "check") {
+        ok = check(&device);
+        println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
+    }
+    if all || args.iter().any(|a| a == "bench") {
+        bench(&device, flag("--batch", 256), flag("--iters", 10));
+    }
+    std::process::exit(if ok { 0 } else { 1 });
+}

@@ -1,0 +1,115 @@
+//! 2-D convolution that takes the fastest path the backend has: cuDNN on burn-cuda (forward and
+//! both gradients, with `feature = "cuda"`), burn's own kernels everywhere else.
+
+use burn::prelude::*;
+use burn::tensor::ops::ConvOptions;
+use burn_nn::PaddingConfig2d;
+use burn_nn::conv::Conv2d;
+use std::sync::OnceLock;
+
+/// Records, once per process, which implementation convolutions use, and logs it.
+pub(crate) fn note_path(path: &str) {
+    static PATH: OnceLock<String> = OnceLock::new();
+    if PATH.set(path.to_string()).is_ok() {
+        log::info!("convolutions: {path}");
+    }
+}
+
+/// `conv2d` with symmetric padding, differentiable on autodiff backends.
+///
+/// On `Autodiff<Cuda>` and `Cuda` tensors (f32) it runs cuDNN when the library loads and
+/// [`super::CudnnOptions::enabled`] is set; otherwise burn's kernels, with one log line.
+///
+/// # Shapes
+/// - x: `[batch, channels_in, height, width]`
+/// - weight: `[channels_out, channels_in / groups, kernel_h, kernel_w]`
+/// - bias: `[channels_out]`
+/// - output: `[batch, channels_out, height_out, width_out]`
+pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Tensor<B, 1>>, options: ConvOptions<2>) -> Tensor<B, 4> {
+    let [_, c_in, _, _] = x.dims();
+    let [_, c_per_group, _, _] = weight.dims();
+    assert_eq!(c_in, c_per_group * options.groups, "conv2d: got channels_in={c_in}, the weight expects {c_per_group} x groups={}", options.groups);
+    #[cfg(feature = "cuda")]
+    let (x, weight) = match super::cudnn_burn::try_conv2d(x, weight, &options) {
+        Ok(y) => return match bias {
+            Some(b) => {
+                let k = b.dims()[0];
+                y + b.reshape([1, k, 1, 1])
+            }
+            None => y,
+        },
+        Err(inputs) => inputs,
+    };
+    note_path("burn's kernels");
+    burn::tensor::module::conv2d(x, weight, bias, options)
+}
+
+/// Runs a burn-nn [`Conv2d`] through [`conv2d`] (so through cuDNN on burn-cuda). Asymmetric or
+/// `Same` padding, which cuDNN cannot express, goes to the module's own forward.
+///
+/// # Shapes
+/// As [`Conv2d::forward`].
+pub fn forward_conv<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    let padding = match conv.padding {
+        PaddingConfig2d::Valid => [0, 0],
+        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
+        _ => return conv.forward(x),
+    };
+    let options = ConvOptions::new(conv.stride, padding, conv.dilation, conv.groups);
+    conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64};
+    use super::*;
+    use burn_autodiff::Autodiff;
+    use burn_flex::Flex;
+
+    type Ad = Autodiff<Flex>;
+
+    /// Forward, input gradient, weight gradient and bias gradient of [`conv2d`] on the CPU
+    /// backend against the f64 reference, for stride, padding, dilation, groups and bias.
+    #[test]
+    fn matches_f64_reference_in_every_direction() {
+        let device = Default::default();
+        let cases = [
+            Conv2dCase { n: 2, c: 3, h: 9, w: 8, k: 4, r: 3, s: 3, stride: [1, 1], pad: [1, 1], dil: [1, 1], groups: 1, bias: false },
+            Conv2dCase { n: 2, c: 4, h: 10, w: 7, k: 6, r: 3, s: 2, stride: [2, 1], pad: [1, 0], dil: [1, 1], groups: 2, bias: true },
+            Conv2dCase { n: 1, c: 2, h: 11, w: 11, k: 3, r: 3, s: 3, stride: [2, 2], pad: [2, 2], dil: [2, 2], groups: 1, bias: true },
+            Conv2dCase { n: 3, c: 8, h: 5, w: 5, k: 8, r: 1, s: 1, stride: [2, 2], pad: [0, 0], dil: [1, 1], groups: 1, bias: false },
+        ];
+        for case in cases {
+            let (x, w, b, g) = case.random_inputs(7);
+            let xt = Tensor::<Ad, 4>::from_data(TensorData::new(x.iter().map(|&v| v as f32).collect(), case.x_dims()), &device).require_grad();
+            let wt = Tensor::<Ad, 4>::from_data(TensorData::new(w.iter().map(|&v| v as f32).collect(), case.w_dims()), &device).require_grad();
+            let bt = Tensor::<Ad, 1>::from_data(TensorData::new(b.iter().map(|&v| v as f32).collect(), [case.k]), &device).require_grad();
+            let gt = Tensor::<Ad, 4>::from_data(TensorData::new(g.iter().map(|&v| v as f32).collect(), case.y_dims()), &device);
+            let y = conv2d(xt.clone(), wt.clone(), case.bias.then(|| bt.clone()), case.options());
+            let grads = (y.clone() * gt).sum().backward();
+            let got = |t: Vec<f32>| t.into_iter().map(f64::from).collect::<Vec<_>>();
+            let y_ref = conv2d_f64(&case, &x, &w, &b);
+            let (dx_ref, dw_ref, db_ref) = conv2d_grads_f64(&case, &x, &w, &g);
+            let check = |what: &str, got: &[f64], want: &[f64]| {
+                let err = crate::nn::reference::max_rel_err(got, want);
+                assert!(err < 1e-5, "{what} of {case:?}: relative error {err}");
+            };
+            check("output", &got(y.into_data().to_vec().unwrap()), &y_ref);
+            check("input gradient", &got(xt.grad(&grads).unwrap().into_data().to_vec().unwrap()), &dx_ref);
+            check("weight gradient", &got(wt.grad(&grads).unwrap().into_data().to_vec().unwrap()), &dw_ref);
+            if case.bias {
+                check("bias gradient", &got(bt.grad(&grads).unwrap().into_data().to_vec().unwrap()), &db_ref);
+            }
+        }
+    }
+
+    #[test]
+    fn module_forward_goes_through_the_same_op() {
+        let device = Default::default();
+        let conv = burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init::<Flex>(&device);
+        let x = Tensor::<Flex, 4>::random([2, 3, 6, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let a = forward_conv(&conv, x.clone()).into_data().to_vec::<f32>().unwrap();
+        let b = conv.forward(x).into_data().to_vec::<f32>().unwrap();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,287 @@
+//! cuDNN 2-D convolution — forward, backward-data, backward-filter — on raw device pointers.
+//!
+//! One cuDNN handle and stream per device. The algorithm for each (direction, shape) is measured
+//! once with cuDNN's `Find...Ex` functions on the real buffers and cached with its descriptors for
+//! the process (PyTorch's `cudnn.benchmark = True`); one workspace per device is reused by every
+//! call. Each call returns after cuDNN's stream has finished, so the caller may hand the output to
+//! another stream at once.
+
+use super::options::{self, CudnnOptions};
+use crate::error::{Error, Result};
+use cudarc::cudnn::{result, sys};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The geometry of one convolution, in cuDNN's terms (NCHW, strides in elements, KCRS filter).
+///
+/// `x` is the input (or, backward-data, the input gradient), `y` the output (or its gradient).
+/// Both may be strided (burn-cuda pitches rows); the filter is always packed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvShape {
+    /// Input dims `[n, c, h, w]`.
+    pub x: [i32; 4],
+    /// Input strides.
+    pub x_strides: [i32; 4],
+    /// Filter dims `[k, c / groups, r, s]`.
+    pub w: [i32; 4],
+    /// Output dims `[n, k, p, q]`.
+    pub y: [i32; 4],
+    /// Output strides.
+    pub y_strides: [i32; 4],
+    /// Zero padding (height, width), the same on both sides.
+    pub pad: [i32; 2],
+    /// Stride (height, width).
+    pub stride: [i32; 2],
+    /// Dilation (height, width).
+    pub dilation: [i32; 2],
+    /// Groups.
+    pub groups: i32,
+}
+
+/// Which of the three convolution computations to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// `y = conv(x, w)`.
+    Forward,
+    /// `dx = conv_transpose(dy, w)`.
+    BackwardData,
+    /// `dw = corr(x, dy)`.
+    BackwardFilter,
+}
+
+/// Device addresses of one call. Which are read and which written depends on the direction:
+/// forward writes `y`, backward-data writes `x`, backward-filter writes `w`.
+#[derive(Clone, Copy, Debug)]
+pub struct Pointers {
+    /// Input or input gradient.
+    pub x: u64,
+    /// Filter or filter gradient.
+    pub w: u64,
+    /// Output or output gradient.
+    pub y: u64,
+}
+
+fn fail(op: &'static str, e: impl std::fmt::Debug) -> Error {
+    Error::Cudnn { op, reason: format!("{e:?}") }
+}
+
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many convolution computations cuDNN has run in this process (tests use it to prove the
+/// path was taken).
+pub fn calls() -> u64 {
+    CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether the cuDNN library can be loaded (it is opened at run time, not linked).
+pub fn available() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: opening a shared library by name; the handle is dropped again.
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+}
+
+/// cuDNN's version (e.g. 90100 for 9.1.0), or `None` when it cannot be loaded.
+pub fn version() -> Option<usize> {
+    available().then(result::get_version)
+}
+
+macro_rules! raw_handle {
+    ($name:ident, $raw:ty, $destroy:path) => {
+        struct $name($raw);
+        // SAFETY: cuDNN handles and descriptors are plain heap objects; every use happens under
+        // the device's mutex, so one thread at a time touches them.
+        unsafe impl Send for $name {}
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: created by the matching create call and destroyed once, here.
+                let _ = unsafe { $destroy(self.0) };
+            }
+        }
+    };
+}
+raw_handle!(Handle, sys::cudnnHandle_t, result::destroy_handle);
+raw_handle!(TensorDesc, sys::cudnnTensorDescriptor_t, result::destroy_tensor_descriptor);
+raw_handle!(FilterDesc, sys::cudnnFilterDescriptor_t, result::destroy_filter_descriptor);
+raw_handle!(ConvDesc, sys::cudnnConvolutionDescriptor_t, result::destroy_convolution_descriptor);
+
+#[derive(Clone, Copy, Debug)]
+enum Algo {
+    Forward(sys::cudnnConvolutionFwdAlgo_t),
+    BackwardData(sys::cudnnConvolutionBwdDataAlgo_t),
+    BackwardFilter(sys::cudnnConvolutionBwdFilterAlgo_t),
+}
+
+/// Descriptors and the measured algorithm for one (direction, shape).
+struct Plan {
+    x: TensorDesc,
+    w: FilterDesc,
+    y: TensorDesc,
+    conv: ConvDesc,
+    algo: Algo,
+    workspace: usize,
+}
+
+struct DeviceState {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    handle: Handle,
+    workspace: Option<CudaSlice<u8>>,
+    plans: HashMap<(Direction, ConvShape), Plan>,
+}
+
+type Devices = Mutex<HashMap<usize, Arc<Mutex<DeviceState>>>>;
+
+fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
+    static DEVICES: OnceLock<Devices> = OnceLock::new();
+    let mut map = DEVICES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(state) = map.get(&device) {
+        return Ok(state.clone());
+    }
+    let ctx = CudaContext::new(device).map_err(|e| fail("creating the CUDA context", e))?;
+    let stream = ctx.new_stream().map_err(|e| fail("creating a CUDA stream", e))?;
+    let handle = Handle(result::create_handle().map_err(|e| fail("cudnnCreate", e))?);
+    // SAFETY: a live handle and a live stream of the same context.
+    unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }.map_err(|e| fail("cudnnSetStream", e))?;
+    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, plans: HashMap::new() }));
+    map.insert(device, state.clone());
+    Ok(state)
+}
+
+fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, FilterDesc, TensorDesc, ConvDesc)> {
+    let f32 = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+    let x = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
+    let y = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
+    let w = FilterDesc(result::create_filter_descriptor().map_err(|e| fail("filter descriptor", e))?);
+    let conv = ConvDesc(result::create_convolution_descriptor().map_err(|e| fail("convolution descriptor", e))?);
+    let math = if opts.allow_tf32 { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH } else { sys::cudnnMathType_t::CUDNN_FMA_MATH };
+    // SAFETY: freshly created descriptors, set once with plain values.
+    unsafe {
+        result::set_tensor4d_descriptor_ex(x.0, f32, shape.x, shape.x_strides).map_err(|e| fail("input descriptor", e))?;
+        result::set_tensor4d_descriptor_ex(y.0, f32, shape.y, shape.y_strides).map_err(|e| fail("output descriptor", e))?;
+        result::set_filter4d_descriptor(w.0, f32, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, shape.w).map_err(|e| fail("filter descriptor", e))?;
+        let [ph, pw] = shape.pad;
+        let [sh, sw] = shape.stride;
+        let [dh, dw] = shape.dilation;
+        result::set_convolution2d_descriptor(conv.0, ph, pw, sh, sw, dh, dw, sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, f32)
+            .map_err(|e| fail("convolution descriptor", e))?;
+        result::set_convolution_math_type(conv.0, math).map_err(|e| fail("math type", e))?;
+        result::set_convolution_group_count(conv.0, shape.groups).map_err(|e| fail("group count", e))?;
+    }
+    Ok((x, w, y, conv))
+}
+
+/// Picks the fastest successful candidate that fits the workspace (and is deterministic when
+/// asked): cuDNN returns them sorted by measured time.
+macro_rules! pick {
+    ($perf:expr, $n:expr, $limit:expr, $opts:expr, $wrap:path) => {
+        $perf[..$n as usize]
+            .iter()
+            .find(|p| {
+                p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                    && p.memory <= $limit
+                    && (!$opts.deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
+            })
+            .map(|p| ($wrap(p.algo), p.memory))
+    };
+}
+
+impl DeviceState {
+    fn workspace_ptr(&mut self, bytes: usize) -> Result<(u64, usize)> {
+        if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
+            self.workspace = None; // free the old one first
+            let ws = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;
+            self.workspace = Some(ws);
+        }
+        let ws = self.workspace.as_mut().expect("allocated above");
+        let len = ws.len();
+        let (ptr, _sync) = ws.device_ptr_mut(&self.stream);
+        Ok((ptr, len))
+    }
+
+    /// Measures every algorithm for `dir` on the real buffers (the output is overwritten, which
+    /// the call that follows does anyway) and keeps the fastest that fits.
+    ///
+    /// # Safety
+    /// As [`run`].
+    unsafe fn find(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<Plan> {
+        let (x, w, y, conv) = describe(shape, opts)?;
+        let (ws, limit) = self.workspace_ptr(opts.workspace_limit)?;
+        let h = self.handle.0;
+        let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
+        let mut n = 0i32;
+        // SAFETY: the descriptors match the buffers' extents, which the caller guarantees are live
+        // device allocations of this context; `perf` has room for the requested count.
+        let picked = unsafe {
+            match dir {
+                Direction::Forward => {
+                    let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>(); 16];
+                    sys::cudnnFindConvolutionForwardAlgorithmEx(h, x.0, xp, w.0, wp, conv.0, y.0, yp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
+                        .result()
+                        .map_err(|e| fail("cudnnFindConvolutionForwardAlgorithmEx", e))?;
+                    pick!(perf, n, limit, opts, Algo::Forward)
+                }
+                Direction::BackwardData => {
+                    let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>(); 16];
+                    sys::cudnnFindConvolutionBackwardDataAlgorithmEx(h, w.0, wp, y.0, yp, conv.0, x.0, xp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
+                        .result()
+                        .map_err(|e| fail("cudnnFindConvolutionBackwardDataAlgorithmEx", e))?;
+                    pick!(perf, n, limit, opts, Algo::BackwardData)
+                }
+                Direction::BackwardFilter => {
+                    let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>(); 16];
+                    sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(h, x.0, xp, y.0, yp, conv.0, w.0, wp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
+                        .result()
+                        .map_err(|e| fail("cudnnFindConvolutionBackwardFilterAlgorithmEx", e))?;
+                    pick!(perf, n, limit, opts, Algo::BackwardFilter)
+                }
+            }
+        };
+        let (algo, workspace) = picked.ok_or_else(|| fail("choosing an algorithm", format!("no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}", if opts.deterministic { " deterministically" } else { "" })))?;
+        log::debug!("cuDNN {dir:?} {shape:?}: {algo:?}, workspace {workspace} B");
+        Ok(Plan { x, w, y, conv, algo, workspace })
+    }
+}
+
+/// Runs one convolution computation on `device` and waits for it.
+///
+/// # Errors
+/// [`Error::Cudnn`] when cuDNN cannot be loaded, refuses the shape, or fails.
+///
+/// # Safety
+/// The pointers must be live device allocations of `device` holding at least the elements
+/// `shape` describes (strides included), not written by anyone else until this returns.
+pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers) -> Result<()> {
+    if !available() {
+        return Err(fail("loading libcudnn", "not found on the library path"));
+    }
+    let opts = options::get();
+    let state = device_state(device)?;
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    let key = (dir, shape.clone());
+    if !s.plans.contains_key(&key) {
+        // SAFETY: as this function's contract.
+        let plan = unsafe { s.find(dir, shape, p, &opts)? };
+        s.plans.insert(key.clone(), plan);
+    }
+    let need = s.plans[&key].workspace;
+    let (ws, ws_len) = s.workspace_ptr(need)?;
+    let plan = &s.plans[&key];
+    let (one, zero) = (1f32, 0f32);
+    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+    let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
+    let h = s.handle.0;
+    // SAFETY: the plan's descriptors match `shape`, the caller vouches for the buffers.
+    let status = unsafe {
+        match plan.algo {
+            Algo::Forward(algo) => sys::cudnnConvolutionForward(h, a, plan.x.0, xp, plan.w.0, wp, plan.conv.0, algo, wsp, ws_len, b, plan.y.0, yp),
+            Algo::BackwardData(algo) => sys::cudnnConvolutionBackwardData(h, a, plan.w.0, wp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.x.0, xp),
+            Algo::BackwardFilter(algo) => sys::cudnnConvolutionBackwardFilter(h, a, plan.x.0, xp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.w.0, wp),
+        }
+    };
+    status.result().map_err(|e| fail("running the convolution", e))?;
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))
+}

@@ -1,0 +1,228 @@
+//! cuDNN convolutions for burn-cuda tensors, as an autodiff operation.
+//!
+//! `Autodiff<Cuda>` (training) and `Cuda` (inference) tensors are recognised by type at run
+//! time, so models stay generic over `B: Backend`. The forward pass, the input gradient and the
+//! filter gradient each go to cuDNN on the tensors' own device memory; burn's stream is drained
+//! before a call and cuDNN's after it, so the two never overlap on a buffer. When cuDNN refuses a
+//! shape or fails, that computation falls back to burn's kernels with one warning per cause.
+
+use super::cudnn::{self, ConvShape, Direction, Pointers};
+use crate::error::{Error, Result};
+use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::ops::{ConvOptions, FloatTensor, FloatTensorOps, ModuleOps};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::{Autodiff, NodeId};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cuda::Cuda;
+use burn_fusion::{FusionBackend, NoOp};
+use burn_ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
+use cubecl::cuda::CudaRuntime;
+use std::any::{Any, TypeId};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
+type Prim = FloatTensor<Cuda>;
+type Client = burn_fusion::Client<<Inner as FusionBackend>::FusionRuntime>;
+type Ad = Autodiff<Cuda>;
+
+fn cast<A: 'static, T: 'static>(a: A) -> T {
+    *(Box::new(a) as Box<dyn Any>).downcast::<T>().expect("backend type checked before the cast")
+}
+
+/// Logs each distinct fallback cause once.
+fn warn_once(what: &str, e: &Error) {
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let msg = format!("{what}: {e}; burn's own convolution kernel runs instead");
+    if SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(msg.clone()) {
+        log::warn!("{msg}");
+    }
+}
+
+/// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
+/// otherwise the inputs come back untouched.
+pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
+    let ad = TypeId::of::<B>() == TypeId::of::<Ad>();
+    if !ad && TypeId::of::<B>() != TypeId::of::<Cuda>() {
+        return Err((x, w));
+    }
+    if !super::options::get().enabled || !cudnn::available() {
+        super::conv::note_path("burn's kernels (cuDNN disabled or libcudnn not found)");
+        return Err((x, w));
+    }
+    super::conv::note_path(&format!("cuDNN {}", cudnn::version().unwrap_or(0)));
+    if ad {
+        let (x, w): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x), cast(w));
+        return Ok(cast(autodiff_conv(x, w, o)));
+    }
+    let (x, w): (Tensor<Cuda, 4>, Tensor<Cuda, 4>) = (cast(x), cast(w));
+    let y = forward(x.into_primitive().tensor(), w.into_primitive().tensor(), o);
+    Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y))))
+}
+
+#[derive(Debug)]
+struct CudnnConv2d;
+
+impl Backward<Cuda, 2> for CudnnConv2d {
+    type State = (NodeId, NodeId, ConvOptions<2>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [node_x, node_w] = ops.parents;
+        let dy = grads.consume::<Cuda>(&ops.node);
+        let (x_state, w_state, o) = ops.state;
+        let x: Prim = checkpointer.retrieve_node_output(x_state);
+        let w: Prim = checkpointer.retrieve_node_output(w_state);
+        if let Some(node) = node_x {
+            grads.register::<Cuda>(node.id, backward_data(x.clone(), w.clone(), dy.clone(), &o));
+        }
+        if let Some(node) = node_w {
+            grads.register::<Cuda>(node.id, backward_filter(x, w, dy, &o));
+        }
+    }
+}
+
+fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>) -> Tensor<Ad, 4> {
+    let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
+    let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(mut prep) => {
+            let x_state = prep.checkpoint(&x);
+            let w_state = prep.checkpoint(&w);
+            prep.finish((x_state, w_state, o.clone()), forward(x.primitive, w.primitive, o))
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, w.primitive, o)),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+fn forward(x: Prim, w: Prim, o: &ConvOptions<2>) -> Prim {
+    cudnn_call(Direction::Forward, x.clone(), w.clone(), None, o).unwrap_or_else(|e| {
+        warn_once("cuDNN convolution forward", &e);
+        <Cuda as ModuleOps<Cuda>>::conv2d(x, w, None, o.clone())
+    })
+}
+
+fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
+    cudnn_call(Direction::BackwardData, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
+        warn_once("cuDNN convolution backward-data", &e);
+        <Cuda as ModuleOps<Cuda>>::conv2d_x_backward(x, w, dy, o.clone())
+    })
+}
+
+fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
+    cudnn_call(Direction::BackwardFilter, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
+        warn_once("cuDNN convolution backward-filter", &e);
+        <Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone())
+    })
+}
+
+fn dims4(shape: &Shape) -> Result<[i32; 4]> {
+    let d = shape.as_slice();
+    let ok = d.len() == 4 && d.iter().all(|&v| v > 0 && v <= i32::MAX as usize);
+    if !ok {
+        return Err(Error::Cudnn { op: "describing a tensor", reason: format!("shape {d:?} is not 4-D with sizes in i32") });
+    }
+    Ok([d[0] as i32, d[1] as i32, d[2] as i32, d[3] as i32])
+}
+
+fn packed(d: [i32; 4]) -> [i32; 4] {
+    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+}
+
+/// A device buffer holding the tensor, kept alive while cuDNN uses it, and its strides.
+/// cuDNN takes strided activations (burn-cuda pitches rows) but wants packed filters and no
+/// broadcast (zero) strides; such tensors are copied to a packed layout first.
+fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRuntime>, [i32; 4])> {
+    let dims = dims4(&t.shape)?;
+    if t.dtype != burn::tensor::DType::F32 {
+        return Err(Error::Cudnn { op: "convolution", reason: format!("{:?} tensors are not wired to cuDNN yet (f32 is)", t.dtype) });
+    }
+    let client: Client = t.client.clone();
+    let cube = client.resolve_tensor_float::<Inner>(t.clone());
+    let s = cube.meta.strides();
+    let strides_ok = s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize);
+    if cube.is_contiguous() || (!need_packed && strides_ok) {
+        let st = if cube.is_contiguous() { packed(dims) } else { [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32] };
+        return Ok((cube, st));
+    }
+    drop(cube);
+    // As one dimension the tensor is dense (a copy when it was pitched or broadcast).
+    let flat = <Cuda as FloatTensorOps<Cuda>>::float_reshape(t, Shape::new([dims.iter().map(|&v| v as usize).product::<usize>()]));
+    let cube = client.resolve_tensor_float::<Inner>(flat);
+    Ok((cube, packed(dims)))
+}
+
+fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
+    let size = |i: usize, k: i32| (x[2 + i] + 2 * o.padding[i] as i32 - o.dilation[i] as i32 * (k - 1) - 1) / o.stride[i] as i32 + 1;
+    [x[0], w[0], size(0, w[2]), size(1, w[3])]
+}
+
+/// One cuDNN computation. `dy` is `None` for the forward pass. Returns the new tensor (y, dx or
+/// dw) registered with burn's fusion client.
+fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOptions<2>) -> Result<Prim> {
+    let client: Client = x.client.clone();
+    let (xd, wd) = (dims4(&x.shape)?, dims4(&w.shape)?);
+    let yd = out_dims(xd, wd, o);
+    if let Some(dy) = &dy {
+        if dims4(&dy.shape)? != yd {
+            return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {yd:?}", dy.shape.as_slice()) });
+        }
+    }
+    let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| {
+        let shape = Shape::new(d.map(|v| v as usize));
+        burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), shape, burn::tensor::DType::F32)
+    };
+    let (xc, x_strides, wc, yc, y_strides, out) = match dir {
+        Direction::Forward => {
+            let (xc, xs) = resolve(x, false)?;
+            let (wc, _) = resolve(w, true)?;
+            let yc = new(&xc, yd);
+            (xc, xs, wc, yc.clone(), packed(yd), yc)
+        }
+        Direction::BackwardData => {
+            let (wc, _) = resolve(w, true)?;
+            let (yc, ys) = resolve(dy.expect("backward has dy"), false)?;
+            let xc = new(&wc, xd);
+            (xc.clone(), packed(xd), wc, yc, ys, xc)
+        }
+        Direction::BackwardFilter => {
+            let (xc, xs) = resolve(x, false)?;
+            let (yc, ys) = resolve(dy.expect("backward has dy"), false)?;
+            let wc = new(&xc, wd);
+            (xc, xs, wc.clone(), yc, ys, wc)
+        }
+    };
+    let shape = ConvShape {
+        x: xd,
+        x_strides,
+        w: wd,
+        y: yd,
+        y_strides,
+        pad: o.padding.map(|v| v as i32),
+        stride: o.stride.map(|v| v as i32),
+        dilation: o.dilation.map(|v| v as i32),
+        groups: o.groups as i32,
+    };
+    let res = |c: &CubeTensor<CudaRuntime>| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") });
+    let (xr, wr, yr) = (res(&xc)?, res(&wc)?, res(&yc)?);
+    <Inner as Backend>::sync(&xc.device).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
+    let p = Pointers { x: xr.resource().ptr, w: wr.resource().ptr, y: yr.resource().ptr };
+    // SAFETY: the three buffers are held (resources and tensors) until cuDNN's stream has
+    // finished, which `run` waits for; their extents match `shape` by construction.
+    unsafe { cudnn::run(xc.device.index, dir, &shape, p)? };
+    drop((xr, wr, yr, xc, wc, yc));
+    Ok(register(&client, out))
+}
+
+/// Hands a buffer made outside burn's fusion graph to it, as a new float tensor.
+fn register(client: &Client, t: CubeTensor<CudaRuntime>) -> Prim {
+    let shape = t.meta.shape().clone();
+    let dtype = t.dtype;
+    let handle = <Inner as BackendIr>::float_tensor_handle(t);
+    let desc = InitOperationIr::create(shape, dtype, || client.register_tensor_handle(handle));
+    client.register(burn_fusion::stream::OperationStreams::default(), OperationIr::Init(desc), NoOp::<Inner>::new()).output()
+}

@@ -1,0 +1,73 @@
+//! Process-wide switches of the cuDNN convolution path, from the environment or set in code.
+
+use std::sync::{OnceLock, RwLock};
+
+/// How convolutions on burn-cuda use cuDNN. Read once from the environment
+/// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
+/// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`), or set with [`set`] before the first convolution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudnnOptions {
+    /// Use cuDNN at all (otherwise burn's own convolution kernels run).
+    pub enabled: bool,
+    /// Let f32 convolutions run on tensor cores in TF32, as PyTorch allows by default
+    /// (`torch.backends.cudnn.allow_tf32`); `false` forces full-precision FMA math.
+    pub allow_tf32: bool,
+    /// Only algorithms whose results are bit-identical run to run.
+    pub deterministic: bool,
+    /// The most scratch memory (bytes) one algorithm may use; also the workspace measured with.
+    pub workspace_limit: usize,
+}
+
+impl Default for CudnnOptions {
+    fn default() -> Self {
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20 }
+    }
+}
+
+impl CudnnOptions {
+    /// The defaults, overridden by the `BURN_VISION_CUDNN*` environment variables.
+    pub fn from_env() -> Self {
+        let mut o = Self::default();
+        let flag = |name: &str| std::env::var(name).ok().map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
+        if let Some(v) = flag("BURN_VISION_CUDNN") {
+            o.enabled = v;
+        }
+        if let Some(v) = flag("BURN_VISION_CUDNN_TF32") {
+            o.allow_tf32 = v;
+        }
+        if let Some(v) = flag("BURN_VISION_CUDNN_DETERMINISTIC") {
+            o.deterministic = v;
+        }
+        if let Some(mib) = std::env::var("BURN_VISION_CUDNN_WORKSPACE_MIB").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+            o.workspace_limit = mib << 20;
+        }
+        o
+    }
+}
+
+fn cell() -> &'static RwLock<CudnnOptions> {
+    static OPTIONS: OnceLock<RwLock<CudnnOptions>> = OnceLock::new();
+    OPTIONS.get_or_init(|| RwLock::new(CudnnOptions::from_env()))
+}
+
+/// The options in force.
+pub fn get() -> CudnnOptions {
+    cell().read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Replaces the options. Algorithms already measured keep the choice they were measured with.
+pub fn set(options: CudnnOptions) {
+    *cell().write().unwrap_or_else(|p| p.into_inner()) = options;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_pytorch() {
+        let o = CudnnOptions::default();
+        assert!(o.enabled && o.allow_tf32 && !o.deterministic);
+        assert_eq!(o.workspace_limit, 512 << 20);
+    }
+}
