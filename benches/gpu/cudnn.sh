@@ -11,6 +11,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source benches/gpu/env.sh
 B=${B:-carry}
+[ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
 chmod +x "$B"/burn-vision "$B"/cudnn_check
 # cubecl keeps autotune results under ./target (repo root); restore the last run's.
 [ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target
@@ -43,16 +44,16 @@ log = open(sys.argv[1]).read()
 rows = {}
 for fw, shape, f, fb in re.findall(r"RESULT framework=(\S+) shape=(\S+) .*?fwd_ms=(\S+) fwdbwd_ms=(\S+)", log):
     rows.setdefault(shape, {})[fw] = (float(f), float(fb))
-print(f"{'shape':22} {'burn fwd':>9} {'torch fwd':>9} {'ratio':>6} {'burn f+b':>9} {'torch f+b':>9} {'ratio':>6}")
-tot = [0.0, 0.0, 0.0, 0.0]
+print(f"{'shape':22} {'burn fwd':>9} {'torch fwd':>9} {'ratio':>6} {'burn f+b':>9} {'torch f+b':>9} {'ratio':>6} {'strided f+b':>11}")
+tot = [0.0, 0.0, 0.0, 0.0, 0.0]
 for shape, r in rows.items():
-    b, t = r.get("burn-cudnn"), r.get("pytorch")
+    b, t, st = r.get("burn-cudnn"), r.get("pytorch"), r.get("burn-cudnn-strided", (float("nan"),) * 2)
     if not (b and t):
         print(f"{shape:22} incomplete: {r}"); continue
-    tot = [tot[0] + b[0], tot[1] + t[0], tot[2] + b[1], tot[3] + t[1]]
-    print(f"{shape:22} {b[0]:9.3f} {t[0]:9.3f} {t[0]/b[0]:6.2f} {b[1]:9.3f} {t[1]:9.3f} {t[1]/b[1]:6.2f}")
+    tot = [tot[0] + b[0], tot[1] + t[0], tot[2] + b[1], tot[3] + t[1], tot[4] + st[1]]
+    print(f"{shape:22} {b[0]:9.3f} {t[0]:9.3f} {t[0]/b[0]:6.2f} {b[1]:9.3f} {t[1]:9.3f} {t[1]/b[1]:6.2f} {st[1]:11.3f}")
 if tot[0]:
-    print(f"{'sum':22} {tot[0]:9.3f} {tot[1]:9.3f} {tot[1]/tot[0]:6.2f} {tot[2]:9.3f} {tot[3]:9.3f} {tot[3]/tot[2]:6.2f}")
+    print(f"{'sum':22} {tot[0]:9.3f} {tot[1]:9.3f} {tot[1]/tot[0]:6.2f} {tot[2]:9.3f} {tot[3]:9.3f} {tot[3]/tot[2]:6.2f} {tot[4]:11.3f}")
 print("(ratio = PyTorch time / burn time: >= 1 means burn-vision is as fast or faster)")
 m = re.findall(r'"img_per_s":\s*([0-9.]+)', log)
 for name in ["burn_r50_synth", "torch_r50_synth"]:

@@ -8,11 +8,11 @@
 use crate::error::{Error, Result};
 use crate::process_group::ProcessGroup;
 use crate::tensor;
-use crate::{ReduceOp, tensor::all_reduce_f64};
+use crate::ReduceOp;
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn_optim::GradientsParams;
+use burn_optim::{GradientsAccumulator, GradientsParams};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -131,9 +131,17 @@ impl DistributedDataParallel {
         }
     }
 
+    /// PyTorch's `no_sync`: adds one micro-batch's `grads` to `acc` on this rank only, with no
+    /// communication. After the last micro-batch, pass `acc.grads()` to
+    /// [`sync_gradients`](Self::sync_gradients) once: k micro-batches cost one all-reduce. Scale
+    /// each micro-batch's loss by 1/k to average rather than sum them.
+    pub fn no_sync<B: AutodiffBackend, M: AutodiffModule<B>>(&self, acc: &mut GradientsAccumulator<M>, module: &M, grads: GradientsParams) {
+        acc.accumulate(module, grads);
+    }
+
     /// Averages `grads` (of `module`) across ranks and returns them, ready for the optimiser.
-    /// For gradient accumulation (`no_sync`), sum micro-batch gradients locally and call this
-    /// once per optimiser step.
+    /// For gradient accumulation, collect micro-batches with [`no_sync`](Self::no_sync) and call
+    /// this once per optimiser step.
     ///
     /// # Errors
     /// [`Error::UnusedParameter`] when a parameter has a gradient on some ranks but not others
@@ -145,11 +153,14 @@ impl DistributedDataParallel {
         let mut flats = collect.out;
         flats.reverse(); // gradients of the last layers are ready first: PyTorch's bucket order
 
-        // Every rank must agree on which parameters have gradients.
-        let mut present: Vec<f64> = flats.iter().map(|f| f64::from(u8::from(f.grad.is_some()))).collect();
-        let mut min = present.clone();
-        all_reduce_f64(&*self.pg, &mut min, ReduceOp::Min)?;
-        all_reduce_f64(&*self.pg, &mut present, ReduceOp::Max)?;
+        // Every rank must agree on which parameters have gradients. The flags travel as a
+        // tensor on the model's device, so this works on host and device (NCCL) groups alike.
+        let flags: Vec<f32> = flats.iter().map(|f| f32::from(u8::from(f.grad.is_some()))).collect();
+        let device = module.devices().into_iter().next().ok_or_else(|| Error::Unsupported { what: "DDP on a module without parameters".into() })?;
+        let flags = Tensor::<B::InnerBackend, 1>::from_floats(flags.as_slice(), &device);
+        let read = |t: Tensor<B::InnerBackend, 1>| -> Vec<f64> { t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default().into_iter().map(f64::from).collect() };
+        let min = read(tensor::all_reduce(&*self.pg, flags.clone(), ReduceOp::Min)?);
+        let present = read(tensor::all_reduce(&*self.pg, flags, ReduceOp::Max)?);
         for (i, f) in flats.iter().enumerate() {
             if min[i] != present[i] || (present[i] == 0.0 && !self.config.find_unused_parameters) {
                 return Err(Error::UnusedParameter {

@@ -109,6 +109,60 @@ fn equivalence(test: &str, world: usize) {
     }
 }
 
+/// Gradient accumulation: each rank runs its b rows as `MICRO` micro-batches through
+/// `no_sync` (loss scaled by 1/MICRO) and syncs once per step — still one process with N·b.
+const MICRO: usize = 2;
+
+#[test]
+fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
+    let test = "ddp_no_sync_accumulation_equals_one_process_with_the_global_batch";
+    let device = Default::default();
+    let world = 2;
+    if is_worker() {
+        let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+        let rank = pg.rank();
+        B::seed(&device, 1000 + rank as u64);
+        let ddp = DistributedDataParallel::new(pg, DdpConfig::default());
+        let mut model = ddp.broadcast_module(Mlp::<B>::new(&device)).unwrap();
+        let mut optim = SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+            .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
+            .init::<B, Mlp<B>>();
+        let loss_fn = CrossEntropyLossConfig::new().init(&device);
+        let global = world * PER_RANK;
+        let micro = PER_RANK / MICRO;
+        for step in 0..STEPS {
+            let mut acc = burn_optim::GradientsAccumulator::new();
+            for m in 0..MICRO {
+                let start = step * global + rank * PER_RANK + m * micro;
+                let (x, y) = batch(start..start + micro, &device);
+                let loss = loss_fn.forward(model.forward(x), y) / MICRO as f32;
+                ddp.no_sync(&mut acc, &model, GradientsParams::from_grads(loss.backward(), &model));
+            }
+            let synced_before = ddp.stats().steps;
+            let grads = ddp.sync_gradients(&model, acc.grads()).unwrap();
+            assert_eq!(ddp.stats().steps, synced_before + 1, "one sync per optimiser step");
+            model = optim.step(0.1, model, grads);
+        }
+        assert_eq!(ddp.stats().steps, STEPS);
+        println!("PARAMS {}", serde_json::to_string(&flat_values(&model)).unwrap());
+        return;
+    }
+    let outs = spawn(test, world, &[0, 1], &[]);
+    assert_all_ok(test, &outs);
+    let _init = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    B::seed(&device, 1000);
+    let global = world * PER_RANK;
+    let single = flat_values(&train(Mlp::<B>::new(&device), |s| s * global..(s + 1) * global, |_, g| g));
+    for (r, o) in outs.iter().enumerate() {
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
+        let params: Vec<f32> = serde_json::from_str(line).unwrap();
+        let diff = max_relative_diff(&params, &single, 1e-6);
+        assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
+    }
+}
+
 #[test]
 fn ddp_2_ranks_equals_one_process_with_the_global_batch() {
     equivalence("ddp_2_ranks_equals_one_process_with_the_global_batch", 2);

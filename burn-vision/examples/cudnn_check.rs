@@ -3,7 +3,7 @@
 //! ResNet-50 convolution shape (forward, and forward + backward) at batch 256.
 //!
 //! `cargo build --release -p burn-vision --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [bench] [--batch N] [--iters N]`. Prints `RESULT` lines; exits 1 when a
+//! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided]`. Prints `RESULT` lines; exits 1 when a
 //! check fails.
 
 use burn::prelude::*;
@@ -62,7 +62,9 @@ fn check(device: &CudaDevice) -> bool {
         ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4),
     ] {
         options::set(opts.clone());
-        for case in &cases {
+        // burn's own kernels autotune every new shape: two cases are enough to compare with.
+        let n = if opts.enabled { cases.len() } else { 2 };
+        for case in &cases[..n] {
             let before = cudnn::calls();
             let e = errors(case, device);
             let used = cudnn::calls() - before;
@@ -109,9 +111,20 @@ fn time_ms(iters: usize, device: &CudaDevice, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
 
-fn bench(device: &CudaDevice, batch: usize, iters: usize) {
+fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool) {
     let shapes: Shapes = serde_json::from_str(include_str!("../../benches/resnet50_conv_shapes.json")).expect("shape list");
-    for s in shapes.shapes {
+    let base = options::get();
+    // Burn-cuda's activations are pitched; `--strided` also times cuDNN on them as they are.
+    let variants: &[(&str, bool)] = if strided { &[("burn-cudnn", true), ("burn-cudnn-strided", false)] } else { &[("burn-cudnn", true)] };
+    for &(label, pack) in variants {
+        options::set(CudnnOptions { pack_inputs: pack, ..base.clone() });
+        bench_shapes(device, batch, iters, &shapes, label);
+    }
+    options::set(base);
+}
+
+fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes, label: &str) {
+    for s in &shapes.shapes {
         let o = burn::tensor::ops::ConvOptions::new([s.stride; 2], [s.pad; 2], [1, 1], 1);
         let normal = Distribution::Normal(0.0, 1.0);
         let x = Tensor::<Cuda, 4>::random([batch, s.c, s.h, s.w], normal, device);
@@ -135,7 +148,7 @@ fn bench(device: &CudaDevice, batch: usize, iters: usize) {
             drop((dx, dw));
         });
         println!(
-            "RESULT framework=burn-cudnn shape={} batch={batch} c={} hw={} k={} r={} stride={} fwd_ms={fwd:.3} fwdbwd_ms={fwdbwd:.3}",
+            "RESULT framework={label} shape={} batch={batch} c={} hw={} k={} r={} stride={} fwd_ms={fwd:.3} fwdbwd_ms={fwdbwd:.3}",
             s.name, s.c, s.h, s.k, s.r, s.stride
         );
     }
@@ -156,7 +169,7 @@ fn main() {
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
     }
     if all || args.iter().any(|a| a == "bench") {
-        bench(&device, flag("--batch", 256), flag("--iters", 10));
+        bench(&device, flag("--batch", 256), flag("--iters", 10), args.iter().any(|a| a == "--strided"));
     }
     std::process::exit(if ok { 0 } else { 1 });
 }

@@ -13,7 +13,9 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
+        (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
+        (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
         (&["train", "--model", "vgg16", "--quiet"], "available: resnet10-mini"),
         (&["train", "--gpus", "0,x"], "`x` is not a GPU number"),
@@ -70,19 +72,20 @@ fn train_then_eval_and_predict() {
 }
 
 #[test]
-fn nproc_2_cpu_trains_end_to_end_over_tcp() {
+fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
     let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
-        .args(["train", "--nproc", "2", "--cpu", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
+        .args(["train", "--nproc", "2", "--cpu", "--sync-bn", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
         .output()
         .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("[rank 0] done: 1 epoch(s)"), "{stdout}");
     assert!(!stdout.contains("[rank 1] done"), "only rank 0 reports: {stdout}");
-    assert!(stderr.contains("2 process(es) x batch 8 = global batch 16"), "{stderr}");
+    assert!(stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DDP, SyncBatchNorm"), "{stderr}");
+    assert!(stderr.contains("peak host memory"), "health table without memory: {stderr}");
     assert!(stderr.contains("rank 1:") && stderr.contains("gradient sync"), "health table missing: {stderr}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 1, "one writer: {metrics}");
@@ -95,4 +98,23 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp() {
     let record: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
     let distributed = format!("top-1 {:.2}%", 100.0 * record["val_acc"].as_f64().unwrap());
     assert!(text.contains(&distributed), "single-process eval `{text}` vs distributed `{distributed}`");
+}
+
+#[test]
+fn data_parallel_2_cpu_workers_train_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
+    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
+        .args(["train", "--strategy", "dp", "--nproc", "2", "--cpu", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DataParallel"), "{stderr}");
+    assert!(!stdout.contains("[rank"), "DataParallel is one process: {stdout}");
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    let loss = record["train_loss"].as_f64().unwrap();
+    assert!(loss.is_finite() && loss > 0.0, "{record}");
 }

@@ -176,22 +176,24 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
         let shape = Shape::new(d.map(|v| v as usize));
         burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), shape, burn::tensor::DType::F32)
     };
+    let pack = super::options::get().pack_inputs;
     let (xc, x_strides, wc, yc, y_strides, out) = match dir {
         Direction::Forward => {
-            let (xc, xs) = resolve(x, false)?;
+            let (xc, xs) = resolve(x, pack)?;
             let (wc, _) = resolve(w, true)?;
             let yc = new(&xc, yd);
             (xc, xs, wc, yc.clone(), packed(yd), yc)
         }
         Direction::BackwardData => {
             let (wc, _) = resolve(w, true)?;
-            let (yc, ys) = resolve(dy.expect("backward has dy"), false)?;
+            let (yc, ys) = resolve(dy.expect("backward has dy"), pack)?;
             let xc = new(&wc, xd);
             (xc.clone(), packed(xd), wc, yc, ys, xc)
         }
         Direction::BackwardFilter => {
-            let (xc, xs) = resolve(x, false)?;
-            let (yc, ys) = resolve(dy.expect("backward has dy"), false)?;
+            // cuDNN 9 has no backward-filter algorithm for strided (pitched) inputs: pack both.
+            let (xc, xs) = resolve(x, true)?;
+            let (yc, ys) = resolve(dy.expect("backward has dy"), true)?;
             let wc = new(&xc, wd);
             (xc, xs, wc.clone(), yc, ys, wc)
         }

@@ -4,7 +4,7 @@ use std::sync::{OnceLock, RwLock};
 
 /// How convolutions on burn-cuda use cuDNN. Read once from the environment
 /// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
-/// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`), or set with [`set`] before the first convolution.
+/// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`), or set with [`set`] before the first convolution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -16,11 +16,15 @@ pub struct CudnnOptions {
     pub deterministic: bool,
     /// The most scratch memory (bytes) one algorithm may use; also the workspace measured with.
     pub workspace_limit: usize,
+    /// Copy pitched activations (burn-cuda pads rows) to a packed layout before forward and
+    /// backward-data calls: cuDNN's fast kernels want packed NCHW. Backward-filter always packs
+    /// (cuDNN 9 has no algorithm for strided inputs there).
+    pub pack_inputs: bool,
 }
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20 }
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true }
     }
 }
 
@@ -37,6 +41,9 @@ impl CudnnOptions {
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_DETERMINISTIC") {
             o.deterministic = v;
+        }
+        if let Some(v) = flag("BURN_VISION_CUDNN_PACK") {
+            o.pack_inputs = v;
         }
         if let Some(mib) = std::env::var("BURN_VISION_CUDNN_WORKSPACE_MIB").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
             o.workspace_limit = mib << 20;

@@ -244,9 +244,15 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             let (x, y) = batch_tensors::<B>(batch, &device);
             let mut grads = match &dp {
                 Some(dp) => {
-                    let out = dp.step(model, n, |replica: ResNet<B>, rows, dev| {
+                    // Shards move to their devices here, on this thread; the device threads
+                    // only compute (burn-fusion's cross-device copies from worker threads failed
+                    // on GPUs).
+                    let shards = burn_ddp::data_parallel::shard_rows(n, dp.devices().len());
+                    let parts: Vec<_> = shards.iter().zip(dp.devices()).map(|(r, dev)| (x.clone().slice([r.clone()]).to_device(dev), y.clone().slice([r.clone()]).to_device(dev))).collect();
+                    let out = dp.step(model, n, |replica: ResNet<B>, rows, _dev| {
                         let k = rows.len();
-                        let (xs, ys) = (x.clone().slice([rows.clone()]).to_device(dev), y.clone().slice([rows]).to_device(dev));
+                        let i = shards.iter().position(|r| *r == rows).expect("DataParallel's own shards");
+                        let (xs, ys) = parts[i].clone();
                         let logits = replica.forward(xs);
                         let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(ys.clone().inner()).int().sum().into_scalar().elem();
                         (loss_fn.forward(logits, ys), hits)
