@@ -12,7 +12,7 @@
 //! while DDP's ranks overlap nothing but a bucketed all-reduce. It exists for parity with the
 //! tutorial's comparison and for quick single-process experiments.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn_optim::GradientsParams;
@@ -54,6 +54,41 @@ pub fn shard_rows(batch: usize, parts: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
+/// Moves every float tensor (parameters and running statistics) to `device` through host
+/// memory, keeping ids and trainability. Only for a module whose running statistics it owns
+/// (burn's `RunningState` is shared between clones and mapped in place).
+struct ViaHost<'a, B: Backend> {
+    device: &'a B::Device,
+}
+
+impl<B: Backend> ModuleMapper<B> for ViaHost<'_, B> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let device = self.device;
+        param.map(|t| {
+            let tracked = t.is_require_grad();
+            let moved = Tensor::from_data(t.into_data(), device);
+            if tracked { moved.require_grad() } else { moved }
+        })
+    }
+}
+
+/// A copy of `model` on `device` that shares nothing mutable with it: fresh running statistics
+/// (clones of a burn module share them), values copied through host memory (cubecl's
+/// device-to-device copies from worker threads failed on GPUs).
+fn replica<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, device: &B::Device) -> M {
+    let fresh = M::from_inner(model.valid());
+    if fresh.devices().first() == Some(device) {
+        fresh
+    } else {
+        fresh.map(&mut ViaHost::<B> { device })
+    }
+}
+
+/// `t` on `device`, through host memory when it is elsewhere.
+fn move_via_host<B: Backend, const D: usize>(t: Tensor<B, D>, device: &B::Device) -> Tensor<B, D> {
+    if &t.device() == device { t } else { Tensor::from_data(t.into_data(), device) }
+}
+
 struct Materialize;
 
 impl<B: Backend> ModuleVisitor<B> for Materialize {
@@ -74,7 +109,7 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Combine<'_, B> {
         let mut sum: Option<Tensor<B::InnerBackend, D>> = None;
         for (grads, weight) in self.parts.iter_mut() {
             if let Some(g) = grads.remove::<B::InnerBackend, D>(id) {
-                let g = g.to_device(&self.device) * *weight;
+                let g = move_via_host(g, &self.device) * *weight;
                 sum = Some(match sum {
                     Some(s) => s + g,
                     None => g,
@@ -124,7 +159,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
                 .iter()
                 .zip(&self.devices)
                 .map(|(rows, device)| {
-                    let replica = model.clone().fork(device);
+                    let replica = replica(&model, device);
                     let loss_of = &loss_of;
                     let rows = rows.clone();
                     scope.spawn(move || {

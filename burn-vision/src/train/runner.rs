@@ -244,11 +244,17 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             let (x, y) = batch_tensors::<B>(batch, &device);
             let mut grads = match &dp {
                 Some(dp) => {
-                    // Shards move to their devices here, on this thread; the device threads
-                    // only compute (burn-fusion's cross-device copies from worker threads failed
-                    // on GPUs).
+                    // Shards move to their devices here, on this thread and through host memory;
+                    // the device threads only compute.
                     let shards = burn_ddp::data_parallel::shard_rows(n, dp.devices().len());
-                    let parts: Vec<_> = shards.iter().zip(dp.devices()).map(|(r, dev)| (x.clone().slice([r.clone()]).to_device(dev), y.clone().slice([r.clone()]).to_device(dev))).collect();
+                    let parts: Vec<_> = shards
+                        .iter()
+                        .zip(dp.devices())
+                        .map(|(r, dev)| {
+                            let (xs, ys) = (x.clone().slice([r.clone()]), y.clone().slice([r.clone()]));
+                            if *dev == device { (xs, ys) } else { (Tensor::from_data(xs.into_data(), dev), Tensor::from_data(ys.into_data(), dev)) }
+                        })
+                        .collect();
                     let out = dp.step(model, n, |replica: ResNet<B>, rows, _dev| {
                         let k = rows.len();
                         let i = shards.iter().position(|r| *r == rows).expect("DataParallel's own shards");
