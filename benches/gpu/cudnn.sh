@@ -9,21 +9,10 @@
 # Writes raw logs to $OUT and prints summary tables last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source benches/gpu/env.sh
-B=${B:-carry}
-[ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
-chmod +x "$B"/burn-vision "$B"/cudnn_check
-# cubecl keeps autotune results under ./target (repo root); restore the last run's.
-[ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target
 LOG=$OUT/cudnn.log
-: > "$LOG"
-step() { # name, timeout, command...
-  local name=$1 t=$2; shift 2
-  echo "=== $name: $*" | tee -a "$LOG"
-  local s=$SECONDS
-  timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "FAIL|cudnn_check=|img_per_s|error|panic" | tail -n 6
-  echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
-}
+SHOW="FAIL|cudnn_check=|img_per_s|error|panic"
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision "$B"/cudnn_check
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())' | tee -a "$LOG"
 for s in ${STEPS:-check shapes torch_shapes burn_r50 torch_r50}; do

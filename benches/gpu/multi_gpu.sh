@@ -6,24 +6,15 @@
 #   cargo build --release -p burn-vision --features cuda --bin burn-vision
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source benches/gpu/env.sh
-B=${B:-carry}
-[ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
+LOG=$OUT/multi_gpu.log
+SHOW="RESULT|epoch [0-9]+/|rank [0-9]+:|ranks:|done:|error|panic|warn"
+SHOW_LINES=12
+source benches/gpu/lib.sh
 BIN=$B/burn-vision
 chmod +x "$BIN"
-[ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target
-LOG=$OUT/multi_gpu.log
-: > "$LOG"
 D=datasets/fashion-mnist-10k
 BATCH=${BATCH:-128}
 EPOCHS=${EPOCHS:-3}
-step() { # name, timeout, command...
-  local name=$1 t=$2; shift 2
-  echo "=== $name: $*" | tee -a "$LOG"
-  local s=$SECONDS
-  timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "RESULT|epoch [0-9]+/|rank [0-9]+:|ranks:|done:|error|panic|warn" | tail -n 12
-  echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
-}
 burn() { # name, extra flags...
   local name=$1; shift
   rm -rf /tmp/run_$name

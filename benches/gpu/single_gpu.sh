@@ -4,20 +4,12 @@
 # Writes raw logs to $OUT (or /tmp/out) and prints a summary table last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source benches/gpu/env.sh
-BIN=${BIN:-carry/burn-vision}
-chmod +x "$BIN"
-# cubecl keeps autotune results under ./target (repo root); restore the last run's.
-[ -f carry/cubecl-cache.tgz ] && mkdir -p target && tar xzf carry/cubecl-cache.tgz -C target
 LOG=$OUT/single_gpu.log
-: > "$LOG"
-step() { # name, timeout, command...
-  local name=$1 t=$2; shift 2
-  echo "=== $name: $*" | tee -a "$LOG"
-  local s=$SECONDS
-  timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "RESULT|img_per_s|epoch |done:|error" | tail -n 5
-  echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
-}
+SHOW="RESULT|img_per_s|epoch |done:|error"
+SHOW_LINES=5
+source benches/gpu/lib.sh
+BIN=${BIN:-$B/burn-vision}
+chmod +x "$BIN"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())' | tee -a "$LOG"
 D=datasets/fashion-mnist-10k

@@ -2,45 +2,20 @@
 //! k SGD steps (momentum, weight decay) as one device with the same batch, including batches
 //! that do not split evenly.
 
-use burn::module::Module;
-use burn::prelude::*;
-use burn::tensor::TensorData;
+mod common;
+
 use burn_autodiff::Autodiff;
 use burn_ddp::data_parallel::DataParallel;
 use burn_ddp::params::{flat_values, max_relative_diff};
 use burn_flex::Flex;
 use burn_nn::loss::CrossEntropyLossConfig;
-use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::decay::WeightDecayConfig;
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+use common::mlp::{Mlp, batch};
 
 type B = Autodiff<Flex>;
-const FEATURES: usize = 8;
 const STEPS: usize = 3;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-    relu: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
-        Self { l1: LinearConfig::new(FEATURES, 16).init(device), l2: LinearConfig::new(16, 3).init(device), relu: Relu::new() }
-    }
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.l2.forward(self.relu.forward(self.l1.forward(x)))
-    }
-}
-
-fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-    let n = rows.len();
-    let xs: Vec<f32> = rows.clone().flat_map(|i| (0..FEATURES).map(move |j| (((i * 31 + j * 17) % 29) as f32 - 14.0) / 7.0)).collect();
-    let ys: Vec<i64> = rows.map(|i| (i % 3) as i64).collect();
-    (Tensor::from_data(TensorData::new(xs, [n, FEATURES]), device), Tensor::from_data(TensorData::new(ys, [n]), device))
-}
 
 fn optimizer() -> impl Optimizer<Mlp<B>, B> {
     SgdConfig::new()

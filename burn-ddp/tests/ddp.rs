@@ -4,51 +4,24 @@
 
 mod common;
 
-use burn::module::Module;
 use burn::prelude::*;
-use burn::tensor::TensorData;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::{flat_values, max_relative_diff};
 use burn_ddp::{ProcessGroup, Backend as PgBackend, DdpConfig, DistributedDataParallel, RendezvousConfig, init_process_group};
 use burn_flex::Flex;
 use burn_nn::loss::CrossEntropyLossConfig;
-use burn_nn::{Linear, LinearConfig, Relu};
 use burn_optim::decay::WeightDecayConfig;
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+use common::mlp::Mlp;
 use common::{assert_all_ok, is_worker, spawn};
 
 type B = Autodiff<Flex>;
 const PER_RANK: usize = 4;
 const STEPS: usize = 3;
-const FEATURES: usize = 8;
-
-#[derive(Module, Debug)]
-struct Mlp<B: Backend> {
-    l1: Linear<B>,
-    l2: Linear<B>,
-    relu: Relu,
-}
-
-impl<B: Backend> Mlp<B> {
-    fn new(device: &B::Device) -> Self {
-        Self { l1: LinearConfig::new(FEATURES, 16).init(device), l2: LinearConfig::new(16, 3).init(device), relu: Relu::new() }
-    }
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        self.l2.forward(self.relu.forward(self.l1.forward(x)))
-    }
-}
-
-/// Row `i` of the global data set: features and label, a fixed function of `i`.
-fn row(i: usize) -> (Vec<f32>, i64) {
-    let x = (0..FEATURES).map(|j| (((i * 31 + j * 17) % 29) as f32 - 14.0) / 7.0).collect();
-    (x, (i % 3) as i64)
-}
 
 fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
-    let n = rows.len();
-    let (xs, ys): (Vec<Vec<f32>>, Vec<i64>) = rows.map(row).unzip();
-    (Tensor::from_data(TensorData::new(xs.concat(), [n, FEATURES]), device), Tensor::from_data(TensorData::new(ys, [n]), device))
+    common::mlp::batch::<B>(rows, device)
 }
 
 /// Trains `STEPS` steps; `rows_of(step)` picks this process's rows; `sync` averages gradients.
@@ -66,6 +39,18 @@ fn train(mut model: Mlp<B>, rows_of: impl Fn(usize) -> std::ops::Range<usize>, s
         model = optim.step(0.1, model, grads);
     }
     model
+}
+
+/// Each rank's printed `PARAMS` against the single-process parameters (within 1e-5 relative).
+fn assert_ranks_match(outs: &[std::process::Output], single: &[f32]) {
+    for (r, o) in outs.iter().enumerate() {
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
+        let params: Vec<f32> = serde_json::from_str(line).unwrap();
+        let diff = max_relative_diff(&params, single, 1e-6);
+        assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
+        eprintln!("rank {r}: {} parameters, max relative difference {diff:e} from single-process training", params.len());
+    }
 }
 
 static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -99,14 +84,7 @@ fn equivalence(test: &str, world: usize) {
         flat_values(&Mlp::<B>::new(&device))
     };
     assert!(max_relative_diff(&single, &initial, 1e-6) > 1e-3, "training must move the parameters");
-    for (r, o) in outs.iter().enumerate() {
-        let text = String::from_utf8_lossy(&o.stdout);
-        let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
-        let params: Vec<f32> = serde_json::from_str(line).unwrap();
-        let diff = max_relative_diff(&params, &single, 1e-6);
-        assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
-        eprintln!("rank {r}: {} parameters, max relative difference {diff:e} from single-process training", params.len());
-    }
+    assert_ranks_match(&outs, &single);
 }
 
 /// Gradient accumulation: each rank runs its b rows as `MICRO` micro-batches through
@@ -154,13 +132,7 @@ fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
     B::seed(&device, 1000);
     let global = world * PER_RANK;
     let single = flat_values(&train(Mlp::<B>::new(&device), |s| s * global..(s + 1) * global, |_, g| g));
-    for (r, o) in outs.iter().enumerate() {
-        let text = String::from_utf8_lossy(&o.stdout);
-        let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
-        let params: Vec<f32> = serde_json::from_str(line).unwrap();
-        let diff = max_relative_diff(&params, &single, 1e-6);
-        assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
-    }
+    assert_ranks_match(&outs, &single);
 }
 
 #[test]

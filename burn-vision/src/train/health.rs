@@ -2,7 +2,7 @@
 //! memory, and the skew between ranks.
 
 /// Values each rank contributes, in this order.
-pub const FIELDS: usize = 4;
+pub const FIELDS: usize = 5;
 
 /// This process's peak resident host memory in MiB (`VmHWM`), 0 where unknown.
 pub fn peak_host_mib() -> f64 {
@@ -13,10 +13,10 @@ pub fn peak_host_mib() -> f64 {
 }
 
 /// One rank's row: images/s, sync share of the training time, peak host MiB, GPU MiB in use
-/// (0 without a GPU).
-pub fn row(img_per_s: f64, sync_share: f64, gpu: Option<usize>) -> [f64; FIELDS] {
+/// (0 without a GPU), milliseconds of gradient sync per step.
+pub fn row(img_per_s: f64, sync_share: f64, gpu: Option<usize>, sync_ms_per_step: f64) -> [f64; FIELDS] {
     let gpu_mib = gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()).map_or(0.0, |b| b as f64 / (1 << 20) as f64);
-    [img_per_s, sync_share, peak_host_mib(), gpu_mib]
+    [img_per_s, sync_share, peak_host_mib(), gpu_mib, sync_ms_per_step]
 }
 
 /// Largest over smallest of the positive values (1 when fewer than two).
@@ -33,7 +33,10 @@ fn skew(values: &[f64]) -> f64 {
 pub fn log(rows: &[f64]) {
     let rows: Vec<&[f64]> = rows.chunks(FIELDS).collect();
     for (r, c) in rows.iter().enumerate() {
-        log::info!("rank {r}: {:.1} img/s, gradient sync {:.1}% of training time, peak host memory {:.0} MiB, GPU memory in use {:.0} MiB", c[0], 100.0 * c[1], c[2], c[3]);
+        log::info!(
+            "rank {r}: {:.1} img/s, gradient sync {:.1}% of training time ({:.2} ms/step), peak host memory {:.0} MiB, GPU memory in use {:.0} MiB",
+            c[0], 100.0 * c[1], c[4], c[2], c[3]
+        );
     }
     let ips: Vec<f64> = rows.iter().map(|c| c[0]).collect();
     log::info!("{} ranks: {:.1} img/s together, slowest/fastest rank {:.2}", rows.len(), ips.iter().sum::<f64>(), 1.0 / skew(&ips));

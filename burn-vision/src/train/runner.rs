@@ -238,6 +238,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut correct = Tensor::<B::InnerBackend, 1, Int>::zeros([1], &device);
         let mut seen = 0usize;
         let mut host_tally = (0f64, 0i64); // DataParallel's loss sum and hits
+        let mut epoch_steps = 0usize;
         for batch in loader.take(steps_per_epoch) {
             let batch = batch?;
             let n = batch.shape[0];
@@ -283,6 +284,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             }
             model = optim.step(schedule.lr(step), model, grads);
             step += 1;
+            epoch_steps += 1;
             seen += n;
             bar.inc(1);
             if step % 10 == 0 {
@@ -320,7 +322,8 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
                 DeviceSpec::Cuda(ids) => ids.get(d.local_rank).copied(),
                 DeviceSpec::Cpu => None,
             };
-            health.push(d.gather(&super::health::row(rank_img_per_s, sync_seconds / train_seconds.max(1e-9), gpu))?);
+            let steps_done = epoch_steps.max(1) as f64;
+            health.push(d.gather(&super::health::row(rank_img_per_s, sync_seconds / train_seconds.max(1e-9), gpu, 1e3 * sync_seconds / steps_done))?);
         }
         let record = EpochRecord {
             epoch: epoch + 1,

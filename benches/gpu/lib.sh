@@ -1,0 +1,17 @@
+# Shared by the GPU run scripts (source it after setting LOG and SHOW): the GPU machine's
+# library paths, the binaries and autotune cache carried in $B (default carry/), and
+# `step NAME TIMEOUT COMMAND...`, which appends the command's whole output to $LOG, shows the
+# lines matching $SHOW, and logs its exit code and wall time.
+source benches/gpu/env.sh
+B=${B:-carry}
+[ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
+# cubecl keeps autotune results under ./target (repo root); restore the last run's.
+[ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target
+: > "$LOG"
+step() {
+  local name=$1 t=$2; shift 2
+  echo "=== $name: $*" | tee -a "$LOG"
+  local s=$SECONDS
+  timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "$SHOW" | tail -n ${SHOW_LINES:-6}
+  echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
+}
