@@ -89,6 +89,8 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
     assert!(stderr.contains("rank 1:") && stderr.contains("gradient sync"), "health table missing: {stderr}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 1, "one writer: {metrics}");
+    let boards = std::fs::read_dir(out.join("tensorboard")).unwrap().count();
+    assert_eq!(boards, 1, "rank 0 alone writes TensorBoard events");
     // Validation counted every held-out image exactly once across the two ranks: 60 of 300.
     let eval = cli(&["eval", "--checkpoint", out.join("last.ckpt").to_str().unwrap()]);
     let text = String::from_utf8_lossy(&eval.stdout);

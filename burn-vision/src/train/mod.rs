@@ -6,6 +6,7 @@ pub mod config;
 pub mod distributed;
 pub mod evaluate;
 pub mod health;
+pub mod tensorboard;
 pub mod metrics;
 pub mod predict;
 pub mod runner;

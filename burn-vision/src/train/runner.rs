@@ -6,6 +6,7 @@ use super::config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 use super::evaluate::{batch_tensors, evaluate};
 use super::metrics::{EpochRecord, MetricsLog, Tally};
 use super::schedule::CosineSchedule;
+use super::tensorboard::EventWriter;
 use super::distributed::{Dist, Distributed};
 use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, load_source, shuffle_for_epoch, split_per_class};
 use burn_ddp::{BatchNormSync, DataParallel, DistributedSampler, shard_exact};
@@ -182,9 +183,11 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         model = d.ddp.broadcast_module(model)?;
     }
     let metrics = MetricsLog::new(&out.join("metrics.jsonl"));
+    let mut board = None;
     if main_rank {
         std::fs::create_dir_all(out).map_err(|e| Error::io("creating", out, e))?;
         metrics.truncate_to(start_epoch)?;
+        board = Some(EventWriter::create(&out.join("tensorboard"))?);
     }
 
     let dataset: Arc<dyn Dataset> = data.dataset.clone();
@@ -369,6 +372,21 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         }
         ck.save(&last_path(out))?;
         metrics.append(&record)?;
+        if let Some(tb) = board.as_mut() {
+            let step = record.epoch as i64;
+            for (tag, value) in [
+                ("train/loss", record.train_loss),
+                ("train/acc", record.train_acc),
+                ("val/loss", record.val_loss),
+                ("val/acc", record.val_acc),
+                ("val/acc5", record.val_acc5),
+                ("lr", record.lr),
+                ("img_per_s", record.img_per_s),
+            ] {
+                tb.scalar(tag, value, step)?;
+            }
+            tb.flush()?;
+        }
         records.push(record);
     }
     if main_rank {
