@@ -128,7 +128,9 @@ struct DeviceState {
     stream: Arc<CudaStream>,
     handle: Handle,
     workspace: Option<CudaSlice<u8>>,
-    plans: HashMap<(Direction, ConvShape), Plan>,
+    /// Keyed by what the choice depends on: direction, shape, and the math settings
+    /// (TF32 allowed, deterministic only) it was measured under.
+    plans: HashMap<(Direction, ConvShape, bool, bool), Plan>,
 }
 
 type Devices = Mutex<HashMap<usize, Arc<Mutex<DeviceState>>>>;
@@ -260,7 +262,7 @@ pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers)
     let state = device_state(device)?;
     let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
     s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-    let key = (dir, shape.clone());
+    let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic);
     if !s.plans.contains_key(&key) {
         // SAFETY: as this function's contract.
         let plan = unsafe { s.find(dir, shape, p, &opts)? };

@@ -62,7 +62,8 @@ pub fn get() -> CudnnOptions {
     cell().read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Replaces the options. Algorithms already measured keep the choice they were measured with.
+/// Replaces the options for the convolutions that follow (algorithm choices are cached per
+/// setting of `allow_tf32` and `deterministic`, so switching measures afresh once).
 pub fn set(options: CudnnOptions) {
     *cell().write().unwrap_or_else(|p| p.into_inner()) = options;
 }
