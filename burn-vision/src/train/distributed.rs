@@ -44,7 +44,12 @@ impl Distributed {
         }
         let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
-        let groups = init_process_groups(backends, &config)?;
+        let groups = init_process_groups(backends, &config).map_err(|e| match e {
+            burn_ddp::Error::Cuda { op, reason } if nccl => {
+                burn_ddp::Error::Cuda { op, reason: format!("{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)") }
+            }
+            other => other,
+        })?;
         let host_group: Arc<dyn ProcessGroup> = groups[0].clone();
         let device_group: Arc<dyn ProcessGroup> = groups[groups.len() - 1].clone();
         if config.rank == 0 {
