@@ -24,7 +24,7 @@ for s in ${STEPS:-check shapes torch_shapes burn_r50 torch_r50}; do
     torch_r50)    step torch_r50_synth 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 2 10 ;;
   esac
 done
-[ -d target ] && tar czf "$OUT/cubecl-cache.tgz" -C target . 2>/dev/null
+save_cache
 
 echo; echo "SUMMARY per ResNet-50 convolution shape, batch 256, fp32 NCHW (TF32 allowed), ms per call"
 python3 - "$LOG" <<'PY'

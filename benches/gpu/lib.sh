@@ -15,3 +15,8 @@ step() {
   timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "$SHOW" | tail -n ${SHOW_LINES:-6}
   echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
 }
+# Keeps cubecl's autotune results for the next call (only the cache: ./target may be a whole
+# Cargo target directory where this runs on a development machine).
+save_cache() {
+  [ -d target/autotune ] && tar czf "$OUT/cubecl-cache.tgz" -C target ./autotune 2>/dev/null
+}

@@ -33,7 +33,7 @@ for s in ${STEPS:-burn_1gpu burn_ddp burn_ddp_syncbn burn_dp torch_ddp torch_ddp
     torch_1gpu)       step torch_1gpu 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 benches/pytorch_ddp.py $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz $BATCH $EPOCHS ;;
   esac
 done
-[ -d target ] && tar czf "$OUT/cubecl-cache.tgz" -C target . 2>/dev/null
+save_cache
 
 echo; echo "SUMMARY ResNet-18 (3x3 stem) on bundled Fashion-MNIST, batch $BATCH per GPU, img/s of the last epoch"
 python3 - "$LOG" "$OUT" <<'PY'

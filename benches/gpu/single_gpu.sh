@@ -26,7 +26,7 @@ make_folder()     { [ -d /tmp/fm256 ] || python3 benches/pytorch_baseline.py mak
 burn_r50_folder() { make_folder; rm -rf /tmp/run_r50; step burn_r50_folder_train 180 $BIN train --data /tmp/fm256 --model resnet50 --batch-size $R50B --epochs 1 --max-steps-per-epoch 12 --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50; cp /tmp/run_r50/metrics.jsonl "$OUT/burn_r50_folder_metrics.jsonl" 2>/dev/null; }
 torch_r50_folder(){ make_folder; step torch_r50_folder 120 python3 benches/pytorch_baseline.py folder /tmp/fm256 $R50B 12; }
 for s in ${STEPS:-burn_r18_synth torch_r18_synth burn_r18_train burn_r50_synth torch_r50_synth burn_r50_folder torch_r50_folder}; do $s; done
-[ -d target ] && tar czf "$OUT/cubecl-cache.tgz" -C target . 2>/dev/null
+save_cache
 
 echo; echo "SUMMARY (img/s; burn = burn-vision on burn-cuda 0.21 autotune+fusion, f32)"
 python3 - "$LOG" "$OUT" <<'PY'
