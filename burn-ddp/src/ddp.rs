@@ -21,8 +21,9 @@ use std::time::Instant;
 pub struct DdpConfig {
     /// Largest bucket of flattened gradients per collective (PyTorch's default: 25 MiB).
     pub bucket_bytes: usize,
-    /// Accept parameters that get no gradient on every rank (they are skipped). A parameter with
-    /// a gradient on some ranks and not others is always an error.
+    /// PyTorch's `find_unused_parameters`: a parameter without a gradient on some ranks counts
+    /// as a zero gradient there, one without a gradient anywhere is skipped. Off: either is
+    /// [`Error::UnusedParameter`] naming the parameter (never a hang).
     pub find_unused_parameters: bool,
 }
 
@@ -144,8 +145,8 @@ impl DistributedDataParallel {
     /// this once per optimiser step.
     ///
     /// # Errors
-    /// [`Error::UnusedParameter`] when a parameter has a gradient on some ranks but not others
-    /// (or on none, unless `find_unused_parameters`), collective errors otherwise.
+    /// [`Error::UnusedParameter`] when a parameter has a gradient on some ranks but not others,
+    /// or on none (unless `find_unused_parameters`), collective errors otherwise.
     pub fn sync_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, mut grads: GradientsParams) -> Result<GradientsParams> {
         let started = Instant::now();
         let mut collect = Collect::<B> { grads: &mut grads, out: Vec::new() };
@@ -157,21 +158,29 @@ impl DistributedDataParallel {
         // tensor on the model's device, so this works on host and device (NCCL) groups alike.
         let flags: Vec<f32> = flats.iter().map(|f| f32::from(u8::from(f.grad.is_some()))).collect();
         let device = module.devices().into_iter().next().ok_or_else(|| Error::Unsupported { what: "DDP on a module without parameters".into() })?;
-        let flags = Tensor::<B::InnerBackend, 1>::from_floats(flags.as_slice(), &device);
-        let read = |t: Tensor<B::InnerBackend, 1>| -> Vec<f64> { t.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default().into_iter().map(f64::from).collect() };
-        let min = read(tensor::all_reduce(&*self.pg, flags.clone(), ReduceOp::Min)?);
-        let present = read(tensor::all_reduce(&*self.pg, flags, ReduceOp::Max)?);
-        for (i, f) in flats.iter().enumerate() {
-            if min[i] != present[i] || (present[i] == 0.0 && !self.config.find_unused_parameters) {
-                return Err(Error::UnusedParameter {
-                    index: flats.len() - 1 - i,
-                    shape: f.shape.clone(),
-                    everywhere: present[i] == 0.0,
-                    rank: self.pg.rank(),
-                });
+        // One collective: the maximum of [flags, -flags] gives "somewhere" and -"everywhere".
+        let n = flags.len();
+        let both: Vec<f32> = flags.iter().copied().chain(flags.iter().map(|f| -f)).collect();
+        let both = Tensor::<B::InnerBackend, 1>::from_floats(both.as_slice(), &device);
+        let maxed: Vec<f64> = tensor::all_reduce(&*self.pg, both, ReduceOp::Max)?.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default().into_iter().map(f64::from).collect();
+        let present = &maxed[..n];
+        let min: Vec<f64> = maxed[n..].iter().map(|v| -v).collect();
+        let count = flats.len();
+        let index_of = |i: usize| count - 1 - i;
+        for (i, f) in flats.iter_mut().enumerate() {
+            let (somewhere, everywhere) = (present[i] > 0.0, min[i] > 0.0);
+            if everywhere {
+                continue;
+            }
+            if !self.config.find_unused_parameters {
+                return Err(Error::UnusedParameter { index: index_of(i), shape: f.shape.clone(), everywhere: !somewhere, rank: self.pg.rank() });
+            }
+            // Opted in (PyTorch's find_unused_parameters): unused everywhere is skipped; unused
+            // here but used elsewhere contributes a zero gradient to the average.
+            if somewhere && f.grad.is_none() {
+                f.grad = Some(Tensor::zeros([f.shape.iter().product::<usize>()], &device));
             }
         }
-
         let mut out = GradientsParams::new();
         let mut bucket: Vec<Flat<B::InnerBackend>> = Vec::new();
         let mut bucket_bytes = 0;

@@ -77,7 +77,7 @@ pub enum Error {
         dtype: String,
     },
     /// A parameter got a gradient on some ranks only (or on none).
-    #[error("parameter #{index} (shape {shape:?}) has no gradient {where_}; every rank must use every parameter in the forward pass, or set find_unused_parameters", where_ = if *everywhere { "on any rank".to_string() } else { format!("on some ranks only (seen from rank {rank})") })]
+    #[error("parameter #{index} (shape {shape:?}) has no gradient {where_}; every rank must use every parameter in the forward pass, or set DdpConfig::find_unused_parameters (missing gradients then count as zero)", where_ = if *everywhere { "on any rank".to_string() } else { format!("on some ranks only (seen from rank {rank})") })]
     UnusedParameter {
         /// Index in registration order.
         index: usize,

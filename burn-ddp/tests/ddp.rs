@@ -144,3 +144,79 @@ fn ddp_2_ranks_equals_one_process_with_the_global_batch() {
 fn ddp_3_ranks_equals_one_process_with_the_global_batch() {
     equivalence("ddp_3_ranks_equals_one_process_with_the_global_batch", 3);
 }
+
+/// The MLP with an extra head that only some ranks use.
+#[derive(burn::module::Module, Debug)]
+struct TwoHeads<B: Backend> {
+    body: Mlp<B>,
+    extra: burn_nn::Linear<B>,
+}
+
+impl<B: Backend> TwoHeads<B> {
+    fn new(device: &B::Device) -> Self {
+        Self { body: Mlp::new(device), extra: burn_nn::LinearConfig::new(3, 3).init(device) }
+    }
+    fn forward(&self, x: Tensor<B, 2>, use_extra: bool) -> Tensor<B, 2> {
+        let y = self.body.forward(x);
+        if use_extra { y.clone() + self.extra.forward(y) } else { y }
+    }
+}
+
+/// One step where only rank 1 uses `extra`; prints the outcome and, when it succeeds, the
+/// parameters after an SGD step.
+fn one_step_with_a_rank_local_head(find_unused_parameters: bool) {
+    let device = Default::default();
+    let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+    let rank = pg.rank();
+    B::seed(&device, 7);
+    let ddp = DistributedDataParallel::new(pg, DdpConfig { find_unused_parameters, ..DdpConfig::default() });
+    let model = ddp.broadcast_module(TwoHeads::<B>::new(&device)).unwrap();
+    let before = flat_values(&model);
+    let (x, y) = batch(rank * PER_RANK..(rank + 1) * PER_RANK, &device);
+    let loss = CrossEntropyLossConfig::new().init(&device).forward(model.forward(x, rank == 1), y);
+    match ddp.sync_gradients(&model, GradientsParams::from_grads(loss.backward(), &model)) {
+        Err(e) => println!("SYNC_ERROR {e}"),
+        Ok(grads) => {
+            let mut optim = SgdConfig::new().init::<B, TwoHeads<B>>();
+            let after = optim.step(0.1, model, grads);
+            let after = flat_values(&after);
+            println!("MOVED {}", max_relative_diff(&after, &before, 1e-6) > 1e-4);
+            println!("PARAMS {}", serde_json::to_string(&after).unwrap());
+        }
+    }
+}
+
+#[test]
+fn ddp_parameter_unused_on_one_rank_is_an_error_naming_it() {
+    let test = "ddp_parameter_unused_on_one_rank_is_an_error_naming_it";
+    if is_worker() {
+        return one_step_with_a_rank_local_head(false);
+    }
+    let outs = spawn(test, 2, &[0, 1], &[]);
+    assert_all_ok(test, &outs);
+    for (r, o) in outs.iter().enumerate() {
+        let text = String::from_utf8_lossy(&o.stdout);
+        // `extra` is registered last: its bias is parameter #5 (of 0..=5), shape [3].
+        assert!(text.contains("SYNC_ERROR parameter #5 (shape [3]) has no gradient on some ranks only"), "rank {r}: {text}");
+        assert!(text.contains("find_unused_parameters"), "rank {r}: the error says how to opt in: {text}");
+    }
+}
+
+#[test]
+fn ddp_find_unused_parameters_counts_missing_gradients_as_zero() {
+    let test = "ddp_find_unused_parameters_counts_missing_gradients_as_zero";
+    if is_worker() {
+        return one_step_with_a_rank_local_head(true);
+    }
+    let outs = spawn(test, 2, &[0, 1], &[]);
+    assert_all_ok(test, &outs);
+    let params: Vec<Vec<f32>> = outs
+        .iter()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(text.contains("MOVED true"), "{text}");
+            serde_json::from_str(text.lines().find_map(|l| l.strip_prefix("PARAMS ")).unwrap()).unwrap()
+        })
+        .collect();
+    assert_eq!(params[0], params[1], "both ranks step with the same averaged gradients");
+}
