@@ -14,6 +14,7 @@
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
+use burn::tensor::{BasicOps, TensorKind};
 use burn::tensor::backend::AutodiffBackend;
 use burn_optim::GradientsParams;
 use std::ops::Range;
@@ -66,7 +67,7 @@ impl<B: Backend> ModuleMapper<B> for ViaHost<'_, B> {
         let device = self.device;
         param.map(|t| {
             let tracked = t.is_require_grad();
-            let moved = Tensor::from_data(t.into_data(), device);
+            let moved = move_via_host(t, device);
             if tracked { moved.require_grad() } else { moved }
         })
     }
@@ -85,7 +86,7 @@ fn replica<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, device: &B::Devi
 }
 
 /// `t` on `device`, through host memory when it is elsewhere.
-fn move_via_host<B: Backend, const D: usize>(t: Tensor<B, D>, device: &B::Device) -> Tensor<B, D> {
+fn move_via_host<B: Backend, const D: usize, K: TensorKind<B> + BasicOps<B>>(t: Tensor<B, D, K>, device: &B::Device) -> Tensor<B, D, K> {
     if &t.device() == device { t } else { Tensor::from_data(t.into_data(), device) }
 }
 
@@ -137,10 +138,25 @@ impl<B: AutodiffBackend> DataParallel<B> {
         &self.devices
     }
 
-    /// Forward and backward of `loss_of(replica, rows, device)` — which returns the mean loss
-    /// of batch rows `rows` computed on `device`, and anything else the caller wants back (e.g.
-    /// a correct-prediction count) — on every device in its own thread, then the gradients
-    /// reduced onto the first device.
+    /// Splits a batch (dimension 0) into one contiguous shard per device, as [`shard_rows`]
+    /// does, each on its device: PyTorch's `scatter`. The copies go through host memory on the
+    /// calling thread (cubecl's device-to-device copies from worker threads failed on GPUs).
+    ///
+    /// # Panics
+    /// If the batch has fewer rows than there are devices.
+    pub fn scatter<const D: usize, K: TensorKind<B> + BasicOps<B>>(&self, batch: Tensor<B, D, K>) -> Vec<Tensor<B, D, K>> {
+        let rows = batch.dims()[0];
+        shard_rows(rows, self.devices.len())
+            .into_iter()
+            .zip(&self.devices)
+            .map(|(r, device)| move_via_host(batch.clone().slice([r]), device))
+            .collect()
+    }
+
+    /// Forward and backward of `loss_of(replica, i, device)` — which returns the mean loss of
+    /// shard `i` of a `batch`-row batch (see [`scatter`](Self::scatter)) computed on `device`,
+    /// and anything else the caller wants back (e.g. a correct-prediction count) — on every
+    /// device in its own thread, then the gradients reduced onto the first device.
     ///
     /// # Panics
     /// If a device thread panics, or `batch` is smaller than the number of devices.
@@ -148,7 +164,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
     where
         M: AutodiffModule<B> + Send,
         T: Send,
-        F: Fn(M, Range<usize>, &B::Device) -> (Tensor<B, 1>, T) + Sync,
+        F: Fn(M, usize, &B::Device) -> (Tensor<B, 1>, T) + Sync,
     {
         let shards = shard_rows(batch, self.devices.len());
         // Burn draws a parameter's initial value when it is first read; a clone made before
@@ -158,13 +174,13 @@ impl<B: AutodiffBackend> DataParallel<B> {
             let handles: Vec<_> = shards
                 .iter()
                 .zip(&self.devices)
-                .map(|(rows, device)| {
+                .enumerate()
+                .map(|(i, (rows, device))| {
                     let replica = replica(&model, device);
                     let loss_of = &loss_of;
-                    let rows = rows.clone();
+                    let weight = rows.len() as f64 / batch as f64;
                     scope.spawn(move || {
-                        let weight = rows.len() as f64 / batch as f64;
-                        let (loss, extra) = loss_of(replica.clone(), rows, device);
+                        let (loss, extra) = loss_of(replica.clone(), i, device);
                         let value: f64 = loss.clone().into_scalar().elem();
                         let grads = GradientsParams::from_grads(loss.backward(), &replica);
                         (replica, grads, weight, value, extra)

@@ -44,11 +44,10 @@ fn equivalence(devices: usize, batch_size: usize) {
     let mut model = init.clone();
     let mut optim = optimizer();
     for s in 0..STEPS {
-        let base = s * batch_size;
-        let out = dp.step(model, batch_size, |replica: Mlp<B>, rows, dev| {
-            let (x, y) = batch(base + rows.start..base + rows.end, dev);
-            let rows = rows.clone();
-            (CrossEntropyLossConfig::new().init(dev).forward(replica.forward(x), y), rows.len())
+        let (x, y) = batch(s * batch_size..(s + 1) * batch_size, &device);
+        let (xs, ys) = (dp.scatter(x), dp.scatter(y));
+        let out = dp.step(model, batch_size, |replica: Mlp<B>, i, dev| {
+            (CrossEntropyLossConfig::new().init(dev).forward(replica.forward(xs[i].clone()), ys[i].clone()), xs[i].dims()[0])
         });
         assert_eq!(out.outputs.iter().sum::<usize>(), batch_size, "every row on exactly one device");
         assert!(out.loss.is_finite());

@@ -240,7 +240,6 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut loss_sum = Tensor::<B::InnerBackend, 1>::zeros([1], &device);
         let mut correct = Tensor::<B::InnerBackend, 1, Int>::zeros([1], &device);
         let mut seen = 0usize;
-        let mut host_tally = (0f64, 0i64); // DataParallel's loss sum and hits
         let mut epoch_steps = 0usize;
         for batch in loader.take(steps_per_epoch) {
             let batch = batch?;
@@ -248,27 +247,16 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             let (x, y) = batch_tensors::<B>(batch, &device);
             let mut grads = match &dp {
                 Some(dp) => {
-                    // Shards move to their devices here, on this thread and through host memory;
-                    // the device threads only compute.
-                    let shards = burn_ddp::data_parallel::shard_rows(n, dp.devices().len());
-                    let parts: Vec<_> = shards
-                        .iter()
-                        .zip(dp.devices())
-                        .map(|(r, dev)| {
-                            let (xs, ys) = (x.clone().slice([r.clone()]), y.clone().slice([r.clone()]));
-                            if *dev == device { (xs, ys) } else { (Tensor::from_data(xs.into_data(), dev), Tensor::from_data(ys.into_data(), dev)) }
-                        })
-                        .collect();
-                    let out = dp.step(model, n, |replica: ResNet<B>, rows, _dev| {
-                        let k = rows.len();
-                        let i = shards.iter().position(|r| *r == rows).expect("DataParallel's own shards");
-                        let (xs, ys) = parts[i].clone();
-                        let logits = replica.forward(xs);
-                        let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(ys.clone().inner()).int().sum().into_scalar().elem();
-                        (loss_fn.forward(logits, ys), hits)
+                    let (xs, ys) = (dp.scatter(x), dp.scatter(y));
+                    let out = dp.step(model, n, |replica: ResNet<B>, i, _dev| {
+                        let (x, y) = (xs[i].clone(), ys[i].clone());
+                        let k = x.dims()[0];
+                        let logits = replica.forward(x);
+                        let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
+                        (loss_fn.forward(logits, y), hits)
                     });
-                    host_tally.0 += out.loss * n as f64;
-                    host_tally.1 += out.outputs.iter().sum::<i64>();
+                    loss_sum = loss_sum.add_scalar(out.loss * n as f64);
+                    correct = correct.add_scalar(out.outputs.iter().sum::<i64>());
                     model = out.model;
                     out.grads
                 }
@@ -297,7 +285,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         bar.finish_and_clear();
         let train_seconds = epoch_start.elapsed().as_secs_f64();
         let rank_img_per_s = seen as f64 / train_seconds;
-        let mut train_sums = [loss_sum.into_scalar().elem::<f64>() + host_tally.0, (correct.into_scalar().elem::<i64>() + host_tally.1) as f64, seen as f64];
+        let mut train_sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
         if let Some(d) = dist {
             d.sum(&mut train_sums)?;
             // Per-rank BatchNorm running statistics: rank 0's are broadcast at the end of every
