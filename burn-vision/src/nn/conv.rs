@@ -7,11 +7,15 @@ use burn_nn::PaddingConfig2d;
 use burn_nn::conv::Conv2d;
 use std::sync::OnceLock;
 
-/// Records, once per process, which implementation convolutions use, and logs it.
-pub(crate) fn note_path(path: &str) {
+/// Records, once per process, which implementation convolutions use, and logs it. Called on
+/// every convolution: after the first, it only reads a flag (`path` is not evaluated).
+pub(crate) fn note_path(path: impl FnOnce() -> String) {
     static PATH: OnceLock<String> = OnceLock::new();
-    if PATH.set(path.to_string()).is_ok() {
-        log::info!("convolutions: {path}");
+    if PATH.get().is_none() {
+        let path = path();
+        if PATH.set(path.clone()).is_ok() {
+            log::info!("convolutions: {path}");
+        }
     }
 }
 
@@ -40,7 +44,7 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
         },
         Err(inputs) => inputs,
     };
-    note_path("burn's kernels");
+    note_path(|| "burn's kernels".into());
     burn::tensor::module::conv2d(x, weight, bias, options)
 }
 

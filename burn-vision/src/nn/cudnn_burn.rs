@@ -52,10 +52,10 @@ pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvO
         return Err((x, w));
     }
     if !super::options::get().enabled || !cudnn::available() {
-        super::conv::note_path("burn's kernels (cuDNN disabled or libcudnn not found)");
+        super::conv::note_path(|| "burn's kernels (cuDNN disabled or libcudnn not found)".into());
         return Err((x, w));
     }
-    super::conv::note_path(&format!("cuDNN {}", cudnn::version().unwrap_or(0)));
+    super::conv::note_path(|| format!("cuDNN {}", cudnn::version().unwrap_or(0)));
     if ad {
         let (x, w): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x), cast(w));
         return Ok(cast(autodiff_conv(x, w, o)));
