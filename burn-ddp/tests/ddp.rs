@@ -41,12 +41,17 @@ fn train(mut model: Mlp<B>, rows_of: impl Fn(usize) -> std::ops::Range<usize>, s
     model
 }
 
+/// The parameters a worker printed on its `PARAMS` line.
+fn printed_params(r: usize, o: &std::process::Output) -> Vec<f32> {
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
+    serde_json::from_str(line).unwrap()
+}
+
 /// Each rank's printed `PARAMS` against the single-process parameters (within 1e-5 relative).
 fn assert_ranks_match(outs: &[std::process::Output], single: &[f32]) {
     for (r, o) in outs.iter().enumerate() {
-        let text = String::from_utf8_lossy(&o.stdout);
-        let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
-        let params: Vec<f32> = serde_json::from_str(line).unwrap();
+        let params = printed_params(r, o);
         let diff = max_relative_diff(&params, single, 1e-6);
         assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
         eprintln!("rank {r}: {} parameters, max relative difference {diff:e} from single-process training", params.len());
@@ -212,10 +217,11 @@ fn ddp_find_unused_parameters_counts_missing_gradients_as_zero() {
     assert_all_ok(test, &outs);
     let params: Vec<Vec<f32>> = outs
         .iter()
-        .map(|o| {
+        .enumerate()
+        .map(|(r, o)| {
             let text = String::from_utf8_lossy(&o.stdout);
             assert!(text.contains("MOVED true"), "{text}");
-            serde_json::from_str(text.lines().find_map(|l| l.strip_prefix("PARAMS ")).unwrap()).unwrap()
+            printed_params(r, o)
         })
         .collect();
     assert_eq!(params[0], params[1], "both ranks step with the same averaged gradients");

@@ -71,17 +71,26 @@ fn train_then_eval_and_predict() {
     assert!(err.contains("truncated or corrupt"), "{err}");
 }
 
+/// One epoch on the bundled JPEG folder at 28 px, batch 8 per device, into `out`, with the
+/// device flags `how`; asserts success and returns (stdout, stderr).
+fn train_two_on_the_jpeg_folder(out: &Path, how: &[&str]) -> (String, String) {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
+    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
+        .arg("train")
+        .args(how)
+        .args(["--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
 #[test]
 fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
-    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
-        .args(["train", "--nproc", "2", "--cpu", "--sync-bn", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = train_two_on_the_jpeg_folder(&out, &["--nproc", "2", "--cpu", "--sync-bn"]);
     assert!(stdout.contains("[rank 0] done: 1 epoch(s)"), "{stdout}");
     assert!(!stdout.contains("[rank 1] done"), "only rank 0 reports: {stdout}");
     assert!(stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DDP, SyncBatchNorm"), "{stderr}");
@@ -106,13 +115,7 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
 fn data_parallel_2_cpu_workers_train_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
-    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
-        .args(["train", "--strategy", "dp", "--nproc", "2", "--cpu", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = train_two_on_the_jpeg_folder(&out, &["--strategy", "dp", "--nproc", "2", "--cpu"]);
     assert!(stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DataParallel"), "{stderr}");
     assert!(!stdout.contains("[rank"), "DataParallel is one process: {stdout}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
