@@ -1,17 +1,20 @@
 //! On a GPU: checks the cuDNN convolution path against an f64 reference in every direction and
-//! option (TF32 on and off, and burn's own kernels for comparison), then times every distinct
+//! option (TF32 on and off, and burn's own kernels for comparison) and cuDNN's batch norm against
+//! burn's on the CPU, then times every distinct
 //! ResNet-50 convolution shape (forward, and forward + backward) at batch 256.
 //!
 //! `cargo build --release -p burn-vision --features cuda --example cudnn_check`; run it with
 //! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided]`. Prints `RESULT` lines; exits 1 when a
 //! check fails.
 
+use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_vision::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_vision::nn::{CudnnOptions, conv2d, cudnn, options};
+use burn_vision::nn::{CudnnOptions, batch_norm, conv2d, cudnn, options};
+use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
 type Ad = Autodiff<Cuda>;
@@ -85,6 +88,72 @@ fn check(device: &CudaDevice) -> bool {
         }
     }
     options::set(base);
+    ok
+}
+
+type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
+
+/// Two training steps of `relu?(batch_norm(x))` (the first on x/2, for the running statistics),
+/// then inference with the result: (y, dx, dgamma, dbeta), (running mean, var), inference y.
+fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool) -> BnRun {
+    let c = dims[1];
+    let mut bn = BatchNormConfig::new(c).init::<B>(d);
+    bn.gamma = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(gamma.to_vec(), [c]), d));
+    bn.beta = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(beta.to_vec(), [c]), d));
+    let xt = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), dims), d).require_grad();
+    let _ = batch_norm(&bn, xt.clone() * 0.5, relu);
+    let y = batch_norm(&bn, xt.clone(), relu);
+    let grads = (y.clone() * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
+    let out = [
+        to_f64(y),
+        to_f64(xt.grad(&grads).expect("dx")),
+        to_f64(bn.gamma.val().grad(&grads).expect("dgamma")),
+        to_f64(bn.beta.val().grad(&grads).expect("dbeta")),
+    ];
+    let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
+    let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
+    (out, running, to_f64(batch_norm(&bn.valid(), xi, relu)))
+}
+
+/// Deterministic values in `shift ± scale/2`.
+fn values(seed: u64, len: usize, scale: f32, shift: f32) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            shift + scale * ((state >> 33) as f32 / (1u64 << 31) as f32 - 0.5)
+        })
+        .collect()
+}
+
+/// cuDNN's batch norm (+ ReLU) on the GPU against burn's BatchNorm on the CPU (burn-flex, f32):
+/// outputs, the three gradients, running statistics after two training steps, and inference.
+fn check_bn(device: &CudaDevice) -> bool {
+    let mut ok = true;
+    for (dims, relu) in [([4, 16, 14, 14], true), ([4, 16, 14, 14], false), ([2, 8, 7, 7], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)] {
+        let n: usize = dims.iter().product();
+        let (x, g) = (values(1, n, 4.0, 0.7), values(2, n, 2.0, 0.1));
+        let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
+        let before = cudnn::calls();
+        let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu);
+        let used = cudnn::calls() - before;
+        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu);
+        let errs: Vec<f64> = out
+            .iter()
+            .zip(&ref_out)
+            .chain(running.iter().zip(&ref_running))
+            .map(|(a, b)| max_rel_err(a, b))
+            .chain([max_rel_err(&infer, &ref_infer)])
+            .collect();
+        // Two training forwards, one backward, one inference.
+        let pass = used >= 4 && errs.iter().all(|&e| e < 1e-4);
+        ok &= pass;
+        println!(
+            "RESULT check=cudnn_batch_norm dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound=1e-4 cudnn_calls={used} {}",
+            errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[6],
+            if pass { "ok" } else { "FAIL" }
+        );
+    }
     ok
 }
 
@@ -173,6 +242,7 @@ fn main() {
     let mut ok = true;
     if all || args.iter().any(|a| a == "check") {
         ok = check(&device);
+        ok &= check_bn(&device);
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
     }
     if all || args.iter().any(|a| a == "bench") {

@@ -63,13 +63,13 @@ pub struct Pointers {
     pub y: u64,
 }
 
-fn fail(op: &'static str, e: impl std::fmt::Debug) -> Error {
+pub(super) fn fail(op: &'static str, e: impl std::fmt::Debug) -> Error {
     Error::Cudnn { op, reason: format!("{e:?}") }
 }
 
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// How many convolution computations cuDNN has run in this process (tests use it to prove the
+/// How many computations (convolutions, batch norms) cuDNN has run in this process (tests use it to prove the
 /// path was taken).
 pub fn calls() -> u64 {
     CALLS.load(std::sync::atomic::Ordering::Relaxed)
@@ -89,7 +89,7 @@ pub fn version() -> Option<usize> {
 
 macro_rules! raw_handle {
     ($name:ident, $raw:ty, $destroy:path) => {
-        struct $name($raw);
+        pub(super) struct $name(pub(super) $raw);
         // SAFETY: cuDNN handles and descriptors are plain heap objects; every use happens under
         // the device's mutex, so one thread at a time touches them.
         unsafe impl Send for $name {}
@@ -105,6 +105,48 @@ raw_handle!(Handle, sys::cudnnHandle_t, result::destroy_handle);
 raw_handle!(TensorDesc, sys::cudnnTensorDescriptor_t, result::destroy_tensor_descriptor);
 raw_handle!(FilterDesc, sys::cudnnFilterDescriptor_t, result::destroy_filter_descriptor);
 raw_handle!(ConvDesc, sys::cudnnConvolutionDescriptor_t, result::destroy_convolution_descriptor);
+raw_handle!(ActivationDesc, sys::cudnnActivationDescriptor_t, sys::cudnnDestroyActivationDescriptor);
+
+/// A 4-D f32 tensor descriptor with explicit strides.
+pub(super) fn tensor_desc(dims: [i32; 4], strides: [i32; 4]) -> Result<TensorDesc> {
+    let d = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
+    // SAFETY: a freshly created descriptor, set once with plain values.
+    unsafe { result::set_tensor4d_descriptor_ex(d.0, sys::cudnnDataType_t::CUDNN_DATA_FLOAT, dims, strides) }.map_err(|e| fail("tensor descriptor", e))?;
+    Ok(d)
+}
+
+/// A ReLU activation descriptor (NaN propagated, as burn's and PyTorch's ReLU do).
+pub(super) fn relu_desc() -> Result<ActivationDesc> {
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the descriptor is set once with plain values.
+    unsafe {
+        sys::cudnnCreateActivationDescriptor(&mut raw).result().map_err(|e| fail("activation descriptor", e))?;
+        let d = ActivationDesc(raw);
+        sys::cudnnSetActivationDescriptor(d.0, sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU, sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN, 0.0)
+            .result()
+            .map_err(|e| fail("activation descriptor", e))?;
+        Ok(d)
+    }
+}
+
+/// Runs `f` with `device`'s cuDNN handle (its context bound to this thread, its stream set) and
+/// waits for that stream before returning.
+///
+/// # Safety
+/// Whatever `f` hands to cuDNN must be live device memory of `device`, not written by anyone
+/// else until this returns.
+pub(super) unsafe fn with_handle<T>(device: usize, f: impl FnOnce(sys::cudnnHandle_t) -> Result<T>) -> Result<T> {
+    if !available() {
+        return Err(fail("loading libcudnn", "not found on the library path"));
+    }
+    let state = device_state(device)?;
+    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    let out = f(s.handle.0)?;
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))?;
+    Ok(out)
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Algo {

@@ -7,6 +7,7 @@
 //! shape or fails, that computation falls back to burn's kernels with one warning per cause.
 
 use super::cudnn::{self, ConvShape, Direction, Pointers};
+use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -26,19 +27,19 @@ use std::any::{Any, TypeId};
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 
-type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
-type Prim = FloatTensor<Cuda>;
-type Client = burn_fusion::Client<<Inner as FusionBackend>::FusionRuntime>;
-type Ad = Autodiff<Cuda>;
+pub(super) type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
+pub(super) type Prim = FloatTensor<Cuda>;
+pub(super) type Client = burn_fusion::Client<<Inner as FusionBackend>::FusionRuntime>;
+pub(super) type Ad = Autodiff<Cuda>;
 
-fn cast<A: 'static, T: 'static>(a: A) -> T {
+pub(super) fn cast<A: 'static, T: 'static>(a: A) -> T {
     *(Box::new(a) as Box<dyn Any>).downcast::<T>().expect("backend type checked before the cast")
 }
 
 /// Logs each distinct fallback cause once.
-fn warn_once(what: &str, e: &Error) {
+pub(super) fn warn_once(what: &str, e: &Error) {
     static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    let msg = format!("{what}: {e}; burn's own convolution kernel runs instead");
+    let msg = format!("{what}: {e}; burn's own kernels run instead");
     if SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(msg.clone()) {
         log::warn!("{msg}");
     }
@@ -120,7 +121,7 @@ fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
     })
 }
 
-fn dims4(shape: &Shape) -> Result<[i32; 4]> {
+pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
     let d = shape.as_slice();
     let ok = d.len() == 4 && d.iter().all(|&v| v > 0 && v <= i32::MAX as usize);
     if !ok {
@@ -129,31 +130,66 @@ fn dims4(shape: &Shape) -> Result<[i32; 4]> {
     Ok([d[0] as i32, d[1] as i32, d[2] as i32, d[3] as i32])
 }
 
-fn packed(d: [i32; 4]) -> [i32; 4] {
+pub(super) fn packed(d: [i32; 4]) -> [i32; 4] {
     [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
 }
 
 /// A device buffer holding the tensor, kept alive while cuDNN uses it, and its strides.
 /// cuDNN takes strided activations (burn-cuda pitches rows) but wants packed filters and no
 /// broadcast (zero) strides; such tensors are copied to a packed layout first.
-fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRuntime>, [i32; 4])> {
+pub(super) fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRuntime>, [i32; 4])> {
     let dims = dims4(&t.shape)?;
-    if t.dtype != burn::tensor::DType::F32 {
-        return Err(Error::Cudnn { op: "convolution", reason: format!("{:?} tensors are not wired to cuDNN yet (f32 is)", t.dtype) });
+    if !need_packed {
+        check_f32(&t)?;
+        let cube = t.client.clone().resolve_tensor_float::<Inner>(t.clone());
+        let s = cube.meta.strides().to_vec();
+        if !cube.is_contiguous() && s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize) {
+            return Ok((cube, [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32]));
+        }
     }
+    Ok((resolve_packed(t)?, packed(dims)))
+}
+
+fn check_f32(t: &Prim) -> Result<()> {
+    if t.dtype != burn::tensor::DType::F32 {
+        return Err(Error::Cudnn { op: "cuDNN", reason: format!("{:?} tensors are not wired to cuDNN yet (f32 is)", t.dtype) });
+    }
+    Ok(())
+}
+
+/// The tensor's buffer in packed row-major layout, of any rank (a copy when it was pitched or
+/// broadcast).
+pub(super) fn resolve_packed(t: Prim) -> Result<CubeTensor<CudaRuntime>> {
+    check_f32(&t)?;
     let client: Client = t.client.clone();
     let cube = client.resolve_tensor_float::<Inner>(t.clone());
-    let s = cube.meta.strides();
-    let strides_ok = s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize);
-    if cube.is_contiguous() || (!need_packed && strides_ok) {
-        let st = if cube.is_contiguous() { packed(dims) } else { [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32] };
-        return Ok((cube, st));
+    if cube.is_contiguous() {
+        return Ok(cube);
     }
     drop(cube);
-    // As one dimension the tensor is dense (a copy when it was pitched or broadcast).
-    let flat = <Cuda as FloatTensorOps<Cuda>>::float_reshape(t, Shape::new([dims.iter().map(|&v| v as usize).product::<usize>()]));
-    let cube = client.resolve_tensor_float::<Inner>(flat);
-    Ok((cube, packed(dims)))
+    // As one dimension the tensor is dense.
+    let flat = <Cuda as FloatTensorOps<Cuda>>::float_reshape(t.clone(), Shape::new([t.shape.num_elements()]));
+    Ok(client.resolve_tensor_float::<Inner>(flat))
+}
+
+/// A new packed f32 buffer of `dims` on `like`'s device.
+pub(super) fn empty(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeTensor<CudaRuntime> {
+    burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), Shape::from(dims.to_vec()), burn::tensor::DType::F32)
+}
+
+/// Runs `f` on the device addresses of `tensors` once burn's stream has drained (what burn
+/// queued for them has run); `f` returns after cuDNN's stream has drained. Host time is
+/// attributed to the profile's phases.
+pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64]) -> Result<()>) -> Result<()> {
+    let res = |c: &CubeTensor<CudaRuntime>| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") });
+    let held = timed(Phase::Prepare, || tensors.iter().map(|t| res(t)).collect::<Result<Vec<_>>>())?;
+    let device = &tensors.first().expect("at least one tensor").device;
+    timed(Phase::WaitBurn, || <Inner as Backend>::sync(device)).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
+    let ptrs: Vec<u64> = held.iter().map(|r| r.resource().ptr).collect();
+    timed(Phase::Cudnn, || f(&ptrs))?;
+    count_call();
+    drop(held);
+    Ok(())
 }
 
 fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
@@ -172,12 +208,9 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
             return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {yd:?}", dy.shape.as_slice()) });
         }
     }
-    let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| {
-        let shape = Shape::new(d.map(|v| v as usize));
-        burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), shape, burn::tensor::DType::F32)
-    };
+    let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| empty(like, &d.map(|v| v as usize));
     let pack = super::options::get().pack_inputs;
-    let (xc, x_strides, wc, yc, y_strides, out) = match dir {
+    let (xc, x_strides, wc, yc, y_strides, out) = timed(Phase::Prepare, || -> Result<_> { Ok(match dir {
         Direction::Forward => {
             let (xc, xs) = resolve(x, pack)?;
             let (wc, _) = resolve(w, true)?;
@@ -197,7 +230,7 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
             let wc = new(&xc, wd);
             (xc, xs, wc.clone(), yc, ys, wc)
         }
-    };
+    }) })?;
     let shape = ConvShape {
         x: xd,
         x_strides,
@@ -209,19 +242,15 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
         dilation: o.dilation.map(|v| v as i32),
         groups: o.groups as i32,
     };
-    let res = |c: &CubeTensor<CudaRuntime>| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") });
-    let (xr, wr, yr) = (res(&xc)?, res(&wc)?, res(&yc)?);
-    <Inner as Backend>::sync(&xc.device).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
-    let p = Pointers { x: xr.resource().ptr, w: wr.resource().ptr, y: yr.resource().ptr };
-    // SAFETY: the three buffers are held (resources and tensors) until cuDNN's stream has
-    // finished, which `run` waits for; their extents match `shape` by construction.
-    unsafe { cudnn::run(xc.device.index, dir, &shape, p)? };
-    drop((xr, wr, yr, xc, wc, yc));
-    Ok(register(&client, out))
+    // SAFETY: `launch` holds the three buffers until cuDNN's stream has finished, which `run`
+    // waits for; their extents match `shape` by construction.
+    launch(&[&xc, &wc, &yc], |p| unsafe { cudnn::run(xc.device.index, dir, &shape, Pointers { x: p[0], w: p[1], y: p[2] }) })?;
+    drop((xc, wc, yc));
+    Ok(timed(Phase::Register, || register(&client, out)))
 }
 
 /// Hands a buffer made outside burn's fusion graph to it, as a new float tensor.
-fn register(client: &Client, t: CubeTensor<CudaRuntime>) -> Prim {
+pub(super) fn register(client: &Client, t: CubeTensor<CudaRuntime>) -> Prim {
     let shape = t.meta.shape().clone();
     let dtype = t.dtype;
     let handle = <Inner as BackendIr>::float_tensor_handle(t);

@@ -1,13 +1,21 @@
-//! Layers and operations with faster device paths than burn's defaults: convolutions through
-//! cuDNN on burn-cuda, falling back to burn's kernels everywhere else.
+//! Layers and operations with faster device paths than burn's defaults: convolutions and batch
+//! norms through cuDNN on burn-cuda, falling back to burn's kernels everywhere else.
 
+pub mod batch_norm;
 pub mod conv;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
 #[cfg(feature = "cuda")]
+pub mod cudnn_bn;
+#[cfg(feature = "cuda")]
+mod cudnn_bn_burn;
+#[cfg(feature = "cuda")]
 mod cudnn_burn;
 pub mod options;
+pub mod profile;
 pub mod reference;
 
+pub use batch_norm::batch_norm;
 pub use conv::{conv2d, forward_conv};
 pub use options::CudnnOptions;
+pub use profile::CudnnTimes;

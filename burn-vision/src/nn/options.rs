@@ -1,10 +1,11 @@
-//! Process-wide switches of the cuDNN convolution path, from the environment or set in code.
+//! Process-wide switches of the cuDNN path (convolutions, batch norm), from the environment or set in code.
 
 use std::sync::{OnceLock, RwLock};
 
-/// How convolutions on burn-cuda use cuDNN. Read once from the environment
+/// How convolutions and batch norms on burn-cuda use cuDNN. Read once from the environment
 /// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
-/// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`), or set with [`set`] before the first convolution.
+/// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`,
+/// `BURN_VISION_CUDNN_BN=0`), or set with [`set`] before the first convolution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -20,11 +21,14 @@ pub struct CudnnOptions {
     /// backward-data calls: cuDNN's fast kernels want packed NCHW. Backward-filter always packs
     /// (cuDNN 9 has no algorithm for strided inputs there).
     pub pack_inputs: bool,
+    /// Run BatchNorm (and a ReLU right after it) through cuDNN as well
+    /// (`BURN_VISION_CUDNN_BN=0` keeps burn's BatchNorm).
+    pub batch_norm: bool,
 }
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true }
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true }
     }
 }
 
@@ -41,6 +45,9 @@ impl CudnnOptions {
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_DETERMINISTIC") {
             o.deterministic = v;
+        }
+        if let Some(v) = flag("BURN_VISION_CUDNN_BN") {
+            o.batch_norm = v;
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_PACK") {
             o.pack_inputs = v;

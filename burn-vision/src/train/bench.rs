@@ -3,6 +3,8 @@
 
 use crate::error::Result;
 use crate::model::{ResNet, create};
+use crate::nn::CudnnTimes;
+use crate::nn::profile::cuda_profiler_range;
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
@@ -46,6 +48,8 @@ pub struct BenchResult {
     pub warmup_seconds: f64,
     /// Loss of the last step (must be finite).
     pub last_loss: f64,
+    /// Where the host waited during the timed steps, on the cuDNN path (all zero elsewhere).
+    pub cudnn: CudnnTimes,
 }
 
 /// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
@@ -74,7 +78,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     }
     B::sync(device).expect("device sync");
     let warmup_seconds = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
+    let (t1, before) = (Instant::now(), CudnnTimes::now());
+    cuda_profiler_range(true);
     for _ in 0..config.steps {
         let (m, l) = step(model);
         model = m;
@@ -83,6 +88,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
+    cuda_profiler_range(false);
+    let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();
     Ok(BenchResult {
         config: config.clone(),
@@ -90,5 +97,6 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         img_per_s: (config.steps * config.batch_size) as f64 / seconds,
         warmup_seconds,
         last_loss,
+        cudnn,
     })
 }

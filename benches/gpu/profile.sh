@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call on one H200: where the device time of one ResNet-50 training step goes,
+# burn-vision next to PyTorch.
+#  burn_ncu:   Nsight Compute times every kernel of one timed step (clocks left alone), summed by
+#              kernel by benches/gpu/ncu_summary.py;
+#  torch_prof: torch.profiler on one PyTorch step of the same model, batch and size;
+#  burn_split: the step without a profiler, with the host's waits on the cuDNN path
+#              (burn_split_nobn: the same with burn's BatchNorm instead of cuDNN's).
+# Binaries carried in carry/ (see cudnn.sh). Writes raw logs to $OUT, summary last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+LOG=$OUT/profile.log
+SHOW="NCU|img_per_s|error|panic"
+SHOW_LINES=${SHOW_LINES:-45}
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision
+BATCH=${BATCH:-256}
+R50="--model resnet50 --batch-size $BATCH --image-size 224 --classes 1000 --gpus 0"
+for s in ${STEPS:-burn_split burn_ncu torch_prof}; do
+  case $s in
+    burn_split) step burn_split ${T_R50:-150} "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
+    burn_split_nobn) step burn_split_nobn ${T_R50:-150} env BURN_VISION_CUDNN_BN=0 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
+    burn_ncu)
+      step burn_ncu_run ${T_NCU:-240} env BURN_VISION_CUDA_PROFILER=1 ncu --clock-control none --cache-control none \
+        --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw --log-file "$OUT/ncu_burn.csv" \
+        "$B"/burn-vision bench $R50 --warmup 2 --steps 1
+      step burn_ncu 30 python3 benches/gpu/ncu_summary.py "$OUT/ncu_burn.csv" 40 burn-r50-b$BATCH ;;
+    torch_prof) step torch_prof 120 python3 benches/pytorch_profile.py resnet50 $BATCH 224 0 30 ;;
+  esac
+done
+save_cache
+echo; echo "SUMMARY"
+grep -E "^NCU .*(kernels|stream)|img_per_s" "$LOG" | cut -c1-400

@@ -1,0 +1,35 @@
+"""Device time of one PyTorch training step by kernel (torch.profiler), the anchor for
+burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N]"""
+import sys, torch, torchvision
+from torch.profiler import profile, ProfilerActivity
+
+model_name, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cl = len(sys.argv) > 4 and sys.argv[4] == "1"
+top = int(sys.argv[5]) if len(sys.argv) > 5 else 25
+torch.backends.cudnn.benchmark = True
+torch.manual_seed(0)
+fmt = torch.channels_last if cl else torch.contiguous_format
+model = getattr(torchvision.models, model_name)(num_classes=1000).cuda().to(memory_format=fmt)
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=fmt)
+y = torch.randint(0, 1000, (batch,), device="cuda")
+loss_fn = torch.nn.CrossEntropyLoss()
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    opt.step()
+
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    step()
+    torch.cuda.synchronize()
+events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0) > 0]
+key = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+total = sum(key(e) for e in events) / 1e3
+label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}"
+print(f"NCU {label}: {sum(e.count for e in events)} kernels, {total:.1f} ms of device time")
+for e in sorted(events, key=key, reverse=True)[:top]:
+    print(f"NCU {label}: {key(e) / 1e3:9.2f} ms {100 * key(e) / 1e3 / total:5.1f}% {e.count:5d}x  {e.key[:70]}")

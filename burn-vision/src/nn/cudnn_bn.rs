@@ -1,0 +1,108 @@
+//! cuDNN batch normalization over (N, H, W) per channel — training forward, backward, inference
+//! — with an optional ReLU after it, on raw device pointers of packed NCHW f32 tensors.
+//!
+//! The saved statistics are cuDNN's: the batch mean and `1 / sqrt(biased variance + eps)`.
+//! Running statistics are left to the caller (burn's BatchNorm blends the *biased* variance,
+//! PyTorch the unbiased one; the caller keeps burn's rule).
+
+use super::cudnn::{fail, relu_desc, tensor_desc, with_handle};
+use crate::error::Result;
+use cudarc::cudnn::sys;
+use std::ffi::c_void;
+
+/// cuDNN refuses a smaller epsilon (`CUDNN_BN_MIN_EPSILON`).
+pub const MIN_EPSILON: f64 = 1e-5;
+
+const SPATIAL: sys::cudnnBatchNormMode_t = sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL;
+
+fn packed(d: [i32; 4]) -> [i32; 4] {
+    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+}
+
+fn ptr(p: u64) -> *mut c_void {
+    p as *mut c_void
+}
+
+/// Training forward: `y = gamma * (x - mean) * inv_std + beta`, then ReLU when `relu`, with
+/// the batch statistics written to `save_mean` and `save_inv_std` (`c` values each).
+/// Pointers, in order: x, y, gamma, beta, save_mean, save_inv_std.
+///
+/// # Safety
+/// Live device memory of `device`: x and y hold `dims` packed f32, the rest `dims[1]` f32.
+pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+    let [x, y, gamma, beta, mean, inv_std] = p;
+    let xd = tensor_desc(dims, packed(dims))?;
+    let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
+    let (one, zero) = (1f32, 0f32);
+    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+    // SAFETY: descriptors match the extents the caller guarantees; ReLU runs in place, which
+    // cuDNN allows for activations.
+    unsafe {
+        with_handle(device, |h| {
+            sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
+                .result()
+                .map_err(|e| fail("cudnnBatchNormalizationForwardTraining", e))?;
+            if relu {
+                let act = relu_desc()?;
+                sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Inference forward with the running statistics, then ReLU when `relu`.
+/// Pointers, in order: x, y, gamma, beta, running_mean, running_var.
+///
+/// # Safety
+/// As [`forward_training`].
+pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+    let [x, y, gamma, beta, mean, var] = p;
+    let xd = tensor_desc(dims, packed(dims))?;
+    let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
+    let (one, zero) = (1f32, 0f32);
+    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+    // SAFETY: as `forward_training`.
+    unsafe {
+        with_handle(device, |h| {
+            sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
+                .result()
+                .map_err(|e| fail("cudnnBatchNormalizationForwardInference", e))?;
+            if relu {
+                let act = relu_desc()?;
+                sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Gradients of [`forward_training`]. With `relu`, `dy` is first masked by `y > 0` into
+/// `dz` (scratch of x's size); without, `dz` is unused (pass 0).
+/// Pointers, in order: x, y, dy, dz, dx, gamma, dgamma, dbeta, save_mean, save_inv_std.
+///
+/// # Safety
+/// As [`forward_training`]; dy, dz, dx hold `dims` packed f32.
+pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
+    let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
+    let xd = tensor_desc(dims, packed(dims))?;
+    let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
+    let (one, zero) = (1f32, 0f32);
+    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+    // SAFETY: as `forward_training`.
+    unsafe {
+        with_handle(device, |h| {
+            let grad = if relu {
+                let act = relu_desc()?;
+                // ReLU's gradient only looks at the sign of its output (y > 0 exactly where its input is).
+                sys::cudnnActivationBackward(h, act.0, a, xd.0, ptr(y), xd.0, ptr(dy), xd.0, ptr(y), b, xd.0, ptr(dz)).result().map_err(|e| fail("cudnnActivationBackward", e))?;
+                dz
+            } else {
+                dy
+            };
+            sys::cudnnBatchNormalizationBackward(h, SPATIAL, a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
+                .result()
+                .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! Where the host's time goes around the cuDNN path: a few process-wide counters, cheap enough
+//! to be always on (two clock reads per phase), read by `burn-vision bench`.
+//!
+//! On burn-cuda each convolution waits for burn's stream before cuDNN runs and for cuDNN's stream
+//! after, so `wait_burn` is (roughly) the device time of burn's own kernels queued since the last
+//! convolution plus the host time to launch them, and `cudnn` the device time of the
+//! convolutions themselves.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// One phase of a cuDNN call.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Phase {
+    /// Resolving burn's lazy tensors, packing pitched inputs, allocating the output.
+    Prepare,
+    /// Draining burn's stream before cuDNN may read its buffers.
+    WaitBurn,
+    /// cuDNN's call and the wait for its stream.
+    Cudnn,
+    /// Handing the result back to burn's fusion graph.
+    Register,
+}
+
+static NANOS: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f`, adding its wall time to `phase`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn timed<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let out = f();
+    NANOS[phase as usize].fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    out
+}
+
+/// Counts one call through the cuDNN path.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn count_call() {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Totals since the process started; subtract two snapshots for a span.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, PartialEq)]
+pub struct CudnnTimes {
+    /// Convolution computations that went through the cuDNN path.
+    pub calls: u64,
+    /// Seconds resolving and packing inputs, allocating outputs.
+    pub prepare_s: f64,
+    /// Seconds waiting for burn's stream before cuDNN.
+    pub wait_burn_s: f64,
+    /// Seconds in cuDNN, its stream drained.
+    pub cudnn_s: f64,
+    /// Seconds registering outputs with burn.
+    pub register_s: f64,
+}
+
+impl CudnnTimes {
+    /// The counters now.
+    pub fn now() -> Self {
+        let s = |p: Phase| NANOS[p as usize].load(Ordering::Relaxed) as f64 * 1e-9;
+        Self {
+            calls: CALLS.load(Ordering::Relaxed),
+            prepare_s: s(Phase::Prepare),
+            wait_burn_s: s(Phase::WaitBurn),
+            cudnn_s: s(Phase::Cudnn),
+            register_s: s(Phase::Register),
+        }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            calls: self.calls - earlier.calls,
+            prepare_s: self.prepare_s - earlier.prepare_s,
+            wait_burn_s: self.wait_burn_s - earlier.wait_burn_s,
+            cudnn_s: self.cudnn_s - earlier.cudnn_s,
+            register_s: self.register_s - earlier.register_s,
+        }
+    }
+}
+
+/// Starts (`true`) or stops the CUDA profiler's collection range when the environment variable
+/// `BURN_VISION_CUDA_PROFILER` is set (for `ncu --profile-from-start off`); does nothing
+/// otherwise or without the `cuda` feature.
+pub fn cuda_profiler_range(start: bool) {
+    if std::env::var_os("BURN_VISION_CUDA_PROFILER").is_none() {
+        return;
+    }
+    #[cfg(feature = "cuda")]
+    {
+        // SAFETY: plain driver calls without arguments; an error only means no profiler is attached.
+        let r = unsafe { if start { cudarc::driver::sys::cuProfilerStart() } else { cudarc::driver::sys::cuProfilerStop() } };
+        log::info!("cuProfiler{}: {r:?}", if start { "Start" } else { "Stop" });
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = start;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_add_up_between_snapshots() {
+        let a = CudnnTimes::now();
+        timed(Phase::Cudnn, || std::thread::sleep(std::time::Duration::from_millis(5)));
+        count_call();
+        let d = CudnnTimes::now().since(&a);
+        assert!(d.calls >= 1);
+        assert!(d.cudnn_s >= 0.004, "{d:?}");
+    }
+}
