@@ -9,6 +9,8 @@
 use super::options::{self, CudnnOptions};
 use crate::error::{Error, Result};
 use cudarc::cudnn::{result, sys};
+use super::stream_bridge::Fence;
+use cudarc::driver::sys as driver;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -129,22 +131,54 @@ pub(super) fn relu_desc() -> Result<ActivationDesc> {
     }
 }
 
-/// Runs `f` with `device`'s cuDNN handle (its context bound to this thread, its stream set) and
-/// waits for that stream before returning.
+/// How a computation is ordered with burn's stream.
+#[derive(Clone, Copy, Debug)]
+pub enum Order {
+    /// The caller drained burn's stream; cuDNN's stream is drained before returning.
+    Host,
+    /// On the device: wait for the fence's flag first, write its signal after (see
+    /// `stream_bridge`); the host does not wait.
+    Device(Fence),
+}
+
+/// Runs `f` with `device`'s cuDNN handle (its context bound to this thread, its stream set),
+/// ordered by `order`.
 ///
 /// # Safety
 /// Whatever `f` hands to cuDNN must be live device memory of `device`, not written by anyone
-/// else until this returns.
-pub(super) unsafe fn with_handle<T>(device: usize, f: impl FnOnce(sys::cudnnHandle_t) -> Result<T>) -> Result<T> {
+/// else until the computation has finished (`Order::Host`: until this returns; `Device`: until
+/// the signal is written).
+pub(super) unsafe fn with_handle<T>(device: usize, order: Order, f: impl FnOnce(&mut DeviceState) -> Result<T>) -> Result<T> {
     if !available() {
         return Err(fail("loading libcudnn", "not found on the library path"));
     }
     let state = device_state(device)?;
-    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
     s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-    let out = f(s.handle.0)?;
+    let stream = s.stream.cu_stream();
+    if let Order::Device(fence) = order {
+        // SAFETY: a live stream of this context and the address of a live device flag.
+        unsafe { driver::cuStreamWaitValue32_v2(stream, fence.wait.0, fence.wait.1, driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32) }
+            .result()
+            .map_err(|e| fail("cuStreamWaitValue32", e))?;
+    }
+    let out = match f(&mut s) {
+        Ok(out) => out,
+        Err(e) => {
+            // Part of the work may be enqueued, and burn will not wait for it: let it finish
+            // before the caller falls back and its buffers are reused.
+            let _ = s.stream.synchronize();
+            return Err(e);
+        }
+    };
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))?;
+    match order {
+        Order::Host => s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))?,
+        // SAFETY: as above; the write follows (and is ordered after) the computation's kernels.
+        Order::Device(fence) => unsafe { driver::cuStreamWriteValue32_v2(stream, fence.signal.0, fence.signal.1, driver::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32) }
+            .result()
+            .map_err(|e| fail("cuStreamWriteValue32", e))?,
+    }
     Ok(out)
 }
 
@@ -165,7 +199,8 @@ struct Plan {
     workspace: usize,
 }
 
-struct DeviceState {
+/// One device's cuDNN handle, stream, workspace and algorithm cache.
+pub(super) struct DeviceState {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     handle: Handle,
@@ -232,6 +267,11 @@ macro_rules! pick {
 }
 
 impl DeviceState {
+    /// The raw cuDNN handle (bound to this state's stream).
+    pub(super) fn raw(&self) -> sys::cudnnHandle_t {
+        self.handle.0
+    }
+
     fn workspace_ptr(&mut self, bytes: usize) -> Result<(u64, usize)> {
         if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
             self.workspace = None; // free the old one first
@@ -288,44 +328,38 @@ impl DeviceState {
     }
 }
 
-/// Runs one convolution computation on `device` and waits for it.
+/// Runs one convolution computation on `device`, ordered by `order`.
 ///
 /// # Errors
 /// [`Error::Cudnn`] when cuDNN cannot be loaded, refuses the shape, or fails.
 ///
 /// # Safety
 /// The pointers must be live device allocations of `device` holding at least the elements
-/// `shape` describes (strides included), not written by anyone else until this returns.
-pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers) -> Result<()> {
-    if !available() {
-        return Err(fail("loading libcudnn", "not found on the library path"));
-    }
+/// `shape` describes (strides included), not written by anyone else until the computation has
+/// finished (see [`Order`]).
+pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers, order: Order) -> Result<()> {
     let opts = options::get();
-    let state = device_state(device)?;
-    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-    s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-    let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic);
-    if !s.plans.contains_key(&key) {
-        // SAFETY: as this function's contract.
-        let plan = unsafe { s.find(dir, shape, p, &opts)? };
-        s.plans.insert(key.clone(), plan);
+    // SAFETY: as this function's contract.
+    unsafe {
+        with_handle(device, order, |s| {
+            let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic);
+            if !s.plans.contains_key(&key) {
+                let plan = s.find(dir, shape, p, &opts)?;
+                s.plans.insert(key.clone(), plan);
+            }
+            let need = s.plans[&key].workspace;
+            let (ws, ws_len) = s.workspace_ptr(need)?;
+            let plan = &s.plans[&key];
+            let (one, zero) = (1f32, 0f32);
+            let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+            let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
+            let h = s.handle.0;
+            let status = match plan.algo {
+                Algo::Forward(algo) => sys::cudnnConvolutionForward(h, a, plan.x.0, xp, plan.w.0, wp, plan.conv.0, algo, wsp, ws_len, b, plan.y.0, yp),
+                Algo::BackwardData(algo) => sys::cudnnConvolutionBackwardData(h, a, plan.w.0, wp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.x.0, xp),
+                Algo::BackwardFilter(algo) => sys::cudnnConvolutionBackwardFilter(h, a, plan.x.0, xp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.w.0, wp),
+            };
+            status.result().map_err(|e| fail("running the convolution", e))
+        })
     }
-    let need = s.plans[&key].workspace;
-    let (ws, ws_len) = s.workspace_ptr(need)?;
-    let plan = &s.plans[&key];
-    let (one, zero) = (1f32, 0f32);
-    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
-    let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
-    let h = s.handle.0;
-    // SAFETY: the plan's descriptors match `shape`, the caller vouches for the buffers.
-    let status = unsafe {
-        match plan.algo {
-            Algo::Forward(algo) => sys::cudnnConvolutionForward(h, a, plan.x.0, xp, plan.w.0, wp, plan.conv.0, algo, wsp, ws_len, b, plan.y.0, yp),
-            Algo::BackwardData(algo) => sys::cudnnConvolutionBackwardData(h, a, plan.w.0, wp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.x.0, xp),
-            Algo::BackwardFilter(algo) => sys::cudnnConvolutionBackwardFilter(h, a, plan.x.0, xp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.w.0, wp),
-        }
-    };
-    status.result().map_err(|e| fail("running the convolution", e))?;
-    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))
 }

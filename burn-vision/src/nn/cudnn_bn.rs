@@ -5,7 +5,7 @@
 //! Running statistics are left to the caller (burn's BatchNorm blends the *biased* variance,
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
-use super::cudnn::{fail, relu_desc, tensor_desc, with_handle};
+use super::cudnn::{Order, fail, relu_desc, tensor_desc, with_handle};
 use crate::error::Result;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;
@@ -28,8 +28,9 @@ fn ptr(p: u64) -> *mut c_void {
 /// Pointers, in order: x, y, gamma, beta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// Live device memory of `device`: x and y hold `dims` packed f32, the rest `dims[1]` f32.
-pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+/// Live device memory of `device`: x and y hold `dims` packed f32, the rest `dims[1]` f32;
+/// untouched by others until the computation has finished (see [`Order`]).
+pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
     let xd = tensor_desc(dims, packed(dims))?;
     let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
@@ -38,7 +39,8 @@ pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bo
     // SAFETY: descriptors match the extents the caller guarantees; ReLU runs in place, which
     // cuDNN allows for activations.
     unsafe {
-        with_handle(device, |h| {
+        with_handle(device, order, |s| {
+            let h = s.raw();
             sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
                 .result()
                 .map_err(|e| fail("cudnnBatchNormalizationForwardTraining", e))?;
@@ -56,7 +58,7 @@ pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bo
 ///
 /// # Safety
 /// As [`forward_training`].
-pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
     let xd = tensor_desc(dims, packed(dims))?;
     let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
@@ -64,7 +66,8 @@ pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: b
     let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
     // SAFETY: as `forward_training`.
     unsafe {
-        with_handle(device, |h| {
+        with_handle(device, order, |s| {
+            let h = s.raw();
             sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
                 .result()
                 .map_err(|e| fail("cudnnBatchNormalizationForwardInference", e))?;
@@ -83,7 +86,7 @@ pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: b
 ///
 /// # Safety
 /// As [`forward_training`]; dy, dz, dx hold `dims` packed f32.
-pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
+pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
     let xd = tensor_desc(dims, packed(dims))?;
     let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
@@ -91,7 +94,8 @@ pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [
     let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
     // SAFETY: as `forward_training`.
     unsafe {
-        with_handle(device, |h| {
+        with_handle(device, order, |s| {
+            let h = s.raw();
             let grad = if relu {
                 let act = relu_desc()?;
                 // ReLU's gradient only looks at the sign of its output (y > 0 exactly where its input is).

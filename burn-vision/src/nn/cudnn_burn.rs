@@ -6,7 +6,8 @@
 //! before a call and cuDNN's after it, so the two never overlap on a buffer. When cuDNN refuses a
 //! shape or fails, that computation falls back to burn's kernels with one warning per cause.
 
-use super::cudnn::{self, ConvShape, Direction, Pointers};
+use super::cudnn::{self, ConvShape, Direction, Order, Pointers};
+use super::stream_bridge;
 use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
@@ -177,16 +178,33 @@ pub(super) fn empty(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeTenso
     burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), Shape::from(dims.to_vec()), burn::tensor::DType::F32)
 }
 
-/// Runs `f` on the device addresses of `tensors` once burn's stream has drained (what burn
-/// queued for them has run); `f` returns after cuDNN's stream has drained. Host time is
-/// attributed to the profile's phases.
-pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64]) -> Result<()>) -> Result<()> {
+/// Runs `f` on the device addresses of `tensors`, ordered after what burn launched for them
+/// and before what burn launches next: on the device through [`stream_bridge`] (the host does
+/// not wait), or — with [`super::CudnnOptions::host_sync`], or when the bridge cannot be set
+/// up — by draining burn's stream first and cuDNN's in `f`. Host time goes to the profile.
+///
+/// The buffers are released as soon as the work is enqueued: anything burn launches later,
+/// including a new user of that memory, runs after cuDNN's signal.
+pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64], Order) -> Result<()>) -> Result<()> {
     let res = |c: &CubeTensor<CudaRuntime>| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") });
-    let held = timed(Phase::Prepare, || tensors.iter().map(|t| res(t)).collect::<Result<Vec<_>>>())?;
-    let device = &tensors.first().expect("at least one tensor").device;
-    timed(Phase::WaitBurn, || <Inner as Backend>::sync(device)).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
+    let held = timed(Phase::Resources, || tensors.iter().map(|t| res(t)).collect::<Result<Vec<_>>>())?;
+    let first = tensors.first().expect("at least one tensor");
+    let (device, index) = (&first.device, first.device.index);
+    let order = timed(Phase::WaitBurn, || -> Result<Order> {
+        if !super::options::get().host_sync {
+            match stream_bridge::before(index, &first.client) {
+                Ok(fence) => return Ok(Order::Device(fence)),
+                Err(e) => warn_once("ordering cuDNN after burn on the device (the host waits instead)", &e),
+            }
+        }
+        <Inner as Backend>::sync(device).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
+        Ok(Order::Host)
+    })?;
     let ptrs: Vec<u64> = held.iter().map(|r| r.resource().ptr).collect();
-    timed(Phase::Cudnn, || f(&ptrs))?;
+    timed(Phase::Cudnn, || f(&ptrs, order))?;
+    if let Order::Device(fence) = order {
+        timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
+    }
     count_call();
     drop(held);
     Ok(())
@@ -242,9 +260,9 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
         dilation: o.dilation.map(|v| v as i32),
         groups: o.groups as i32,
     };
-    // SAFETY: `launch` holds the three buffers until cuDNN's stream has finished, which `run`
-    // waits for; their extents match `shape` by construction.
-    launch(&[&xc, &wc, &yc], |p| unsafe { cudnn::run(xc.device.index, dir, &shape, Pointers { x: p[0], w: p[1], y: p[2] }) })?;
+    // SAFETY: `launch` orders the computation after the buffers' producers and before their
+    // next users; their extents match `shape` by construction.
+    launch(&[&xc, &wc, &yc], |p, order| unsafe { cudnn::run(xc.device.index, dir, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order) })?;
     drop((xc, wc, yc));
     Ok(timed(Phase::Register, || register(&client, out)))
 }

@@ -14,6 +14,8 @@ mod cudnn_burn;
 pub mod options;
 pub mod profile;
 pub mod reference;
+#[cfg(feature = "cuda")]
+mod stream_bridge;
 
 pub use batch_norm::batch_norm;
 pub use conv::{conv2d, forward_conv};

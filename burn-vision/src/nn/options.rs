@@ -5,7 +5,7 @@ use std::sync::{OnceLock, RwLock};
 /// How convolutions and batch norms on burn-cuda use cuDNN. Read once from the environment
 /// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
 /// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`,
-/// `BURN_VISION_CUDNN_BN=0`), or set with [`set`] before the first convolution.
+/// `BURN_VISION_CUDNN_BN=0`, `BURN_VISION_CUDNN_HOST_SYNC=1`), or set with [`set`] before the first convolution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -24,11 +24,15 @@ pub struct CudnnOptions {
     /// Run BatchNorm (and a ReLU right after it) through cuDNN as well
     /// (`BURN_VISION_CUDNN_BN=0` keeps burn's BatchNorm).
     pub batch_norm: bool,
+    /// Order cuDNN's work with burn's by waiting on the host (drain burn's stream before each
+    /// call, cuDNN's after it) instead of on the device (`BURN_VISION_CUDNN_HOST_SYNC=1`; the
+    /// device-side ordering is the default and lets the host run ahead).
+    pub host_sync: bool,
 }
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true }
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false }
     }
 }
 
@@ -45,6 +49,9 @@ impl CudnnOptions {
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_DETERMINISTIC") {
             o.deterministic = v;
+        }
+        if let Some(v) = flag("BURN_VISION_CUDNN_HOST_SYNC") {
+            o.host_sync = v;
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_BN") {
             o.batch_norm = v;

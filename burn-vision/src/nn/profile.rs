@@ -1,10 +1,10 @@
 //! Where the host's time goes around the cuDNN path: a few process-wide counters, cheap enough
 //! to be always on (two clock reads per phase), read by `burn-vision bench`.
 //!
-//! On burn-cuda each convolution waits for burn's stream before cuDNN runs and for cuDNN's stream
-//! after, so `wait_burn` is (roughly) the device time of burn's own kernels queued since the last
-//! convolution plus the host time to launch them, and `cudnn` the device time of the
-//! convolutions themselves.
+//! With host-side ordering (`BURN_VISION_CUDNN_HOST_SYNC=1`) each call drains burn's stream
+//! before cuDNN runs and cuDNN's after, so `wait_burn` is (roughly) the device time of burn's own
+//! kernels queued since the last call and `cudnn` the device time of cuDNN's; with the default
+//! device-side ordering both are only the host's cost of enqueueing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -15,15 +15,17 @@ use std::time::Instant;
 pub(crate) enum Phase {
     /// Resolving burn's lazy tensors, packing pitched inputs, allocating the output.
     Prepare,
-    /// Draining burn's stream before cuDNN may read its buffers.
+    /// Looking up the device addresses of the buffers.
+    Resources,
+    /// Ordering with burn's stream: the flag kernels on the device, or draining it on the host.
     WaitBurn,
-    /// cuDNN's call and the wait for its stream.
+    /// cuDNN's calls (and, ordered on the host, the wait for its stream).
     Cudnn,
     /// Handing the result back to burn's fusion graph.
     Register,
 }
 
-static NANOS: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static NANOS: [AtomicU64; 5] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `f`, adding its wall time to `phase`.
@@ -48,9 +50,11 @@ pub struct CudnnTimes {
     pub calls: u64,
     /// Seconds resolving and packing inputs, allocating outputs.
     pub prepare_s: f64,
-    /// Seconds waiting for burn's stream before cuDNN.
+    /// Seconds looking up device addresses.
+    pub resources_s: f64,
+    /// Seconds ordering with burn's stream (flag kernels, or waiting for it).
     pub wait_burn_s: f64,
-    /// Seconds in cuDNN, its stream drained.
+    /// Seconds in cuDNN's calls (with host ordering: until its stream drained).
     pub cudnn_s: f64,
     /// Seconds registering outputs with burn.
     pub register_s: f64,
@@ -63,6 +67,7 @@ impl CudnnTimes {
         Self {
             calls: CALLS.load(Ordering::Relaxed),
             prepare_s: s(Phase::Prepare),
+            resources_s: s(Phase::Resources),
             wait_burn_s: s(Phase::WaitBurn),
             cudnn_s: s(Phase::Cudnn),
             register_s: s(Phase::Register),
@@ -74,6 +79,7 @@ impl CudnnTimes {
         Self {
             calls: self.calls - earlier.calls,
             prepare_s: self.prepare_s - earlier.prepare_s,
+            resources_s: self.resources_s - earlier.resources_s,
             wait_burn_s: self.wait_burn_s - earlier.wait_burn_s,
             cudnn_s: self.cudnn_s - earlier.cudnn_s,
             register_s: self.register_s - earlier.register_s,

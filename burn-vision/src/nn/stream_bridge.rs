@@ -1,0 +1,123 @@
+//! Orders cuDNN's stream and burn's stream on the device, so the host never waits for either.
+//!
+//! cubecl does not expose the CUDA stream its kernels run on, so the two streams meet through two
+//! flags in device memory, one pair per (device, thread) — burn-cuda gives each thread its own
+//! stream. For the `n`-th cuDNN computation:
+//!
+//! 1. a one-thread kernel on burn's stream stores `n` in the first flag: it runs once everything
+//!    burn launched before it (the producers of cuDNN's inputs, the last users of memory handed
+//!    to cuDNN's outputs) has finished;
+//! 2. cuDNN's stream waits for `flag ≥ n` (`cuStreamWaitValue32`), runs the computation, and
+//!    writes `n` to the second flag (`cuStreamWriteValue32`, which orders the writes before it);
+//! 3. a one-thread kernel on burn's stream spins until the second flag is `≥ n`: everything burn
+//!    launches afterwards (the consumers of the outputs, new users of freed input memory) runs
+//!    after cuDNN.
+//!
+//! Step 3 waits only for step 2, which waits only for step 1, launched earlier on the same
+//! stream: there is no cycle. Before the counter could wrap, both streams are drained and the
+//! flags reset.
+
+use crate::error::{Error, Result};
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+#[cube(launch)]
+fn store_flag(flag: &mut Array<Atomic<u32>>, value: u32) {
+    flag[0].store(value);
+}
+
+#[cube(launch)]
+fn wait_flag(flag: &Array<Atomic<u32>>, value: u32) {
+    loop {
+        if flag[0].load() >= value {
+            break;
+        }
+    }
+}
+
+/// What cuDNN's stream waits for before a computation and writes after it.
+#[derive(Clone, Copy, Debug)]
+pub struct Fence {
+    /// Device address of the flag burn's stream sets, and the value to wait for (`≥`).
+    pub wait: (u64, u32),
+    /// Device address of the flag burn's stream will wait on, and the value to write.
+    pub signal: (u64, u32),
+}
+
+struct Flags {
+    client: ComputeClient<CudaRuntime>,
+    to_cudnn: Handle,
+    to_burn: Handle,
+    addresses: (u64, u64),
+    count: u32,
+}
+
+thread_local! {
+    static FLAGS: RefCell<HashMap<usize, Flags>> = RefCell::new(HashMap::new());
+}
+
+fn fail(op: &'static str, e: impl std::fmt::Debug) -> Error {
+    Error::Cudnn { op, reason: format!("{e:?}") }
+}
+
+fn store(client: &ComputeClient<CudaRuntime>, flag: &Handle, value: u32) {
+    // SAFETY: the handle holds one u32.
+    store_flag::launch::<CudaRuntime>(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(1), unsafe { ArrayArg::from_raw_parts(flag.clone(), 1) }, value);
+}
+
+impl Flags {
+    fn new(client: &ComputeClient<CudaRuntime>) -> Result<Self> {
+        let zero = 0u32.to_ne_bytes();
+        let (to_cudnn, to_burn) = (client.create_from_slice(&zero), client.create_from_slice(&zero));
+        let address = |h: &Handle| client.get_resource(h.clone()).map(|r| r.resource().ptr).map_err(|e| fail("flag address", e));
+        let addresses = (address(&to_cudnn)?, address(&to_burn)?);
+        // The flags must hold their zeros before cuDNN's stream reads them.
+        cubecl::future::block_on(client.sync()).map_err(|e| fail("initialising the stream flags", e))?;
+        Ok(Self { client: client.clone(), to_cudnn, to_burn, addresses, count: 0 })
+    }
+
+    fn before(&mut self) -> Result<Fence> {
+        if self.count >= 1 << 31 {
+            cubecl::future::block_on(self.client.sync()).map_err(|e| fail("draining burn's stream", e))?;
+            store(&self.client, &self.to_cudnn, 0);
+            store(&self.client, &self.to_burn, 0);
+            cubecl::future::block_on(self.client.sync()).map_err(|e| fail("resetting the stream flags", e))?;
+            self.count = 0;
+        }
+        self.count += 1;
+        store(&self.client, &self.to_cudnn, self.count);
+        // Submitted now: cuDNN's first call on a shape measures algorithms and waits on the host.
+        self.client.flush().map_err(|e| fail("flushing burn's stream", e))?;
+        Ok(Fence { wait: (self.addresses.0, self.count), signal: (self.addresses.1, self.count) })
+    }
+
+    fn after(&self, fence: &Fence) {
+        // SAFETY: the handle holds one u32.
+        wait_flag::launch::<CudaRuntime>(&self.client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(1), unsafe { ArrayArg::from_raw_parts(self.to_burn.clone(), 1) }, fence.signal.1);
+    }
+}
+
+/// Step 1 on `device` (burn's stream of this thread, through `client`): returns the fence
+/// cuDNN's stream must honour.
+pub fn before(device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
+    FLAGS.with(|f| {
+        let mut map = f.borrow_mut();
+        if !map.contains_key(&device) {
+            map.insert(device, Flags::new(client)?);
+        }
+        map.get_mut(&device).expect("inserted above").before()
+    })
+}
+
+/// Step 3: burn's stream waits for cuDNN's signal of `fence`. Call only after the computation
+/// and the signal write were enqueued on cuDNN's stream.
+pub fn after(device: usize, fence: &Fence) {
+    FLAGS.with(|f| {
+        if let Some(flags) = f.borrow().get(&device) {
+            flags.after(fence);
+        }
+    });
+}
