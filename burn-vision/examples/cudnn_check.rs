@@ -13,7 +13,7 @@ use burn::tensor::Distribution;
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_vision::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_vision::nn::{CudnnOptions, batch_norm, conv2d, cudnn, options};
+use burn_vision::nn::{CudnnOptions, CudnnTimes, batch_norm, conv2d, cudnn, options};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -243,6 +243,11 @@ fn main() {
     if all || args.iter().any(|a| a == "check") {
         ok = check(&device);
         ok &= check_bn(&device);
+        // Unless asked to wait on the host, every cuDNN call must have been ordered on the device.
+        let t = CudnnTimes::now();
+        let ordered = options::get().host_sync || (t.calls > 0 && t.device_ordered == t.calls);
+        println!("RESULT cuDNN calls={} ordered_on_device={} {}", t.calls, t.device_ordered, if ordered { "ok" } else { "FAIL" });
+        ok &= ordered;
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
     }
     if all || args.iter().any(|a| a == "bench") {

@@ -9,8 +9,7 @@
 use super::options::{self, CudnnOptions};
 use crate::error::{Error, Result};
 use cudarc::cudnn::{result, sys};
-use super::stream_bridge::Fence;
-use cudarc::driver::sys as driver;
+use super::stream_bridge::{DeviceKernels, Fence};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -131,6 +130,15 @@ pub(super) fn relu_desc() -> Result<ActivationDesc> {
     }
 }
 
+/// Loads `device`'s fence kernels if needed: an error means device-side ordering is not
+/// available there (the caller orders on the host instead).
+pub(super) fn device_ordering_ready(device: usize) -> Result<()> {
+    let state = device_state(device)?;
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    s.fence_kernels().map(|_| ())
+}
+
 /// How a computation is ordered with burn's stream.
 #[derive(Clone, Copy, Debug)]
 pub enum Order {
@@ -157,10 +165,7 @@ pub(super) unsafe fn with_handle<T>(device: usize, order: Order, f: impl FnOnce(
     s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
     let stream = s.stream.cu_stream();
     if let Order::Device(fence) = order {
-        // SAFETY: a live stream of this context and the address of a live device flag.
-        unsafe { driver::cuStreamWaitValue32_v2(stream, fence.wait.0, fence.wait.1, driver::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32) }
-            .result()
-            .map_err(|e| fail("cuStreamWaitValue32", e))?;
+        s.fence_kernels()?.wait(stream, &fence)?;
     }
     let out = match f(&mut s) {
         Ok(out) => out,
@@ -174,10 +179,8 @@ pub(super) unsafe fn with_handle<T>(device: usize, order: Order, f: impl FnOnce(
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match order {
         Order::Host => s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))?,
-        // SAFETY: as above; the write follows (and is ordered after) the computation's kernels.
-        Order::Device(fence) => unsafe { driver::cuStreamWriteValue32_v2(stream, fence.signal.0, fence.signal.1, driver::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32) }
-            .result()
-            .map_err(|e| fail("cuStreamWriteValue32", e))?,
+        // The store follows (and is ordered after) the computation's kernels.
+        Order::Device(fence) => s.fence_kernels()?.signal(stream, &fence)?,
     }
     Ok(out)
 }
@@ -208,6 +211,8 @@ pub(super) struct DeviceState {
     /// Keyed by what the choice depends on: direction, shape, and the math settings
     /// (TF32 allowed, deterministic only) it was measured under.
     plans: HashMap<(Direction, ConvShape, bool, bool), Plan>,
+    /// Kernels that order this stream with burn's on the device (see `stream_bridge`).
+    fences: Option<DeviceKernels>,
 }
 
 type Devices = Mutex<HashMap<usize, Arc<Mutex<DeviceState>>>>;
@@ -223,7 +228,7 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
     let handle = Handle(result::create_handle().map_err(|e| fail("cudnnCreate", e))?);
     // SAFETY: a live handle and a live stream of the same context.
     unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }.map_err(|e| fail("cudnnSetStream", e))?;
-    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, plans: HashMap::new() }));
+    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, plans: HashMap::new(), fences: None }));
     map.insert(device, state.clone());
     Ok(state)
 }
@@ -270,6 +275,14 @@ impl DeviceState {
     /// The raw cuDNN handle (bound to this state's stream).
     pub(super) fn raw(&self) -> sys::cudnnHandle_t {
         self.handle.0
+    }
+
+    /// The device-side fence kernels, loaded on first use (the context must be bound).
+    fn fence_kernels(&mut self) -> Result<&DeviceKernels> {
+        if self.fences.is_none() {
+            self.fences = Some(DeviceKernels::load()?);
+        }
+        Ok(self.fences.as_ref().expect("loaded above"))
     }
 
     fn workspace_ptr(&mut self, bytes: usize) -> Result<(u64, usize)> {

@@ -25,7 +25,7 @@ use burn_fusion::{FusionBackend, NoOp};
 use burn_ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
 use cubecl::cuda::CudaRuntime;
 use std::any::{Any, TypeId};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
 pub(super) type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
@@ -191,7 +191,7 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64]
     let first = tensors.first().expect("at least one tensor");
     let (device, index) = (&first.device, first.device.index);
     let order = timed(Phase::WaitBurn, || -> Result<Order> {
-        if !super::options::get().host_sync {
+        if !super::options::get().host_sync && device_ordering_ok(index) {
             match stream_bridge::before(index, &first.client) {
                 Ok(fence) => return Ok(Order::Device(fence)),
                 Err(e) => warn_once("ordering cuDNN after burn on the device (the host waits instead)", &e),
@@ -205,9 +205,23 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64]
     if let Order::Device(fence) = order {
         timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
     }
-    count_call();
+    count_call(matches!(order, Order::Device(_)));
     drop(held);
     Ok(())
+}
+
+/// Whether cuDNN's work on `device` can be ordered on the device (checked once per device; a
+/// failure is logged once and the host orders instead).
+fn device_ordering_ok(device: usize) -> bool {
+    static READY: OnceLock<Mutex<HashMap<usize, bool>>> = OnceLock::new();
+    let mut map = READY.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    *map.entry(device).or_insert_with(|| match cudnn::device_ordering_ready(device) {
+        Ok(()) => true,
+        Err(e) => {
+            warn_once("ordering cuDNN after burn on the device (the host waits instead)", &e);
+            false
+        }
+    })
 }
 
 fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {

@@ -27,6 +27,7 @@ pub(crate) enum Phase {
 
 static NANOS: [AtomicU64; 5] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 static CALLS: AtomicU64 = AtomicU64::new(0);
+static DEVICE_ORDERED: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `f`, adding its wall time to `phase`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -37,17 +38,20 @@ pub(crate) fn timed<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Counts one call through the cuDNN path.
+/// Counts one call through the cuDNN path, and whether it was ordered on the device.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn count_call() {
+pub(crate) fn count_call(device_ordered: bool) {
     CALLS.fetch_add(1, Ordering::Relaxed);
+    DEVICE_ORDERED.fetch_add(u64::from(device_ordered), Ordering::Relaxed);
 }
 
 /// Totals since the process started; subtract two snapshots for a span.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize, PartialEq)]
 pub struct CudnnTimes {
-    /// Convolution computations that went through the cuDNN path.
+    /// Computations (convolutions, batch norms) that went through the cuDNN path.
     pub calls: u64,
+    /// Of those, the ones ordered with burn's stream on the device (the host did not wait).
+    pub device_ordered: u64,
     /// Seconds resolving and packing inputs, allocating outputs.
     pub prepare_s: f64,
     /// Seconds looking up device addresses.
@@ -66,6 +70,7 @@ impl CudnnTimes {
         let s = |p: Phase| NANOS[p as usize].load(Ordering::Relaxed) as f64 * 1e-9;
         Self {
             calls: CALLS.load(Ordering::Relaxed),
+            device_ordered: DEVICE_ORDERED.load(Ordering::Relaxed),
             prepare_s: s(Phase::Prepare),
             resources_s: s(Phase::Resources),
             wait_burn_s: s(Phase::WaitBurn),
@@ -78,6 +83,7 @@ impl CudnnTimes {
     pub fn since(&self, earlier: &Self) -> Self {
         Self {
             calls: self.calls - earlier.calls,
+            device_ordered: self.device_ordered - earlier.device_ordered,
             prepare_s: self.prepare_s - earlier.prepare_s,
             resources_s: self.resources_s - earlier.resources_s,
             wait_burn_s: self.wait_burn_s - earlier.wait_burn_s,
@@ -112,9 +118,9 @@ mod tests {
     fn phases_add_up_between_snapshots() {
         let a = CudnnTimes::now();
         timed(Phase::Cudnn, || std::thread::sleep(std::time::Duration::from_millis(5)));
-        count_call();
+        count_call(true);
         let d = CudnnTimes::now().since(&a);
-        assert!(d.calls >= 1);
+        assert!(d.calls >= 1 && d.device_ordered >= 1);
         assert!(d.cudnn_s >= 0.004, "{d:?}");
     }
 }

@@ -7,8 +7,9 @@
 //! 1. a one-thread kernel on burn's stream stores `n` in the first flag: it runs once everything
 //!    burn launched before it (the producers of cuDNN's inputs, the last users of memory handed
 //!    to cuDNN's outputs) has finished;
-//! 2. cuDNN's stream waits for `flag ≥ n` (`cuStreamWaitValue32`), runs the computation, and
-//!    writes `n` to the second flag (`cuStreamWriteValue32`, which orders the writes before it);
+//! 2. on cuDNN's stream a one-thread kernel spins until `flag ≥ n`, the computation runs, and a
+//!    one-thread kernel writes `n` to the second flag (PTX below, loaded through the driver:
+//!    `cuStreamWaitValue32` refuses cubecl's pool memory with `CUDA_ERROR_INVALID_VALUE`);
 //! 3. a one-thread kernel on burn's stream spins until the second flag is `≥ n`: everything burn
 //!    launches afterwards (the consumers of the outputs, new users of freed input memory) runs
 //!    after cuDNN.
@@ -21,8 +22,97 @@ use crate::error::{Error, Result};
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use cudarc::driver::sys as driver;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::c_void;
+
+/// The cuDNN-side halves, for the driver's JIT (any GPU since Volta): `fence_wait` spins on an
+/// atomic read until `*flag >= value`, `fence_store` atomically stores `value`.
+const FENCE_PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry fence_wait(.param .u64 flag, .param .u32 value)
+{
+    .reg .u64 %rd<2>;
+    .reg .u32 %r<3>;
+    .reg .pred %p<1>;
+    ld.param.u64 %rd0, [flag];
+    ld.param.u32 %r0, [value];
+    cvta.to.global.u64 %rd1, %rd0;
+    mov.u32 %r2, 0;
+SPIN:
+    atom.global.add.u32 %r1, [%rd1], %r2;
+    setp.lt.u32 %p0, %r1, %r0;
+    @%p0 bra SPIN;
+    ret;
+}
+
+.visible .entry fence_store(.param .u64 flag, .param .u32 value)
+{
+    .reg .u64 %rd<2>;
+    .reg .u32 %r<2>;
+    ld.param.u64 %rd0, [flag];
+    ld.param.u32 %r0, [value];
+    cvta.to.global.u64 %rd1, %rd0;
+    atom.global.exch.b32 %r1, [%rd1], %r0;
+    ret;
+}
+"#;
+
+/// The cuDNN-side fence kernels of one CUDA context.
+pub struct DeviceKernels {
+    module: driver::CUmodule,
+    wait: driver::CUfunction,
+    store: driver::CUfunction,
+}
+
+// SAFETY: module and function handles are plain driver objects, used under the device's mutex.
+unsafe impl Send for DeviceKernels {}
+
+impl Drop for DeviceKernels {
+    fn drop(&mut self) {
+        // SAFETY: loaded once by `load`, unloaded once here.
+        let _ = unsafe { driver::cuModuleUnload(self.module) };
+    }
+}
+
+impl DeviceKernels {
+    /// JIT-compiles the PTX in the current context (bind it first).
+    pub fn load() -> Result<Self> {
+        let src = std::ffi::CString::new(FENCE_PTX).expect("no NUL in the PTX");
+        let mut module = std::ptr::null_mut();
+        // SAFETY: NUL-terminated PTX text; out-pointers to locals.
+        unsafe {
+            driver::cuModuleLoadData(&mut module, src.as_ptr() as *const c_void).result().map_err(|e| fail("loading the fence kernels", e))?;
+            let kernels = Self { module, wait: std::ptr::null_mut(), store: std::ptr::null_mut() };
+            let mut wait = std::ptr::null_mut();
+            let mut store = std::ptr::null_mut();
+            driver::cuModuleGetFunction(&mut wait, module, c"fence_wait".as_ptr()).result().map_err(|e| fail("fence_wait", e))?;
+            driver::cuModuleGetFunction(&mut store, module, c"fence_store".as_ptr()).result().map_err(|e| fail("fence_store", e))?;
+            Ok(Self { wait, store, ..kernels })
+        }
+    }
+
+    fn launch(f: driver::CUfunction, stream: driver::CUstream, (flag, value): (u64, u32)) -> Result<()> {
+        let (mut flag, mut value) = (flag, value);
+        let mut params = [&mut flag as *mut u64 as *mut c_void, &mut value as *mut u32 as *mut c_void];
+        // SAFETY: one thread, no shared memory; the parameters match the entry's signature.
+        unsafe { driver::cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }.result().map_err(|e| fail("launching a fence kernel", e))
+    }
+
+    /// Enqueues on `stream` a wait until the fence's first flag reaches its value.
+    pub fn wait(&self, stream: driver::CUstream, fence: &Fence) -> Result<()> {
+        Self::launch(self.wait, stream, fence.wait)
+    }
+
+    /// Enqueues on `stream` the write of the fence's signal.
+    pub fn signal(&self, stream: driver::CUstream, fence: &Fence) -> Result<()> {
+        Self::launch(self.store, stream, fence.signal)
+    }
+}
 
 #[cube(launch)]
 fn store_flag(flag: &mut Array<Atomic<u32>>, value: u32) {
