@@ -14,7 +14,7 @@ name_i, t_i = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
 stream_i = head.index("Stream") if "Stream" in head else None
 scale = 1.0
 if body and not re.match(r"^[0-9.,]+$", body[0][t_i]):
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(body[0][t_i], 1.0)
+    scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}.get(body[0][t_i].strip(), 1.0)
     body = body[1:]
 by, streams, total, n = defaultdict(lambda: [0, 0.0]), defaultdict(float), 0.0, 0
 for r in body:

@@ -136,7 +136,8 @@ pub(super) fn device_ordering_ready(device: usize) -> Result<()> {
     let state = device_state(device)?;
     let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
     s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-    s.fence_kernels().map(|_| ())
+    let stream = s.stream.clone();
+    s.fence_kernels()?.self_test(&stream)
 }
 
 /// How a computation is ordered with burn's stream.

@@ -84,16 +84,28 @@ impl DeviceKernels {
     pub fn load() -> Result<Self> {
         let src = std::ffi::CString::new(FENCE_PTX).expect("no NUL in the PTX");
         let mut module = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX text; out-pointers to locals.
+        // SAFETY: NUL-terminated PTX text; out-pointer to a local.
+        unsafe { driver::cuModuleLoadData(&mut module, src.as_ptr() as *const c_void) }.result().map_err(|e| fail("loading the fence kernels", e))?;
+        // From here on `Drop` unloads the module, also when a lookup below fails.
+        let mut kernels = Self { module, wait: std::ptr::null_mut(), store: std::ptr::null_mut() };
+        // SAFETY: a loaded module; NUL-terminated names; out-pointers to fields.
         unsafe {
-            driver::cuModuleLoadData(&mut module, src.as_ptr() as *const c_void).result().map_err(|e| fail("loading the fence kernels", e))?;
-            let kernels = Self { module, wait: std::ptr::null_mut(), store: std::ptr::null_mut() };
-            let mut wait = std::ptr::null_mut();
-            let mut store = std::ptr::null_mut();
-            driver::cuModuleGetFunction(&mut wait, module, c"fence_wait".as_ptr()).result().map_err(|e| fail("fence_wait", e))?;
-            driver::cuModuleGetFunction(&mut store, module, c"fence_store".as_ptr()).result().map_err(|e| fail("fence_store", e))?;
-            Ok(Self { wait, store, ..kernels })
+            driver::cuModuleGetFunction(&mut kernels.wait, module, c"fence_wait".as_ptr()).result().map_err(|e| fail("fence_wait", e))?;
+            driver::cuModuleGetFunction(&mut kernels.store, module, c"fence_store".as_ptr()).result().map_err(|e| fail("fence_store", e))?;
         }
+        Ok(kernels)
+    }
+
+    /// Runs both kernels once on `stream` over a scratch flag and waits: proves they launch and
+    /// return here before any real work depends on them.
+    pub fn self_test(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Result<()> {
+        use cudarc::driver::DevicePtrMut;
+        let mut flag = stream.alloc_zeros::<u32>(1).map_err(|e| fail("allocating a test flag", e))?;
+        let (ptr, _sync) = flag.device_ptr_mut(stream);
+        let fence = Fence { wait: (ptr, 7), signal: (ptr, 7) };
+        self.signal(stream.cu_stream(), &fence)?;
+        self.wait(stream.cu_stream(), &fence)?;
+        stream.synchronize().map_err(|e| fail("testing the fence kernels", e))
     }
 
     fn launch(f: driver::CUfunction, stream: driver::CUstream, (flag, value): (u64, u32)) -> Result<()> {
