@@ -77,6 +77,10 @@ pub struct EpochRecord {
     pub lr: f64,
     /// Training images per second (all ranks together).
     pub img_per_s: f64,
+    /// The same after the epoch's first step, which carries one-time costs (kernel tuning,
+    /// cuDNN's algorithm search); absent for a one-step epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_img_per_s: Option<f64>,
     /// Wall-clock seconds of the epoch, validation included.
     pub seconds: f64,
     /// Images skipped as unreadable so far.
