@@ -122,4 +122,8 @@ fn data_parallel_2_cpu_workers_train_end_to_end() {
     let record: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
     let loss = record["train_loss"].as_f64().unwrap();
     assert!(loss.is_finite() && loss > 0.0, "{record}");
+    // Throughput after the first step (which carries one-time costs) is recorded beside the
+    // epoch's; both count the images of both workers.
+    let (all, steady) = (record["img_per_s"].as_f64().unwrap(), record["steady_img_per_s"].as_f64().unwrap());
+    assert!(all > 0.0 && steady > 0.0, "{record}");
 }
