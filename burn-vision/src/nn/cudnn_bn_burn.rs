@@ -8,7 +8,7 @@
 //! warning per cause.
 
 use super::cudnn_bn::{self, MIN_EPSILON};
-use super::cudnn_burn::{Ad, Prim, cast, dims4, empty, launch, register, resolve_packed, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, dims4, empty, launch, register, resolve_packed, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
@@ -86,7 +86,7 @@ impl Backward<Cuda, 3> for CudnnBatchNorm {
         let dy = grads.consume::<Cuda>(&ops.node);
         let s = ops.state;
         let (dx, dgamma, dbeta) = backward_cudnn(&s, dy.clone()).unwrap_or_else(|e| {
-            warn_once("cuDNN batch-norm backward", &e);
+            warn_once("cuDNN batch-norm backward", &e, BURN_RUNS);
             backward_burn(&s, dy)
         });
         for (node, grad) in [(node_x, dx), (node_gamma, dgamma), (node_beta, dbeta)] {
@@ -143,13 +143,15 @@ fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     (dx.into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
 }
 
+/// `Err` hands the input back for burn's BatchNorm.
+#[allow(clippy::result_large_err)]
 fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let xp = x.clone().into_primitive().tensor();
     let (y, mean, inv_std) = match forward_training(xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), bn.epsilon, relu) {
         Ok(v) => v,
         Err(e) => {
-            warn_once("cuDNN batch norm", &e);
+            warn_once("cuDNN batch norm", &e, BURN_RUNS);
             return Err(x);
         }
     };
@@ -173,6 +175,8 @@ fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, inv_std: Tensor<Cud
     bn.running_var.update(blend(bn.running_var.value_sync(), var));
 }
 
+/// `Err` hands the input back for burn's BatchNorm.
+#[allow(clippy::result_large_err)]
 fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::Result<Tensor<Cuda, 4>, Tensor<Cuda, 4>> {
     let run = || -> Result<Tensor<Cuda, 4>> {
         let device = x.device();
@@ -192,7 +196,7 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::R
         Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, yc))))
     };
     run().map_err(|e| {
-        warn_once("cuDNN batch norm (inference)", &e);
+        warn_once("cuDNN batch norm (inference)", &e, BURN_RUNS);
         x
     })
 }

@@ -2,9 +2,9 @@
 //!
 //! `Autodiff<Cuda>` (training) and `Cuda` (inference) tensors are recognised by type at run
 //! time, so models stay generic over `B: Backend`. The forward pass, the input gradient and the
-//! filter gradient each go to cuDNN on the tensors' own device memory; burn's stream is drained
-//! before a call and cuDNN's after it, so the two never overlap on a buffer. When cuDNN refuses a
-//! shape or fails, that computation falls back to burn's kernels with one warning per cause.
+//! filter gradient each go to cuDNN on the tensors' own device memory, ordered with burn's stream
+//! by [`launch`] (on the device; see `stream_bridge`). When cuDNN refuses a shape or fails, that
+//! computation falls back to burn's kernels with one warning per cause.
 
 use super::cudnn::{self, ConvShape, Direction, Order, Pointers};
 use super::stream_bridge;
@@ -37,10 +37,15 @@ pub(super) fn cast<A: 'static, T: 'static>(a: A) -> T {
     *(Box::new(a) as Box<dyn Any>).downcast::<T>().expect("backend type checked before the cast")
 }
 
-/// Logs each distinct fallback cause once.
-pub(super) fn warn_once(what: &str, e: &Error) {
+/// What runs when a cuDNN computation cannot.
+pub(super) const BURN_RUNS: &str = "burn's own kernels run instead";
+/// What happens when cuDNN's work cannot be ordered on the device.
+const HOST_WAITS: &str = "the host waits for the streams instead";
+
+/// Logs each distinct fallback cause once: what failed, why, and what happens instead.
+pub(super) fn warn_once(what: &str, e: &Error, instead: &str) {
     static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    let msg = format!("{what}: {e}; burn's own kernels run instead");
+    let msg = format!("{what}: {e}; {instead}");
     if SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(msg.clone()) {
         log::warn!("{msg}");
     }
@@ -103,21 +108,21 @@ fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>) -> Tens
 
 fn forward(x: Prim, w: Prim, o: &ConvOptions<2>) -> Prim {
     cudnn_call(Direction::Forward, x.clone(), w.clone(), None, o).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution forward", &e);
+        warn_once("cuDNN convolution forward", &e, BURN_RUNS);
         <Cuda as ModuleOps<Cuda>>::conv2d(x, w, None, o.clone())
     })
 }
 
 fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
     cudnn_call(Direction::BackwardData, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution backward-data", &e);
+        warn_once("cuDNN convolution backward-data", &e, BURN_RUNS);
         <Cuda as ModuleOps<Cuda>>::conv2d_x_backward(x, w, dy, o.clone())
     })
 }
 
 fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
     cudnn_call(Direction::BackwardFilter, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution backward-filter", &e);
+        warn_once("cuDNN convolution backward-filter", &e, BURN_RUNS);
         <Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone())
     })
 }
@@ -194,7 +199,7 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64]
         if !super::options::get().host_sync && device_ordering_ok(index) {
             match stream_bridge::before(index, &first.client) {
                 Ok(fence) => return Ok(Order::Device(fence)),
-                Err(e) => warn_once("ordering cuDNN after burn on the device (the host waits instead)", &e),
+                Err(e) => warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS),
             }
         }
         <Inner as Backend>::sync(device).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
@@ -218,7 +223,7 @@ fn device_ordering_ok(device: usize) -> bool {
     *map.entry(device).or_insert_with(|| match cudnn::device_ordering_ready(device) {
         Ok(()) => true,
         Err(e) => {
-            warn_once("ordering cuDNN after burn on the device (the host waits instead)", &e);
+            warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
             false
         }
     })

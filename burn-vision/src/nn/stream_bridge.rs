@@ -207,10 +207,11 @@ impl Flags {
 pub fn before(device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
     FLAGS.with(|f| {
         let mut map = f.borrow_mut();
-        if !map.contains_key(&device) {
-            map.insert(device, Flags::new(client)?);
-        }
-        map.get_mut(&device).expect("inserted above").before()
+        let flags = match map.entry(device) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(Flags::new(client)?),
+        };
+        flags.before()
     })
 }
 
