@@ -6,7 +6,8 @@
 #  torch_prof: torch.profiler on one PyTorch step of the same model, batch and size;
 #  burn_split: the step without a profiler, with the host's waits on the cuDNN path
 #              (burn_split_nobn: the same with burn's BatchNorm instead of cuDNN's;
-#              burn_split_host: cuDNN ordered with burn's stream on the host, not the device).
+#              burn_split_host: cuDNN ordered with burn's stream on the host, not the device;
+#              burn_split_fuse: convolution + BatchNorm as one cuDNN operation).
 # Binaries carried in carry/ (see cudnn.sh). Writes raw logs to $OUT, summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,6 +22,7 @@ for s in ${STEPS:-burn_split burn_ncu torch_prof}; do
   case $s in
     burn_split) step burn_split ${T_R50:-150} "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
     burn_split_nobn) step burn_split_nobn ${T_R50:-150} env BURN_VISION_CUDNN_BN=0 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
+    burn_split_fuse) step burn_split_fuse ${T_R50:-150} env BURN_VISION_CUDNN_FUSE=1 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
     burn_split_host) step burn_split_host ${T_R50:-150} env BURN_VISION_CUDNN_HOST_SYNC=1 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
     burn_ncu)
       step burn_ncu_run ${T_NCU:-240} env BURN_VISION_CUDA_PROFILER=1 ncu --clock-control none --cache-control none \

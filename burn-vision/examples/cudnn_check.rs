@@ -160,6 +160,50 @@ fn check_bn(device: &CudaDevice) -> bool {
     ok
 }
 
+/// Convolution + BatchNorm + ReLU as one cuDNN operation against the two separate ones (same
+/// algorithms): outputs, the four gradients, running mean; fused = 2 cuDNN sessions, separate = 5.
+fn check_fused(device: &CudaDevice) -> bool {
+    use burn_nn::PaddingConfig2d;
+    use burn_nn::conv::Conv2dConfig;
+    let base = options::get();
+    let mut ok = true;
+    for (x_dims, k, r, stride) in [([8, 32, 14, 14], 64, 3, 1), ([4, 64, 28, 28], 32, 1, 2)] {
+        let run = |fuse: bool| {
+            options::set(CudnnOptions { fuse_conv_bn: fuse, allow_tf32: false, ..base.clone() });
+            Ad::seed(device, 3);
+            let conv = Conv2dConfig::new([x_dims[1], k], [r, r]).with_stride([stride, stride]).with_padding(PaddingConfig2d::Explicit(r / 2, r / 2, r / 2, r / 2)).with_bias(false).init::<Ad>(device);
+            let bn = BatchNormConfig::new(k).init::<Ad>(device);
+            let n: usize = x_dims.iter().product();
+            let x = Tensor::<Ad, 4>::from_data(TensorData::new(values(5, n, 3.0, 0.2), x_dims), device).require_grad();
+            let before = cudnn::calls();
+            let y = burn_vision::nn::conv_batch_norm(&conv, &bn, x.clone(), true);
+            let g = Tensor::<Ad, 4>::from_data(TensorData::new(values(6, y.dims().iter().product(), 2.0, 0.0), y.dims()), device);
+            let grads = (y.clone() * g).sum().backward();
+            let out = [
+                to_f64(y),
+                to_f64(x.grad(&grads).expect("dx")),
+                to_f64(conv.weight.val().grad(&grads).expect("dw")),
+                to_f64(bn.gamma.val().grad(&grads).expect("dgamma")),
+                to_f64(bn.beta.val().grad(&grads).expect("dbeta")),
+                to_f64(bn.running_mean.value_sync()),
+            ];
+            (out, cudnn::calls() - before)
+        };
+        let (separate, calls_separate) = run(false);
+        let (fused, calls_fused) = run(true);
+        let errs: Vec<f64> = fused.iter().zip(&separate).map(|(a, b)| max_rel_err(a, b)).collect();
+        let pass = calls_fused == 2 && calls_separate == 5 && errs.iter().all(|&e| e < 1e-5);
+        ok &= pass;
+        println!(
+            "RESULT check=fused_conv_bn x={x_dims:?} k={k} r={r} stride={stride} y={:.2e} dx={:.2e} dw={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} cudnn_calls fused={calls_fused} separate={calls_separate} bound=1e-5 {}",
+            errs[0], errs[1], errs[2], errs[3], errs[4], errs[5],
+            if pass { "ok" } else { "FAIL" }
+        );
+    }
+    options::set(base);
+    ok
+}
+
 #[derive(serde::Deserialize)]
 struct Shapes {
     shapes: Vec<Shape4>,
@@ -246,6 +290,7 @@ fn main() {
     if all || args.iter().any(|a| a == "check") {
         ok = check(&device);
         ok &= check_bn(&device);
+        ok &= check_fused(&device);
         // Unless asked to wait on the host, every cuDNN call must have been ordered on the device.
         let t = CudnnTimes::now();
         let ordered = options::get().host_sync || (t.calls > 0 && t.device_ordered == t.calls);

@@ -6,7 +6,7 @@ use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn_nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use crate::nn::{batch_norm, forward_conv};
+use crate::nn::{conv_batch_norm, forward_conv};
 use burn_ddp::{BatchNormSync, sync_batch_norm};
 
 /// Which residual block a ResNet stacks.
@@ -95,25 +95,27 @@ impl<B: Backend> Block<B> {
     /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`
     pub fn forward(&self, x: Tensor<B, 4>, sync: Option<&BatchNormSync>) -> Tensor<B, 4> {
         let identity = match &self.downsample {
-            Some(d) => norm(&d.bn, forward_conv(&d.conv, x.clone()), sync, false),
+            Some(d) => conv_norm(&d.conv, &d.bn, x.clone(), sync, false),
             None => x.clone(),
         };
-        let out = norm(&self.bn1, forward_conv(&self.conv1, x), sync, true);
+        let out = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         let out = match (&self.conv3, &self.bn3) {
-            (Some(conv3), Some(bn3)) => norm(bn3, forward_conv(conv3, norm(&self.bn2, forward_conv(&self.conv2, out), sync, true)), sync, false),
-            _ => norm(&self.bn2, forward_conv(&self.conv2, out), sync, false),
+            (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false),
+            _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
         };
         self.relu.forward(out + identity)
     }
 }
 
-/// BatchNorm (through cuDNN on burn-cuda), or SyncBatchNorm with the same parameters when
-/// `sync` is given; then ReLU when `relu`.
-fn norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
+/// Convolution then BatchNorm (both through cuDNN on burn-cuda, optionally as one operation),
+/// or SyncBatchNorm with the same parameters when `sync` is given; then ReLU when `relu`.
+fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
     match sync {
-        Some(s) if relu => burn::tensor::activation::relu(sync_batch_norm(bn, x, s)),
-        Some(s) => sync_batch_norm(bn, x, s),
-        None => batch_norm(bn, x, relu),
+        Some(s) => {
+            let y = sync_batch_norm(bn, forward_conv(conv, x), s);
+            if relu { burn::tensor::activation::relu(y) } else { y }
+        }
+        None => conv_batch_norm(conv, bn, x, relu),
     }
 }
 
@@ -256,7 +258,7 @@ impl<B: Backend> ResNet<B> {
     /// `[n, in_channels, h, w]` → `[n, num_classes]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
         let sync = self.sync_bn.as_ref();
-        let mut x = norm(&self.bn1, forward_conv(&self.conv1, x), sync, true);
+        let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         if let Some(pool) = &self.maxpool {
             x = pool.forward(x);
         }

@@ -4,6 +4,7 @@
 use burn::prelude::*;
 use burn::tensor::activation::relu as relu_op;
 use burn_nn::BatchNorm;
+use burn_nn::conv::Conv2d;
 
 /// `relu(bn(x))` when `relu`, else `bn(x)`: training statistics on autodiff backends (running
 /// statistics updated as burn's BatchNorm does), running statistics otherwise.
@@ -22,6 +23,27 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
     };
     let y = bn.forward(x);
     if relu { relu_op(y) } else { y }
+}
+
+/// `relu?(bn(conv(x)))` — [`super::forward_conv`] then [`batch_norm`] — as one cuDNN
+/// operation on `Autodiff<Cuda>` when [`super::CudnnOptions::fuse_conv_bn`] is set and the
+/// convolution has symmetric padding and no bias; the two separate operations otherwise.
+///
+/// # Shapes
+/// As [`Conv2d::forward`].
+pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+    #[cfg(feature = "cuda")]
+    let x = match (&conv.padding, &conv.bias) {
+        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right => {
+            let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
+            match super::cudnn_conv_bn::try_conv_bn(conv.weight.val(), &options, bn, x, relu) {
+                Ok(y) => return y,
+                Err(x) => x,
+            }
+        }
+        _ => x,
+    };
+    batch_norm(bn, super::forward_conv(conv, x), relu)
 }
 
 #[cfg(test)]

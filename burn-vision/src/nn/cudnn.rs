@@ -352,28 +352,39 @@ impl DeviceState {
 /// `shape` describes (strides included), not written by anyone else until the computation has
 /// finished (see [`Order`]).
 pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers, order: Order) -> Result<()> {
-    let opts = options::get();
     // SAFETY: as this function's contract.
-    unsafe {
-        with_handle(device, order, |s| {
-            let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic);
-            if !s.plans.contains_key(&key) {
-                let plan = s.find(dir, shape, p, &opts)?;
-                s.plans.insert(key.clone(), plan);
-            }
-            let need = s.plans[&key].workspace;
-            let (ws, ws_len) = s.workspace_ptr(need)?;
-            let plan = &s.plans[&key];
-            let (one, zero) = (1f32, 0f32);
-            let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
-            let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
-            let h = s.handle.0;
-            let status = match plan.algo {
+    unsafe { with_handle(device, order, |s| s.convolve(dir, shape, p)) }
+}
+
+impl DeviceState {
+    /// Enqueues one convolution computation on this state's stream (inside [`with_handle`]),
+    /// measuring the algorithm first when the shape is new.
+    ///
+    /// # Safety
+    /// As [`run`].
+    pub(super) unsafe fn convolve(&mut self, dir: Direction, shape: &ConvShape, p: Pointers) -> Result<()> {
+        let opts = options::get();
+        let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic);
+        if !self.plans.contains_key(&key) {
+            // SAFETY: as this function's contract.
+            let plan = unsafe { self.find(dir, shape, p, &opts)? };
+            self.plans.insert(key.clone(), plan);
+        }
+        let need = self.plans[&key].workspace;
+        let (ws, ws_len) = self.workspace_ptr(need)?;
+        let plan = &self.plans[&key];
+        let (one, zero) = (1f32, 0f32);
+        let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+        let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
+        let h = self.handle.0;
+        // SAFETY: the plan's descriptors match `shape`; the caller vouches for the buffers.
+        let status = unsafe {
+            match plan.algo {
                 Algo::Forward(algo) => sys::cudnnConvolutionForward(h, a, plan.x.0, xp, plan.w.0, wp, plan.conv.0, algo, wsp, ws_len, b, plan.y.0, yp),
                 Algo::BackwardData(algo) => sys::cudnnConvolutionBackwardData(h, a, plan.w.0, wp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.x.0, xp),
                 Algo::BackwardFilter(algo) => sys::cudnnConvolutionBackwardFilter(h, a, plan.x.0, xp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.w.0, wp),
-            };
-            status.result().map_err(|e| fail("running the convolution", e))
-        })
+            }
+        };
+        status.result().map_err(|e| fail("running the convolution", e))
     }
 }

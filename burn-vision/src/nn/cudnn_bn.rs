@@ -6,6 +6,7 @@
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
 use super::cudnn::{Order, fail, relu_desc, tensor_desc, with_handle};
+use sys::cudnnHandle_t as Handle;
 use crate::error::Result;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;
@@ -31,6 +32,15 @@ fn ptr(p: u64) -> *mut c_void {
 /// Live device memory of `device`: x and y hold `dims` packed f32, the rest `dims[1]` f32;
 /// untouched by others until the computation has finished (see [`Order`]).
 pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+    // SAFETY: as this function's contract.
+    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), dims, eps, relu, p)) }
+}
+
+/// [`forward_training`] enqueued with a handle already in use (inside `with_handle`).
+///
+/// # Safety
+/// As [`forward_training`].
+pub(super) unsafe fn forward_training_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
     let xd = tensor_desc(dims, packed(dims))?;
     let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
@@ -39,17 +49,14 @@ pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bo
     // SAFETY: descriptors match the extents the caller guarantees; ReLU runs in place, which
     // cuDNN allows for activations.
     unsafe {
-        with_handle(device, order, |s| {
-            let h = s.raw();
-            sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
-                .result()
-                .map_err(|e| fail("cudnnBatchNormalizationForwardTraining", e))?;
-            if relu {
-                let act = relu_desc()?;
-                sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
-            }
-            Ok(())
-        })
+        sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
+            .result()
+            .map_err(|e| fail("cudnnBatchNormalizationForwardTraining", e))?;
+        if relu {
+            let act = relu_desc()?;
+            sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
+        }
+        Ok(())
     }
 }
 
@@ -59,6 +66,11 @@ pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bo
 /// # Safety
 /// As [`forward_training`].
 pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+    // SAFETY: as this function's contract.
+    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), dims, eps, relu, p)) }
+}
+
+unsafe fn forward_inference_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
     let xd = tensor_desc(dims, packed(dims))?;
     let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
@@ -66,17 +78,14 @@ pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: b
     let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
     // SAFETY: as `forward_training`.
     unsafe {
-        with_handle(device, order, |s| {
-            let h = s.raw();
-            sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
-                .result()
-                .map_err(|e| fail("cudnnBatchNormalizationForwardInference", e))?;
-            if relu {
-                let act = relu_desc()?;
-                sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
-            }
-            Ok(())
-        })
+        sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
+            .result()
+            .map_err(|e| fail("cudnnBatchNormalizationForwardInference", e))?;
+        if relu {
+            let act = relu_desc()?;
+            sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
+        }
+        Ok(())
     }
 }
 
@@ -87,6 +96,15 @@ pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: b
 /// # Safety
 /// As [`forward_training`]; dy, dz, dx hold `dims` packed f32.
 pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
+    // SAFETY: as this function's contract.
+    unsafe { with_handle(device, order, |s| backward_in(s.raw(), dims, eps, relu, p)) }
+}
+
+/// [`backward`] enqueued with a handle already in use (inside `with_handle`).
+///
+/// # Safety
+/// As [`backward`].
+pub(super) unsafe fn backward_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
     let xd = tensor_desc(dims, packed(dims))?;
     let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
@@ -94,19 +112,16 @@ pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [
     let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
     // SAFETY: as `forward_training`.
     unsafe {
-        with_handle(device, order, |s| {
-            let h = s.raw();
-            let grad = if relu {
-                let act = relu_desc()?;
-                // ReLU's gradient only looks at the sign of its output (y > 0 exactly where its input is).
-                sys::cudnnActivationBackward(h, act.0, a, xd.0, ptr(y), xd.0, ptr(dy), xd.0, ptr(y), b, xd.0, ptr(dz)).result().map_err(|e| fail("cudnnActivationBackward", e))?;
-                dz
-            } else {
-                dy
-            };
-            sys::cudnnBatchNormalizationBackward(h, SPATIAL, a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
-                .result()
-                .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
-        })
+        let grad = if relu {
+            let act = relu_desc()?;
+            // ReLU's gradient only looks at the sign of its output (y > 0 exactly where its input is).
+            sys::cudnnActivationBackward(h, act.0, a, xd.0, ptr(y), xd.0, ptr(dy), xd.0, ptr(y), b, xd.0, ptr(dz)).result().map_err(|e| fail("cudnnActivationBackward", e))?;
+            dz
+        } else {
+            dy
+        };
+        sys::cudnnBatchNormalizationBackward(h, SPATIAL, a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
+            .result()
+            .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
     }
 }

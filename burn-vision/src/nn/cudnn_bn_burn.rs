@@ -38,11 +38,11 @@ pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, rel
     Err(x)
 }
 
-fn float(t: Prim) -> Tensor<Cuda, 1> {
+pub(super) fn float(t: Prim) -> Tensor<Cuda, 1> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-fn checked_eps(eps: f64) -> Result<f64> {
+pub(super) fn checked_eps(eps: f64) -> Result<f64> {
     if eps < MIN_EPSILON {
         return Err(Error::Cudnn { op: "batch norm", reason: format!("epsilon {eps} is below cuDNN's minimum {MIN_EPSILON}") });
     }
@@ -69,13 +69,13 @@ struct CudnnBatchNorm;
 /// What the backward pass needs: the input, the output (for ReLU's mask), γ and the saved
 /// batch statistics.
 #[derive(Debug, Clone)]
-struct Saved {
-    x: Prim,
-    y: Option<Prim>,
-    gamma: Prim,
-    mean: Prim,
-    inv_std: Prim,
-    eps: f64,
+pub(super) struct Saved {
+    pub(super) x: Prim,
+    pub(super) y: Option<Prim>,
+    pub(super) gamma: Prim,
+    pub(super) mean: Prim,
+    pub(super) inv_std: Prim,
+    pub(super) eps: f64,
 }
 
 impl Backward<Cuda, 3> for CudnnBatchNorm {
@@ -97,7 +97,7 @@ impl Backward<Cuda, 3> for CudnnBatchNorm {
     }
 }
 
-fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
+pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
     let client = dy.client.clone();
     let dims = dims4(&s.x.shape)?;
     let relu = s.y.is_some();
@@ -123,7 +123,7 @@ fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
 }
 
 /// The same gradients with burn's kernels (when cuDNN fails after the forward pass ran).
-fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
+pub(super) fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     let t4 = |p: Prim| Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p));
     let dy = t4(dy);
     let dz = match &s.y {
@@ -166,7 +166,7 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> std::result::Resul
 
 /// burn's rule: `running = (1 - momentum) · running + momentum · batch`, with the biased
 /// batch variance (recovered from cuDNN's `1 / sqrt(var + eps)`).
-fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, inv_std: Tensor<Cuda, 1>) {
+pub(super) fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, inv_std: Tensor<Cuda, 1>) {
     let device = mean.device();
     let var = inv_std.powf_scalar(-2.0).sub_scalar(bn.epsilon).clamp_min(0.0);
     let m = bn.momentum;

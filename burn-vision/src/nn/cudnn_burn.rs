@@ -113,14 +113,14 @@ fn forward(x: Prim, w: Prim, o: &ConvOptions<2>) -> Prim {
     })
 }
 
-fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
+pub(super) fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
     cudnn_call(Direction::BackwardData, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
         warn_once("cuDNN convolution backward-data", &e, BURN_RUNS);
         <Cuda as ModuleOps<Cuda>>::conv2d_x_backward(x, w, dy, o.clone())
     })
 }
 
-fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
+pub(super) fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
     cudnn_call(Direction::BackwardFilter, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
         warn_once("cuDNN convolution backward-filter", &e, BURN_RUNS);
         <Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone())
@@ -229,7 +229,7 @@ fn device_ordering_ok(device: usize) -> bool {
     })
 }
 
-fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
+pub(super) fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
     let size = |i: usize, k: i32| (x[2 + i] + 2 * o.padding[i] as i32 - o.dilation[i] as i32 * (k - 1) - 1) / o.stride[i] as i32 + 1;
     [x[0], w[0], size(0, w[2]), size(1, w[3])]
 }

@@ -11,13 +11,15 @@ pub mod cudnn_bn;
 mod cudnn_bn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_burn;
+#[cfg(feature = "cuda")]
+mod cudnn_conv_bn;
 pub mod options;
 pub mod profile;
 pub mod reference;
 #[cfg(feature = "cuda")]
 mod stream_bridge;
 
-pub use batch_norm::batch_norm;
+pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use conv::{conv2d, forward_conv};
 pub use options::CudnnOptions;
 pub use profile::CudnnTimes;

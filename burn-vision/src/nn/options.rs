@@ -5,7 +5,8 @@ use std::sync::{OnceLock, RwLock};
 /// How convolutions and batch norms on burn-cuda use cuDNN. Read once from the environment
 /// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
 /// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`,
-/// `BURN_VISION_CUDNN_BN=0`, `BURN_VISION_CUDNN_HOST_SYNC=1`), or set with [`set`] before the first convolution.
+/// `BURN_VISION_CUDNN_BN=0`, `BURN_VISION_CUDNN_HOST_SYNC=1`,
+/// `BURN_VISION_CUDNN_FUSE=1`), or set with [`set`] before the first convolution.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -28,11 +29,15 @@ pub struct CudnnOptions {
     /// call, cuDNN's after it) instead of on the device (`BURN_VISION_CUDNN_HOST_SYNC=1`; the
     /// device-side ordering is the default and lets the host run ahead).
     pub host_sync: bool,
+    /// Run a convolution and the BatchNorm after it as one cuDNN operation
+    /// (`BURN_VISION_CUDNN_FUSE=1`): fewer host round trips per block. Off by default until
+    /// measured on a GPU.
+    pub fuse_conv_bn: bool,
 }
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false }
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false, fuse_conv_bn: false }
     }
 }
 
@@ -49,6 +54,9 @@ impl CudnnOptions {
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_DETERMINISTIC") {
             o.deterministic = v;
+        }
+        if let Some(v) = flag("BURN_VISION_CUDNN_FUSE") {
+            o.fuse_conv_bn = v;
         }
         if let Some(v) = flag("BURN_VISION_CUDNN_HOST_SYNC") {
             o.host_sync = v;
