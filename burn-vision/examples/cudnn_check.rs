@@ -118,15 +118,11 @@ fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usiz
     (out, running, to_f64(batch_norm(&bn.valid(), xi, relu)))
 }
 
-/// Deterministic values in `shift ± scale/2`.
+/// Seeded values in `shift ± scale/2` (the seeded generator the f64 reference uses).
 fn values(seed: u64, len: usize, scale: f32, shift: f32) -> Vec<f32> {
-    let mut state = seed;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            shift + scale * ((state >> 33) as f32 / (1u64 << 31) as f32 - 0.5)
-        })
-        .collect()
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..len).map(|_| shift + scale * rng.random_range(-0.5f32..0.5)).collect()
 }
 
 /// cuDNN's batch norm (+ ReLU) on the GPU against burn's BatchNorm on the CPU (burn-flex, f32):

@@ -108,6 +108,11 @@ raw_handle!(FilterDesc, sys::cudnnFilterDescriptor_t, result::destroy_filter_des
 raw_handle!(ConvDesc, sys::cudnnConvolutionDescriptor_t, result::destroy_convolution_descriptor);
 raw_handle!(ActivationDesc, sys::cudnnActivationDescriptor_t, sys::cudnnDestroyActivationDescriptor);
 
+/// Row-major (packed NCHW) strides of `d`, in elements.
+pub(super) fn packed(d: [i32; 4]) -> [i32; 4] {
+    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+}
+
 /// A 4-D f32 tensor descriptor with explicit strides.
 pub(super) fn tensor_desc(dims: [i32; 4], strides: [i32; 4]) -> Result<TensorDesc> {
     let d = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);

@@ -5,7 +5,7 @@
 //! Running statistics are left to the caller (burn's BatchNorm blends the *biased* variance,
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
-use super::cudnn::{Order, fail, relu_desc, tensor_desc, with_handle};
+use super::cudnn::{Order, TensorDesc, fail, packed, relu_desc, tensor_desc, with_handle};
 use sys::cudnnHandle_t as Handle;
 use crate::error::Result;
 use cudarc::cudnn::sys;
@@ -16,8 +16,26 @@ pub const MIN_EPSILON: f64 = 1e-5;
 
 const SPATIAL: sys::cudnnBatchNormMode_t = sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL;
 
-fn packed(d: [i32; 4]) -> [i32; 4] {
-    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+/// The activation descriptor (packed `dims`) and the per-channel one (`[1, c, 1, 1]`).
+fn descriptors(dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
+    Ok((tensor_desc(dims, packed(dims))?, tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
+}
+
+/// cuDNN's `alpha = 1, beta = 0` (overwrite the output), as the pointers it takes.
+const ONE: f32 = 1.0;
+const ZERO: f32 = 0.0;
+fn scale(v: &'static f32) -> *const c_void {
+    v as *const f32 as *const c_void
+}
+
+/// `y = relu(y)` in place (cuDNN allows in-place activations).
+///
+/// # Safety
+/// `y` holds `xd`'s extent of live device memory.
+unsafe fn relu_in_place(h: Handle, xd: &TensorDesc, y: u64) -> Result<()> {
+    let act = relu_desc()?;
+    // SAFETY: as this function's contract.
+    unsafe { sys::cudnnActivationForward(h, act.0, scale(&ONE), xd.0, ptr(y), scale(&ZERO), xd.0, ptr(y)) }.result().map_err(|e| fail("cudnnActivationForward", e))
 }
 
 fn ptr(p: u64) -> *mut c_void {
@@ -42,22 +60,18 @@ pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bo
 /// As [`forward_training`].
 pub(super) unsafe fn forward_training_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
-    let xd = tensor_desc(dims, packed(dims))?;
-    let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
-    let (one, zero) = (1f32, 0f32);
-    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
-    // SAFETY: descriptors match the extents the caller guarantees; ReLU runs in place, which
-    // cuDNN allows for activations.
+    let (xd, cd) = descriptors(dims)?;
+    let (a, b) = (scale(&ONE), scale(&ZERO));
+    // SAFETY: descriptors match the extents the caller guarantees.
     unsafe {
         sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
             .result()
             .map_err(|e| fail("cudnnBatchNormalizationForwardTraining", e))?;
         if relu {
-            let act = relu_desc()?;
-            sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
+            relu_in_place(h, &xd, y)?;
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Inference forward with the running statistics, then ReLU when `relu`.
@@ -72,21 +86,18 @@ pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: b
 
 unsafe fn forward_inference_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
-    let xd = tensor_desc(dims, packed(dims))?;
-    let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
-    let (one, zero) = (1f32, 0f32);
-    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+    let (xd, cd) = descriptors(dims)?;
+    let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
         sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
             .result()
             .map_err(|e| fail("cudnnBatchNormalizationForwardInference", e))?;
         if relu {
-            let act = relu_desc()?;
-            sys::cudnnActivationForward(h, act.0, a, xd.0, ptr(y), b, xd.0, ptr(y)).result().map_err(|e| fail("cudnnActivationForward", e))?;
+            relu_in_place(h, &xd, y)?;
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Gradients of [`forward_training`]. With `relu`, `dy` is first masked by `y > 0` into
@@ -106,10 +117,8 @@ pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [
 /// As [`backward`].
 pub(super) unsafe fn backward_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
-    let xd = tensor_desc(dims, packed(dims))?;
-    let cd = tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?;
-    let (one, zero) = (1f32, 0f32);
-    let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+    let (xd, cd) = descriptors(dims)?;
+    let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
         let grad = if relu {

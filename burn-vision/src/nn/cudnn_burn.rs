@@ -6,7 +6,7 @@
 //! by [`launch`] (on the device; see `stream_bridge`). When cuDNN refuses a shape or fails, that
 //! computation falls back to burn's kernels with one warning per cause.
 
-use super::cudnn::{self, ConvShape, Direction, Order, Pointers};
+use super::cudnn::{self, ConvShape, Direction, Order, Pointers, packed};
 use super::stream_bridge;
 use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
@@ -136,10 +136,6 @@ pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
     Ok([d[0] as i32, d[1] as i32, d[2] as i32, d[3] as i32])
 }
 
-pub(super) fn packed(d: [i32; 4]) -> [i32; 4] {
-    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
-}
-
 /// A device buffer holding the tensor, kept alive while cuDNN uses it, and its strides.
 /// cuDNN takes strided activations (burn-cuda pitches rows) but wants packed filters and no
 /// broadcast (zero) strides; such tensors are copied to a packed layout first.
@@ -148,8 +144,11 @@ pub(super) fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRunt
     if !need_packed {
         check_f32(&t)?;
         let cube = t.client.clone().resolve_tensor_float::<Inner>(t.clone());
+        if cube.is_contiguous() {
+            return Ok((cube, packed(dims)));
+        }
         let s = cube.meta.strides().to_vec();
-        if !cube.is_contiguous() && s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize) {
+        if s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize) {
             return Ok((cube, [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32]));
         }
     }

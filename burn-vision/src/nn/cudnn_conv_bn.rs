@@ -5,10 +5,10 @@
 //! burn's graph. Off by default (`BURN_VISION_CUDNN_FUSE=1`); any failure runs the separate
 //! operations instead.
 
-use super::cudnn::{ConvShape, Direction, Pointers};
+use super::cudnn::{ConvShape, Direction, Pointers, packed};
 use super::cudnn_bn;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_data, backward_filter, cast, dims4, empty, launch, out_dims, packed, register, resolve_packed, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_data, backward_filter, cast, dims4, empty, launch, out_dims, register, resolve_packed, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::Result;
 use burn::prelude::*;
@@ -28,7 +28,7 @@ use std::any::Any;
 /// otherwise `x` comes back untouched.
 pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     let opts = super::options::get();
-    if !(opts.enabled && opts.batch_norm && opts.fuse_conv_bn) || !super::cudnn::available() {
+    if !(opts.enabled && opts.batch_norm && opts.fuse_conv_bn && super::cudnn::available()) {
         return Err(x);
     }
     match (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {

@@ -46,26 +46,19 @@ impl CudnnOptions {
     pub fn from_env() -> Self {
         let mut o = Self::default();
         let flag = |name: &str| std::env::var(name).ok().map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
-        if let Some(v) = flag("BURN_VISION_CUDNN") {
-            o.enabled = v;
-        }
-        if let Some(v) = flag("BURN_VISION_CUDNN_TF32") {
-            o.allow_tf32 = v;
-        }
-        if let Some(v) = flag("BURN_VISION_CUDNN_DETERMINISTIC") {
-            o.deterministic = v;
-        }
-        if let Some(v) = flag("BURN_VISION_CUDNN_FUSE") {
-            o.fuse_conv_bn = v;
-        }
-        if let Some(v) = flag("BURN_VISION_CUDNN_HOST_SYNC") {
-            o.host_sync = v;
-        }
-        if let Some(v) = flag("BURN_VISION_CUDNN_BN") {
-            o.batch_norm = v;
-        }
-        if let Some(v) = flag("BURN_VISION_CUDNN_PACK") {
-            o.pack_inputs = v;
+        let switches = [
+            ("BURN_VISION_CUDNN", &mut o.enabled),
+            ("BURN_VISION_CUDNN_TF32", &mut o.allow_tf32),
+            ("BURN_VISION_CUDNN_DETERMINISTIC", &mut o.deterministic),
+            ("BURN_VISION_CUDNN_FUSE", &mut o.fuse_conv_bn),
+            ("BURN_VISION_CUDNN_HOST_SYNC", &mut o.host_sync),
+            ("BURN_VISION_CUDNN_BN", &mut o.batch_norm),
+            ("BURN_VISION_CUDNN_PACK", &mut o.pack_inputs),
+        ];
+        for (name, field) in switches {
+            if let Some(v) = flag(name) {
+                *field = v;
+            }
         }
         if let Some(mib) = std::env::var("BURN_VISION_CUDNN_WORKSPACE_MIB").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
             o.workspace_limit = mib << 20;

@@ -25,7 +25,7 @@ pub(crate) enum Phase {
     Register,
 }
 
-static NANOS: [AtomicU64; 5] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static NANOS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_ORDERED: AtomicU64 = AtomicU64::new(0);
 

@@ -18,7 +18,8 @@
 //! stream: there is no cycle. Before the counter could wrap, both streams are drained and the
 //! flags reset.
 
-use crate::error::{Error, Result};
+use super::cudnn::fail;
+use crate::error::Result;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -159,10 +160,6 @@ struct Flags {
 
 thread_local! {
     static FLAGS: RefCell<HashMap<usize, Flags>> = RefCell::new(HashMap::new());
-}
-
-fn fail(op: &'static str, e: impl std::fmt::Debug) -> Error {
-    Error::Cudnn { op, reason: format!("{e:?}") }
 }
 
 fn store(client: &ComputeClient<CudaRuntime>, flag: &Handle, value: u32) {
