@@ -18,6 +18,8 @@ R50B=${R50_BATCH:-256}
 # Workloads, run in the order given by $STEPS (default: all). Timeouts leave room for Burn's
 # first-time autotuning, which dominates a fresh machine (see docs/benchmarks.md).
 burn_r50_synth()  { step burn_r50_synth ${T_R50:-270} $BIN bench --model resnet50 --batch-size $R50B --image-size 224 --classes 1000 --warmup 2 --steps 10 --gpus 0; }
+burn_r50_upload() { step burn_r50_synth_upload ${T_R50:-270} $BIN bench --model resnet50 --batch-size $R50B --image-size 224 --classes 1000 --warmup 2 --steps 10 --gpus 0 --host-input; }
+bench_data()      { make_folder; step bench_data 120 $BIN bench-data --data /tmp/fm256 --batch-size $R50B --batches 10; }
 torch_r50_synth() { step torch_r50_synth 90 python3 benches/pytorch_baseline.py synthetic resnet50 $R50B 224 3 1000 0 2 10; }
 burn_r18_synth()  { step burn_r18_fmnist_synth ${T_R18:-150} $BIN bench --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --warmup 2 --steps 20 --gpus 0; }
 torch_r18_synth() { step torch_r18_fmnist_synth 60 python3 benches/pytorch_baseline.py synthetic resnet18 256 28 1 10 1 2 20; }
@@ -46,14 +48,17 @@ for f, name in [("burn_r18_fmnist_metrics.jsonl", "burn_r18_fmnist_train"), ("bu
         # After the first step (one-time tuning excluded), as PyTorch's figure is after warm-up.
         rows[name] = recs[-1].get("steady_img_per_s") or recs[-1]["img_per_s"]
         if "r18" in f: rows[name + "_val_acc"] = recs[-1]["val_acc"]
+        print(f"{name}: data_wait_s={recs[-1].get('data_wait_s')} seconds={recs[-1]['seconds']}")
 pairs = [("ResNet-50 224² synthetic", "burn_r50_synth", "torch_r50_synth"),
+         ("ResNet-50 224² synthetic, host upload", "burn_r50_synth_upload", "torch_r50_synth"),
+         ("input pipeline alone (bench-data)", "bench_data", None),
          ("ResNet-18 28² 1ch synthetic", "burn_r18_fmnist_synth", "torch_r18_fmnist_synth"),
          ("ResNet-50 224² JPEG folder", "burn_r50_folder_train", "torch_r50_folder"),
          ("ResNet-18 bundled FMNIST train", "burn_r18_fmnist_train", None)]
-print(f"{'workload':34} {'burn':>10} {'pytorch':>10} {'ratio':>7}")
+print(f"{'workload':38} {'burn':>10} {'pytorch':>10} {'ratio':>7}")
 for label, b, t in pairs:
     bv, tv = rows.get(b), rows.get(t) if t else None
     ratio = f"{bv / tv:.3f}" if bv and tv else "-"
-    print(f"{label:34} {bv or float('nan'):10.1f} {tv or float('nan'):10.1f} {ratio:>7}")
+    print(f"{label:38} {bv or float('nan'):10.1f} {tv or float('nan'):10.1f} {ratio:>7}")
 if "burn_r18_fmnist_train_val_acc" in rows: print("burn ResNet-18 bundled val acc after the run:", rows["burn_r18_fmnist_train_val_acc"])
 PY

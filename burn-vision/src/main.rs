@@ -2,7 +2,7 @@
 //! `TrainConfig` and the library does the work.
 
 use anyhow::{Context, Result};
-use burn_vision::data::{DataSource, LoaderConfig, SkipLog, load_source, split_per_class};
+use burn_vision::data::{DataBenchConfig, DataSource, LoaderConfig, SkipLog, load_source, loader_throughput, split_per_class};
 use burn_vision::model::list_models;
 use burn_vision::train::evaluate::evaluate;
 use burn_vision::train::predict::{predict, restore};
@@ -29,6 +29,8 @@ enum Command {
     Predict(PredictArgs),
     /// Measure training throughput on synthetic data (prints one JSON line).
     Bench(BenchArgs),
+    /// Measure how fast the input pipeline alone delivers batches (prints one JSON line).
+    BenchData(BenchDataArgs),
     /// List the models in the registry.
     Models,
 }
@@ -54,6 +56,33 @@ struct BenchArgs {
     /// CUDA GPU, e.g. `0`; CPU when absent.
     #[arg(long)]
     gpus: Option<String>,
+    /// Copy each step's images from host memory (as training from files does) instead of
+    /// reusing one batch made on the device.
+    #[arg(long)]
+    host_input: bool,
+}
+
+#[derive(Args)]
+struct BenchDataArgs {
+    /// `bundled`, `fashion-mnist`, or a folder with one sub-folder of images per class.
+    #[arg(long, default_value = "bundled")]
+    data: String,
+    #[arg(long, default_value_t = 256)]
+    batch_size: usize,
+    /// Side of the model input (folder data: RandomResizedCrop / Resize + CenterCrop).
+    #[arg(long, default_value_t = 224)]
+    image_size: u32,
+    /// Batches timed, after one untimed batch.
+    #[arg(long, default_value_t = 10)]
+    batches: usize,
+    /// Time the evaluation transforms instead of the training ones.
+    #[arg(long)]
+    eval: bool,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Batches prepared ahead of the consumer.
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
 }
 
 #[derive(Args)]
@@ -300,9 +329,18 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         small_input: a.small_input,
         warmup: a.warmup,
         steps: a.steps,
+        host_input: a.host_input,
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);
+    Ok(())
+}
+
+fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
+    let source: DataSource = a.data.parse().expect("infallible");
+    let data = load_source(&source, a.image_size)?;
+    let config = DataBenchConfig { batch_size: a.batch_size, batches: a.batches, eval: a.eval, seed: a.seed, prefetch: a.prefetch };
+    println!("{}", serde_json::to_string(&loader_throughput(&data, &config)?)?);
     Ok(())
 }
 
@@ -318,6 +356,7 @@ fn main() {
         Command::Eval(a) => cmd_eval(a),
         Command::Predict(a) => cmd_predict(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::BenchData(a) => cmd_bench_data(a),
         Command::Models => {
             println!("{}", list_models().join("\n"));
             Ok(())

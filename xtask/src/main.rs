@@ -26,7 +26,10 @@ const USAGE: &str = "usage: cargo xtask <command>
   test                      run every test of the workspace (the CI command)
   data fashion-mnist        copy the full Fashion-MNIST (60k/10k) into datasets/fashion-mnist
   data bundle               rebuild the bundled subset in datasets/ from Debian's package
-  data flowers              print how to download TensorFlow's flower_photos";
+  data flowers              print how to download TensorFlow's flower_photos
+  data folder OUT [SIDE]    write the bundled 10k Fashion-MNIST images as SIDE×SIDE RGB JPEGs
+                            (default 256) in class folders under OUT: a real-data input for
+                            `burn-vision train --data OUT` and `burn-vision bench-data`";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -36,6 +39,8 @@ fn main() -> Result<()> {
         ["test", rest @ ..] => run(Command::new("cargo").args(["test", "--workspace"]).args(rest)),
         ["data", "fashion-mnist"] => fashion_mnist(),
         ["data", "bundle"] => bundle(),
+        ["data", "folder", out] => folder(Path::new(out), 256),
+        ["data", "folder", out, side] => folder(Path::new(out), side.parse().context("SIDE must be a number of pixels")?),
         ["data", "flowers"] => {
             println!("flower_photos needs internet access (3,670 JPEGs, 5 classes, 218 MiB):");
             println!("  curl -L https://storage.googleapis.com/download.tensorflow.org/example_images/flower_photos.tgz | tar xz -C datasets/");
@@ -143,5 +148,23 @@ fn bundle() -> Result<()> {
     idx.extend_from_slice(&out_labels);
     std::fs::write(dir.join("labels-idx1-ubyte.gz"), gzip(&idx)?)?;
     println!("wrote {n} images to {} and {} JPEGs per class to {}", dir.display(), FOLDER_PER_CLASS, folder.display());
+    Ok(())
+}
+
+/// Writes the bundled subset (datasets/fashion-mnist-10k) as `side`² RGB JPEGs in class folders.
+fn folder(out: &Path, side: u32) -> Result<()> {
+    let dir = PathBuf::from("datasets/fashion-mnist-10k");
+    let images = gunzip(&std::fs::read(dir.join("images-idx3-ubyte.gz"))?)?;
+    let labels = gunzip(&std::fs::read(dir.join("labels-idx1-ubyte.gz"))?)?;
+    let (pixels, labels) = (&images[16..], &labels[8..]);
+    for class in CLASSES {
+        std::fs::create_dir_all(out.join(class))?;
+    }
+    for (i, &label) in labels.iter().enumerate() {
+        let gray = image::GrayImage::from_raw(28, 28, pixels[i * 784..(i + 1) * 784].to_vec()).expect("784 bytes");
+        let rgb = image::DynamicImage::ImageLuma8(gray).resize_exact(side, side, image::imageops::FilterType::Triangle).to_rgb8();
+        rgb.save(out.join(CLASSES[label as usize]).join(format!("{i:05}.jpg")))?;
+    }
+    println!("wrote {} {side}x{side} JPEGs to {}", labels.len(), out.display());
     Ok(())
 }

@@ -6,10 +6,11 @@ use crate::error::{Error, Result};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// How many skipped paths are remembered for the final report.
 const REMEMBERED_SKIPS: usize = 10;
@@ -78,11 +79,29 @@ pub fn sample_rng(seed: u64, epoch: u64, index: usize) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(z ^ (z >> 31))
 }
 
+/// Where the loader's threads spent their time, summed over threads (so it can exceed the wall
+/// time): decoding files, and running the transforms plus normalisation.
+#[derive(Debug, Default)]
+pub struct StageTimes {
+    decode_ns: AtomicU64,
+    transform_ns: AtomicU64,
+    images: AtomicU64,
+}
+
+impl StageTimes {
+    /// `(decode seconds, transform seconds, images)` so far.
+    pub fn totals(&self) -> (f64, f64, u64) {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+        (s(&self.decode_ns), s(&self.transform_ns), self.images.load(Ordering::Relaxed))
+    }
+}
+
 /// An iterator of batches produced by a background thread.
 pub struct Loader {
     rx: Option<Receiver<Result<Batch>>>,
     worker: Option<JoinHandle<()>>,
     batches: usize,
+    times: Arc<StageTimes>,
 }
 
 impl Loader {
@@ -99,11 +118,13 @@ impl Loader {
         assert!(config.batch_size > 0, "Got batch_size=0, expected at least 1");
         let batches = if config.drop_last { order.len() / config.batch_size } else { order.len().div_ceil(config.batch_size) };
         let (tx, rx) = sync_channel(config.prefetch.max(1));
+        let times = Arc::new(StageTimes::default());
+        let stage_times = times.clone();
         let worker = std::thread::Builder::new()
             .name("burn-vision-loader".into())
             .spawn(move || {
                 for chunk in order.chunks(config.batch_size).take(batches) {
-                    let batch = make_batch(&*dataset, chunk, &pipeline, epoch, &config, &skips);
+                    let batch = make_batch(&*dataset, chunk, &pipeline, epoch, &config, &skips, &stage_times);
                     let failed = batch.is_err();
                     if let Ok(None) = batch {
                         continue;
@@ -114,7 +135,12 @@ impl Loader {
                 }
             })
             .expect("spawning the loader thread");
-        Self { rx: Some(rx), worker: Some(worker), batches }
+        Self { rx: Some(rx), worker: Some(worker), batches, times }
+    }
+
+    /// The time the loader's threads have spent per stage so far.
+    pub fn stage_times(&self) -> &StageTimes {
+        &self.times
     }
 
     /// Number of batches this epoch (before any all-skipped batch is dropped).
@@ -135,13 +161,21 @@ fn make_batch(
     epoch: u64,
     config: &LoaderConfig,
     skips: &SkipLog,
+    times: &StageTimes,
 ) -> Result<Option<Batch>> {
+    let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
     let decoded: Vec<(usize, Result<(Vec<f32>, (u32, u32))>)> = chunk
         .par_iter()
         .map(|&index| {
-            let result = dataset.load(index).map(|img| {
+            let t = Instant::now();
+            let loaded = dataset.load(index);
+            times.decode_ns.fetch_add(elapsed(t), Ordering::Relaxed);
+            let result = loaded.map(|img| {
+                let t = Instant::now();
                 let mut out = Vec::new();
                 let size = pipeline.apply_into(img, &mut sample_rng(config.seed, epoch, index), &mut out);
+                times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
+                times.images.fetch_add(1, Ordering::Relaxed);
                 (out, size)
             });
             (index, result)

@@ -5,13 +5,15 @@ pub mod idx;
 pub mod loader;
 pub mod source;
 pub mod split;
+pub mod throughput;
 pub mod transform;
 
 pub use folder::FolderDataset;
 pub use idx::IdxDataset;
-pub use loader::{Batch, Loader, LoaderConfig, SkipLog};
+pub use loader::{Batch, Loader, LoaderConfig, SkipLog, StageTimes};
 pub use source::{DataSource, load_source};
 pub use split::{shuffle_for_epoch, split_per_class};
+pub use throughput::{DataBenchConfig, DataBenchResult, loader_throughput};
 pub use transform::{Pipeline, Step};
 
 use crate::error::Result;

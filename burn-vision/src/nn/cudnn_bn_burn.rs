@@ -58,7 +58,10 @@ fn forward_training(x: Prim, gamma: Prim, beta: Prim, eps: f64, relu: bool) -> R
     let (yc, mc, ic) = (empty(&xc, &dims.map(|v| v as usize)), empty(&xc, &[c]), empty(&xc, &[c]));
     // SAFETY: `launch` orders the work after the buffers' producers and before their next
     // users; extents by construction.
-    launch(&[&xc, &yc, &gc, &bc, &mc, &ic], |p, order| unsafe { cudnn_bn::forward_training(xc.device.index, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order) })?;
+    let device = xc.device.index;
+    launch(&[&xc, &yc, &gc, &bc, &mc, &ic], ("bn_train", dims, eps.to_bits(), relu), move |p, order| unsafe {
+        cudnn_bn::forward_training(device, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
+    })?;
     Ok((register(&client, yc), register(&client, mc), register(&client, ic)))
 }
 
@@ -114,9 +117,10 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
     let (dxc, dgc, dbc) = (empty(&xc, &full), empty(&xc, &[c]), empty(&xc, &[c]));
     let device = xc.device.index;
     // SAFETY: as in `forward_training`; dz is only written with ReLU (then it is a fresh buffer).
-    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], |p, order| unsafe {
+    let eps = s.eps;
+    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], ("bn_backward", dims, eps.to_bits(), relu), move |p, order| unsafe {
         let dz = if relu { p[3] } else { 0 };
-        cudnn_bn::backward(device, dims, s.eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
+        cudnn_bn::backward(device, dims, eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
     })?;
     Ok((register(&client, dxc), register(&client, dgc), register(&client, dbc)))
 }
@@ -191,7 +195,10 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::R
         })?;
         let yc = empty(&xc, &dims.map(|v| v as usize));
         // SAFETY: as in `forward_training`.
-        launch(&[&xc, &yc, &gc, &bc, &mc, &vc], |p, order| unsafe { cudnn_bn::forward_inference(xc.device.index, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order) })?;
+        let device = xc.device.index;
+        launch(&[&xc, &yc, &gc, &bc, &mc, &vc], ("bn_infer", dims, eps.to_bits(), relu), move |p, order| unsafe {
+            cudnn_bn::forward_inference(device, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
+        })?;
         Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, yc))))
     };
     run().map_err(|e| {

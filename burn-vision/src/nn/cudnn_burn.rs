@@ -7,7 +7,7 @@
 //! computation falls back to burn's kernels with one warning per cause.
 
 use super::cudnn::{self, ConvShape, Direction, Order, Pointers, packed};
-use super::stream_bridge;
+use super::{device_thread, stream_bridge};
 use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
@@ -183,35 +183,50 @@ pub(super) fn empty(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeTenso
 }
 
 /// Runs `f` on the device addresses of `tensors`, ordered after what burn launched for them
-/// and before what burn launches next: on the device through [`stream_bridge`] (the host does
-/// not wait), or — with [`super::CudnnOptions::host_sync`], or when the bridge cannot be set
-/// up — by draining burn's stream first and cuDNN's in `f`. Host time goes to the profile.
+/// and before what burn launches next: by default on cubecl's device thread and ordered on the
+/// device through [`stream_bridge`] (see [`device_thread`]: after the first success of a `kind`,
+/// the caller does not wait at all); with [`super::CudnnOptions::host_sync`], or when the
+/// device-side ordering cannot be set up, on this thread by draining burn's stream first and
+/// cuDNN's in `f`. Host time goes to the profile.
 ///
 /// The buffers are released as soon as the work is enqueued: anything burn launches later,
 /// including a new user of that memory, runs after cuDNN's signal.
-pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], f: impl FnOnce(&[u64], Order) -> Result<()>) -> Result<()> {
-    let res = |c: &CubeTensor<CudaRuntime>| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") });
-    let held = timed(Phase::Resources, || tensors.iter().map(|t| res(t)).collect::<Result<Vec<_>>>())?;
+pub(super) fn launch(
+    tensors: &[&CubeTensor<CudaRuntime>],
+    kind: impl std::hash::Hash,
+    f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static,
+) -> Result<()> {
     let first = tensors.first().expect("at least one tensor");
-    let (device, index) = (&first.device, first.device.index);
-    let order = timed(Phase::WaitBurn, || -> Result<Order> {
-        if !super::options::get().host_sync && device_ordering_ok(index) {
-            match stream_bridge::before(index, &first.client) {
-                Ok(fence) => return Ok(Order::Device(fence)),
-                Err(e) => warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS),
-            }
-        }
-        <Inner as Backend>::sync(device).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
-        Ok(Order::Host)
-    })?;
-    let ptrs: Vec<u64> = held.iter().map(|r| r.resource().ptr).collect();
-    timed(Phase::Cudnn, || f(&ptrs, order))?;
-    if let Order::Device(fence) = order {
-        timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
+    let (device, index) = (first.device.clone(), first.device.index);
+    let options = super::options::get();
+    if !options.host_sync && device_ordering_ok(index) {
+        let owned: Vec<CubeTensor<CudaRuntime>> = tensors.iter().map(|t| (*t).clone()).collect();
+        let client = first.client.clone();
+        let job = move || -> Result<()> {
+            let (_held, ptrs) = timed(Phase::Resources, || resources(&owned.iter().collect::<Vec<_>>()))?;
+            let fence = timed(Phase::WaitBurn, || stream_bridge::before(index, &client))?;
+            timed(Phase::Cudnn, || f(&ptrs, Order::Device(fence)))?;
+            timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
+            count_call(true);
+            Ok(())
+        };
+        return timed(Phase::Submit, || device_thread::run(&device, device_thread::kind((kind, options)), job));
     }
-    count_call(matches!(order, Order::Device(_)));
-    drop(held);
+    let (_held, ptrs) = timed(Phase::Resources, || resources(tensors))?;
+    timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device)).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
+    timed(Phase::Cudnn, || f(&ptrs, Order::Host))?;
+    count_call(false);
     Ok(())
+}
+
+/// The buffers of `tensors`, kept alive while held, and their device addresses.
+fn resources(tensors: &[&CubeTensor<CudaRuntime>]) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
+    let held = tensors
+        .iter()
+        .map(|c| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") }))
+        .collect::<Result<Vec<_>>>()?;
+    let ptrs = held.iter().map(|r| r.resource().ptr).collect();
+    Ok((held, ptrs))
 }
 
 /// Whether cuDNN's work on `device` can be ordered on the device (checked once per device; a
@@ -280,7 +295,9 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
     };
     // SAFETY: `launch` orders the computation after the buffers' producers and before their
     // next users; their extents match `shape` by construction.
-    launch(&[&xc, &wc, &yc], |p, order| unsafe { cudnn::run(xc.device.index, dir, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order) })?;
+    let device = xc.device.index;
+    let kind = ("conv", dir, shape.clone());
+    launch(&[&xc, &wc, &yc], kind, move |p, order| unsafe { cudnn::run(device, dir, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order) })?;
     drop((xc, wc, yc));
     Ok(timed(Phase::Register, || register(&client, out)))
 }

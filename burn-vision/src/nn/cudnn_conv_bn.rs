@@ -2,7 +2,7 @@
 //! session forward (convolution, batch statistics, normalisation, ReLU) and one backward (ReLU
 //! mask, batch-norm gradients, input and filter gradients). Against the two separate operations
 //! it saves the host a third of the calls per block and keeps the convolution's output out of
-//! burn's graph. Off by default (`BURN_VISION_CUDNN_FUSE=1`); any failure runs the separate
+//! burn's graph. On by default (`BURN_VISION_CUDNN_FUSE=0` turns it off); any failure runs the separate
 //! operations instead.
 
 use super::cudnn::{ConvShape, Direction, Pointers, packed};
@@ -63,7 +63,8 @@ fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f
     let device = xc.device.index;
     // SAFETY: `launch` orders the session after the buffers' producers and before their next
     // users; extents by construction.
-    launch(&[&xc, &wc, &yc, &zc, &gc, &bc, &mc, &ic], |p, order| unsafe {
+    let kind = ("conv_bn", sh.clone(), eps.to_bits(), relu);
+    launch(&[&xc, &wc, &yc, &zc, &gc, &bc, &mc, &ic], kind, move |p, order| unsafe {
         super::cudnn::with_handle(device, order, |s| {
             s.convolve(Direction::Forward, &sh, Pointers { x: p[0], w: p[1], y: p[2] })?;
             cudnn_bn::forward_training_in(s.raw(), sh.y, eps, relu, [p[2], p[3], p[4], p[5], p[6], p[7]])
@@ -123,7 +124,8 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     let (device, eps) = (xc.device.index, s.bn.eps);
     let conv_out = &s.conv_out;
     // SAFETY: as in `forward`; dz is only written with ReLU (then it is a fresh buffer).
-    launch(&[&xc, &wc, conv_out, &zc, &dyc, &dz, &dconv, &gc, &dgc, &dbc, &mc, &ic, &dxc, &dwc], |p, order| unsafe {
+    let kind = ("conv_bn_backward", sh.clone(), eps.to_bits(), relu, need_dx);
+    launch(&[&xc, &wc, conv_out, &zc, &dyc, &dz, &dconv, &gc, &dgc, &dbc, &mc, &ic, &dxc, &dwc], kind, move |p, order| unsafe {
         super::cudnn::with_handle(device, order, |st| {
             let dz = if relu { p[5] } else { 0 };
             cudnn_bn::backward_in(st.raw(), sh.y, eps, relu, [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]])?;

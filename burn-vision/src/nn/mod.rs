@@ -17,6 +17,8 @@ pub mod options;
 pub mod profile;
 pub mod reference;
 #[cfg(feature = "cuda")]
+mod device_thread;
+#[cfg(feature = "cuda")]
 mod stream_bridge;
 
 pub use batch_norm::{batch_norm, conv_batch_norm};

@@ -23,9 +23,12 @@ pub(crate) enum Phase {
     Cudnn,
     /// Handing the result back to burn's fusion graph.
     Register,
+    /// Handing a computation to cubecl's device thread (and, the first time for its kind and
+    /// shape, waiting for it there).
+    Submit,
 }
 
-static NANOS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static NANOS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_ORDERED: AtomicU64 = AtomicU64::new(0);
 
@@ -54,14 +57,18 @@ pub struct CudnnTimes {
     pub device_ordered: u64,
     /// Seconds resolving and packing inputs, allocating outputs.
     pub prepare_s: f64,
-    /// Seconds looking up device addresses.
+    /// Seconds looking up device addresses (on cubecl's device thread unless host-ordered).
     pub resources_s: f64,
-    /// Seconds ordering with burn's stream (flag kernels, or waiting for it).
+    /// Seconds ordering with burn's stream (flag kernels on the device thread, or waiting for it).
     pub wait_burn_s: f64,
-    /// Seconds in cuDNN's calls (with host ordering: until its stream drained).
+    /// Seconds in cuDNN's calls (with host ordering: until its stream drained; otherwise on
+    /// the device thread).
     pub cudnn_s: f64,
     /// Seconds registering outputs with burn.
     pub register_s: f64,
+    /// Seconds the training thread spent handing work to the device thread (including the
+    /// first call of each kind, which it waits for).
+    pub submit_s: f64,
 }
 
 impl CudnnTimes {
@@ -76,6 +83,7 @@ impl CudnnTimes {
             wait_burn_s: s(Phase::WaitBurn),
             cudnn_s: s(Phase::Cudnn),
             register_s: s(Phase::Register),
+            submit_s: s(Phase::Submit),
         }
     }
 
@@ -89,6 +97,7 @@ impl CudnnTimes {
             wait_burn_s: self.wait_burn_s - earlier.wait_burn_s,
             cudnn_s: self.cudnn_s - earlier.cudnn_s,
             register_s: self.register_s - earlier.register_s,
+            submit_s: self.submit_s - earlier.submit_s,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Orders cuDNN's stream and burn's stream on the device, so the host never waits for either.
 //!
 //! cubecl does not expose the CUDA stream its kernels run on, so the two streams meet through two
-//! flags in device memory, one pair per (device, thread) — burn-cuda gives each thread its own
-//! stream. For the `n`-th cuDNN computation:
+//! flags in device memory, one pair per (device, burn stream) — burn-cuda gives each thread its
+//! own stream, and cubecl's device thread runs work under the stream of the thread that queued
+//! it. For the `n`-th cuDNN computation:
 //!
 //! 1. a one-thread kernel on burn's stream stores `n` in the first flag: it runs once everything
 //!    burn launched before it (the producers of cuDNN's inputs, the last users of memory handed
@@ -23,6 +24,7 @@ use crate::error::Result;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use cubecl::stream_id::StreamId;
 use cudarc::driver::sys as driver;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -159,7 +161,8 @@ struct Flags {
 }
 
 thread_local! {
-    static FLAGS: RefCell<HashMap<usize, Flags>> = RefCell::new(HashMap::new());
+    /// Keyed by device and burn stream (cubecl's stream of the thread that queued the work).
+    static FLAGS: RefCell<HashMap<(usize, StreamId), Flags>> = RefCell::new(HashMap::new());
 }
 
 fn store(client: &ComputeClient<CudaRuntime>, flag: &Handle, value: u32) {
@@ -204,7 +207,7 @@ impl Flags {
 pub fn before(device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
     FLAGS.with(|f| {
         let mut map = f.borrow_mut();
-        let flags = match map.entry(device) {
+        let flags = match map.entry((device, StreamId::current())) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Flags::new(client)?),
         };
@@ -216,7 +219,7 @@ pub fn before(device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fenc
 /// and the signal write were enqueued on cuDNN's stream.
 pub fn after(device: usize, fence: &Fence) {
     FLAGS.with(|f| {
-        if let Some(flags) = f.borrow().get(&device) {
+        if let Some(flags) = f.borrow().get(&(device, StreamId::current())) {
             flags.after(fence);
         }
     });

@@ -33,6 +33,10 @@ pub struct BenchConfig {
     pub warmup: usize,
     /// Timed steps.
     pub steps: usize,
+    /// Copy each step's images from host memory, as training from files does (otherwise one
+    /// batch made on the device is reused): the difference is the cost of the upload.
+    #[serde(default)]
+    pub host_input: bool,
 }
 
 /// The measurement.
@@ -50,6 +54,8 @@ pub struct BenchResult {
     pub last_loss: f64,
     /// Where the host waited during the timed steps, on the cuDNN path (all zero elsewhere).
     pub cudnn: CudnnTimes,
+    /// Host seconds spent handing the timed steps' images to the device (`host_input` only).
+    pub upload_s: f64,
 }
 
 /// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
@@ -64,8 +70,19 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
+    let host: Option<Vec<f32>> = config.host_input.then(|| x.to_data().into_vec().expect("f32 images"));
+    let upload_s = std::cell::Cell::new(0.0);
     let mut step = |model: ResNet<B>| -> (ResNet<B>, Tensor<B, 1>) {
-        let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
+        let x = match &host {
+            Some(h) => {
+                let t = Instant::now();
+                let x = Tensor::from_data(TensorData::new(h.clone(), shape), device);
+                upload_s.set(upload_s.get() + t.elapsed().as_secs_f64());
+                x
+            }
+            None => x.clone(),
+        };
+        let loss = loss_fn.forward(model.forward(x), y.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         (optim.step(0.01, model, grads), loss)
     };
@@ -79,6 +96,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     B::sync(device).expect("device sync");
     let warmup_seconds = t0.elapsed().as_secs_f64();
     let (t1, before) = (Instant::now(), CudnnTimes::now());
+    let upload_before = upload_s.get();
     cuda_profiler_range(true);
     for _ in 0..config.steps {
         let (m, l) = step(model);
@@ -91,6 +109,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     cuda_profiler_range(false);
     let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();
+    let upload_s = upload_s.get() - upload_before;
     Ok(BenchResult {
         config: config.clone(),
         seconds,
@@ -98,5 +117,6 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         warmup_seconds,
         last_loss,
         cudnn,
+        upload_s,
     })
 }

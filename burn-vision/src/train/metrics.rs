@@ -81,6 +81,10 @@ pub struct EpochRecord {
     /// cuDNN's algorithm search); absent for a one-step epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_img_per_s: Option<f64>,
+    /// Seconds the training loop waited for the data loader this epoch (this rank): near zero
+    /// when the device, not the input pipeline, limits training.
+    #[serde(default)]
+    pub data_wait_s: f64,
     /// Wall-clock seconds of the epoch, validation included.
     pub seconds: f64,
     /// Images skipped as unreadable so far.

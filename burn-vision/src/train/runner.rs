@@ -242,7 +242,12 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut seen = 0usize;
         let mut epoch_steps = 0usize;
         let mut first_step = None;
-        for batch in loader.take(steps_per_epoch) {
+        let mut data_wait = 0.0;
+        let mut batches = loader.take(steps_per_epoch);
+        loop {
+            let waited = Instant::now();
+            let Some(batch) = batches.next() else { break };
+            data_wait += waited.elapsed().as_secs_f64();
             let batch = batch?;
             let n = batch.shape[0];
             let (x, y) = batch_tensors::<B>(batch, &device);
@@ -336,6 +341,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             lr: schedule.lr(step.saturating_sub(1)),
             img_per_s: seen as f64 / train_seconds,
             steady_img_per_s: rank_steady.map(|r| r * seen as f64 / rank_seen.max(1) as f64),
+            data_wait_s: data_wait,
             seconds: epoch_start.elapsed().as_secs_f64(),
             skipped_images: skipped as usize,
         };
@@ -344,9 +350,9 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             continue;
         }
         log::info!(
-            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after step 1) | {:.1}s",
+            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after step 1, {:.1}s waiting for data) | {:.1}s",
             record.epoch, config.epochs, record.train_loss, 100.0 * record.train_acc, record.val_loss, 100.0 * record.val_acc,
-            100.0 * record.val_acc5, record.lr, record.img_per_s, record.steady_img_per_s.unwrap_or(record.img_per_s), record.seconds
+            100.0 * record.val_acc5, record.lr, record.img_per_s, record.steady_img_per_s.unwrap_or(record.img_per_s), record.data_wait_s, record.seconds
         );
         let improved = record.val_acc > best_acc || epoch == 0;
         best_acc = best_acc.max(record.val_acc);

@@ -1,0 +1,90 @@
+//! How fast the input pipeline alone turns files into batches (`burn-vision bench-data`): run it
+//! next to `burn-vision bench` to see whether the device or the data loading limits training.
+
+use super::loader::{Loader, LoaderConfig, SkipLog};
+use super::source::LoadedData;
+use super::split::shuffle_for_epoch;
+use crate::error::{Error, Result};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What to measure.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DataBenchConfig {
+    /// Images per batch.
+    pub batch_size: usize,
+    /// Batches timed (after one untimed batch).
+    pub batches: usize,
+    /// Use the evaluation transforms instead of the training ones.
+    pub eval: bool,
+    /// Augmentation and shuffling seed.
+    pub seed: u64,
+    /// Batches prepared ahead (as in training).
+    pub prefetch: usize,
+}
+
+/// The measurement.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DataBenchResult {
+    /// The settings.
+    pub config: DataBenchConfig,
+    /// Images in the timed batches.
+    pub images: usize,
+    /// Wall seconds of the timed batches.
+    pub seconds: f64,
+    /// Images per second the loader delivered.
+    pub img_per_s: f64,
+    /// Threads decoding and transforming (rayon's pool).
+    pub threads: usize,
+    /// Milliseconds per image spent reading and decoding (one thread's time).
+    pub decode_ms_per_image: f64,
+    /// Milliseconds per image spent in the transforms and normalisation (one thread's time).
+    pub transform_ms_per_image: f64,
+    /// `[n, c, h, w]` of the batches.
+    pub batch_shape: [usize; 4],
+    /// Images that could not be decoded (skipped).
+    pub skipped: usize,
+}
+
+/// Loads `config.batches + 1` batches of `data` (a shuffled order, as in training) and times all
+/// but the first.
+///
+/// # Errors
+/// When there are too few images for the batches asked for, or (strict mode) an image fails.
+pub fn loader_throughput(data: &LoadedData, config: &DataBenchConfig) -> Result<DataBenchResult> {
+    let need = config.batch_size * (config.batches + 1);
+    if config.batch_size == 0 || config.batches == 0 || data.dataset.len() < need {
+        return Err(Error::InvalidConfig {
+            name: "bench-data",
+            value: format!("batch size {} × ({} + 1) batches", config.batch_size, config.batches),
+            reason: format!("needs {need} images and the data has {}; lower --batches or --batch-size", data.dataset.len()),
+        });
+    }
+    let all: Vec<usize> = (0..data.dataset.len()).collect();
+    let order: Vec<usize> = shuffle_for_epoch(&all, config.seed, 0).into_iter().take(need).collect();
+    let pipeline = if config.eval { data.eval.clone() } else { data.train.clone() };
+    let loader_config = LoaderConfig { batch_size: config.batch_size, drop_last: true, prefetch: config.prefetch, seed: config.seed, strict: false };
+    let skips = Arc::new(SkipLog::default());
+    let mut loader = Loader::new(data.dataset.clone(), order, pipeline, 0, loader_config, skips.clone());
+    let first = loader.next().ok_or_else(|| Error::InvalidConfig { name: "bench-data", value: String::new(), reason: "every image of the first batch failed to load".into() })??;
+    let (d0, t0, n0) = loader.stage_times().totals();
+    let started = Instant::now();
+    let mut images = 0;
+    for batch in loader.by_ref() {
+        images += batch?.shape[0];
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (d1, t1, n1) = loader.stage_times().totals();
+    let per_image = |s: f64| 1e3 * s / (n1 - n0).max(1) as f64;
+    Ok(DataBenchResult {
+        config: config.clone(),
+        images,
+        seconds,
+        img_per_s: images as f64 / seconds.max(1e-9),
+        threads: rayon::current_num_threads(),
+        decode_ms_per_image: per_image(d1 - d0),
+        transform_ms_per_image: per_image(t1 - t0),
+        batch_shape: first.shape,
+        skipped: skips.count(),
+    })
+}
