@@ -2,6 +2,7 @@
 //! the training loop, skipping (and counting) unreadable images.
 
 use super::{Dataset, Pipeline};
+use image::{DynamicImage, GenericImageView};
 use crate::error::{Error, Result};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -164,7 +165,8 @@ fn make_batch(
     times: &StageTimes,
 ) -> Result<Option<Batch>> {
     let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
-    let decoded: Vec<(usize, Result<(Vec<f32>, (u32, u32))>)> = chunk
+    // Decode and transform in parallel; normalise straight into the batch (below).
+    let decoded: Vec<(usize, Result<DynamicImage>)> = chunk
         .par_iter()
         .map(|&index| {
             let t = Instant::now();
@@ -172,22 +174,20 @@ fn make_batch(
             times.decode_ns.fetch_add(elapsed(t), Ordering::Relaxed);
             let result = loaded.map(|img| {
                 let t = Instant::now();
-                let mut out = Vec::new();
-                let size = pipeline.apply_into(img, &mut sample_rng(config.seed, epoch, index), &mut out);
+                let img = pipeline.transform(img, &mut sample_rng(config.seed, epoch, index));
                 times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
-                times.images.fetch_add(1, Ordering::Relaxed);
-                (out, size)
+                img
             });
             (index, result)
         })
         .collect();
-    let mut images = Vec::new();
-    let mut labels = Vec::new();
-    let mut indices = Vec::new();
+    let mut kept = Vec::with_capacity(decoded.len());
+    let (mut labels, mut indices) = (Vec::new(), Vec::new());
     let mut size = None;
     for (index, result) in decoded {
         match result {
-            Ok((pixels, hw)) => {
+            Ok(img) => {
+                let hw = img.dimensions();
                 if *size.get_or_insert(hw) != hw {
                     return Err(Error::InvalidConfig {
                         name: "transforms",
@@ -195,7 +195,7 @@ fn make_batch(
                         reason: format!("images in one batch differ in size ({}); add a Resize/CenterCrop", dataset.describe(index)),
                     });
                 }
-                images.extend_from_slice(&pixels);
+                kept.push(img);
                 labels.push(dataset.label(index) as i64);
                 indices.push(index);
             }
@@ -204,6 +204,15 @@ fn make_batch(
         }
     }
     let Some((w, h)) = size else { return Ok(None) };
+    let per_image = (w * h) as usize * pipeline.channels;
+    // Zeroed pages come from the OS on first write, so the threads below fault them in.
+    let mut images = vec![0.0f32; per_image * kept.len()];
+    images.par_chunks_mut(per_image).zip(kept.into_par_iter()).for_each(|(out, img)| {
+        let t = Instant::now();
+        pipeline.normalize_into(img, out);
+        times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
+    });
+    times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
     Ok(Some(Batch { shape: [labels.len(), pipeline.channels, h as usize, w as usize], images, labels, indices }))
 }
 

@@ -1,6 +1,7 @@
 //! Image transforms in torchvision's vocabulary and the pipeline that ends in a normalised
 //! CHW `f32` buffer.
 
+use fast_image_resize as fr;
 use image::imageops::{self, FilterType};
 use image::{DynamicImage, GenericImageView};
 use rand::Rng;
@@ -46,7 +47,7 @@ impl Step {
         match *self {
             Step::RandomResizedCrop { size, scale, ratio } => {
                 let (x, y, w, h) = random_crop_box(img.width(), img.height(), scale, ratio, rng);
-                img.crop_imm(x, y, w, h).resize_exact(size, size, FilterType::Triangle)
+                resize_region(&img, (x, y, w, h), (size, size))
             }
             Step::RandomHorizontalFlip { p } => {
                 if rng.random_bool(p) {
@@ -62,10 +63,26 @@ impl Step {
                 } else {
                     (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size)
                 };
-                if (nw, nh) == (w, h) { img } else { img.resize_exact(nw, nh, FilterType::Triangle) }
+                if (nw, nh) == (w, h) { img } else { resize_region(&img, (0, 0, w, h), (nw, nh)) }
             }
             Step::CenterCrop { size } => center_crop(img, size),
         }
+    }
+}
+
+/// The region `(x, y, w, h)` of `img` resized to `size`, with a bilinear (triangle) filter
+/// widened when shrinking, as image's `FilterType::Triangle` and torchvision's antialiased
+/// bilinear resize do. SIMD through `fast_image_resize` (5–10× faster than image's resize);
+/// image's own resize for pixel formats it does not take.
+fn resize_region(img: &DynamicImage, (x, y, w, h): (u32, u32, u32, u32), (nw, nh): (u32, u32)) -> DynamicImage {
+    thread_local! {
+        static RESIZER: std::cell::RefCell<fr::Resizer> = std::cell::RefCell::new(fr::Resizer::new());
+    }
+    let options = fr::ResizeOptions::new().resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear)).crop(x as f64, y as f64, w as f64, h as f64);
+    let mut out = DynamicImage::new(nw, nh, img.color());
+    match RESIZER.with(|r| r.borrow_mut().resize(img, &mut out, &options)) {
+        Ok(()) => out,
+        Err(_) => img.crop_imm(x, y, w, h).resize_exact(nw, nh, FilterType::Triangle),
     }
 }
 
@@ -175,29 +192,48 @@ impl Pipeline {
     /// # Panics
     /// If `channels` is not 1 or 3, or mean/std lengths differ from it.
     pub fn apply_into(&self, img: DynamicImage, rng: &mut ChaCha8Rng, out: &mut Vec<f32>) -> (u32, u32) {
+        let img = self.transform(img, rng);
+        let (w, h) = img.dimensions();
+        out.clear();
+        out.resize((w * h) as usize * self.channels, 0.0);
+        self.normalize_into(img, out);
+        (w, h)
+    }
+
+    /// Runs the steps (crops, resizes, flips) without normalising.
+    pub fn transform(&self, img: DynamicImage, rng: &mut ChaCha8Rng) -> DynamicImage {
+        self.steps.iter().fold(img, |img, step| step.apply(img, rng))
+    }
+
+    /// Writes `img` as normalised CHW values, converted to the pipeline's channels, into `out`.
+    ///
+    /// # Panics
+    /// If `channels` is not 1 or 3, mean/std lengths differ from it, or `out` is not
+    /// `channels · width · height` long.
+    pub fn normalize_into(&self, img: DynamicImage, out: &mut [f32]) {
         assert!(
             matches!(self.channels, 1 | 3) && self.mean.len() == self.channels && self.std.len() == self.channels,
             "Got channels={}, mean={:?}, std={:?}; expected 1 or 3 channels with one mean/std each",
             self.channels, self.mean, self.std
         );
-        let img = self.steps.iter().fold(img, |img, step| step.apply(img, rng));
-        let (w, h) = img.dimensions();
-        let plane = (w * h) as usize;
-        out.clear();
-        out.resize(plane * self.channels, 0.0);
+        let plane = (img.width() * img.height()) as usize;
+        assert_eq!(out.len(), plane * self.channels, "Got an output of {} values, expected {}", out.len(), plane * self.channels);
+        // (p / 255 - mean) / std as one lookup per value: 256 entries a channel.
+        let table = |c: usize| -> [f32; 256] { std::array::from_fn(|p| (p as f32 / 255.0 - self.mean[c]) / self.std[c]) };
         if self.channels == 1 {
-            let (m, s) = (self.mean[0], self.std[0]);
-            for (o, p) in out.iter_mut().zip(img.to_luma8().into_raw()) {
-                *o = (p as f32 / 255.0 - m) / s;
+            let t = table(0);
+            for (o, p) in out.iter_mut().zip(img.into_luma8().into_raw()) {
+                *o = t[p as usize];
             }
         } else {
-            for (i, px) in img.to_rgb8().pixels().enumerate() {
-                for c in 0..3 {
-                    out[c * plane + i] = (px.0[c] as f32 / 255.0 - self.mean[c]) / self.std[c];
+            let rgb = img.into_rgb8().into_raw();
+            for (c, dst) in out.chunks_exact_mut(plane).enumerate() {
+                let t = table(c);
+                for (o, px) in dst.iter_mut().zip(rgb.chunks_exact(3)) {
+                    *o = t[px[c] as usize];
                 }
             }
         }
-        (w, h)
     }
 }
 
@@ -264,6 +300,20 @@ mod tests {
         crop.apply_into(big, &mut rng(8), &mut c);
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn fast_resize_matches_image_triangle_filter() {
+        // A smooth gradient with detail, shrunk from a crop and enlarged: the SIMD resize and
+        // image's own Triangle filter agree to within rounding.
+        let img = DynamicImage::ImageRgb8(RgbImage::from_fn(97, 61, |x, y| Rgb([(x * 2) as u8, (y * 4) as u8, ((x + y) % 256) as u8])));
+        for (region, size) in [((5, 3, 80, 50), (40, 25)), ((0, 0, 97, 61), (150, 90)), ((10, 10, 30, 30), (30, 30))] {
+            let fast = resize_region(&img, region, size).to_rgb8();
+            let (x, y, w, h) = region;
+            let reference = img.crop_imm(x, y, w, h).resize_exact(size.0, size.1, FilterType::Triangle).to_rgb8();
+            let worst = fast.as_raw().iter().zip(reference.as_raw()).map(|(a, b)| (*a as i32 - *b as i32).abs()).max().unwrap();
+            assert!(worst <= 3, "region {region:?} → {size:?}: largest difference {worst} levels");
+        }
     }
 
     #[test]

@@ -277,7 +277,17 @@ macro_rules! pick {
     };
 }
 
+/// `device`'s CUDA context (the primary one, as burn-cuda's).
+pub(super) fn context(device: usize) -> Result<Arc<CudaContext>> {
+    Ok(device_state(device)?.lock().unwrap_or_else(|p| p.into_inner()).ctx.clone())
+}
+
 impl DeviceState {
+    /// The stream cuDNN's work runs on.
+    pub(super) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// The raw cuDNN handle (bound to this state's stream).
     pub(super) fn raw(&self) -> sys::cudnnHandle_t {
         self.handle.0

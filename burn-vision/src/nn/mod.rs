@@ -20,8 +20,12 @@ pub mod reference;
 mod device_thread;
 #[cfg(feature = "cuda")]
 mod stream_bridge;
+pub mod upload_batch;
+#[cfg(feature = "cuda")]
+mod upload;
 
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use conv::{conv2d, forward_conv};
 pub use options::CudnnOptions;
 pub use profile::CudnnTimes;
+pub use upload_batch::images_to_device;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// images `[n, c, h, w]`, labels `[n]`
 pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
     let n = batch.shape[0];
-    let x = Tensor::from_data(TensorData::new(batch.images, batch.shape), device);
+    let x = crate::nn::images_to_device(batch.images, batch.shape, device);
     let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);
     (x, y)
 }
