@@ -70,12 +70,19 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
-    let host: Option<Vec<f32>> = config.host_input.then(|| x.to_data().into_vec().expect("f32 images"));
+    // With host input a producer thread hands over a fresh copy of one batch per step, as the
+    // loader's thread does in training (so the copy is not the training thread's work).
+    let host: Option<std::sync::mpsc::Receiver<Vec<f32>>> = config.host_input.then(|| {
+        let images: Vec<f32> = x.to_data().into_vec().expect("f32 images");
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        std::thread::spawn(move || while tx.send(images.clone()).is_ok() {});
+        rx
+    });
     let upload_s = std::cell::Cell::new(0.0);
     let mut step = |model: ResNet<B>| -> (ResNet<B>, Tensor<B, 1>) {
         let x = match &host {
             Some(h) => {
-                let images = h.clone(); // stands in for the loader's new batch: not timed
+                let images = h.recv().expect("the producer thread runs until the receiver is dropped");
                 let t = Instant::now();
                 let x = crate::nn::images_to_device(images, shape, device);
                 upload_s.set(upload_s.get() + t.elapsed().as_secs_f64());

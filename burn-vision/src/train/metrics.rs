@@ -85,6 +85,10 @@ pub struct EpochRecord {
     /// when the device, not the input pipeline, limits training.
     #[serde(default)]
     pub data_wait_s: f64,
+    /// Host seconds per step phase this epoch (`data`, `upload`, `forward`, `backward`,
+    /// `grad_sync`, `optimizer`; see `train::phases`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases_s: Vec<(String, f64)>,
     /// Wall-clock seconds of the epoch, validation included.
     pub seconds: f64,
     /// Images skipped as unreadable so far.

@@ -8,6 +8,7 @@ pub mod evaluate;
 pub mod health;
 pub mod tensorboard;
 pub mod metrics;
+pub mod phases;
 pub mod predict;
 pub mod runner;
 pub mod schedule;

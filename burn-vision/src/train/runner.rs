@@ -24,6 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use super::phases::StepPhases;
 
 type Bytes = BinBytesRecorder<FullPrecisionSettings>;
 
@@ -243,14 +244,18 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut epoch_steps = 0usize;
         let mut first_step = None;
         let mut data_wait = 0.0;
+        let mut phases = StepPhases::<B>::new(&device);
         let mut batches = loader.take(steps_per_epoch);
         loop {
             let waited = Instant::now();
+            phases.restart();
             let Some(batch) = batches.next() else { break };
             data_wait += waited.elapsed().as_secs_f64();
+            phases.end(0);
             let batch = batch?;
             let n = batch.shape[0];
             let (x, y) = batch_tensors::<B>(batch, &device);
+            phases.end(1);
             let mut grads = match &dp {
                 Some(dp) => {
                     let (xs, ys) = (dp.scatter(x), dp.scatter(y));
@@ -271,15 +276,19 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
                     let loss = loss_fn.forward(logits.clone(), y.clone());
                     loss_sum = loss_sum + loss.clone().inner().mul_scalar(n as f64);
                     correct = correct + logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
+                    phases.end(2);
                     GradientsParams::from_grads(loss.backward(), &model)
                 }
             };
+            phases.end(3);
             if let Some(d) = dist {
                 let t = Instant::now();
                 grads = d.ddp.sync_gradients(&model, grads)?;
                 sync_seconds += t.elapsed().as_secs_f64();
             }
+            phases.end(4);
             model = optim.step(schedule.lr(step), model, grads);
+            phases.end(5);
             step += 1;
             epoch_steps += 1;
             seen += n;
@@ -342,6 +351,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             img_per_s: seen as f64 / train_seconds,
             steady_img_per_s: rank_steady.map(|r| r * seen as f64 / rank_seen.max(1) as f64),
             data_wait_s: data_wait,
+            phases_s: phases.totals(),
             seconds: epoch_start.elapsed().as_secs_f64(),
             skipped_images: skipped as usize,
         };
