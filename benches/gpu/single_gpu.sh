@@ -25,8 +25,10 @@ burn_r18_synth()  { step burn_r18_fmnist_synth ${T_R18:-150} $BIN bench --model 
 torch_r18_synth() { step torch_r18_fmnist_synth 60 python3 benches/pytorch_baseline.py synthetic resnet18 256 28 1 10 1 2 20; }
 burn_r18_train()  { rm -rf /tmp/run_r18; step burn_r18_fmnist_train ${T_R18T:-120} $BIN train --data bundled --model resnet18 --batch-size 256 --epochs 1 --max-steps-per-epoch 30 --val-fraction 0.05 --lr 0.002 --gpus 0 --quiet --out /tmp/run_r18; cp /tmp/run_r18/metrics.jsonl "$OUT/burn_r18_fmnist_metrics.jsonl" 2>/dev/null; }
 make_folder()     { [ -d /tmp/fm256 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm256 256 >>"$LOG" 2>&1; }
-burn_r50_folder() { make_folder; rm -rf /tmp/run_r50; step burn_r50_folder_train 180 $BIN train --data /tmp/fm256 --model resnet50 --batch-size $R50B --epochs 1 --max-steps-per-epoch 12 --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50; cp /tmp/run_r50/metrics.jsonl "$OUT/burn_r50_folder_metrics.jsonl" 2>/dev/null; }
-torch_r50_folder(){ make_folder; step torch_r50_folder 120 python3 benches/pytorch_baseline.py folder /tmp/fm256 $R50B 12; }
+burn_r50_folder() { make_folder; rm -rf /tmp/run_r50; step burn_r50_folder_train 180 $BIN train --data /tmp/fm256 --model resnet50 --batch-size $R50B --epochs 1 --max-steps-per-epoch ${R50_STEPS:-30} --val-fraction 0.05 --optimizer sgd --momentum 0.9 --weight-decay 0 --lr 0.01 --gpus 0 --quiet --out /tmp/run_r50; cp /tmp/run_r50/metrics.jsonl "$OUT/burn_r50_folder_metrics.jsonl" 2>/dev/null; }
+# The same run with the default optimizer (AdamW, weight decay 5e-4), for its cost per step.
+burn_r50_folder_adamw() { make_folder; rm -rf /tmp/run_r50a; step burn_r50_folder_adamw 180 $BIN train --data /tmp/fm256 --model resnet50 --batch-size $R50B --epochs 1 --max-steps-per-epoch ${R50_STEPS:-30} --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50a; cp /tmp/run_r50a/metrics.jsonl "$OUT/burn_r50_folder_adamw_metrics.jsonl" 2>/dev/null; }
+torch_r50_folder(){ make_folder; step torch_r50_folder 120 python3 benches/pytorch_baseline.py folder /tmp/fm256 $R50B ${R50_STEPS:-30}; }
 for s in ${STEPS:-burn_r18_synth torch_r18_synth burn_r18_train burn_r50_synth torch_r50_synth burn_r50_folder torch_r50_folder}; do $s; done
 save_cache
 
@@ -41,19 +43,20 @@ for name, body in re.findall(r"=== (\w+): .*?\n(.*?)=== \1 rc", log, re.S):
         if line.startswith("{"):
             try: rows[name] = json.loads(line)["img_per_s"]
             except Exception: pass
-for f, name in [("burn_r18_fmnist_metrics.jsonl", "burn_r18_fmnist_train"), ("burn_r50_folder_metrics.jsonl", "burn_r50_folder_train")]:
+for f, name in [("burn_r18_fmnist_metrics.jsonl", "burn_r18_fmnist_train"), ("burn_r50_folder_metrics.jsonl", "burn_r50_folder_train"), ("burn_r50_folder_adamw_metrics.jsonl", "burn_r50_folder_adamw")]:
     p = os.path.join(sys.argv[2], f)
     if os.path.exists(p):
         recs = [json.loads(l) for l in open(p)]
         # After the first step (one-time tuning excluded), as PyTorch's figure is after warm-up.
         rows[name] = recs[-1].get("steady_img_per_s") or recs[-1]["img_per_s"]
         if "r18" in f: rows[name + "_val_acc"] = recs[-1]["val_acc"]
-        print(f"{name}: data_wait_s={recs[-1].get('data_wait_s')} seconds={recs[-1]['seconds']}")
+        print(f"{name}: data_wait_s={recs[-1].get('data_wait_s')} seconds={recs[-1]['seconds']} phases_s={recs[-1].get('phases_s')}")
 pairs = [("ResNet-50 224² synthetic", "burn_r50_synth", "torch_r50_synth"),
          ("ResNet-50 224² synthetic, host upload", "burn_r50_synth_upload", "torch_r50_synth"),
          ("input pipeline alone (bench-data)", "bench_data", None),
          ("ResNet-18 28² 1ch synthetic", "burn_r18_fmnist_synth", "torch_r18_fmnist_synth"),
-         ("ResNet-50 224² JPEG folder", "burn_r50_folder_train", "torch_r50_folder"),
+         ("ResNet-50 224² JPEG folder (SGD)", "burn_r50_folder_train", "torch_r50_folder"),
+         ("ResNet-50 224² JPEG folder, AdamW", "burn_r50_folder_adamw", None),
          ("ResNet-18 bundled FMNIST train", "burn_r18_fmnist_train", None)]
 print(f"{'workload':38} {'burn':>10} {'pytorch':>10} {'ratio':>7}")
 for label, b, t in pairs:

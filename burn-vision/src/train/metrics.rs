@@ -77,8 +77,9 @@ pub struct EpochRecord {
     pub lr: f64,
     /// Training images per second (all ranks together).
     pub img_per_s: f64,
-    /// The same after the epoch's first step, which carries one-time costs (kernel tuning,
-    /// cuDNN's algorithm search); absent for a one-step epoch.
+    /// The same after the epoch's first two steps (one in epochs of under four steps), which
+    /// carry one-time costs (kernel tuning and compilation, cuDNN's algorithm search, the
+    /// optimizer's first step with state); absent when no step is left after them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steady_img_per_s: Option<f64>,
     /// Seconds the training loop waited for the data loader this epoch (this rank): near zero

@@ -243,6 +243,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut seen = 0usize;
         let mut epoch_steps = 0usize;
         let mut first_step = None;
+        let warmup_steps = if steps_per_epoch >= 4 { 2 } else { 1 };
         let mut data_wait = 0.0;
         let mut phases = StepPhases::<B>::new(&device);
         let mut batches = loader.take(steps_per_epoch);
@@ -292,12 +293,15 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             step += 1;
             epoch_steps += 1;
             seen += n;
-            if epoch_steps == 1 {
-                // The first step carries the one-time costs (kernel tuning, cuDNN's algorithm
-                // search, the first batch's decoding): steady throughput is timed from here.
+            // The first step carries the one-time costs (kernel tuning and compilation, cuDNN's
+            // algorithm search, the first batch's decoding), the second those of the optimizer
+            // with its state (momentum, moments): steady throughput is timed after them (after
+            // the first only, in epochs of fewer than four steps).
+            if epoch_steps == warmup_steps {
                 let _ = B::sync(&device);
                 first_step = Some((Instant::now(), seen));
             }
+            log::debug!("step {epoch_steps}: host at {:.3}s of the epoch", epoch_start.elapsed().as_secs_f64());
             bar.inc(1);
             if step % 10 == 0 {
                 bar.set_message(format!("{:.0} img/s", seen as f64 / epoch_start.elapsed().as_secs_f64()));
@@ -308,7 +312,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         // Read back above, so the device has finished the epoch's steps.
         let train_seconds = epoch_start.elapsed().as_secs_f64();
         let rank_img_per_s = seen as f64 / train_seconds;
-        let rank_steady = first_step.filter(|_| epoch_steps >= 2).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
+        let rank_steady = first_step.filter(|_| epoch_steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
         let rank_seen = seen;
         if let Some(d) = dist {
             d.sum(&mut train_sums)?;
@@ -360,7 +364,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             continue;
         }
         log::info!(
-            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after step 1, {:.1}s waiting for data) | {:.1}s",
+            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data) | {:.1}s",
             record.epoch, config.epochs, record.train_loss, 100.0 * record.train_acc, record.val_loss, 100.0 * record.val_acc,
             100.0 * record.val_acc5, record.lr, record.img_per_s, record.steady_img_per_s.unwrap_or(record.img_per_s), record.data_wait_s, record.seconds
         );
