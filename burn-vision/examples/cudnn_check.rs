@@ -279,14 +279,17 @@ fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes
 fn check_upload(device: &CudaDevice) -> bool {
     use burn_vision::nn::images_to_device;
     let mut ok = true;
-    let shapes = [[4, 3, 17, 19], [2, 3, 224, 224], [4, 3, 17, 19], [1, 1, 5, 5], [2, 3, 224, 224]];
+    // Five uploads each followed by an operation on them, then a burst of eight with nothing
+    // in between (every buffer reused while its copy may still be queued).
+    let mut shapes = vec![[4, 3, 17, 19], [2, 3, 224, 224], [4, 3, 17, 19], [1, 1, 5, 5], [2, 3, 224, 224]];
+    shapes.extend([[4, 3, 17, 19]; 8]);
     let uploads: Vec<(Vec<f32>, Tensor<Ad, 4>)> = shapes
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|j| ((j * 7 + i * 13) % 1000) as f32 * 0.01 - 5.0).collect();
             let t = images_to_device::<Ad>(v.clone(), *s, device);
-            (v, t.mul_scalar(1.0))
+            (v, if i < 5 { t.mul_scalar(1.0) } else { t })
         })
         .collect();
     for (i, (v, t)) in uploads.into_iter().enumerate() {

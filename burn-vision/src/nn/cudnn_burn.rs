@@ -204,10 +204,18 @@ pub(super) fn launch(
         let client = first.client.clone();
         let job = move || -> Result<()> {
             let (_held, ptrs) = timed(Phase::Resources, || resources(&owned.iter().collect::<Vec<_>>()))?;
-            let fence = timed(Phase::WaitBurn, || stream_bridge::before(index, &client))?;
-            timed(Phase::Cudnn, || f(&ptrs, Order::Device(fence)))?;
-            timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
-            count_call(true);
+            let order = timed(Phase::WaitBurn, || match stream_bridge::before(index, &client) {
+                Ok(fence) => Ok(Order::Device(fence)),
+                Err(e) => {
+                    warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
+                    cubecl::future::block_on(client.sync()).map(|()| Order::Host).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })
+                }
+            })?;
+            timed(Phase::Cudnn, || f(&ptrs, order))?;
+            if let Order::Device(fence) = order {
+                timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
+            }
+            count_call(matches!(order, Order::Device(_)));
             Ok(())
         };
         return timed(Phase::Submit, || device_thread::run(&device, device_thread::kind((kind, options)), job));

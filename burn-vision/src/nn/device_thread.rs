@@ -81,6 +81,12 @@ pub(super) fn run(device: &CudaDevice, kind: u64, job: impl FnOnce() -> Result<(
     result
 }
 
+/// Makes `device`'s device thread run everything queued so far: cubecl's queue hands tasks over
+/// in batches, so a queued computation may otherwise wait until more work arrives.
+pub(super) fn flush(device: &CudaDevice) {
+    handle(device).flush_queue();
+}
+
 /// A stable key for a computation kind: any hashable description of it.
 pub(super) fn kind(what: impl std::hash::Hash) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};

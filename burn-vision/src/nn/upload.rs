@@ -80,7 +80,9 @@ fn upload(images: &[f32], shape: [usize; 4], device: &CudaDevice) -> Result<supe
     {
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
         while state.pending {
-            state = slot.enqueued.wait(state).unwrap_or_else(|p| p.into_inner());
+            // The copy out of this buffer is queued on the device thread; make sure it runs.
+            super::device_thread::flush(device);
+            state = slot.enqueued.wait_timeout(state, std::time::Duration::from_millis(10)).unwrap_or_else(|p| p.into_inner()).0;
         }
         if state.buf.as_ref().is_none_or(|b| b.len() < images.len()) {
             state.buf = None;
