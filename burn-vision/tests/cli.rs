@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
@@ -21,6 +21,8 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--gpus", "0,x"], "`x` is not a GPU number"),
         (&["train", "--batch-size", "0"], "--batch-size"),
         (&["predict", "--checkpoint", "/no/such.ckpt", "x.png"], "file not found"),
+        (&["bench-data", "--data", "/no/such/folder"], "does not exist"),
+        (&["bench-data", "--batches", "1000"], "lower --batches or --batch-size"),
     ];
     for (args, expected) in cases {
         let out = cli(args);

@@ -88,3 +88,29 @@ pub fn loader_throughput(data: &LoadedData, config: &DataBenchConfig) -> Result<
         skipped: skips.count(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{DataSource, load_source};
+
+    fn config(batches: usize) -> DataBenchConfig {
+        DataBenchConfig { batch_size: 64, batches, eval: false, seed: 3, prefetch: 2 }
+    }
+
+    #[test]
+    fn times_the_batches_after_the_first() {
+        let data = load_source(&DataSource::Bundled, 28).unwrap();
+        let r = loader_throughput(&data, &config(3)).unwrap();
+        assert_eq!((r.images, r.batch_shape, r.skipped), (3 * 64, [64, 1, 28, 28], 0));
+        assert!(r.seconds > 0.0 && r.img_per_s > 0.0 && r.threads >= 1, "{r:?}");
+        assert!(r.decode_ms_per_image >= 0.0 && r.transform_ms_per_image > 0.0, "{r:?}");
+    }
+
+    #[test]
+    fn too_few_images_is_an_error_that_says_so() {
+        let data = load_source(&DataSource::Bundled, 28).unwrap();
+        let e = loader_throughput(&data, &config(1000)).unwrap_err().to_string();
+        assert!(e.contains("needs 64064 images") && e.contains("10000"), "{e}");
+    }
+}
