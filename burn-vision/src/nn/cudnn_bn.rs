@@ -60,16 +60,34 @@ pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bo
 /// As [`forward_training`].
 pub(super) unsafe fn forward_training_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
-    let (xd, cd) = descriptors(dims)?;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: descriptors match the extents the caller guarantees.
     unsafe {
-        sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
-            .result()
-            .map_err(|e| fail("cudnnBatchNormalizationForwardTraining", e))?;
-        if relu {
-            relu_in_place(h, &xd, y)?;
-        }
+        forward_then_relu(h, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
+            sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
+        })
+    }
+}
+
+/// Runs one batch-norm forward `call` (given the activation and per-channel descriptors of
+/// `dims`), then ReLU in place on `y` when `relu`.
+///
+/// # Safety
+/// `call` must be a cuDNN call whose pointers match the descriptors; `y` as in
+/// [`relu_in_place`].
+unsafe fn forward_then_relu(
+    h: Handle,
+    dims: [i32; 4],
+    relu: bool,
+    y: u64,
+    what: &'static str,
+    call: impl FnOnce(sys::cudnnTensorDescriptor_t, sys::cudnnTensorDescriptor_t) -> sys::cudnnStatus_t,
+) -> Result<()> {
+    let (xd, cd) = descriptors(dims)?;
+    call(xd.0, cd.0).result().map_err(|e| fail(what, e))?;
+    if relu {
+        // SAFETY: as this function's contract.
+        unsafe { relu_in_place(h, &xd, y)? };
     }
     Ok(())
 }
@@ -86,18 +104,13 @@ pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: b
 
 unsafe fn forward_inference_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
-    let (xd, cd) = descriptors(dims)?;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
-        sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd.0, ptr(x), xd.0, ptr(y), cd.0, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
-            .result()
-            .map_err(|e| fail("cudnnBatchNormalizationForwardInference", e))?;
-        if relu {
-            relu_in_place(h, &xd, y)?;
-        }
+        forward_then_relu(h, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
+            sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
+        })
     }
-    Ok(())
 }
 
 /// Gradients of [`forward_training`]. With `relu`, `dy` is first masked by `y > 0` into
