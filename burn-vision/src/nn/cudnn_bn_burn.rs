@@ -25,7 +25,7 @@ use std::any::Any;
 /// cuDNN is usable; otherwise `x` comes back untouched.
 pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     let opts = super::options::get();
-    if !opts.enabled || !opts.batch_norm || !super::cudnn::available() {
+    if !opts.batch_norm || !super::cudnn_burn::path_enabled() {
         return Err(x);
     }
     if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {

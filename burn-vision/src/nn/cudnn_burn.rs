@@ -51,14 +51,25 @@ pub(super) fn warn_once(what: &str, e: &Error, instead: &str) {
     }
 }
 
+/// `Some(true)` when `B` is `Autodiff<Cuda>`, `Some(false)` when it is `Cuda`, `None` for any
+/// other backend.
+pub(super) fn cuda_backend<B: Backend>() -> Option<bool> {
+    let ad = TypeId::of::<B>() == TypeId::of::<Ad>();
+    (ad || TypeId::of::<B>() == TypeId::of::<Cuda>()).then_some(ad)
+}
+
+/// Whether the cuDNN path is switched on and libcudnn can be loaded.
+pub(super) fn path_enabled() -> bool {
+    super::options::get().enabled && cudnn::available()
+}
+
 /// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
 /// otherwise the inputs come back untouched.
 pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
-    let ad = TypeId::of::<B>() == TypeId::of::<Ad>();
-    if !ad && TypeId::of::<B>() != TypeId::of::<Cuda>() {
+    let Some(ad) = cuda_backend::<B>() else {
         return Err((x, w));
-    }
-    if !super::options::get().enabled || !cudnn::available() {
+    };
+    if !path_enabled() {
         super::conv::note_path(|| "burn's kernels (cuDNN disabled or libcudnn not found)".into());
         return Err((x, w));
     }

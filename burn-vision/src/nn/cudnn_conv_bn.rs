@@ -28,7 +28,7 @@ use std::any::Any;
 /// otherwise `x` comes back untouched.
 pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     let opts = super::options::get();
-    if !(opts.enabled && opts.batch_norm && opts.fuse_conv_bn && super::cudnn::available()) {
+    if !(opts.batch_norm && opts.fuse_conv_bn && super::cudnn_burn::path_enabled()) {
         return Err(x);
     }
     match (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {

@@ -9,7 +9,7 @@
 //! only after its previous copy has finished.
 
 use super::cudnn;
-use super::cudnn_burn::{Ad, Inner, cast, launch, register, warn_once};
+use super::cudnn_burn::{Ad, Inner, cast, cuda_backend, launch, path_enabled, register, warn_once};
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -18,7 +18,6 @@ use cubecl::Runtime;
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cudarc::driver::{HostSlice, PinnedHostSlice};
 use rayon::prelude::*;
-use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
@@ -59,11 +58,8 @@ fn next_slot(device: usize) -> Arc<Slot> {
 /// The images as a device tensor when `B` is burn-cuda (with or without autodiff) and the
 /// pinned path works; otherwise `None` (the caller uses `Tensor::from_data`).
 pub(crate) fn try_upload<B: Backend>(images: &[f32], shape: [usize; 4], device: &B::Device) -> Option<Tensor<B, 4>> {
-    let ad = TypeId::of::<B>() == TypeId::of::<Ad>();
-    if !ad && TypeId::of::<B>() != TypeId::of::<Cuda>() {
-        return None;
-    }
-    if !super::options::get().enabled || !cudnn::available() {
+    let ad = cuda_backend::<B>()?;
+    if !path_enabled() {
         return None;
     }
     let device: CudaDevice = cast(device.clone());
