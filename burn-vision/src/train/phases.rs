@@ -38,6 +38,11 @@ impl<B: Backend> StepPhases<B> {
         self.last = Instant::now();
     }
 
+    /// Seconds of phase `index` (of [`PHASES`]) so far.
+    pub fn seconds(&self, index: usize) -> f64 {
+        self.seconds[index]
+    }
+
     /// `(phase, seconds)` pairs.
     pub fn totals(&self) -> Vec<(String, f64)> {
         PHASES.iter().zip(self.seconds).map(|(n, s)| (n.to_string(), s)).collect()

@@ -244,14 +244,11 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
         let mut epoch_steps = 0usize;
         let mut first_step = None;
         let warmup_steps = if steps_per_epoch >= 4 { 2 } else { 1 };
-        let mut data_wait = 0.0;
         let mut phases = StepPhases::<B>::new(&device);
         let mut batches = loader.take(steps_per_epoch);
         loop {
-            let waited = Instant::now();
             phases.restart();
             let Some(batch) = batches.next() else { break };
-            data_wait += waited.elapsed().as_secs_f64();
             phases.end(0);
             let batch = batch?;
             let n = batch.shape[0];
@@ -354,7 +351,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             lr: schedule.lr(step.saturating_sub(1)),
             img_per_s: seen as f64 / train_seconds,
             steady_img_per_s: rank_steady.map(|r| r * seen as f64 / rank_seen.max(1) as f64),
-            data_wait_s: data_wait,
+            data_wait_s: phases.seconds(0),
             phases_s: phases.totals(),
             seconds: epoch_start.elapsed().as_secs_f64(),
             skipped_images: skipped as usize,
