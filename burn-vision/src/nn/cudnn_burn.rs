@@ -219,7 +219,7 @@ pub(super) fn launch(
                 Ok(fence) => Ok(Order::Device(fence)),
                 Err(e) => {
                     warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
-                    cubecl::future::block_on(client.sync()).map(|()| Order::Host).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })
+                    cubecl::future::block_on(client.sync()).map(|()| Order::Host).map_err(|e| cudnn::fail("synchronising burn's stream", e))
                 }
             })?;
             timed(Phase::Cudnn, || f(&ptrs, order))?;
@@ -232,7 +232,7 @@ pub(super) fn launch(
         return timed(Phase::Submit, || device_thread::run(&device, device_thread::kind((kind, options)), job));
     }
     let (_held, ptrs) = timed(Phase::Resources, || resources(tensors))?;
-    timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device)).map_err(|e| Error::Cudnn { op: "synchronising burn's stream", reason: format!("{e:?}") })?;
+    timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device)).map_err(|e| cudnn::fail("synchronising burn's stream", e))?;
     timed(Phase::Cudnn, || f(&ptrs, Order::Host))?;
     count_call(false);
     Ok(())
@@ -242,7 +242,7 @@ pub(super) fn launch(
 fn resources(tensors: &[&CubeTensor<CudaRuntime>]) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
     let held = tensors
         .iter()
-        .map(|c| c.client.get_resource(c.handle.clone()).map_err(|e| Error::Cudnn { op: "device pointer", reason: format!("{e:?}") }))
+        .map(|c| c.client.get_resource(c.handle.clone()).map_err(|e| cudnn::fail("device pointer", e)))
         .collect::<Result<Vec<_>>>()?;
     let ptrs = held.iter().map(|r| r.resource().ptr).collect();
     Ok((held, ptrs))
