@@ -1,9 +1,10 @@
 """PyTorch/torchvision baselines for the burn-vision benchmarks, run in the same device call.
 
 Modes (each prints one JSON line prefixed with RESULT):
-  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS
+  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc]
              forward+backward+SGD(momentum 0.9) on random data, fp32 (cuDNN may use TF32, as
-             PyTorch allows by default), NCHW, eager: the same work `burn-vision bench` does.
+             PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager: the same
+             work `burn-vision bench --precision ...` does.
   folder     DIR BATCH STEPS  ResNet-50 on an ImageFolder with RandomResizedCrop(224)+flip,
              8 DataLoader workers: real decoding and augmentation.
   make-folder IDX_IMAGES IDX_LABELS OUT SIDE  writes the IDX images as SIDExSIDE RGB JPEGs in
@@ -26,13 +27,14 @@ def resnet(name, classes, channels, small):
     return model
 
 
-def timed_steps(model, opt, batches, warmup, steps):
+def timed_steps(model, opt, batches, warmup, steps, amp=None):
     loss_fn = nn.CrossEntropyLoss()
     model.train()
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -53,15 +55,18 @@ def timed_steps(model, opt, batches, warmup, steps):
     return n / (time.perf_counter() - t1), warm, float(loss)
 
 
-def synthetic(name, batch, size, channels, classes, small, warmup, steps):
+def synthetic(name, batch, size, channels, classes, small, warmup, steps, precision="f32", layout="nchw"):
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    model = resnet(name, classes, channels, small).to(dev)
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    model = resnet(name, classes, channels, small).to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, channels, size, size, device=dev)
+    x = torch.randn(batch, channels, size, size, device=dev).to(memory_format=fmt)
     y = torch.randint(0, classes, (batch,), device=dev)
-    ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps)
+    amp = {"f32": None, "bf16": torch.bfloat16}[precision]
+    ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps, amp)
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
+                                      precision=precision, layout=layout,
                                       img_per_s=ips, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
 
 
@@ -102,8 +107,8 @@ def make_folder(images, labels, out, side):
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "synthetic":
-        name, batch, size, ch, classes, small, warmup, steps = args
-        synthetic(name, int(batch), int(size), int(ch), int(classes), small == "1", int(warmup), int(steps))
+        name, batch, size, ch, classes, small, warmup, steps = args[:8]
+        synthetic(name, int(batch), int(size), int(ch), int(classes), small == "1", int(warmup), int(steps), *args[8:])
     elif mode == "folder":
         folder(args[0], int(args[1]), int(args[2]))
     elif mode == "make-folder":

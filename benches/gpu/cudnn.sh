@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # One device call on one H200: the cuDNN convolution path of burn-vision next to PyTorch.
-#  1. cudnn_check: correctness against an f64 reference (cuDNN fp32, TF32, burn's kernels), then
-#     every distinct ResNet-50 convolution shape at batch 256 (forward, forward+backward);
-#  2. the same shapes timed by PyTorch (benches/pytorch_conv_shapes.py);
-#  3. ResNet-50 training throughput, 224², batch 256, synthetic data: burn-vision vs PyTorch.
+#  1. cudnn_check: correctness against an f64 reference (cuDNN fp32, TF32, bf16, f16, burn's
+#     kernels), batch norm and fused convolution + batch norm in f32/bf16/f16, the upload;
+#  2. every distinct ResNet-50 convolution shape at batch 256 (forward, forward+backward), timed
+#     per call (`latency`) and back to back (`pipelined`), f32 and bf16, by burn-vision and by
+#     PyTorch (benches/pytorch_conv_shapes.py; bf16 also channels_last);
+#  3. ResNet-50 training throughput, 224², batch 256, synthetic data, f32 and bf16:
+#     burn-vision vs PyTorch (bf16: autocast, NCHW and channels_last).
+# STEPS picks steps (default: all).
 # Binaries built on the development machine and carried in carry/ (B=...):
 #   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
 # Writes raw logs to $OUT and prints summary tables last.
@@ -15,38 +19,54 @@ source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/cudnn_check
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())' | tee -a "$LOG"
-for s in ${STEPS:-check shapes torch_shapes burn_r50 torch_r50}; do
+ALL="check shapes shapes_pipe shapes_bf16 shapes_bf16_pipe torch_shapes torch_shapes_pipe torch_shapes_bf16 torch_shapes_bf16_pipe torch_shapes_bf16_nhwc_pipe burn_r50 burn_r50_bf16 torch_r50 torch_r50_bf16 torch_r50_bf16_nhwc"
+R50="bench --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 10 --gpus 0"
+TR50="benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 10"
+for s in ${STEPS:-$ALL}; do
   case $s in
-    check)        step cudnn_check ${T_CHECK:-120} "$B"/cudnn_check check ;;
+    check)        step cudnn_check ${T_CHECK:-180} "$B"/cudnn_check check ;;
     shapes)       step burn_shapes ${T_SHAPES:-180} "$B"/cudnn_check bench --batch 256 --iters 10 ;;
-    torch_shapes) step torch_shapes 120 python3 benches/pytorch_conv_shapes.py 256 10 ;;
-    burn_r50)     step burn_r50_synth ${T_R50:-240} "$B"/burn-vision bench --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 10 --gpus 0 ;;
-    torch_r50)    step torch_r50_synth 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 2 10 ;;
+    shapes_pipe)  step burn_shapes_pipe ${T_SHAPES:-180} "$B"/cudnn_check bench --batch 256 --iters 10 --pipelined ;;
+    shapes_bf16)  step burn_shapes_bf16 ${T_SHAPES:-180} "$B"/cudnn_check bench --batch 256 --iters 10 --dtype bf16 ;;
+    shapes_bf16_pipe) step burn_shapes_bf16_pipe ${T_SHAPES:-180} "$B"/cudnn_check bench --batch 256 --iters 10 --dtype bf16 --pipelined ;;
+    torch_shapes) step torch_shapes 120 python3 benches/pytorch_conv_shapes.py 256 10 f32 latency ;;
+    torch_shapes_pipe) step torch_shapes_pipe 120 python3 benches/pytorch_conv_shapes.py 256 10 f32 pipelined ;;
+    torch_shapes_bf16) step torch_shapes_bf16 120 python3 benches/pytorch_conv_shapes.py 256 10 bf16 latency ;;
+    torch_shapes_bf16_pipe) step torch_shapes_bf16_pipe 120 python3 benches/pytorch_conv_shapes.py 256 10 bf16 pipelined ;;
+    torch_shapes_bf16_nhwc_pipe) step torch_shapes_bf16_nhwc_pipe 120 python3 benches/pytorch_conv_shapes.py 256 10 bf16 pipelined nhwc ;;
+    burn_r50)     step burn_r50_synth ${T_R50:-240} "$B"/burn-vision $R50 ;;
+    burn_r50_bf16) step burn_r50_synth_bf16 ${T_R50:-240} "$B"/burn-vision $R50 --precision bf16 ;;
+    torch_r50)    step torch_r50_synth 90 python3 $TR50 f32 nchw ;;
+    torch_r50_bf16) step torch_r50_synth_bf16 90 python3 $TR50 bf16 nchw ;;
+    torch_r50_bf16_nhwc) step torch_r50_synth_bf16_nhwc 90 python3 $TR50 bf16 nhwc ;;
+    *) echo "unknown step $s"; exit 2 ;;
   esac
 done
 save_cache
 
-echo; echo "SUMMARY per ResNet-50 convolution shape, batch 256, fp32 NCHW (TF32 allowed), ms per call"
+echo; echo "SUMMARY per ResNet-50 convolution shape, batch 256, NCHW unless marked, ms per call"
 python3 - "$LOG" <<'PY'
 import re, sys
 log = open(sys.argv[1]).read()
 rows = {}
-for fw, shape, f, fb in re.findall(r"RESULT framework=(\S+) shape=(\S+) .*?fwd_ms=(\S+) fwdbwd_ms=(\S+)", log):
-    rows.setdefault(shape, {})[fw] = (float(f), float(fb))
-print(f"{'shape':22} {'burn fwd':>9} {'torch fwd':>9} {'ratio':>6} {'burn f+b':>9} {'torch f+b':>9} {'ratio':>6} {'strided f+b':>11}")
-tot = [0.0, 0.0, 0.0, 0.0, 0.0]
-for shape, r in rows.items():
-    b, t, st = r.get("burn-cudnn"), r.get("pytorch"), r.get("burn-cudnn-strided", (float("nan"),) * 2)
-    if not (b and t):
-        print(f"{shape:22} incomplete: {r}"); continue
-    tot = [tot[0] + b[0], tot[1] + t[0], tot[2] + b[1], tot[3] + t[1], tot[4] + st[1]]
-    print(f"{shape:22} {b[0]:9.3f} {t[0]:9.3f} {t[0]/b[0]:6.2f} {b[1]:9.3f} {t[1]:9.3f} {t[1]/b[1]:6.2f} {st[1]:11.3f}")
-if tot[0]:
-    print(f"{'sum':22} {tot[0]:9.3f} {tot[1]:9.3f} {tot[1]/tot[0]:6.2f} {tot[2]:9.3f} {tot[3]:9.3f} {tot[3]/tot[2]:6.2f} {tot[4]:11.3f}")
-print("(ratio = PyTorch time / burn time: >= 1 means burn-vision is as fast or faster)")
-m = re.findall(r'"img_per_s":\s*([0-9.]+)', log)
-for name in ["burn_r50_synth", "torch_r50_synth"]:
+pat = r"RESULT framework=(\S+) dtype=(\S+) mode=(\S+) shape=(\S+) .*?fwd_ms=(\S+) fwdbwd_ms=(\S+)"
+for fw, dt, mode, shape, f, fb in re.findall(pat, log):
+    rows.setdefault((dt, mode), {}).setdefault(shape, {})[fw] = (float(f), float(fb))
+for (dt, mode), shapes in rows.items():
+    print(f"\n[{dt}, {mode}]  ratio = PyTorch time / burn time (>= 1: burn-vision as fast or faster)")
+    print(f"{'shape':22} {'burn fwd':>9} {'torch fwd':>9} {'ratio':>6} {'burn f+b':>9} {'torch f+b':>9} {'ratio':>6} {'nhwc f+b':>9}")
+    tot = [0.0] * 5
+    for shape, r in shapes.items():
+        b, t, n = r.get("burn-cudnn"), r.get("pytorch"), r.get("pytorch-nhwc", (float("nan"),) * 2)
+        if not (b and t):
+            print(f"{shape:22} incomplete: {sorted(r)}"); continue
+        tot = [tot[0] + b[0], tot[1] + t[0], tot[2] + b[1], tot[3] + t[1], tot[4] + n[1]]
+        print(f"{shape:22} {b[0]:9.3f} {t[0]:9.3f} {t[0]/b[0]:6.2f} {b[1]:9.3f} {t[1]:9.3f} {t[1]/b[1]:6.2f} {n[1]:9.3f}")
+    if tot[0]:
+        print(f"{'sum':22} {tot[0]:9.3f} {tot[1]:9.3f} {tot[1]/tot[0]:6.2f} {tot[2]:9.3f} {tot[3]:9.3f} {tot[3]/tot[2]:6.2f} {tot[4]:9.3f}")
+print()
+for name in ["burn_r50_synth", "torch_r50_synth", "burn_r50_synth_bf16", "torch_r50_synth_bf16", "torch_r50_synth_bf16_nhwc"]:
     body = re.search(rf"=== {name}: .*?\n(.*?)=== {name} rc", log, re.S)
     v = re.search(r'"img_per_s":\s*([0-9.]+)', body.group(1)) if body else None
-    print(f"ResNet-50 train 224² b256 synthetic {name:16} img/s: {v.group(1) if v else 'n/a'}")
+    print(f"ResNet-50 train 224² b256 synthetic {name:26} img/s: {v.group(1) if v else 'n/a'}")
 PY

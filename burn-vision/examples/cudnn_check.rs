@@ -4,12 +4,12 @@
 //! ResNet-50 convolution shape (forward, and forward + backward) at batch 256.
 //!
 //! `cargo build --release -p burn-vision --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided]`. Prints `RESULT` lines; exits 1 when a
-//! check fails.
+//! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
+//! [--pipelined]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn::tensor::Distribution;
+use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_vision::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
@@ -20,19 +20,32 @@ use std::time::Instant;
 type Ad = Autodiff<Cuda>;
 
 fn to_f64<const D: usize, B: Backend>(t: Tensor<B, D>) -> Vec<f64> {
-    t.into_data().to_vec::<f32>().expect("f32 data").into_iter().map(f64::from).collect()
+    t.cast(FloatDType::F32).into_data().to_vec::<f32>().expect("f32 data").into_iter().map(f64::from).collect()
 }
 
-/// y, dx, dw, db of one case on the GPU, relative errors against the f64 reference.
-fn errors(case: &Conv2dCase, device: &CudaDevice) -> [f64; 4] {
+/// `v` rounded to `dtype` (so that a reference computed from the result sees exactly what the
+/// GPU sees).
+fn round(v: &[f64], dtype: FloatDType) -> Vec<f64> {
+    match dtype {
+        FloatDType::BF16 => v.iter().map(|&a| bf16::from_f64(a).to_f64()).collect(),
+        FloatDType::F16 => v.iter().map(|&a| f16::from_f64(a).to_f64()).collect(),
+        _ => v.to_vec(),
+    }
+}
+
+/// y, dx, dw, db of one case on the GPU with activations in `dtype` (the weight is cast by
+/// `conv2d`), relative errors against the f64 reference on the same (rounded) inputs.
+fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType) -> [f64; 4] {
     let (x, w, b, g) = case.random_inputs(11);
+    let (x, w, b, g) = (round(&x, dtype), round(&w, dtype), round(&b, dtype), round(&g, dtype));
     let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
     let xt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&x), case.x_dims()), device).require_grad();
     let wt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&w), case.w_dims()), device).require_grad();
     let bt = Tensor::<Ad, 1>::from_data(TensorData::new(f32s(&b), [case.k]), device).require_grad();
     let gt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&g), case.y_dims()), device);
-    let y = conv2d(xt.clone(), wt.clone(), case.bias.then(|| bt.clone()), case.options());
-    let grads = (y.clone() * gt).sum().backward();
+    let y = conv2d(xt.clone().cast(dtype), wt.clone(), case.bias.then(|| bt.clone()), case.options());
+    assert_eq!(y.dtype(), dtype.into(), "the convolution runs in its input's type");
+    let grads = (y.clone().cast(FloatDType::F32) * gt).sum().backward();
     let y_ref = conv2d_f64(case, &x, &w, &b);
     let (dx, dw, db) = conv2d_grads_f64(case, &x, &w, &g);
     let db_err = if case.bias { max_rel_err(&to_f64(bt.grad(&grads).expect("bias grad")), &db) } else { 0.0 };
@@ -62,17 +75,20 @@ fn check(device: &CudaDevice) -> bool {
     ];
     let mut ok = true;
     let base = options::get();
-    for (label, opts, bound) in [
-        ("cudnn_fp32", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4),
-        ("cudnn_tf32", CudnnOptions { allow_tf32: true, ..base.clone() }, 5e-3),
-        ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4),
+    for (label, opts, bound, dtype) in [
+        ("cudnn_fp32", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4, FloatDType::F32),
+        ("cudnn_tf32", CudnnOptions { allow_tf32: true, ..base.clone() }, 5e-3, FloatDType::F32),
+        // Outputs and gradients are rounded to the type (bf16 keeps 8 mantissa bits, f16 11).
+        ("cudnn_bf16", base.clone(), 1e-2, FloatDType::BF16),
+        ("cudnn_f16", base.clone(), 2e-3, FloatDType::F16),
+        ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32),
     ] {
         options::set(opts.clone());
         // burn's own kernels autotune every new shape: two cases are enough to compare with.
         let n = if opts.enabled { cases.len() } else { 2 };
         for case in &cases[..n] {
             let before = cudnn::calls();
-            let e = errors(case, device);
+            let e = errors(case, device, dtype);
             let used = cudnn::calls() - before;
             let path_ok = if opts.enabled { used >= 3 } else { used == 0 };
             let pass = path_ok && e.iter().all(|&v| v < bound);
@@ -98,15 +114,18 @@ type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
 
 /// Two training steps of `relu?(batch_norm(x))` (the first on x/2, for the running statistics),
 /// then inference with the result: (y, dx, dgamma, dbeta), (running mean, var), inference y.
-fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool) -> BnRun {
+/// The activations are in `dtype`, the parameters and statistics in f32.
+#[allow(clippy::too_many_arguments)]
+fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool, dtype: FloatDType) -> BnRun {
     let c = dims[1];
     let mut bn = BatchNormConfig::new(c).init::<B>(d);
     bn.gamma = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(gamma.to_vec(), [c]), d));
     bn.beta = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(beta.to_vec(), [c]), d));
     let xt = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), dims), d).require_grad();
-    let _ = batch_norm(&bn, xt.clone() * 0.5, relu);
-    let y = batch_norm(&bn, xt.clone(), relu);
-    let grads = (y.clone() * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
+    let _ = batch_norm(&bn, (xt.clone() * 0.5).cast(dtype), relu);
+    let y = batch_norm(&bn, xt.clone().cast(dtype), relu);
+    assert_eq!(y.dtype(), dtype.into(), "batch norm keeps its input's type");
+    let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
     let out = [
         to_f64(y),
         to_f64(xt.grad(&grads).expect("dx")),
@@ -115,7 +134,7 @@ fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usiz
     ];
     let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
     let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
-    (out, running, to_f64(batch_norm(&bn.valid(), xi, relu)))
+    (out, running, to_f64(batch_norm(&bn.valid(), xi.cast(dtype), relu)))
 }
 
 /// Seeded values in `shift ± scale/2` (the seeded generator the f64 reference uses).
@@ -126,17 +145,25 @@ fn values(seed: u64, len: usize, scale: f32, shift: f32) -> Vec<f32> {
 }
 
 /// cuDNN's batch norm (+ ReLU) on the GPU against burn's BatchNorm on the CPU (burn-flex, f32):
-/// outputs, the three gradients, running statistics after two training steps, and inference.
+/// outputs, the three gradients, running statistics after two training steps, and inference;
+/// with f32 activations, then bf16 and f16 ones (the reference gets the same rounded inputs and
+/// computes in f32; the GPU's outputs and input gradient are rounded to the type).
 fn check_bn(device: &CudaDevice) -> bool {
     let mut ok = true;
-    for (dims, relu) in [([4, 16, 14, 14], true), ([4, 16, 14, 14], false), ([2, 8, 7, 7], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)] {
+    let f32_cases = [([4, 16, 14, 14], true), ([4, 16, 14, 14], false), ([2, 8, 7, 7], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
+    let half_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
+    let runs = f32_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4))
+        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2)))
+        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3)));
+    for (dims, relu, dtype, bound) in runs {
         let n: usize = dims.iter().product();
-        let (x, g) = (values(1, n, 4.0, 0.7), values(2, n, 2.0, 0.1));
+        let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
+        let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
         let before = cudnn::calls();
-        let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu);
+        let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype);
         let used = cudnn::calls() - before;
-        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu);
+        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32);
         let errs: Vec<f64> = out
             .iter()
             .zip(&ref_out)
@@ -145,10 +172,10 @@ fn check_bn(device: &CudaDevice) -> bool {
             .chain([max_rel_err(&infer, &ref_infer)])
             .collect();
         // Two training forwards, one backward, one inference.
-        let pass = used >= 4 && errs.iter().all(|&e| e < 1e-4);
+        let pass = used >= 4 && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=cudnn_batch_norm dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound=1e-4 cudnn_calls={used} {}",
+            "RESULT check=cudnn_batch_norm dtype={dtype:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} {}",
             errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[6],
             if pass { "ok" } else { "FAIL" }
         );
@@ -163,7 +190,8 @@ fn check_fused(device: &CudaDevice) -> bool {
     use burn_nn::conv::Conv2dConfig;
     let base = options::get();
     let mut ok = true;
-    for (x_dims, k, r, stride) in [([8, 32, 14, 14], 64, 3, 1), ([4, 64, 28, 28], 32, 1, 2)] {
+    let cases = [([8, 32, 14, 14], 64, 3, 1, FloatDType::F32), ([4, 64, 28, 28], 32, 1, 2, FloatDType::F32), ([8, 32, 14, 14], 64, 3, 1, FloatDType::BF16), ([4, 64, 28, 28], 32, 1, 2, FloatDType::BF16)];
+    for (x_dims, k, r, stride, dtype) in cases {
         let run = |fuse: bool| {
             options::set(CudnnOptions { fuse_conv_bn: fuse, allow_tf32: false, ..base.clone() });
             Ad::seed(device, 3);
@@ -172,7 +200,7 @@ fn check_fused(device: &CudaDevice) -> bool {
             let n: usize = x_dims.iter().product();
             let x = Tensor::<Ad, 4>::from_data(TensorData::new(values(5, n, 3.0, 0.2), x_dims), device).require_grad();
             let before = cudnn::calls();
-            let y = burn_vision::nn::conv_batch_norm(&conv, &bn, x.clone(), true);
+            let y = burn_vision::nn::conv_batch_norm(&conv, &bn, x.clone().cast(dtype), true).cast(FloatDType::F32);
             let g = Tensor::<Ad, 4>::from_data(TensorData::new(values(6, y.dims().iter().product(), 2.0, 0.0), y.dims()), device);
             let grads = (y.clone() * g).sum().backward();
             let out = [
@@ -188,10 +216,13 @@ fn check_fused(device: &CudaDevice) -> bool {
         let (separate, calls_separate) = run(false);
         let (fused, calls_fused) = run(true);
         let errs: Vec<f64> = fused.iter().zip(&separate).map(|(a, b)| max_rel_err(a, b)).collect();
-        let pass = calls_fused == 2 && calls_separate == 5 && errs.iter().all(|&e| e < 1e-5);
+        // Both run the same cuDNN computations; in a half type the separate path rounds the
+        // convolution's output the same way, so the bound stays tight.
+        let bound = if dtype == FloatDType::F32 { 1e-5 } else { 1e-2 };
+        let pass = calls_fused == 2 && calls_separate == 5 && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=fused_conv_bn x={x_dims:?} k={k} r={r} stride={stride} y={:.2e} dx={:.2e} dw={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} cudnn_calls fused={calls_fused} separate={calls_separate} bound=1e-5 {}",
+            "RESULT check=fused_conv_bn dtype={dtype:?} x={x_dims:?} k={k} r={r} stride={stride} y={:.2e} dx={:.2e} dw={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} cudnn_calls fused={calls_fused} separate={calls_separate} bound={bound:.0e} {}",
             errs[0], errs[1], errs[2], errs[3], errs[4], errs[5],
             if pass { "ok" } else { "FAIL" }
         );
@@ -218,6 +249,24 @@ struct Shape4 {
     pad: usize,
 }
 
+/// How a shape is timed: `latency` synchronises after every call (one call's latency, nothing
+/// to overlap); `pipelined` queues `iters` calls and synchronises once (what a training step
+/// sees when the host runs ahead).
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Latency,
+    Pipelined,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Latency => "latency",
+            Mode::Pipelined => "pipelined",
+        }
+    }
+}
+
 fn time_ms(iters: usize, device: &CudaDevice, mut f: impl FnMut()) -> f64 {
     f();
     f();
@@ -230,45 +279,50 @@ fn time_ms(iters: usize, device: &CudaDevice, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
 
-fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool) {
+fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool, dtype: FloatDType, mode: Mode) {
     let shapes: Shapes = serde_json::from_str(include_str!("../../benches/resnet50_conv_shapes.json")).expect("shape list");
     let base = options::get();
     // Burn-cuda's activations are pitched; `--strided` also times cuDNN on them as they are.
     let variants: &[(&str, bool)] = if strided { &[("burn-cudnn", true), ("burn-cudnn-strided", false)] } else { &[("burn-cudnn", true)] };
     for &(label, pack) in variants {
         options::set(CudnnOptions { pack_inputs: pack, ..base.clone() });
-        bench_shapes(device, batch, iters, &shapes, label);
+        bench_shapes(device, batch, iters, &shapes, label, dtype, mode);
     }
     options::set(base);
 }
 
-fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes, label: &str) {
+fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes, label: &str, dtype: FloatDType, mode: Mode) {
+    let sync = || {
+        if mode == Mode::Latency {
+            let _ = <Cuda as Backend>::sync(device);
+        }
+    };
     for s in &shapes.shapes {
         let o = burn::tensor::ops::ConvOptions::new([s.stride; 2], [s.pad; 2], [1, 1], 1);
         let normal = Distribution::Normal(0.0, 1.0);
-        let x = Tensor::<Cuda, 4>::random([batch, s.c, s.h, s.w], normal, device);
-        let w = Tensor::<Cuda, 4>::random([s.k, s.c, s.r, s.s], normal, device) * 0.05;
+        let x = Tensor::<Cuda, 4>::random([batch, s.c, s.h, s.w], normal, device).cast(dtype);
+        let w = (Tensor::<Cuda, 4>::random([s.k, s.c, s.r, s.s], normal, device) * 0.05).cast(dtype);
         let fwd = time_ms(iters, device, || {
             let y = conv2d(x.clone(), w.clone(), None, o.clone());
-            let _ = <Cuda as Backend>::sync(device);
+            sync();
             drop(y);
         });
         let xa = Tensor::<Ad, 4>::from_inner(x.clone()).require_grad();
         let wa = Tensor::<Ad, 4>::from_inner(w.clone()).require_grad();
         let y0 = conv2d(xa.clone(), wa.clone(), None, o.clone());
-        let g = Tensor::<Ad, 4>::random(y0.dims(), normal, device);
+        let g = Tensor::<Ad, 4>::random(y0.dims(), normal, device).cast(dtype);
         drop(y0);
         let fwdbwd = time_ms(iters, device, || {
             let y = conv2d(xa.clone(), wa.clone(), None, o.clone());
             let grads = (y * g.clone()).sum().backward();
             let dx = xa.grad(&grads).expect("dx");
             let dw = wa.grad(&grads).expect("dw");
-            let _ = <Cuda as Backend>::sync(device);
+            sync();
             drop((dx, dw));
         });
         println!(
-            "RESULT framework={label} shape={} batch={batch} c={} hw={} k={} r={} stride={} fwd_ms={fwd:.3} fwdbwd_ms={fwdbwd:.3}",
-            s.name, s.c, s.h, s.k, s.r, s.stride
+            "RESULT framework={label} dtype={} mode={} shape={} batch={batch} c={} hw={} k={} r={} stride={} fwd_ms={fwd:.3} fwdbwd_ms={fwdbwd:.3}",
+            dtype_name(dtype), mode.name(), s.name, s.c, s.h, s.k, s.r, s.stride
         );
     }
 }
@@ -301,6 +355,14 @@ fn check_upload(device: &CudaDevice) -> bool {
     ok
 }
 
+fn dtype_name(dtype: FloatDType) -> &'static str {
+    match dtype {
+        FloatDType::BF16 => "bf16",
+        FloatDType::F16 => "f16",
+        _ => "f32",
+    }
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -324,7 +386,15 @@ fn main() {
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
     }
     if all || args.iter().any(|a| a == "bench") {
-        bench(&device, flag("--batch", 256), flag("--iters", 10), args.iter().any(|a| a == "--strided"));
+        let text = |name: &str, default: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.into());
+        let dtype = match text("--dtype", "f32").as_str() {
+            "bf16" => FloatDType::BF16,
+            "f16" => FloatDType::F16,
+            "f32" => FloatDType::F32,
+            other => panic!("--dtype {other}: use f32, bf16 or f16"),
+        };
+        let mode = if args.iter().any(|a| a == "--pipelined") { Mode::Pipelined } else { Mode::Latency };
+        bench(&device, flag("--batch", 256), flag("--iters", 10), args.iter().any(|a| a == "--strided"), dtype, mode);
     }
     std::process::exit(if ok { 0 } else { 1 });
 }

@@ -60,6 +60,9 @@ struct BenchArgs {
     /// reusing one batch made on the device.
     #[arg(long)]
     host_input: bool,
+    /// Activation precision: f32, bf16 or f16 (parameters stay f32).
+    #[arg(long, default_value = "f32")]
+    precision: String,
 }
 
 #[derive(Args)]
@@ -149,6 +152,10 @@ struct TrainArgs {
     /// Per-rank BatchNorm statistics even where the preset synchronises them.
     #[arg(long, conflicts_with = "sync_bn")]
     no_sync_bn: bool,
+    /// Activation precision: `f32` (the default) or `bf16` (PyTorch's autocast: parameters,
+    /// optimizer and BatchNorm statistics stay f32).
+    #[arg(long)]
+    precision: Option<String>,
     /// Input side for folder datasets.
     #[arg(long)]
     image_size: Option<u32>,
@@ -227,6 +234,9 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     }
     if a.no_sync_bn {
         c.sync_bn = false;
+    }
+    if let Some(p) = a.precision {
+        c.precision = p.parse()?;
     }
     Ok(c)
 }
@@ -330,6 +340,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         warmup: a.warmup,
         steps: a.steps,
         host_input: a.host_input,
+        precision: a.precision.parse()?,
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);

@@ -7,7 +7,9 @@ use burn_nn::BatchNorm;
 use burn_nn::conv::Conv2d;
 
 /// `relu(bn(x))` when `relu`, else `bn(x)`: training statistics on autodiff backends (running
-/// statistics updated as burn's BatchNorm does), running statistics otherwise.
+/// statistics updated as burn's BatchNorm does), running statistics otherwise. The output has
+/// the input's element type; statistics and parameters stay in theirs (f32), and so does the
+/// arithmetic (PyTorch's rule for half inputs).
 ///
 /// On `Autodiff<Cuda>` and `Cuda` (f32) it runs cuDNN's batch normalization — and its ReLU —
 /// when the library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn's
@@ -21,8 +23,10 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
         Ok(y) => return y,
         Err(x) => x,
     };
-    let y = bn.forward(x);
-    if relu { relu_op(y) } else { y }
+    let dtype = x.dtype();
+    let y = bn.forward(x.cast(bn.gamma.val().dtype()));
+    let y = if relu { relu_op(y) } else { y };
+    y.cast(dtype)
 }
 
 /// `relu?(bn(conv(x)))` — [`super::forward_conv`] then [`batch_norm`] — as one cuDNN
@@ -36,7 +40,8 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
     let x = match (&conv.padding, &conv.bias) {
         (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right => {
             let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
-            match super::cudnn_conv_bn::try_conv_bn(conv.weight.val(), &options, bn, x, relu) {
+            let weight = conv.weight.val().cast(x.dtype());
+            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu) {
                 Ok(y) => return y,
                 Err(x) => x,
             }

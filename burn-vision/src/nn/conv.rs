@@ -21,7 +21,9 @@ pub(crate) fn note_path(path: impl FnOnce() -> String) {
 
 /// `conv2d` with symmetric padding, differentiable on autodiff backends.
 ///
-/// On `Autodiff<Cuda>` and `Cuda` tensors (f32) it runs cuDNN when the library loads and
+/// The convolution runs in the input's element type: a weight and bias of another type are cast
+/// to it first (PyTorch's autocast rule; their gradients come back in their own type). On
+/// `Autodiff<Cuda>` and `Cuda` tensors (f32, bf16, f16) it runs cuDNN when the library loads and
 /// [`super::CudnnOptions::enabled`] is set; otherwise burn's kernels, with one log line.
 ///
 /// # Shapes
@@ -33,6 +35,8 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
     let [_, c_in, _, _] = x.dims();
     let [_, c_per_group, _, _] = weight.dims();
     assert_eq!(c_in, c_per_group * options.groups, "conv2d: got channels_in={c_in}, the weight expects {c_per_group} x groups={}", options.groups);
+    let dtype = x.dtype();
+    let (weight, bias) = (weight.cast(dtype), bias.map(|b| b.cast(dtype)));
     #[cfg(feature = "cuda")]
     let (x, weight) = match super::cudnn_burn::try_conv2d(x, weight, &options) {
         Ok(y) => return match bias {
@@ -49,7 +53,8 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
 }
 
 /// Runs a burn-nn [`Conv2d`] through [`conv2d`] (so through cuDNN on burn-cuda). Asymmetric or
-/// `Same` padding, which cuDNN cannot express, goes to the module's own forward.
+/// `Same` padding, which cuDNN cannot express, goes to the module's own forward (in f32 when
+/// the input is of another type, cast back after).
 ///
 /// # Shapes
 /// As [`Conv2d::forward`].
@@ -57,7 +62,11 @@ pub fn forward_conv<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 
     let padding = match conv.padding {
         PaddingConfig2d::Valid => [0, 0],
         PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
-        _ => return conv.forward(x),
+        _ => {
+            let dtype = x.dtype();
+            let f32 = conv.weight.val().dtype();
+            return conv.forward(x.cast(f32)).cast(dtype);
+        }
     };
     let options = ConvOptions::new(conv.stride, padding, conv.dilation, conv.groups);
     conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options)

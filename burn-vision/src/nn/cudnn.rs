@@ -15,12 +15,37 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The element type of the tensors cuDNN reads and writes. Arithmetic is f32 for all three
+/// (products accumulate in f32, as PyTorch configures cuDNN for half types); batch-norm
+/// parameters and statistics are always f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataType {
+    /// 32-bit float (tensor cores in TF32 when [`CudnnOptions::allow_tf32`]).
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half.
+    F16,
+}
+
+impl DataType {
+    pub(super) fn raw(self) -> sys::cudnnDataType_t {
+        match self {
+            DataType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+            DataType::Bf16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+            DataType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
+        }
+    }
+}
+
 /// The geometry of one convolution, in cuDNN's terms (NCHW, strides in elements, KCRS filter).
 ///
 /// `x` is the input (or, backward-data, the input gradient), `y` the output (or its gradient).
 /// Both may be strided (burn-cuda pitches rows); the filter is always packed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvShape {
+    /// Element type of input, filter and output (all three the same).
+    pub dtype: DataType,
     /// Input dims `[n, c, h, w]`.
     pub x: [i32; 4],
     /// Input strides.
@@ -113,11 +138,11 @@ pub(super) fn packed(d: [i32; 4]) -> [i32; 4] {
     [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
 }
 
-/// A 4-D f32 tensor descriptor with explicit strides.
-pub(super) fn tensor_desc(dims: [i32; 4], strides: [i32; 4]) -> Result<TensorDesc> {
+/// A 4-D tensor descriptor of `dtype` with explicit strides.
+pub(super) fn tensor_desc(dtype: DataType, dims: [i32; 4], strides: [i32; 4]) -> Result<TensorDesc> {
     let d = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
     // SAFETY: a freshly created descriptor, set once with plain values.
-    unsafe { result::set_tensor4d_descriptor_ex(d.0, sys::cudnnDataType_t::CUDNN_DATA_FLOAT, dims, strides) }.map_err(|e| fail("tensor descriptor", e))?;
+    unsafe { result::set_tensor4d_descriptor_ex(d.0, dtype.raw(), dims, strides) }.map_err(|e| fail("tensor descriptor", e))?;
     Ok(d)
 }
 
@@ -240,17 +265,18 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
 }
 
 fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, FilterDesc, TensorDesc, ConvDesc)> {
-    let f32 = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+    let (data, f32) = (shape.dtype.raw(), sys::cudnnDataType_t::CUDNN_DATA_FLOAT);
     let x = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
     let y = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
     let w = FilterDesc(result::create_filter_descriptor().map_err(|e| fail("filter descriptor", e))?);
     let conv = ConvDesc(result::create_convolution_descriptor().map_err(|e| fail("convolution descriptor", e))?);
-    let math = if opts.allow_tf32 { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH } else { sys::cudnnMathType_t::CUDNN_FMA_MATH };
+    // Half types always may use tensor cores; f32 only in TF32 when allowed.
+    let math = if opts.allow_tf32 || shape.dtype != DataType::F32 { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH } else { sys::cudnnMathType_t::CUDNN_FMA_MATH };
     // SAFETY: freshly created descriptors, set once with plain values.
     unsafe {
-        result::set_tensor4d_descriptor_ex(x.0, f32, shape.x, shape.x_strides).map_err(|e| fail("input descriptor", e))?;
-        result::set_tensor4d_descriptor_ex(y.0, f32, shape.y, shape.y_strides).map_err(|e| fail("output descriptor", e))?;
-        result::set_filter4d_descriptor(w.0, f32, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, shape.w).map_err(|e| fail("filter descriptor", e))?;
+        result::set_tensor4d_descriptor_ex(x.0, data, shape.x, shape.x_strides).map_err(|e| fail("input descriptor", e))?;
+        result::set_tensor4d_descriptor_ex(y.0, data, shape.y, shape.y_strides).map_err(|e| fail("output descriptor", e))?;
+        result::set_filter4d_descriptor(w.0, data, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, shape.w).map_err(|e| fail("filter descriptor", e))?;
         let [ph, pw] = shape.pad;
         let [sh, sw] = shape.stride;
         let [dh, dw] = shape.dilation;

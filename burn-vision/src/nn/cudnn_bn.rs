@@ -1,11 +1,12 @@
 //! cuDNN batch normalization over (N, H, W) per channel — training forward, backward, inference
-//! — with an optional ReLU after it, on raw device pointers of packed NCHW f32 tensors.
+//! — with an optional ReLU after it, on raw device pointers of packed NCHW tensors: activations
+//! in f32, bf16 or f16, parameters and statistics in f32 (cuDNN computes in f32 throughout).
 //!
 //! The saved statistics are cuDNN's: the batch mean and `1 / sqrt(biased variance + eps)`.
 //! Running statistics are left to the caller (burn's BatchNorm blends the *biased* variance,
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
-use super::cudnn::{Order, TensorDesc, fail, packed, relu_desc, tensor_desc, with_handle};
+use super::cudnn::{DataType, Order, TensorDesc, fail, packed, relu_desc, tensor_desc, with_handle};
 use sys::cudnnHandle_t as Handle;
 use crate::error::Result;
 use cudarc::cudnn::sys;
@@ -16,9 +17,10 @@ pub const MIN_EPSILON: f64 = 1e-5;
 
 const SPATIAL: sys::cudnnBatchNormMode_t = sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL;
 
-/// The activation descriptor (packed `dims`) and the per-channel one (`[1, c, 1, 1]`).
-fn descriptors(dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
-    Ok((tensor_desc(dims, packed(dims))?, tensor_desc([1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
+/// The activation descriptor (packed `dims` of `dt`) and the per-channel one (`[1, c, 1, 1]`,
+/// always f32).
+fn descriptors(dt: DataType, dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
+    Ok((tensor_desc(dt, dims, packed(dims))?, tensor_desc(DataType::F32, [1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
 }
 
 /// cuDNN's `alpha = 1, beta = 0` (overwrite the output), as the pointers it takes.
@@ -47,23 +49,24 @@ fn ptr(p: u64) -> *mut c_void {
 /// Pointers, in order: x, y, gamma, beta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// Live device memory of `device`: x and y hold `dims` packed f32, the rest `dims[1]` f32;
+/// Live device memory of `device`: x and y hold `dims` packed elements of `dt`, the rest
+/// `dims[1]` f32;
 /// untouched by others until the computation has finished (see [`Order`]).
-pub unsafe fn forward_training(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_training(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
 /// [`forward_training`] enqueued with a handle already in use (inside `with_handle`).
 ///
 /// # Safety
 /// As [`forward_training`].
-pub(super) unsafe fn forward_training_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+pub(super) unsafe fn forward_training_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: descriptors match the extents the caller guarantees.
     unsafe {
-        forward_then_relu(h, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
+        forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
             sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
         })
     }
@@ -77,13 +80,14 @@ pub(super) unsafe fn forward_training_in(h: Handle, dims: [i32; 4], eps: f64, re
 /// [`relu_in_place`].
 unsafe fn forward_then_relu(
     h: Handle,
+    dt: DataType,
     dims: [i32; 4],
     relu: bool,
     y: u64,
     what: &'static str,
     call: impl FnOnce(sys::cudnnTensorDescriptor_t, sys::cudnnTensorDescriptor_t) -> sys::cudnnStatus_t,
 ) -> Result<()> {
-    let (xd, cd) = descriptors(dims)?;
+    let (xd, cd) = descriptors(dt, dims)?;
     call(xd.0, cd.0).result().map_err(|e| fail(what, e))?;
     if relu {
         // SAFETY: as this function's contract.
@@ -97,17 +101,17 @@ unsafe fn forward_then_relu(
 ///
 /// # Safety
 /// As [`forward_training`].
-pub unsafe fn forward_inference(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_inference(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
-unsafe fn forward_inference_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+unsafe fn forward_inference_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
-        forward_then_relu(h, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
+        forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
             sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
         })
     }
@@ -118,19 +122,19 @@ unsafe fn forward_inference_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, 
 /// Pointers, in order: x, y, dy, dz, dx, gamma, dgamma, dbeta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// As [`forward_training`]; dy, dz, dx hold `dims` packed f32.
-pub unsafe fn backward(device: usize, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
+/// As [`forward_training`]; dy, dz, dx hold `dims` packed elements of `dt`.
+pub unsafe fn backward(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| backward_in(s.raw(), dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| backward_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
 /// [`backward`] enqueued with a handle already in use (inside `with_handle`).
 ///
 /// # Safety
 /// As [`backward`].
-pub(super) unsafe fn backward_in(h: Handle, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
+pub(super) unsafe fn backward_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
-    let (xd, cd) = descriptors(dims)?;
+    let (xd, cd) = descriptors(dt, dims)?;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {

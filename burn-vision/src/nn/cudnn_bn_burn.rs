@@ -8,7 +8,7 @@
 //! warning per cause.
 
 use super::cudnn_bn::{self, MIN_EPSILON};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, dims4, empty, launch, register, resolve_packed, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, data_type, dims4, empty, empty_f32, launch, register, require_f32, resolve_packed, same_data_type, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
@@ -53,14 +53,17 @@ fn forward_training(x: Prim, gamma: Prim, beta: Prim, eps: f64, relu: bool) -> R
     let client = x.client.clone();
     let dims = dims4(&x.shape)?;
     let eps = checked_eps(eps)?;
+    let dt = data_type(&x)?;
+    require_f32(&gamma, "gamma")?;
+    require_f32(&beta, "beta")?;
     let (xc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
     let c = dims[1] as usize;
-    let (yc, mc, ic) = (empty(&xc, &dims.map(|v| v as usize)), empty(&xc, &[c]), empty(&xc, &[c]));
+    let (yc, mc, ic) = (empty(&xc, &dims.map(|v| v as usize)), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     // SAFETY: `launch` orders the work after the buffers' producers and before their next
     // users; extents by construction.
     let device = xc.device.index;
-    launch(&[&xc, &yc, &gc, &bc, &mc, &ic], ("bn_train", dims, eps.to_bits(), relu), move |p, order| unsafe {
-        cudnn_bn::forward_training(device, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
+    launch(&[&xc, &yc, &gc, &bc, &mc, &ic], ("bn_train", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
+        cudnn_bn::forward_training(device, dt, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
     })?;
     Ok((register(&client, yc), register(&client, mc), register(&client, ic)))
 }
@@ -103,6 +106,7 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
     let client = dy.client.clone();
     let dims = dims4(&s.x.shape)?;
     let relu = s.y.is_some();
+    let dt = same_data_type(&[&s.x, &dy])?;
     let (xc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
         Ok((resolve_packed(s.x.clone())?, resolve_packed(dy)?, resolve_packed(s.gamma.clone())?, resolve_packed(s.mean.clone())?, resolve_packed(s.inv_std.clone())?))
     })?;
@@ -114,20 +118,22 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
     let full = dims.map(|v| v as usize);
     let c = full[1];
     let dzc = if relu { empty(&xc, &full) } else { xc.clone() };
-    let (dxc, dgc, dbc) = (empty(&xc, &full), empty(&xc, &[c]), empty(&xc, &[c]));
+    let (dxc, dgc, dbc) = (empty(&xc, &full), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     let device = xc.device.index;
     // SAFETY: as in `forward_training`; dz is only written with ReLU (then it is a fresh buffer).
     let eps = s.eps;
-    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], ("bn_backward", dims, eps.to_bits(), relu), move |p, order| unsafe {
+    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], ("bn_backward", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
         let dz = if relu { p[3] } else { 0 };
-        cudnn_bn::backward(device, dims, eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
+        cudnn_bn::backward(device, dt, dims, eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
     })?;
     Ok((register(&client, dxc), register(&client, dgc), register(&client, dbc)))
 }
 
-/// The same gradients with burn's kernels (when cuDNN fails after the forward pass ran).
+/// The same gradients with burn's kernels (when cuDNN fails after the forward pass ran),
+/// computed in f32; the input gradient comes back in the input's element type.
 pub(super) fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
-    let t4 = |p: Prim| Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p));
+    let dtype = s.x.dtype;
+    let t4 = |p: Prim| Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p)).cast(burn::tensor::FloatDType::F32);
     let dy = t4(dy);
     let dz = match &s.y {
         Some(y) => dy.clone().mask_fill(t4(y.clone()).lower_equal_elem(0.0), 0.0),
@@ -143,7 +149,7 @@ pub(super) fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     let dgamma = sum(dz.clone() * xhat.clone());
     let scale = per_channel(float(s.gamma.clone())) * inv_std / m;
     let dx = scale * (dz * m - per_channel(dbeta.clone()) - xhat * per_channel(dgamma.clone()));
-    (dx.into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
+    (dx.cast(dtype).into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
 }
 
 /// `Err` hands the input back for burn's BatchNorm.
@@ -188,7 +194,11 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::R
         let client = xp.client.clone();
         let dims = dims4(&xp.shape)?;
         let eps = checked_eps(bn.epsilon)?;
+        let dt = data_type(&xp)?;
         let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(bn.running_var.value())];
+        for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
+            require_f32(t, what)?;
+        }
         let [xc, gc, bc, mc, vc] = timed(Phase::Prepare, || -> Result<_> {
             let v = ins.into_iter().map(resolve_packed).collect::<Result<Vec<_>>>()?;
             Ok(<[_; 5]>::try_from(v).expect("five inputs"))
@@ -196,8 +206,8 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::R
         let yc = empty(&xc, &dims.map(|v| v as usize));
         // SAFETY: as in `forward_training`.
         let device = xc.device.index;
-        launch(&[&xc, &yc, &gc, &bc, &mc, &vc], ("bn_infer", dims, eps.to_bits(), relu), move |p, order| unsafe {
-            cudnn_bn::forward_inference(device, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
+        launch(&[&xc, &yc, &gc, &bc, &mc, &vc], ("bn_infer", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
+            cudnn_bn::forward_inference(device, dt, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
         })?;
         Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, yc))))
     };

@@ -6,7 +6,7 @@
 //! by [`launch`] (on the device; see `stream_bridge`). When cuDNN refuses a shape or fails, that
 //! computation falls back to burn's kernels with one warning per cause.
 
-use super::cudnn::{self, ConvShape, Direction, Order, Pointers, packed};
+use super::cudnn::{self, ConvShape, DataType, Direction, Order, Pointers, packed};
 use super::{device_thread, stream_bridge};
 use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
@@ -153,7 +153,7 @@ pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
 pub(super) fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRuntime>, [i32; 4])> {
     let dims = dims4(&t.shape)?;
     if !need_packed {
-        check_f32(&t)?;
+        data_type(&t)?;
         let cube = t.client.clone().resolve_tensor_float::<Inner>(t.clone());
         if cube.is_contiguous() {
             return Ok((cube, packed(dims)));
@@ -166,9 +166,30 @@ pub(super) fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRunt
     Ok((resolve_packed(t)?, packed(dims)))
 }
 
-fn check_f32(t: &Prim) -> Result<()> {
+/// cuDNN's name for the tensor's element type (f32, bf16 or f16).
+pub(super) fn data_type(t: &Prim) -> Result<DataType> {
+    use burn::tensor::DType;
+    match t.dtype {
+        DType::F32 => Ok(DataType::F32),
+        DType::BF16 => Ok(DataType::Bf16),
+        DType::F16 => Ok(DataType::F16),
+        other => Err(Error::Cudnn { op: "cuDNN", reason: format!("{other:?} tensors are not wired to cuDNN (f32, bf16 and f16 are)") }),
+    }
+}
+
+/// The common element type of `tensors` (a convolution's input, filter and gradient).
+pub(super) fn same_data_type(tensors: &[&Prim]) -> Result<DataType> {
+    let dt = data_type(tensors[0])?;
+    match tensors.iter().find(|t| t.dtype != tensors[0].dtype) {
+        Some(t) => Err(Error::Cudnn { op: "cuDNN", reason: format!("mixed element types {:?} and {:?}; cast to one first", tensors[0].dtype, t.dtype) }),
+        None => Ok(dt),
+    }
+}
+
+/// Errors unless `t` is f32 (batch-norm parameters and statistics).
+pub(super) fn require_f32(t: &Prim, what: &str) -> Result<()> {
     if t.dtype != burn::tensor::DType::F32 {
-        return Err(Error::Cudnn { op: "cuDNN", reason: format!("{:?} tensors are not wired to cuDNN yet (f32 is)", t.dtype) });
+        return Err(Error::Cudnn { op: "batch norm", reason: format!("{what} is {:?}; cuDNN keeps batch-norm parameters in f32", t.dtype) });
     }
     Ok(())
 }
@@ -176,7 +197,7 @@ fn check_f32(t: &Prim) -> Result<()> {
 /// The tensor's buffer in packed row-major layout, of any rank (a copy when it was pitched or
 /// broadcast).
 pub(super) fn resolve_packed(t: Prim) -> Result<CubeTensor<CudaRuntime>> {
-    check_f32(&t)?;
+    data_type(&t)?;
     let client: Client = t.client.clone();
     let cube = client.resolve_tensor_float::<Inner>(t.clone());
     if cube.is_contiguous() {
@@ -188,9 +209,18 @@ pub(super) fn resolve_packed(t: Prim) -> Result<CubeTensor<CudaRuntime>> {
     Ok(client.resolve_tensor_float::<Inner>(flat))
 }
 
-/// A new packed f32 buffer of `dims` on `like`'s device.
+/// A new packed buffer of `dims` with `like`'s device and element type.
 pub(super) fn empty(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeTensor<CudaRuntime> {
-    burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), Shape::from(dims.to_vec()), burn::tensor::DType::F32)
+    empty_of(like, dims, like.dtype)
+}
+
+/// A new packed f32 buffer of `dims` on `like`'s device (per-channel statistics).
+pub(super) fn empty_f32(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeTensor<CudaRuntime> {
+    empty_of(like, dims, burn::tensor::DType::F32)
+}
+
+fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: burn::tensor::DType) -> CubeTensor<CudaRuntime> {
+    burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), Shape::from(dims.to_vec()), dtype)
 }
 
 /// Runs `f` on the device addresses of `tensors`, ordered after what burn launched for them
@@ -271,6 +301,10 @@ pub(super) fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4]
 /// dw) registered with burn's fusion client.
 fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOptions<2>) -> Result<Prim> {
     let client: Client = x.client.clone();
+    let dtype = match &dy {
+        Some(dy) => same_data_type(&[&x, &w, dy])?,
+        None => same_data_type(&[&x, &w])?,
+    };
     let (xd, wd) = (dims4(&x.shape)?, dims4(&w.shape)?);
     let yd = out_dims(xd, wd, o);
     if let Some(dy) = &dy {
@@ -302,6 +336,7 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
         }
     }) })?;
     let shape = ConvShape {
+        dtype,
         x: xd,
         x_strides,
         w: wd,

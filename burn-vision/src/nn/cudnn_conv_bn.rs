@@ -5,10 +5,10 @@
 //! burn's graph. On by default (`BURN_VISION_CUDNN_FUSE=0` turns it off); any failure runs the separate
 //! operations instead.
 
-use super::cudnn::{ConvShape, Direction, Pointers, packed};
+use super::cudnn::{ConvShape, DataType, Direction, Pointers, packed};
 use super::cudnn_bn;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_data, backward_filter, cast, dims4, empty, launch, out_dims, register, resolve_packed, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_data, backward_filter, cast, dims4, empty, empty_f32, launch, out_dims, register, require_f32, resolve_packed, same_data_type, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::Result;
 use burn::prelude::*;
@@ -37,9 +37,10 @@ pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &
     }
 }
 
-fn shape(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
+fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
     let y = out_dims(x, w, o);
     ConvShape {
+        dtype,
         x,
         x_strides: packed(x),
         w,
@@ -55,11 +56,13 @@ fn shape(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
 /// The forward session: `(conv output, block output, batch mean, inverse std)`.
 fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f64, relu: bool) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
     let client = x.client.clone();
-    let sh = shape(dims4(&x.shape)?, dims4(&w.shape)?, o);
+    let sh = shape(same_data_type(&[&x, &w])?, dims4(&x.shape)?, dims4(&w.shape)?, o);
     let eps = checked_eps(eps)?;
+    require_f32(&gamma, "gamma")?;
+    require_f32(&beta, "beta")?;
     let (xc, wc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
     let yd = sh.y.map(|v| v as usize);
-    let (yc, zc, mc, ic) = (empty(&xc, &yd), empty(&xc, &yd), empty(&xc, &[yd[1]]), empty(&xc, &[yd[1]]));
+    let (yc, zc, mc, ic) = (empty(&xc, &yd), empty(&xc, &yd), empty_f32(&xc, &[yd[1]]), empty_f32(&xc, &[yd[1]]));
     let device = xc.device.index;
     // SAFETY: `launch` orders the session after the buffers' producers and before their next
     // users; extents by construction.
@@ -67,7 +70,7 @@ fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f
     launch(&[&xc, &wc, &yc, &zc, &gc, &bc, &mc, &ic], kind, move |p, order| unsafe {
         super::cudnn::with_handle(device, order, |s| {
             s.convolve(Direction::Forward, &sh, Pointers { x: p[0], w: p[1], y: p[2] })?;
-            cudnn_bn::forward_training_in(s.raw(), sh.y, eps, relu, [p[2], p[3], p[4], p[5], p[6], p[7]])
+            cudnn_bn::forward_training_in(s.raw(), sh.dtype, sh.y, eps, relu, [p[2], p[3], p[4], p[5], p[6], p[7]])
         })
     })?;
     Ok((yc, register(&client, zc), register(&client, mc), register(&client, ic)))
@@ -108,7 +111,7 @@ type Grads4 = (Option<Prim>, Prim, Prim, Prim);
 
 fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     let client = dy.client.clone();
-    let sh = shape(dims4(&s.x.shape)?, dims4(&s.w.shape)?, &s.options);
+    let sh = shape(same_data_type(&[&s.x, &s.w, &dy])?, dims4(&s.x.shape)?, dims4(&s.w.shape)?, &s.options);
     let relu = s.bn.y.is_some();
     let (xc, wc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
         Ok((resolve_packed(s.x.clone())?, resolve_packed(s.w.clone())?, resolve_packed(dy)?, resolve_packed(s.bn.gamma.clone())?, resolve_packed(s.bn.mean.clone())?, resolve_packed(s.bn.inv_std.clone())?))
@@ -119,7 +122,7 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     };
     let (xd, wd, yd) = (sh.x.map(|v| v as usize), sh.w.map(|v| v as usize), sh.y.map(|v| v as usize));
     let dz = if relu { empty(&xc, &yd) } else { s.conv_out.clone() };
-    let (dconv, dgc, dbc) = (empty(&xc, &yd), empty(&xc, &[yd[1]]), empty(&xc, &[yd[1]]));
+    let (dconv, dgc, dbc) = (empty(&xc, &yd), empty_f32(&xc, &[yd[1]]), empty_f32(&xc, &[yd[1]]));
     let (dxc, dwc) = (empty(&xc, if need_dx { &xd } else { &[1] }), empty(&xc, &wd));
     let (device, eps) = (xc.device.index, s.bn.eps);
     let conv_out = &s.conv_out;
@@ -128,7 +131,7 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     launch(&[&xc, &wc, conv_out, &zc, &dyc, &dz, &dconv, &gc, &dgc, &dbc, &mc, &ic, &dxc, &dwc], kind, move |p, order| unsafe {
         super::cudnn::with_handle(device, order, |st| {
             let dz = if relu { p[5] } else { 0 };
-            cudnn_bn::backward_in(st.raw(), sh.y, eps, relu, [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]])?;
+            cudnn_bn::backward_in(st.raw(), sh.dtype, sh.y, eps, relu, [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]])?;
             if need_dx {
                 st.convolve(Direction::BackwardData, &sh, Pointers { x: p[12], w: p[1], y: p[6] })?;
             }

@@ -14,6 +14,7 @@ mod cudnn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_conv_bn;
 pub mod options;
+pub mod precision;
 pub mod profile;
 pub mod reference;
 #[cfg(feature = "cuda")]
@@ -27,5 +28,6 @@ mod upload;
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use conv::{conv2d, forward_conv};
 pub use options::CudnnOptions;
+pub use precision::Precision;
 pub use profile::CudnnTimes;
 pub use upload_batch::images_to_device;

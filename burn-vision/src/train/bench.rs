@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::model::{ResNet, create};
-use crate::nn::CudnnTimes;
+use crate::nn::{CudnnTimes, Precision};
 use crate::nn::profile::cuda_profiler_range;
 use burn::module::Module;
 use burn::prelude::*;
@@ -37,6 +37,9 @@ pub struct BenchConfig {
     /// batch made on the device is reused): the difference is the cost of the upload.
     #[serde(default)]
     pub host_input: bool,
+    /// Activation precision (autocast).
+    #[serde(default)]
+    pub precision: Precision,
 }
 
 /// The measurement.
@@ -64,7 +67,7 @@ pub struct BenchResult {
 /// For an unknown model.
 pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device) -> Result<BenchResult> {
     B::seed(device, 0);
-    let mut model: ResNet<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?;
+    let mut model: ResNet<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision);
     let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init::<B, ResNet<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];

@@ -2,6 +2,7 @@
 
 use crate::data::DataSource;
 use crate::error::{Error, Result};
+use crate::nn::Precision;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -112,6 +113,9 @@ pub struct TrainConfig {
     /// BatchNorm statistics over the global batch of all ranks (DDP only).
     #[serde(default)]
     pub sync_bn: bool,
+    /// Activation precision (autocast); parameters and optimizer state stay f32.
+    #[serde(default)]
+    pub precision: Precision,
 }
 
 /// How several devices share the training.
@@ -166,6 +170,7 @@ impl Default for TrainConfig {
             show_progress: true,
             strategy: Strategy::Ddp,
             sync_bn: false,
+            precision: Precision::F32,
         }
     }
 }
@@ -227,6 +232,9 @@ impl TrainConfig {
         }
         if self.sync_bn && self.strategy == Strategy::Dp {
             return bad("--sync-bn", "with --strategy dp".into(), "SyncBatchNorm synchronises DDP ranks; use --strategy ddp, or drop --sync-bn");
+        }
+        if self.precision == Precision::F16 {
+            return bad("--precision", "f16".into(), "f16 training needs loss scaling, which is not implemented; use bf16 (same speed, f32's range)");
         }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
