@@ -5,7 +5,7 @@
 //!
 //! `cargo build --release -p burn-vision --features cuda --example cudnn_check`; run it with
 //! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
-//! [--pipelined]`. Prints `RESULT` lines; exits 1 when a check fails.
+//! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
@@ -13,7 +13,7 @@ use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_vision::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_vision::nn::{CudnnOptions, CudnnTimes, batch_norm, conv2d, cudnn, options};
+use burn_vision::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cudnn, options};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -33,9 +33,9 @@ fn round(v: &[f64], dtype: FloatDType) -> Vec<f64> {
     }
 }
 
-/// y, dx, dw, db of one case on the GPU with activations in `dtype` (the weight is cast by
-/// `conv2d`), relative errors against the f64 reference on the same (rounded) inputs.
-fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType) -> [f64; 4] {
+/// y, dx, dw, db of one case on the GPU with activations in `dtype` and `layout` (the weight
+/// is cast by `conv2d`), relative errors against the f64 reference on the same (rounded) inputs.
+fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType, layout: Layout) -> [f64; 4] {
     let (x, w, b, g) = case.random_inputs(11);
     let (x, w, b, g) = (round(&x, dtype), round(&w, dtype), round(&b, dtype), round(&g, dtype));
     let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
@@ -43,7 +43,8 @@ fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType) -> [f64; 4]
     let wt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&w), case.w_dims()), device).require_grad();
     let bt = Tensor::<Ad, 1>::from_data(TensorData::new(f32s(&b), [case.k]), device).require_grad();
     let gt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&g), case.y_dims()), device);
-    let y = conv2d(xt.clone().cast(dtype), wt.clone(), case.bias.then(|| bt.clone()), case.options());
+    let x_in = layout.view_from_nchw(xt.clone()).cast(dtype);
+    let y = layout.view_nchw(conv2d(x_in, wt.clone(), case.bias.then(|| bt.clone()), case.options(), layout));
     assert_eq!(y.dtype(), dtype.into(), "the convolution runs in its input's type");
     let grads = (y.clone().cast(FloatDType::F32) * gt).sum().backward();
     let y_ref = conv2d_f64(case, &x, &w, &b);
@@ -75,20 +76,25 @@ fn check(device: &CudaDevice) -> bool {
     ];
     let mut ok = true;
     let base = options::get();
-    for (label, opts, bound, dtype) in [
-        ("cudnn_fp32", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4, FloatDType::F32),
-        ("cudnn_tf32", CudnnOptions { allow_tf32: true, ..base.clone() }, 5e-3, FloatDType::F32),
+    let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
+    for (label, opts, bound, dtype, layout) in [
+        ("cudnn_fp32", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4, FloatDType::F32, nchw),
+        ("cudnn_tf32", CudnnOptions { allow_tf32: true, ..base.clone() }, 5e-3, FloatDType::F32, nchw),
         // Outputs and gradients are rounded to the type (bf16 keeps 8 mantissa bits, f16 11).
-        ("cudnn_bf16", base.clone(), 1e-2, FloatDType::BF16),
-        ("cudnn_f16", base.clone(), 2e-3, FloatDType::F16),
-        ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32),
+        ("cudnn_bf16", base.clone(), 1e-2, FloatDType::BF16, nchw),
+        ("cudnn_f16", base.clone(), 2e-3, FloatDType::F16, nchw),
+        // Channels-last activations, KRSC filters.
+        ("cudnn_fp32_nhwc", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4, FloatDType::F32, nhwc),
+        ("cudnn_bf16_nhwc", base.clone(), 1e-2, FloatDType::BF16, nhwc),
+        ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32, nchw),
+        ("burn_kernels_nhwc", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32, nhwc),
     ] {
         options::set(opts.clone());
         // burn's own kernels autotune every new shape: two cases are enough to compare with.
         let n = if opts.enabled { cases.len() } else { 2 };
         for case in &cases[..n] {
             let before = cudnn::calls();
-            let e = errors(case, device, dtype);
+            let e = errors(case, device, dtype, layout);
             let used = cudnn::calls() - before;
             let path_ok = if opts.enabled { used >= 3 } else { used == 0 };
             let pass = path_ok && e.iter().all(|&v| v < bound);
@@ -116,14 +122,15 @@ type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
 /// then inference with the result: (y, dx, dgamma, dbeta), (running mean, var), inference y.
 /// The activations are in `dtype`, the parameters and statistics in f32.
 #[allow(clippy::too_many_arguments)]
-fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool, dtype: FloatDType) -> BnRun {
+fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool, dtype: FloatDType, layout: Layout) -> BnRun {
     let c = dims[1];
     let mut bn = BatchNormConfig::new(c).init::<B>(d);
     bn.gamma = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(gamma.to_vec(), [c]), d));
     bn.beta = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(beta.to_vec(), [c]), d));
     let xt = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), dims), d).require_grad();
-    let _ = batch_norm(&bn, (xt.clone() * 0.5).cast(dtype), relu);
-    let y = batch_norm(&bn, xt.clone().cast(dtype), relu);
+    let bn_in = |t: Tensor<B, 4>| layout.view_from_nchw(t).cast(dtype);
+    let _ = batch_norm(&bn, bn_in(xt.clone() * 0.5), relu, layout);
+    let y = layout.view_nchw(batch_norm(&bn, bn_in(xt.clone()), relu, layout));
     assert_eq!(y.dtype(), dtype.into(), "batch norm keeps its input's type");
     let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
     let out = [
@@ -134,7 +141,8 @@ fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usiz
     ];
     let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
     let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
-    (out, running, to_f64(batch_norm(&bn.valid(), xi.cast(dtype), relu)))
+    let infer = batch_norm(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu, layout);
+    (out, running, to_f64(layout.view_nchw(infer)))
 }
 
 /// Seeded values in `shift ± scale/2` (the seeded generator the f64 reference uses).
@@ -152,18 +160,22 @@ fn check_bn(device: &CudaDevice) -> bool {
     let mut ok = true;
     let f32_cases = [([4, 16, 14, 14], true), ([4, 16, 14, 14], false), ([2, 8, 7, 7], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
     let half_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
-    let runs = f32_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4))
-        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2)))
-        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3)));
-    for (dims, relu, dtype, bound) in runs {
+    let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
+    let runs = f32_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nchw))
+        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nchw)))
+        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3, nchw)))
+        // Channels-last: cuDNN's persistent batch-norm kernels.
+        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nhwc)))
+        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nhwc)));
+    for (dims, relu, dtype, bound, layout) in runs {
         let n: usize = dims.iter().product();
         let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
         let before = cudnn::calls();
-        let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype);
+        let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
         let used = cudnn::calls() - before;
-        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32);
+        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
         let errs: Vec<f64> = out
             .iter()
             .zip(&ref_out)
@@ -175,7 +187,7 @@ fn check_bn(device: &CudaDevice) -> bool {
         let pass = used >= 4 && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=cudnn_batch_norm dtype={dtype:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} {}",
+            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} {}",
             errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[6],
             if pass { "ok" } else { "FAIL" }
         );
@@ -190,8 +202,16 @@ fn check_fused(device: &CudaDevice) -> bool {
     use burn_nn::conv::Conv2dConfig;
     let base = options::get();
     let mut ok = true;
-    let cases = [([8, 32, 14, 14], 64, 3, 1, FloatDType::F32), ([4, 64, 28, 28], 32, 1, 2, FloatDType::F32), ([8, 32, 14, 14], 64, 3, 1, FloatDType::BF16), ([4, 64, 28, 28], 32, 1, 2, FloatDType::BF16)];
-    for (x_dims, k, r, stride, dtype) in cases {
+    let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
+    let cases = [
+        ([8, 32, 14, 14], 64, 3, 1, FloatDType::F32, nchw),
+        ([4, 64, 28, 28], 32, 1, 2, FloatDType::F32, nchw),
+        ([8, 32, 14, 14], 64, 3, 1, FloatDType::BF16, nchw),
+        ([4, 64, 28, 28], 32, 1, 2, FloatDType::BF16, nchw),
+        ([8, 32, 14, 14], 64, 3, 1, FloatDType::BF16, nhwc),
+        ([4, 64, 28, 28], 32, 1, 2, FloatDType::F32, nhwc),
+    ];
+    for (x_dims, k, r, stride, dtype, layout) in cases {
         let run = |fuse: bool| {
             options::set(CudnnOptions { fuse_conv_bn: fuse, allow_tf32: false, ..base.clone() });
             Ad::seed(device, 3);
@@ -200,7 +220,8 @@ fn check_fused(device: &CudaDevice) -> bool {
             let n: usize = x_dims.iter().product();
             let x = Tensor::<Ad, 4>::from_data(TensorData::new(values(5, n, 3.0, 0.2), x_dims), device).require_grad();
             let before = cudnn::calls();
-            let y = burn_vision::nn::conv_batch_norm(&conv, &bn, x.clone().cast(dtype), true).cast(FloatDType::F32);
+            let y = burn_vision::nn::conv_batch_norm(&conv, &bn, layout.view_from_nchw(x.clone()).cast(dtype), true, layout);
+            let y = layout.view_nchw(y).cast(FloatDType::F32);
             let g = Tensor::<Ad, 4>::from_data(TensorData::new(values(6, y.dims().iter().product(), 2.0, 0.0), y.dims()), device);
             let grads = (y.clone() * g).sum().backward();
             let out = [
@@ -222,7 +243,7 @@ fn check_fused(device: &CudaDevice) -> bool {
         let pass = calls_fused == 2 && calls_separate == 5 && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=fused_conv_bn dtype={dtype:?} x={x_dims:?} k={k} r={r} stride={stride} y={:.2e} dx={:.2e} dw={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} cudnn_calls fused={calls_fused} separate={calls_separate} bound={bound:.0e} {}",
+            "RESULT check=fused_conv_bn dtype={dtype:?} layout={layout:?} x={x_dims:?} k={k} r={r} stride={stride} y={:.2e} dx={:.2e} dw={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} cudnn_calls fused={calls_fused} separate={calls_separate} bound={bound:.0e} {}",
             errs[0], errs[1], errs[2], errs[3], errs[4], errs[5],
             if pass { "ok" } else { "FAIL" }
         );
@@ -279,19 +300,21 @@ fn time_ms(iters: usize, device: &CudaDevice, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
 
-fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool, dtype: FloatDType, mode: Mode) {
+fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool, dtype: FloatDType, mode: Mode, layout: Layout) {
     let shapes: Shapes = serde_json::from_str(include_str!("../../benches/resnet50_conv_shapes.json")).expect("shape list");
     let base = options::get();
     // Burn-cuda's activations are pitched; `--strided` also times cuDNN on them as they are.
-    let variants: &[(&str, bool)] = if strided { &[("burn-cudnn", true), ("burn-cudnn-strided", false)] } else { &[("burn-cudnn", true)] };
+    let plain = if layout == Layout::Nhwc { "burn-cudnn-nhwc" } else { "burn-cudnn" };
+    let variants: &[(&str, bool)] = if strided { &[(plain, true), ("burn-cudnn-strided", false)] } else { &[(plain, true)] };
     for &(label, pack) in variants {
         options::set(CudnnOptions { pack_inputs: pack, ..base.clone() });
-        bench_shapes(device, batch, iters, &shapes, label, dtype, mode);
+        bench_shapes(device, batch, iters, &shapes, label, dtype, mode, layout);
     }
     options::set(base);
 }
 
-fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes, label: &str, dtype: FloatDType, mode: Mode) {
+#[allow(clippy::too_many_arguments)]
+fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes, label: &str, dtype: FloatDType, mode: Mode, layout: Layout) {
     let sync = || {
         if mode == Mode::Latency {
             let _ = <Cuda as Backend>::sync(device);
@@ -300,20 +323,20 @@ fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes
     for s in &shapes.shapes {
         let o = burn::tensor::ops::ConvOptions::new([s.stride; 2], [s.pad; 2], [1, 1], 1);
         let normal = Distribution::Normal(0.0, 1.0);
-        let x = Tensor::<Cuda, 4>::random([batch, s.c, s.h, s.w], normal, device).cast(dtype);
+        let x = Tensor::<Cuda, 4>::random(layout.from_nchw([batch, s.c, s.h, s.w]), normal, device).cast(dtype);
         let w = (Tensor::<Cuda, 4>::random([s.k, s.c, s.r, s.s], normal, device) * 0.05).cast(dtype);
         let fwd = time_ms(iters, device, || {
-            let y = conv2d(x.clone(), w.clone(), None, o.clone());
+            let y = conv2d(x.clone(), w.clone(), None, o.clone(), layout);
             sync();
             drop(y);
         });
         let xa = Tensor::<Ad, 4>::from_inner(x.clone()).require_grad();
         let wa = Tensor::<Ad, 4>::from_inner(w.clone()).require_grad();
-        let y0 = conv2d(xa.clone(), wa.clone(), None, o.clone());
+        let y0 = conv2d(xa.clone(), wa.clone(), None, o.clone(), layout);
         let g = Tensor::<Ad, 4>::random(y0.dims(), normal, device).cast(dtype);
         drop(y0);
         let fwdbwd = time_ms(iters, device, || {
-            let y = conv2d(xa.clone(), wa.clone(), None, o.clone());
+            let y = conv2d(xa.clone(), wa.clone(), None, o.clone(), layout);
             let grads = (y * g.clone()).sum().backward();
             let dx = xa.grad(&grads).expect("dx");
             let dw = wa.grad(&grads).expect("dw");
@@ -394,7 +417,8 @@ fn main() {
             other => panic!("--dtype {other}: use f32, bf16 or f16"),
         };
         let mode = if args.iter().any(|a| a == "--pipelined") { Mode::Pipelined } else { Mode::Latency };
-        bench(&device, flag("--batch", 256), flag("--iters", 10), args.iter().any(|a| a == "--strided"), dtype, mode);
+        let layout = if args.iter().any(|a| a == "--nhwc") { Layout::Nhwc } else { Layout::Nchw };
+        bench(&device, flag("--batch", 256), flag("--iters", 10), args.iter().any(|a| a == "--strided"), dtype, mode, layout);
     }
     std::process::exit(if ok { 0 } else { 1 });
 }

@@ -6,7 +6,7 @@ use burn_nn::conv::{Conv2d, Conv2dConfig};
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn_nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use crate::nn::{Precision, conv_batch_norm, forward_conv};
+use crate::nn::{Layout, Precision, conv_batch_norm, forward_conv};
 use burn_ddp::{BatchNormSync, sync_batch_norm};
 
 /// Which residual block a ResNet stacks.
@@ -92,16 +92,16 @@ impl<B: Backend> Block<B> {
     /// `sync`: BatchNorm statistics over every rank of its group (SyncBatchNorm), else local.
     ///
     /// # Shapes
-    /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`
-    pub fn forward(&self, x: Tensor<B, 4>, sync: Option<&BatchNormSync>) -> Tensor<B, 4> {
+    /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`, in `layout`'s order
+    pub fn forward(&self, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, layout: Layout) -> Tensor<B, 4> {
         let identity = match &self.downsample {
-            Some(d) => conv_norm(&d.conv, &d.bn, x.clone(), sync, false),
+            Some(d) => conv_norm(&d.conv, &d.bn, x.clone(), sync, false, layout),
             None => x.clone(),
         };
-        let out = conv_norm(&self.conv1, &self.bn1, x, sync, true);
+        let out = conv_norm(&self.conv1, &self.bn1, x, sync, true, layout);
         let out = match (&self.conv3, &self.bn3) {
-            (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false),
-            _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
+            (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true, layout), sync, false, layout),
+            _ => conv_norm(&self.conv2, &self.bn2, out, sync, false, layout),
         };
         self.relu.forward(out + identity)
     }
@@ -109,17 +109,18 @@ impl<B: Backend> Block<B> {
 
 /// Convolution then BatchNorm (both through cuDNN on burn-cuda, optionally as one operation),
 /// or SyncBatchNorm with the same parameters when `sync` is given; then ReLU when `relu`.
-fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
+fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool, layout: Layout) -> Tensor<B, 4> {
     match sync {
         Some(s) => {
-            // SyncBatchNorm's statistics and all-reduce run in f32; the block's output keeps
-            // the activations' type.
+            // SyncBatchNorm's statistics and all-reduce run in f32 on an NCHW view; the block's
+            // output keeps the activations' type and order.
             let dtype = x.dtype();
-            let y = sync_batch_norm(bn, forward_conv(conv, x).cast(burn::tensor::FloatDType::F32), s);
+            let y = forward_conv(conv, x, layout).cast(burn::tensor::FloatDType::F32);
+            let y = sync_batch_norm(bn, layout.view_nchw(y), s);
             let y = if relu { burn::tensor::activation::relu(y) } else { y };
-            y.cast(dtype)
+            layout.view_from_nchw(y).cast(dtype)
         }
-        None => conv_batch_norm(conv, bn, x, relu),
+        None => conv_batch_norm(conv, bn, x, relu, layout),
     }
 }
 
@@ -151,6 +152,9 @@ pub struct ResNet<B: Backend> {
     /// checkpoints (parameters are f32 either way).
     #[module(skip)]
     precision: Precision,
+    /// Set by [`ResNet::with_channels_last`]: the activations' memory order. Not saved.
+    #[module(skip)]
+    layout: Layout,
 }
 
 /// A ResNet's shape. Carries no backend: `init::<B>(&device)` builds the model.
@@ -244,6 +248,7 @@ impl ResNetConfig {
             relu: Relu::new(),
             sync_bn: None,
             precision: Precision::F32,
+            layout: Layout::Nchw,
         }
     }
 }
@@ -269,6 +274,19 @@ impl<B: Backend> ResNet<B> {
         self.precision
     }
 
+    /// Keeps the activations channels-last (`[n, h, w, c]`, PyTorch's `channels_last`) from the
+    /// stem on: cuDNN's fastest kernels for bf16/f16 read and write that order directly. Input
+    /// and output stay `[n, c, h, w]` and `[n, classes]`; parameters are unchanged.
+    pub fn with_channels_last(mut self, channels_last: bool) -> Self {
+        self.layout = if channels_last { Layout::Nhwc } else { Layout::Nchw };
+        self
+    }
+
+    /// The activations' memory order.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
     /// Whether the BatchNorms are synchronised across ranks.
     pub fn sync_batch_norm(&self) -> bool {
         self.sync_bn.is_some()
@@ -279,17 +297,28 @@ impl<B: Backend> ResNet<B> {
     /// # Shapes
     /// `[n, in_channels, h, w]` → `[n, num_classes]`
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
-        let sync = self.sync_bn.as_ref();
-        let x = x.cast(self.precision.dtype());
-        let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true);
+        let (sync, layout) = (self.sync_bn.as_ref(), self.layout);
+        let x = layout.view_from_nchw(x).cast(self.precision.dtype());
+        let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true, layout);
         if let Some(pool) = &self.maxpool {
-            x = pool.forward(x);
+            // burn's max-pool works channels-last inside: an NCHW view in, an NCHW view out.
+            x = layout.view_from_nchw(pool.forward(layout.view_nchw(x)));
         }
         for block in self.layer1.iter().chain(&self.layer2).chain(&self.layer3).chain(&self.layer4) {
-            x = block.forward(x, sync);
+            x = block.forward(x, sync, layout);
         }
-        let [n, c, _, _] = x.dims();
-        let pooled = x.cast(burn::tensor::FloatDType::F32).reshape([n as i32, c as i32, -1]).mean_dim(2).reshape([n, c]);
+        // Global average pooling over the spatial axes, in f32.
+        let x = x.cast(burn::tensor::FloatDType::F32);
+        let pooled = match layout {
+            Layout::Nchw => {
+                let [n, c, h, w] = x.dims();
+                x.reshape([n, c, h * w]).mean_dim(2).reshape([n, c])
+            }
+            Layout::Nhwc => {
+                let [n, h, w, c] = x.dims();
+                x.reshape([n, h * w, c]).mean_dim(1).reshape([n, c])
+            }
+        };
         self.fc.forward(pooled)
     }
 }
@@ -346,6 +375,30 @@ mod tests {
             // This small model at batch 6 is sensitive: rounding only its input to bf16 already
             // turns layer2.0.conv2's gradient by cosine 0.9955; bf16 throughout gives ~0.98.
             assert!(c > 0.95, "{name} weight gradient: cosine {c} between bf16 and f32");
+        }
+    }
+
+    /// Channels-last activations compute the same model: logits and gradients match the NCHW
+    /// run to float rounding, and the classifier sees the same features.
+    #[test]
+    fn channels_last_matches_nchw() {
+        let device = Default::default();
+        B::seed(&device, 5);
+        let model: ResNet<B> = ResNetConfig::resnet10_mini(3).with_in_channels(2).init(&device);
+        let x = Tensor::<B, 4>::random([4, 2, 12, 12], Distribution::Normal(0.0, 1.0), &device);
+        let _ = model.forward(x.clone());
+        let run = |m: ResNet<B>| {
+            let logits = m.forward(x.clone());
+            let grads = logits.clone().powf_scalar(2.0).sum().backward();
+            let v4 = |p: &burn::module::Param<Tensor<B, 4>>| p.val().grad(&grads).expect("gradient").into_data().to_vec::<f32>().unwrap();
+            (logits.into_data().to_vec::<f32>().unwrap(), v4(&m.conv1.weight), v4(&m.layer3[0].conv1.weight))
+        };
+        let nchw = run(model.clone());
+        let nhwc = run(model.with_channels_last(true));
+        for (name, a, b) in [("logits", &nhwc.0, &nchw.0), ("conv1 gradient", &nhwc.1, &nchw.1), ("layer3.0.conv1 gradient", &nhwc.2, &nchw.2)] {
+            let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let err = a.iter().zip(b).fold(0f32, |m, (p, q)| m.max((p - q).abs())) / scale;
+            assert!(err < 1e-4, "{name}: channels-last differs from NCHW by {err} (relative to the largest value)");
         }
     }
 }

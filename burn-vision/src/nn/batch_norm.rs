@@ -5,6 +5,7 @@ use burn::prelude::*;
 use burn::tensor::activation::relu as relu_op;
 use burn_nn::BatchNorm;
 use burn_nn::conv::Conv2d;
+use super::Layout;
 
 /// `relu(bn(x))` when `relu`, else `bn(x)`: training statistics on autodiff backends (running
 /// statistics updated as burn's BatchNorm does), running statistics otherwise. The output has
@@ -16,17 +17,17 @@ use burn_nn::conv::Conv2d;
 /// BatchNorm and ReLU, with one log line when cuDNN was meant to run and could not.
 ///
 /// # Shapes
-/// `[batch, channels, height, width]` → the same
-pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+/// `[batch, channels, height, width]` (in `layout`'s order) → the same
+pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, layout: Layout) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
-    let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu) {
+    let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu, layout) {
         Ok(y) => return y,
         Err(x) => x,
     };
     let dtype = x.dtype();
-    let y = bn.forward(x.cast(bn.gamma.val().dtype()));
+    let y = bn.forward(layout.view_nchw(x).cast(bn.gamma.val().dtype()));
     let y = if relu { relu_op(y) } else { y };
-    y.cast(dtype)
+    layout.view_from_nchw(y).cast(dtype)
 }
 
 /// `relu?(bn(conv(x)))` — [`super::forward_conv`] then [`batch_norm`] — as one cuDNN
@@ -34,21 +35,21 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
 /// convolution has symmetric padding and no bias; the two separate operations otherwise.
 ///
 /// # Shapes
-/// As [`Conv2d::forward`].
-pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+/// As [`Conv2d::forward`], in `layout`'s order.
+pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, layout: Layout) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
     let x = match (&conv.padding, &conv.bias) {
         (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right => {
             let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
-            let weight = conv.weight.val().cast(x.dtype());
-            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu) {
+            let weight = layout.view_from_nchw(conv.weight.val().cast(x.dtype()));
+            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu, layout) {
                 Ok(y) => return y,
                 Err(x) => x,
             }
         }
         _ => x,
     };
-    batch_norm(bn, super::forward_conv(conv, x), relu)
+    batch_norm(bn, super::forward_conv(conv, x, layout), relu, layout)
 }
 
 #[cfg(test)]
@@ -66,7 +67,7 @@ mod tests {
         let device = Default::default();
         let bn = BatchNormConfig::new(3).init::<B>(&device);
         let x = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.5, 2.0), &device);
-        let y = batch_norm(&bn, x.clone(), true);
+        let y = batch_norm(&bn, x.clone(), true, Layout::Nchw);
         let reference = BatchNormConfig::new(3).init::<B>(&device);
         let expected = relu_op(reference.forward(x));
         y.into_data().assert_approx_eq::<f32>(&expected.into_data(), Tolerance::default());

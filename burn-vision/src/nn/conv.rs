@@ -5,6 +5,7 @@ use burn::prelude::*;
 use burn::tensor::ops::ConvOptions;
 use burn_nn::PaddingConfig2d;
 use burn_nn::conv::Conv2d;
+use super::Layout;
 use std::sync::OnceLock;
 
 /// Records, once per process, which implementation convolutions use, and logs it. Called on
@@ -26,30 +27,36 @@ pub(crate) fn note_path(path: impl FnOnce() -> String) {
 /// `Autodiff<Cuda>` and `Cuda` tensors (f32, bf16, f16) it runs cuDNN when the library loads and
 /// [`super::CudnnOptions::enabled`] is set; otherwise burn's kernels, with one log line.
 ///
+/// Activations are in `layout`'s order ([`Layout::Nhwc`]: `[batch, height, width, channels]`,
+/// PyTorch's channels_last); the weight is always burn's `[k, c / groups, r, s]` (cuDNN gets it
+/// reordered). burn's kernels see NCHW views of channels-last tensors.
+///
 /// # Shapes
-/// - x: `[batch, channels_in, height, width]`
+/// - x: `[batch, channels_in, height, width]` (NCHW)
 /// - weight: `[channels_out, channels_in / groups, kernel_h, kernel_w]`
 /// - bias: `[channels_out]`
-/// - output: `[batch, channels_out, height_out, width_out]`
-pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Tensor<B, 1>>, options: ConvOptions<2>) -> Tensor<B, 4> {
-    let [_, c_in, _, _] = x.dims();
+/// - output: `[batch, channels_out, height_out, width_out]` (NCHW)
+pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Tensor<B, 1>>, options: ConvOptions<2>, layout: Layout) -> Tensor<B, 4> {
+    let c_in = x.dims()[layout.channel_axis()];
     let [_, c_per_group, _, _] = weight.dims();
     assert_eq!(c_in, c_per_group * options.groups, "conv2d: got channels_in={c_in}, the weight expects {c_per_group} x groups={}", options.groups);
     let dtype = x.dtype();
     let (weight, bias) = (weight.cast(dtype), bias.map(|b| b.cast(dtype)));
     #[cfg(feature = "cuda")]
-    let (x, weight) = match super::cudnn_burn::try_conv2d(x, weight, &options) {
+    let x = match super::cudnn_burn::try_conv2d(x, layout.view_from_nchw(weight.clone()), &options, layout) {
         Ok(y) => return match bias {
             Some(b) => {
                 let k = b.dims()[0];
-                y + b.reshape([1, k, 1, 1])
+                let mut per_channel = [1, 1, 1, 1];
+                per_channel[layout.channel_axis()] = k;
+                y + b.reshape(per_channel)
             }
             None => y,
         },
-        Err(inputs) => inputs,
+        Err((x, _)) => x,
     };
     note_path(|| "burn's kernels".into());
-    burn::tensor::module::conv2d(x, weight, bias, options)
+    layout.view_from_nchw(burn::tensor::module::conv2d(layout.view_nchw(x), weight, bias, options))
 }
 
 /// Runs a burn-nn [`Conv2d`] through [`conv2d`] (so through cuDNN on burn-cuda). Asymmetric or
@@ -57,19 +64,19 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
 /// the input is of another type, cast back after).
 ///
 /// # Shapes
-/// As [`Conv2d::forward`].
-pub fn forward_conv<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+/// As [`Conv2d::forward`], in `layout`'s order.
+pub fn forward_conv<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>, layout: Layout) -> Tensor<B, 4> {
     let padding = match conv.padding {
         PaddingConfig2d::Valid => [0, 0],
         PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
         _ => {
             let dtype = x.dtype();
             let f32 = conv.weight.val().dtype();
-            return conv.forward(x.cast(f32)).cast(dtype);
+            return layout.view_from_nchw(conv.forward(layout.view_nchw(x).cast(f32))).cast(dtype);
         }
     };
     let options = ConvOptions::new(conv.stride, padding, conv.dilation, conv.groups);
-    conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options)
+    conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options, layout)
 }
 
 #[cfg(test)]
@@ -98,7 +105,7 @@ mod tests {
             let wt = Tensor::<Ad, 4>::from_data(TensorData::new(w.iter().map(|&v| v as f32).collect(), case.w_dims()), &device).require_grad();
             let bt = Tensor::<Ad, 1>::from_data(TensorData::new(b.iter().map(|&v| v as f32).collect(), [case.k]), &device).require_grad();
             let gt = Tensor::<Ad, 4>::from_data(TensorData::new(g.iter().map(|&v| v as f32).collect(), case.y_dims()), &device);
-            let y = conv2d(xt.clone(), wt.clone(), case.bias.then(|| bt.clone()), case.options());
+            let y = conv2d(xt.clone(), wt.clone(), case.bias.then(|| bt.clone()), case.options(), Layout::Nchw);
             let grads = (y.clone() * gt).sum().backward();
             let got = |t: Vec<f32>| t.into_iter().map(f64::from).collect::<Vec<_>>();
             let y_ref = conv2d_f64(&case, &x, &w, &b);
@@ -121,7 +128,7 @@ mod tests {
         let device = Default::default();
         let conv = burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init::<Flex>(&device);
         let x = Tensor::<Flex, 4>::random([2, 3, 6, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
-        let a = forward_conv(&conv, x.clone()).into_data().to_vec::<f32>().unwrap();
+        let a = forward_conv(&conv, x.clone(), Layout::Nchw).into_data().to_vec::<f32>().unwrap();
         let b = conv.forward(x).into_data().to_vec::<f32>().unwrap();
         assert_eq!(a, b);
     }

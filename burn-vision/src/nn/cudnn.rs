@@ -6,6 +6,7 @@
 //! call. Each call returns after cuDNN's stream has finished, so the caller may hand the output to
 //! another stream at once.
 
+use super::layout::Layout;
 use super::options::{self, CudnnOptions};
 use crate::error::{Error, Result};
 use cudarc::cudnn::{result, sys};
@@ -38,14 +39,18 @@ impl DataType {
     }
 }
 
-/// The geometry of one convolution, in cuDNN's terms (NCHW, strides in elements, KCRS filter).
+/// The geometry of one convolution, in cuDNN's terms (dims in NCHW order, strides in elements,
+/// filter dims `[k, c / groups, r, s]`).
 ///
 /// `x` is the input (or, backward-data, the input gradient), `y` the output (or its gradient).
-/// Both may be strided (burn-cuda pitches rows); the filter is always packed.
+/// Both may be strided (burn-cuda pitches rows; channels-last tensors have NHWC strides); the
+/// filter is always packed, in KCRS order for [`Layout::Nchw`] and KRSC for [`Layout::Nhwc`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ConvShape {
     /// Element type of input, filter and output (all three the same).
     pub dtype: DataType,
+    /// Memory order of the filter (the activations' order is in their strides).
+    pub layout: Layout,
     /// Input dims `[n, c, h, w]`.
     pub x: [i32; 4],
     /// Input strides.
@@ -276,7 +281,11 @@ fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, Filte
     unsafe {
         result::set_tensor4d_descriptor_ex(x.0, data, shape.x, shape.x_strides).map_err(|e| fail("input descriptor", e))?;
         result::set_tensor4d_descriptor_ex(y.0, data, shape.y, shape.y_strides).map_err(|e| fail("output descriptor", e))?;
-        result::set_filter4d_descriptor(w.0, data, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, shape.w).map_err(|e| fail("filter descriptor", e))?;
+        let format = match shape.layout {
+            Layout::Nchw => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
+            Layout::Nhwc => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
+        };
+        result::set_filter4d_descriptor(w.0, data, format, shape.w).map_err(|e| fail("filter descriptor", e))?;
         let [ph, pw] = shape.pad;
         let [sh, sw] = shape.stride;
         let [dh, dw] = shape.dilation;

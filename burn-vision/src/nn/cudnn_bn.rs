@@ -6,7 +6,8 @@
 //! Running statistics are left to the caller (burn's BatchNorm blends the *biased* variance,
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
-use super::cudnn::{DataType, Order, TensorDesc, fail, packed, relu_desc, tensor_desc, with_handle};
+use super::cudnn::{DataType, Order, TensorDesc, fail, relu_desc, tensor_desc, with_handle};
+use super::layout::Layout;
 use sys::cudnnHandle_t as Handle;
 use crate::error::Result;
 use cudarc::cudnn::sys;
@@ -17,10 +18,33 @@ pub const MIN_EPSILON: f64 = 1e-5;
 
 const SPATIAL: sys::cudnnBatchNormMode_t = sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL;
 
-/// The activation descriptor (packed `dims` of `dt`) and the per-channel one (`[1, c, 1, 1]`,
-/// always f32).
-fn descriptors(dt: DataType, dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
-    Ok((tensor_desc(dt, dims, packed(dims))?, tensor_desc(DataType::F32, [1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
+/// Element type and memory order of the activations (packed in that order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Format {
+    /// Element type of x, y and their gradients.
+    pub dtype: DataType,
+    /// Memory order.
+    pub layout: Layout,
+}
+
+impl Format {
+    /// Packed NCHW f32.
+    pub const F32_NCHW: Format = Format { dtype: DataType::F32, layout: Layout::Nchw };
+
+    /// The training mode: channels-last training uses cuDNN's persistent kernels (PyTorch's
+    /// choice for channels_last), NCHW the plain spatial ones.
+    fn training_mode(self) -> sys::cudnnBatchNormMode_t {
+        match self.layout {
+            Layout::Nchw => SPATIAL,
+            Layout::Nhwc => sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+        }
+    }
+}
+
+/// The activation descriptor (`dims` in NCHW order, packed in `f`'s layout) and the per-channel
+/// one (`[1, c, 1, 1]`, always f32).
+fn descriptors(f: Format, dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
+    Ok((tensor_desc(f.dtype, dims, f.layout.strides(dims))?, tensor_desc(DataType::F32, [1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
 }
 
 /// cuDNN's `alpha = 1, beta = 0` (overwrite the output), as the pointers it takes.
@@ -49,25 +73,26 @@ fn ptr(p: u64) -> *mut c_void {
 /// Pointers, in order: x, y, gamma, beta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// Live device memory of `device`: x and y hold `dims` packed elements of `dt`, the rest
+/// Live device memory of `device`: x and y hold `dims` (NCHW order) elements of `f`'s type,
+/// packed in its layout, the rest
 /// `dims[1]` f32;
 /// untouched by others until the computation has finished (see [`Order`]).
-pub unsafe fn forward_training(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_training(device: usize, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), dt, dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), f, dims, eps, relu, p)) }
 }
 
 /// [`forward_training`] enqueued with a handle already in use (inside `with_handle`).
 ///
 /// # Safety
 /// As [`forward_training`].
-pub(super) unsafe fn forward_training_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+pub(super) unsafe fn forward_training_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: descriptors match the extents the caller guarantees.
     unsafe {
-        forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
-            sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
+        forward_then_relu(h, f, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
+            sys::cudnnBatchNormalizationForwardTraining(h, f.training_mode(), a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
         })
     }
 }
@@ -80,14 +105,14 @@ pub(super) unsafe fn forward_training_in(h: Handle, dt: DataType, dims: [i32; 4]
 /// [`relu_in_place`].
 unsafe fn forward_then_relu(
     h: Handle,
-    dt: DataType,
+    f: Format,
     dims: [i32; 4],
     relu: bool,
     y: u64,
     what: &'static str,
     call: impl FnOnce(sys::cudnnTensorDescriptor_t, sys::cudnnTensorDescriptor_t) -> sys::cudnnStatus_t,
 ) -> Result<()> {
-    let (xd, cd) = descriptors(dt, dims)?;
+    let (xd, cd) = descriptors(f, dims)?;
     call(xd.0, cd.0).result().map_err(|e| fail(what, e))?;
     if relu {
         // SAFETY: as this function's contract.
@@ -101,17 +126,17 @@ unsafe fn forward_then_relu(
 ///
 /// # Safety
 /// As [`forward_training`].
-pub unsafe fn forward_inference(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_inference(device: usize, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), dt, dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), f, dims, eps, relu, p)) }
 }
 
-unsafe fn forward_inference_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+unsafe fn forward_inference_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
-        forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
+        forward_then_relu(h, f, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
             sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
         })
     }
@@ -122,19 +147,19 @@ unsafe fn forward_inference_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64
 /// Pointers, in order: x, y, dy, dz, dx, gamma, dgamma, dbeta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// As [`forward_training`]; dy, dz, dx hold `dims` packed elements of `dt`.
-pub unsafe fn backward(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
+/// As [`forward_training`]; dy, dz, dx are laid out as x.
+pub unsafe fn backward(device: usize, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| backward_in(s.raw(), dt, dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| backward_in(s.raw(), f, dims, eps, relu, p)) }
 }
 
 /// [`backward`] enqueued with a handle already in use (inside `with_handle`).
 ///
 /// # Safety
 /// As [`backward`].
-pub(super) unsafe fn backward_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
+pub(super) unsafe fn backward_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
-    let (xd, cd) = descriptors(dt, dims)?;
+    let (xd, cd) = descriptors(f, dims)?;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
@@ -146,7 +171,7 @@ pub(super) unsafe fn backward_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f
         } else {
             dy
         };
-        sys::cudnnBatchNormalizationBackward(h, SPATIAL, a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
+        sys::cudnnBatchNormalizationBackward(h, f.training_mode(), a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
             .result()
             .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
     }

@@ -7,6 +7,7 @@
 //! computation falls back to burn's kernels with one warning per cause.
 
 use super::cudnn::{self, ConvShape, DataType, Direction, Order, Pointers, packed};
+use super::layout::Layout;
 use super::{device_thread, stream_bridge};
 use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
@@ -64,8 +65,9 @@ pub(super) fn path_enabled() -> bool {
 }
 
 /// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
-/// otherwise the inputs come back untouched.
-pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
+/// otherwise the inputs come back untouched. `x` and `w` are in `layout`'s order (for
+/// [`Layout::Nhwc`]: `[n, h, w, c]` and `[k, r, s, c / groups]`), and so is the output.
+pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
     let Some(ad) = cuda_backend::<B>() else {
         return Err((x, w));
     };
@@ -76,10 +78,10 @@ pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvO
     super::conv::note_path(|| format!("cuDNN {}", cudnn::version().unwrap_or(0)));
     if ad {
         let (x, w): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x), cast(w));
-        return Ok(cast(autodiff_conv(x, w, o)));
+        return Ok(cast(autodiff_conv(x, w, o, layout)));
     }
     let (x, w): (Tensor<Cuda, 4>, Tensor<Cuda, 4>) = (cast(x), cast(w));
-    let y = forward(x.into_primitive().tensor(), w.into_primitive().tensor(), o);
+    let y = forward(x.into_primitive().tensor(), w.into_primitive().tensor(), o, layout);
     Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y))))
 }
 
@@ -87,55 +89,74 @@ pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvO
 struct CudnnConv2d;
 
 impl Backward<Cuda, 2> for CudnnConv2d {
-    type State = (NodeId, NodeId, ConvOptions<2>);
+    type State = (NodeId, NodeId, ConvOptions<2>, Layout);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
         let [node_x, node_w] = ops.parents;
         let dy = grads.consume::<Cuda>(&ops.node);
-        let (x_state, w_state, o) = ops.state;
+        let (x_state, w_state, o, layout) = ops.state;
         let x: Prim = checkpointer.retrieve_node_output(x_state);
         let w: Prim = checkpointer.retrieve_node_output(w_state);
         if let Some(node) = node_x {
-            grads.register::<Cuda>(node.id, backward_data(x.clone(), w.clone(), dy.clone(), &o));
+            grads.register::<Cuda>(node.id, backward_data(x.clone(), w.clone(), dy.clone(), &o, layout));
         }
         if let Some(node) = node_w {
-            grads.register::<Cuda>(node.id, backward_filter(x, w, dy, &o));
+            grads.register::<Cuda>(node.id, backward_filter(x, w, dy, &o, layout));
         }
     }
 }
 
-fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>) -> Tensor<Ad, 4> {
+fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>, layout: Layout) -> Tensor<Ad, 4> {
     let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
     let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(mut prep) => {
             let x_state = prep.checkpoint(&x);
             let w_state = prep.checkpoint(&w);
-            prep.finish((x_state, w_state, o.clone()), forward(x.primitive, w.primitive, o))
+            prep.finish((x_state, w_state, o.clone(), layout), forward(x.primitive, w.primitive, o, layout))
         }
-        OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, w.primitive, o)),
+        OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, w.primitive, o, layout)),
     };
     Tensor::from_primitive(TensorPrimitive::Float(out))
 }
 
-fn forward(x: Prim, w: Prim, o: &ConvOptions<2>) -> Prim {
-    cudnn_call(Direction::Forward, x.clone(), w.clone(), None, o).unwrap_or_else(|e| {
+fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Prim {
+    cudnn_call(Direction::Forward, x.clone(), w.clone(), None, o, layout).unwrap_or_else(|e| {
         warn_once("cuDNN convolution forward", &e, BURN_RUNS);
-        <Cuda as ModuleOps<Cuda>>::conv2d(x, w, None, o.clone())
+        let (x, w) = (nchw(x, layout), nchw(w, layout));
+        from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d(x, w, None, o.clone()), layout)
     })
 }
 
-pub(super) fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
-    cudnn_call(Direction::BackwardData, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
+pub(super) fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Prim {
+    cudnn_call(Direction::BackwardData, x.clone(), w.clone(), Some(dy.clone()), o, layout).unwrap_or_else(|e| {
         warn_once("cuDNN convolution backward-data", &e, BURN_RUNS);
-        <Cuda as ModuleOps<Cuda>>::conv2d_x_backward(x, w, dy, o.clone())
+        let (x, w, dy) = (nchw(x, layout), nchw(w, layout), nchw(dy, layout));
+        from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d_x_backward(x, w, dy, o.clone()), layout)
     })
 }
 
-pub(super) fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> Prim {
-    cudnn_call(Direction::BackwardFilter, x.clone(), w.clone(), Some(dy.clone()), o).unwrap_or_else(|e| {
+pub(super) fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Prim {
+    cudnn_call(Direction::BackwardFilter, x.clone(), w.clone(), Some(dy.clone()), o, layout).unwrap_or_else(|e| {
         warn_once("cuDNN convolution backward-filter", &e, BURN_RUNS);
-        <Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone())
+        let (x, w, dy) = (nchw(x, layout), nchw(w, layout), nchw(dy, layout));
+        from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone()), layout)
     })
+}
+
+/// A primitive in `layout`'s order viewed as NCHW (filters: KRSC as KCRS), for burn's kernels.
+pub(super) fn nchw(t: Prim, layout: Layout) -> Prim {
+    match layout {
+        Layout::Nchw => t,
+        Layout::Nhwc => <Cuda as FloatTensorOps<Cuda>>::float_permute(t, &[0, 3, 1, 2]),
+    }
+}
+
+/// An NCHW primitive viewed in `layout`'s order.
+pub(super) fn from_nchw(t: Prim, layout: Layout) -> Prim {
+    match layout {
+        Layout::Nchw => t,
+        Layout::Nhwc => <Cuda as FloatTensorOps<Cuda>>::float_permute(t, &[0, 2, 3, 1]),
+    }
 }
 
 pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
@@ -298,45 +319,48 @@ pub(super) fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4]
 }
 
 /// One cuDNN computation. `dy` is `None` for the forward pass. Returns the new tensor (y, dx or
-/// dw) registered with burn's fusion client.
-fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOptions<2>) -> Result<Prim> {
+/// dw, in `layout`'s order) registered with burn's fusion client.
+fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOptions<2>, layout: Layout) -> Result<Prim> {
     let client: Client = x.client.clone();
     let dtype = match &dy {
         Some(dy) => same_data_type(&[&x, &w, dy])?,
         None => same_data_type(&[&x, &w])?,
     };
-    let (xd, wd) = (dims4(&x.shape)?, dims4(&w.shape)?);
+    let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?));
     let yd = out_dims(xd, wd, o);
     if let Some(dy) = &dy {
-        if dims4(&dy.shape)? != yd {
-            return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {yd:?}", dy.shape.as_slice()) });
+        if layout.to_nchw(dims4(&dy.shape)?) != yd {
+            return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(yd)) });
         }
     }
-    let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| empty(like, &d.map(|v| v as usize));
-    let pack = super::options::get().pack_inputs;
+    let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| empty(like, &layout.from_nchw(d).map(|v| v as usize));
+    // Channels-last activations are always handed over packed (in their order).
+    let pack = super::options::get().pack_inputs || layout == Layout::Nhwc;
+    let strides = |s: [i32; 4], d: [i32; 4]| if layout == Layout::Nhwc { layout.strides(d) } else { s };
     let (xc, x_strides, wc, yc, y_strides, out) = timed(Phase::Prepare, || -> Result<_> { Ok(match dir {
         Direction::Forward => {
             let (xc, xs) = resolve(x, pack)?;
             let (wc, _) = resolve(w, true)?;
             let yc = new(&xc, yd);
-            (xc, xs, wc, yc.clone(), packed(yd), yc)
+            (xc, strides(xs, xd), wc, yc.clone(), layout.strides(yd), yc)
         }
         Direction::BackwardData => {
             let (wc, _) = resolve(w, true)?;
             let (yc, ys) = resolve(dy.expect("backward has dy"), pack)?;
             let xc = new(&wc, xd);
-            (xc.clone(), packed(xd), wc, yc, ys, xc)
+            (xc.clone(), layout.strides(xd), wc, yc, strides(ys, yd), xc)
         }
         Direction::BackwardFilter => {
             // cuDNN 9 has no backward-filter algorithm for strided (pitched) inputs: pack both.
             let (xc, xs) = resolve(x, true)?;
             let (yc, ys) = resolve(dy.expect("backward has dy"), true)?;
             let wc = new(&xc, wd);
-            (xc, xs, wc.clone(), yc, ys, wc)
+            (xc, strides(xs, xd), wc.clone(), yc, strides(ys, yd), wc)
         }
     }) })?;
     let shape = ConvShape {
         dtype,
+        layout,
         x: xd,
         x_strides,
         w: wd,

@@ -13,6 +13,7 @@ mod cudnn_bn_burn;
 mod cudnn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_conv_bn;
+pub mod layout;
 pub mod options;
 pub mod precision;
 pub mod profile;
@@ -27,6 +28,7 @@ mod upload;
 
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use conv::{conv2d, forward_conv};
+pub use layout::Layout;
 pub use options::CudnnOptions;
 pub use precision::Precision;
 pub use profile::CudnnTimes;

@@ -40,6 +40,9 @@ pub struct BenchConfig {
     /// Activation precision (autocast).
     #[serde(default)]
     pub precision: Precision,
+    /// Channels-last activations.
+    #[serde(default)]
+    pub channels_last: bool,
 }
 
 /// The measurement.
@@ -67,7 +70,7 @@ pub struct BenchResult {
 /// For an unknown model.
 pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device) -> Result<BenchResult> {
     B::seed(device, 0);
-    let mut model: ResNet<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision);
+    let mut model: ResNet<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
     let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init::<B, ResNet<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];

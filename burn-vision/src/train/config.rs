@@ -116,6 +116,9 @@ pub struct TrainConfig {
     /// Activation precision (autocast); parameters and optimizer state stay f32.
     #[serde(default)]
     pub precision: Precision,
+    /// Channels-last activations (`[n, h, w, c]`).
+    #[serde(default)]
+    pub channels_last: bool,
 }
 
 /// How several devices share the training.
@@ -171,6 +174,7 @@ impl Default for TrainConfig {
             strategy: Strategy::Ddp,
             sync_bn: false,
             precision: Precision::F32,
+            channels_last: false,
         }
     }
 }
