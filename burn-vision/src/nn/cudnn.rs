@@ -298,7 +298,9 @@ fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, Filte
 }
 
 /// Picks the fastest successful candidate that fits the workspace (and is deterministic when
-/// asked): cuDNN returns them sorted by measured time.
+/// asked): cuDNN returns them sorted by measured time. Returns its algorithm, workspace and the
+/// math type it was measured with (the descriptor must carry that one when it runs: an
+/// algorithm measured without tensor cores fails with `BAD_PARAM` under tensor-core math).
 macro_rules! pick {
     ($perf:expr, $n:expr, $limit:expr, $opts:expr, $wrap:path) => {
         $perf[..$n as usize]
@@ -308,7 +310,7 @@ macro_rules! pick {
                     && p.memory <= $limit
                     && (!$opts.deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
             })
-            .map(|p| ($wrap(p.algo), p.memory))
+            .map(|p| ($wrap(p.algo), p.memory, p.mathType))
     };
 }
 
@@ -386,8 +388,10 @@ impl DeviceState {
                 }
             }
         };
-        let (algo, workspace) = picked.ok_or_else(|| fail("choosing an algorithm", format!("no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}", if opts.deterministic { " deterministically" } else { "" })))?;
-        log::debug!("cuDNN {dir:?} {shape:?}: {algo:?}, workspace {workspace} B");
+        let (algo, workspace, math) = picked.ok_or_else(|| fail("choosing an algorithm", format!("no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}", if opts.deterministic { " deterministically" } else { "" })))?;
+        // SAFETY: a live descriptor, set with a plain value.
+        unsafe { result::set_convolution_math_type(conv.0, math) }.map_err(|e| fail("math type", e))?;
+        log::debug!("cuDNN {dir:?} {shape:?}: {algo:?}, {math:?}, workspace {workspace} B");
         Ok(Plan { x, w, y, conv, algo, workspace })
     }
 }

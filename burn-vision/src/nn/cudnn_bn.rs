@@ -28,16 +28,13 @@ pub struct Format {
 }
 
 impl Format {
-    /// Packed NCHW f32.
-    pub const F32_NCHW: Format = Format { dtype: DataType::F32, layout: Layout::Nchw };
-
-    /// The training mode: channels-last training uses cuDNN's persistent kernels (PyTorch's
-    /// choice for channels_last), NCHW the plain spatial ones.
+    /// The training mode: always the plain spatial kernels. cuDNN's persistent ones (PyTorch's
+    /// choice for channels_last) need every block of the grid resident at once; next to the
+    /// one-thread fence kernel that spins on burn's stream until this computation signals
+    /// (see `stream_bridge`), a full-size persistent grid can never be scheduled: it hung
+    /// ResNet-50 training on the H200 (session 5, call b).
     fn training_mode(self) -> sys::cudnnBatchNormMode_t {
-        match self.layout {
-            Layout::Nchw => SPATIAL,
-            Layout::Nhwc => sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
-        }
+        SPATIAL
     }
 }
 

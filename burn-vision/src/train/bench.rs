@@ -102,12 +102,15 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     };
     let t0 = Instant::now();
     let mut loss = None;
-    for _ in 0..config.warmup {
+    for i in 0..config.warmup {
         let (m, l) = step(model);
         model = m;
         loss = Some(l);
+        // Warm-up measures new shapes and compiles kernels (minutes on a fresh machine): say
+        // where it is.
+        B::sync(device).expect("device sync");
+        log::info!("bench: warm-up step {}/{} done at {:.1} s", i + 1, config.warmup, t0.elapsed().as_secs_f64());
     }
-    B::sync(device).expect("device sync");
     let warmup_seconds = t0.elapsed().as_secs_f64();
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
