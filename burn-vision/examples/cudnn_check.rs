@@ -350,6 +350,22 @@ fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes
     }
 }
 
+/// Batch norm + ReLU (forward and backward, training) on ResNet-50's activation shapes, queued
+/// back to back: `RESULT bn ...` lines, ms per call.
+fn bench_bn(device: &CudaDevice, batch: usize, iters: usize, dtype: FloatDType, layout: Layout) {
+    for (c, hw) in [(64, 112), (64, 56), (256, 56), (128, 28), (512, 28), (256, 14), (1024, 14), (512, 7), (2048, 7)] {
+        let bn = BatchNormConfig::new(c).init::<Ad>(device);
+        let x = Tensor::<Ad, 4>::random(layout.from_nchw([batch, c, hw, hw]), Distribution::Normal(0.0, 1.0), device).cast(dtype).require_grad();
+        let g = Tensor::<Ad, 4>::random(x.dims(), Distribution::Normal(0.0, 1.0), device).cast(dtype);
+        let fwdbwd = time_ms(iters, device, || {
+            let y = batch_norm(&bn, x.clone(), true, layout);
+            let grads = (y * g.clone()).sum().backward();
+            drop(x.grad(&grads));
+        });
+        println!("RESULT bn dtype={} layout={layout:?} batch={batch} c={c} hw={hw} fwdbwd_ms={fwdbwd:.3}", dtype_name(dtype));
+    }
+}
+
 /// Batches uploaded through page-locked memory arrive bit-exact, also when several are in
 /// flight and a buffer is reused (more uploads than the ring has buffers), and the model's
 /// first layer reads them in order with the uploads.
@@ -392,7 +408,7 @@ fn main() {
     let flag = |name: &str, default: usize| {
         args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
     };
-    let all = !args.iter().any(|a| a == "check" || a == "bench");
+    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn");
     let device = CudaDevice::new(0);
     println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());
     let mut ok = true;
@@ -407,6 +423,12 @@ fn main() {
         println!("RESULT cuDNN calls={} ordered_on_device={} {}", t.calls, t.device_ordered, if ordered { "ok" } else { "FAIL" });
         ok &= ordered;
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
+    }
+    if args.iter().any(|a| a == "bench-bn") {
+        let dtype = if args.iter().any(|a| a == "--f32") { FloatDType::F32 } else { FloatDType::BF16 };
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            bench_bn(&device, flag("--batch", 256), flag("--iters", 10), dtype, layout);
+        }
     }
     if all || args.iter().any(|a| a == "bench") {
         let text = |name: &str, default: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.into());

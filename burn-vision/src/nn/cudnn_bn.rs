@@ -25,16 +25,24 @@ pub struct Format {
     pub dtype: DataType,
     /// Memory order.
     pub layout: Layout,
+    /// Training uses cuDNN's persistent kernels (see [`Format::training`]).
+    pub persistent: bool,
 }
 
 impl Format {
-    /// The training mode: always the plain spatial kernels. cuDNN's persistent ones (PyTorch's
-    /// choice for channels_last) need every block of the grid resident at once; next to the
-    /// one-thread fence kernel that spins on burn's stream until this computation signals
-    /// (see `stream_bridge`), a full-size persistent grid can never be scheduled: it hung
-    /// ResNet-50 training on the H200 (session 5, call b).
+    /// The format of a training computation. cuDNN's persistent kernels (PyTorch's choice for
+    /// channels_last) need every block of their grid resident at once: next to the one-thread
+    /// fence kernel that spins on burn's stream while cuDNN works (see `stream_bridge`), a
+    /// full-size persistent grid is never scheduled — it hung ResNet-50 training on the H200
+    /// (session 5, call b). So they run only where cuDNN's work is ordered on the host
+    /// ([`super::CudnnOptions::host_sync`]), channels-last.
+    pub fn training(dtype: DataType, layout: Layout) -> Format {
+        let persistent = layout == Layout::Nhwc && super::options::get().host_sync;
+        Format { dtype, layout, persistent }
+    }
+
     fn training_mode(self) -> sys::cudnnBatchNormMode_t {
-        SPATIAL
+        if self.persistent { sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL_PERSISTENT } else { SPATIAL }
     }
 }
 

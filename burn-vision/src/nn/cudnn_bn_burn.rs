@@ -54,7 +54,7 @@ fn forward_training(x: Prim, gamma: Prim, beta: Prim, eps: f64, relu: bool, layo
     let client = x.client.clone();
     let dims = layout.to_nchw(dims4(&x.shape)?);
     let eps = checked_eps(eps)?;
-    let f = Format { dtype: data_type(&x)?, layout };
+    let f = Format::training(data_type(&x)?, layout);
     require_f32(&gamma, "gamma")?;
     require_f32(&beta, "beta")?;
     let (xc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
@@ -109,7 +109,7 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
     let client = dy.client.clone();
     let dims = s.layout.to_nchw(dims4(&s.x.shape)?);
     let relu = s.y.is_some();
-    let f = Format { dtype: same_data_type(&[&s.x, &dy])?, layout: s.layout };
+    let f = Format::training(same_data_type(&[&s.x, &dy])?, s.layout);
     let (xc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
         Ok((resolve_packed(s.x.clone())?, resolve_packed(dy)?, resolve_packed(s.gamma.clone())?, resolve_packed(s.mean.clone())?, resolve_packed(s.inv_std.clone())?))
     })?;
@@ -197,7 +197,7 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool, layout: Layout) -
         let client = xp.client.clone();
         let dims = layout.to_nchw(dims4(&xp.shape)?);
         let eps = checked_eps(bn.epsilon)?;
-        let f = Format { dtype: data_type(&xp)?, layout };
+        let f = Format { dtype: data_type(&xp)?, layout, persistent: false };
         let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(bn.running_var.value())];
         for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
             require_f32(t, what)?;

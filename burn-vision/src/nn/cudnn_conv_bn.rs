@@ -70,7 +70,7 @@ fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f
     let c = sh.y[1] as usize;
     let (yc, zc, mc, ic) = (empty(&xc, &yd), empty(&xc, &yd), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     let device = xc.device.index;
-    let f = Format { dtype: sh.dtype, layout };
+    let f = Format::training(sh.dtype, layout);
     // SAFETY: `launch` orders the session after the buffers' producers and before their next
     // users; extents by construction.
     let kind = ("conv_bn", sh.clone(), eps.to_bits(), relu);
@@ -134,7 +134,7 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     let (dconv, dgc, dbc) = (empty(&xc, &yd), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     let (dxc, dwc) = (empty(&xc, if need_dx { &xd } else { &[1] }), empty(&xc, &wd));
     let (device, eps) = (xc.device.index, s.bn.eps);
-    let f = Format { dtype: sh.dtype, layout };
+    let f = Format::training(sh.dtype, layout);
     let conv_out = &s.conv_out;
     // SAFETY: as in `forward`; dz is only written with ReLU (then it is a fresh buffer).
     let kind = ("conv_bn_backward", sh.clone(), eps.to_bits(), relu, need_dx);
