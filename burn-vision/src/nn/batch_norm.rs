@@ -12,13 +12,18 @@ use super::Layout;
 /// the input's element type; statistics and parameters stay in theirs (f32), and so does the
 /// arithmetic (PyTorch's rule for half inputs).
 ///
-/// On `Autodiff<Cuda>` and `Cuda` (f32) it runs cuDNN's batch normalization — and its ReLU —
-/// when the library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn's
-/// BatchNorm and ReLU, with one log line when cuDNN was meant to run and could not.
+/// Channels-last activations go to [`super::batch_norm_nhwc`] (burn's operations on every
+/// backend: cuDNN's batch norm is slow on NHWC, see there). NCHW ones, on `Autodiff<Cuda>` and
+/// `Cuda`, run cuDNN's batch normalization — and its ReLU — when the library loads and
+/// [`super::CudnnOptions::batch_norm`] is set; otherwise burn's BatchNorm and ReLU, with one log
+/// line when cuDNN was meant to run and could not.
 ///
 /// # Shapes
 /// `[batch, channels, height, width]` (in `layout`'s order) → the same
 pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, layout: Layout) -> Tensor<B, 4> {
+    if layout == Layout::Nhwc {
+        return super::batch_norm_nhwc(bn, x, relu);
+    }
     #[cfg(feature = "cuda")]
     let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu, layout) {
         Ok(y) => return y,
@@ -32,14 +37,15 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, la
 
 /// `relu?(bn(conv(x)))` — [`super::forward_conv`] then [`batch_norm`] — as one cuDNN
 /// operation on `Autodiff<Cuda>` when [`super::CudnnOptions::fuse_conv_bn`] is set and the
-/// convolution has symmetric padding and no bias; the two separate operations otherwise.
+/// convolution has symmetric padding and no bias, in NCHW; the two separate operations
+/// otherwise.
 ///
 /// # Shapes
 /// As [`Conv2d::forward`], in `layout`'s order.
 pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, layout: Layout) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
     let x = match (&conv.padding, &conv.bias) {
-        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right => {
+        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right && layout == Layout::Nchw => {
             let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
             let weight = layout.view_from_nchw(conv.weight.val().cast(x.dtype()));
             match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu, layout) {

@@ -2,6 +2,7 @@
 //! norms through cuDNN on burn-cuda, falling back to burn's kernels everywhere else.
 
 pub mod batch_norm;
+mod batch_norm_nhwc;
 pub mod conv;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
@@ -27,6 +28,7 @@ pub mod upload_batch;
 mod upload;
 
 pub use batch_norm::{batch_norm, conv_batch_norm};
+pub use batch_norm_nhwc::batch_norm_nhwc;
 pub use conv::{conv2d, forward_conv};
 pub use layout::Layout;
 pub use options::CudnnOptions;

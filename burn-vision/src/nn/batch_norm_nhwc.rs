@@ -1,0 +1,105 @@
+//! BatchNorm (+ ReLU) on channels-last activations, from burn's tensor operations, on every
+//! backend.
+//!
+//! cuDNN's batch norm reads NHWC through its legacy entry points 4–6× slower than NCHW, and its
+//! fast channels-last kernels are persistent ones that cannot run beside the fence kernel that
+//! orders cuDNN with burn (see `cudnn_bn`). Here the statistics are reductions over the
+//! spatial axes and the batch of an `[n, h, w, c]` tensor, whose channels are contiguous — each
+//! stage reads memory in order and leaves many independent sums — and the normalisation, ReLU
+//! and type casts are elementwise operations that burn's fusion merges. The gradients are
+//! burn's autodiff of these operations. Statistics and arithmetic are f32 whatever the
+//! activations' type; the output has the input's type.
+
+use burn::prelude::*;
+use burn::tensor::FloatDType;
+use burn::tensor::activation::relu as relu_op;
+use burn_nn::BatchNorm;
+
+/// Per-channel mean over `[n, h, w]` of an `[n, h, w, c]` tensor, as `[1, 1, 1, c]`: one
+/// reduction per axis (width, height, batch), so that each stage has many outputs.
+fn channel_mean<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
+    let [n, h, w, _] = x.dims();
+    x.sum_dim(2).sum_dim(1).sum_dim(0).div_scalar((n * h * w) as f64)
+}
+
+/// `relu?(bn(x))` for channels-last `x`: batch statistics when the backend records gradients
+/// (running statistics updated as burn's BatchNorm does: momentum blend of the batch mean and
+/// the biased batch variance), running statistics otherwise.
+///
+/// # Shapes
+/// `[batch, height, width, channels]` → the same
+pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+    let [_, _, _, c] = x.dims();
+    let dtype = x.dtype();
+    let device = x.device();
+    let per_channel = |t: Tensor<B, 1>| t.reshape([1, 1, 1, c]);
+    let x = x.cast(FloatDType::F32);
+    let (centered, inv_std) = if B::ad_enabled(&device) {
+        let mean = channel_mean(x.clone());
+        let centered = x - mean.clone();
+        let var = channel_mean(centered.clone().square());
+        let m = bn.momentum;
+        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 4>| running.to_device(&device).mul_scalar(1.0 - m).add(batch.detach().reshape([c]).mul_scalar(m)).detach();
+        bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
+        bn.running_var.update(blend(bn.running_var.value_sync(), var.clone()));
+        (centered, var.add_scalar(bn.epsilon).sqrt().recip())
+    } else {
+        let mean = per_channel(bn.running_mean.value().to_device(&device));
+        let var = per_channel(bn.running_var.value().to_device(&device));
+        (x - mean, var.add_scalar(bn.epsilon).sqrt().recip())
+    };
+    let y = centered * (inv_std * per_channel(bn.gamma.val())) + per_channel(bn.beta.val());
+    let y = if relu { relu_op(y) } else { y };
+    y.cast(dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::AutodiffModule;
+    use burn::tensor::{Distribution, Tolerance};
+    use burn_autodiff::Autodiff;
+    use burn_flex::Flex;
+    use burn_nn::BatchNormConfig;
+
+    type B = Autodiff<Flex>;
+
+    /// Against burn's BatchNorm on the NCHW view: output, the three gradients, running
+    /// statistics, and inference afterwards.
+    #[test]
+    fn matches_burn_batch_norm_on_the_nchw_view() {
+        let device = Default::default();
+        for relu in [false, true] {
+            let mine = BatchNormConfig::new(5).init::<B>(&device);
+            let theirs = BatchNormConfig::new(5).init::<B>(&device);
+            let gamma = Tensor::<B, 1>::random([5], Distribution::Uniform(0.5, 1.5), &device);
+            let beta = Tensor::<B, 1>::random([5], Distribution::Uniform(-0.5, 0.5), &device);
+            let (mine, theirs) = [mine, theirs].map(|mut bn| {
+                bn.gamma = burn::module::Param::from_tensor(gamma.clone());
+                bn.beta = burn::module::Param::from_tensor(beta.clone());
+                bn
+            }).into();
+            let x = Tensor::<B, 4>::random([3, 4, 6, 5], Distribution::Normal(0.3, 2.0), &device).require_grad();
+            let g = Tensor::<B, 4>::random([3, 4, 6, 5], Distribution::Normal(0.0, 1.0), &device);
+            let y = batch_norm_nhwc(&mine, x.clone(), relu);
+            let y_ref = theirs.forward(x.clone().permute([0, 3, 1, 2])).permute([0, 2, 3, 1]);
+            let y_ref = if relu { relu_op(y_ref) } else { y_ref };
+            let tol = Tolerance::<f32>::absolute(2e-5);
+            y.clone().into_data().assert_approx_eq::<f32>(&y_ref.clone().into_data(), tol);
+            let grads = (y * g.clone()).sum().backward();
+            let grads_ref = (y_ref * g).sum().backward();
+            let grad = |t: &Tensor<B, 1>, gr| t.grad(gr).expect("gradient").into_data();
+            x.grad(&grads).unwrap().into_data().assert_approx_eq::<f32>(&x.grad(&grads_ref).unwrap().into_data(), tol);
+            grad(&mine.gamma.val(), &grads).assert_approx_eq::<f32>(&grad(&theirs.gamma.val(), &grads_ref), tol);
+            grad(&mine.beta.val(), &grads).assert_approx_eq::<f32>(&grad(&theirs.beta.val(), &grads_ref), tol);
+            for (a, b) in [(&mine.running_mean, &theirs.running_mean), (&mine.running_var, &theirs.running_var)] {
+                a.value_sync().into_data().assert_approx_eq::<f32>(&b.value_sync().into_data(), tol);
+            }
+            let xi = x.clone().inner();
+            let (mine, theirs) = (mine.valid(), theirs.valid());
+            let yi = batch_norm_nhwc(&mine, xi.clone(), false);
+            let yi_ref = theirs.forward(xi.permute([0, 3, 1, 2])).permute([0, 2, 3, 1]);
+            yi.into_data().assert_approx_eq::<f32>(&yi_ref.into_data(), tol);
+        }
+    }
+}
