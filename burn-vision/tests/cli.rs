@@ -13,13 +13,15 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
         (&["train", "--model", "vgg16", "--quiet"], "available: resnet10-mini"),
         (&["train", "--gpus", "0,x"], "`x` is not a GPU number"),
         (&["train", "--batch-size", "0"], "--batch-size"),
+        (&["train", "--precision", "int8", "--quiet"], "use f32, bf16 or f16"),
+        (&["train", "--precision", "f16", "--quiet"], "loss scaling"),
         (&["predict", "--checkpoint", "/no/such.ckpt", "x.png"], "file not found"),
         (&["bench-data", "--data", "/no/such/folder"], "does not exist"),
         (&["bench-data", "--batches", "1000"], "lower --batches or --batch-size"),
@@ -111,6 +113,22 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
     let record: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
     let distributed = format!("top-1 {:.2}%", 100.0 * record["val_acc"].as_f64().unwrap());
     assert!(text.contains(&distributed), "single-process eval `{text}` vs distributed `{distributed}`");
+}
+
+/// Autocast-like bf16 activations in channels-last order train end to end on the CPU (the same
+/// code paths as on a GPU, with burn's kernels), and the run records its settings.
+#[test]
+fn bf16_channels_last_trains_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let (_, log) = train_two_on_the_jpeg_folder(&out, &["--cpu", "--precision", "bf16", "--channels-last"]);
+    assert!(log.contains("bf16 activations, channels-last"), "{log}");
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(metrics.lines().next().unwrap()).unwrap();
+    let loss = record["train_loss"].as_f64().unwrap();
+    assert!(loss.is_finite() && loss > 0.0, "{record}");
+    let eval = cli(&["eval", "--checkpoint", out.join("last.ckpt").to_str().unwrap()]);
+    assert!(eval.status.success(), "{}", stderr(&eval));
 }
 
 #[test]

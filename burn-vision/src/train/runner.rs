@@ -209,11 +209,13 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     };
     if main_rank {
         log::info!(
-            "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}",
+            "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}",
             config.model, config.data, dataset.classes().len(), train_idx.len(), val_idx.len(), config.world_size(), config.batch_size,
             config.batch_size * config.world_size(), steps_per_epoch, schedule.base_lr, config.lr, config.world_size(),
             if dp.is_some() { ", DataParallel" } else if world > 1 { ", DDP" } else { "" },
-            if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" }
+            if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" },
+            if model.precision() == crate::nn::Precision::F32 { String::new() } else { format!(", {} activations", model.precision()) },
+            if model.layout() == crate::nn::Layout::Nhwc { ", channels-last" } else { "" }
         );
     }
     let loader_config = LoaderConfig { batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
