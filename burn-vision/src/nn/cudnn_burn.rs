@@ -328,10 +328,10 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
     };
     let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?));
     let yd = out_dims(xd, wd, o);
-    if let Some(dy) = &dy {
-        if layout.to_nchw(dims4(&dy.shape)?) != yd {
-            return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(yd)) });
-        }
+    if let Some(dy) = &dy
+        && layout.to_nchw(dims4(&dy.shape)?) != yd
+    {
+        return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(yd)) });
     }
     let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| empty(like, &layout.from_nchw(d).map(|v| v as usize));
     // Channels-last activations are always handed over packed (in their order).

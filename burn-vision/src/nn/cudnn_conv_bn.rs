@@ -59,7 +59,8 @@ fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>, layout: 
 }
 
 /// The forward session: `(conv output, block output, batch mean, inverse std)`.
-fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f64, relu: bool, layout: Layout) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
+/// `o` and `layout` describe the convolution, `eps` and `relu` the batch norm after it.
+fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, (o, layout): (&ConvOptions<2>, Layout), eps: f64, relu: bool) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
     let client = x.client.clone();
     let sh = shape(same_data_type(&[&x, &w])?, dims4(&x.shape)?, dims4(&w.shape)?, o, layout);
     let eps = checked_eps(eps)?;
@@ -166,7 +167,7 @@ fn separate_backward(s: &FusedState, dy: Prim) -> Grads4 {
 fn fused(w: Tensor<Ad, 4>, o: &ConvOptions<2>, bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool, layout: Layout) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let (xp, wp) = (x.clone().into_primitive().tensor(), w.into_primitive().tensor());
-    let (conv_out, z, mean, inv_std) = match forward(xp.primitive.clone(), wp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), o, bn.epsilon, relu, layout) {
+    let (conv_out, z, mean, inv_std) = match forward(xp.primitive.clone(), wp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), (o, layout), bn.epsilon, relu) {
         Ok(v) => v,
         Err(e) => {
             warn_once("cuDNN convolution + batch norm (separate operations run instead)", &e, BURN_RUNS);
