@@ -155,8 +155,9 @@ struct TrainArgs {
     /// Per-rank BatchNorm statistics even where the preset synchronises them.
     #[arg(long, conflicts_with = "sync_bn")]
     no_sync_bn: bool,
-    /// Activation precision: `f32` (the default) or `bf16` (PyTorch's autocast: parameters,
-    /// optimizer and BatchNorm statistics stay f32).
+    /// Activation precision: `f32` (the default), `bf16` or `f16` (PyTorch's autocast:
+    /// parameters, optimizer and BatchNorm statistics stay f32; f16 adds dynamic loss scaling,
+    /// PyTorch's GradScaler).
     #[arg(long)]
     precision: Option<String>,
     /// Keep activations channels-last (`[n, h, w, c]`, PyTorch's channels_last): cuDNN's

@@ -17,8 +17,7 @@ pub enum Precision {
     F32,
     /// Activations in bfloat16 (f32's exponent range: no loss scaling needed).
     Bf16,
-    /// Activations in IEEE half (inference; training would need loss scaling, which is not
-    /// implemented).
+    /// Activations in IEEE half (training scales the loss: see `train::grad_scaler`).
     F16,
 }
 

@@ -237,9 +237,6 @@ impl TrainConfig {
         if self.sync_bn && self.strategy == Strategy::Dp {
             return bad("--sync-bn", "with --strategy dp".into(), "SyncBatchNorm synchronises DDP ranks; use --strategy ddp, or drop --sync-bn");
         }
-        if self.precision == Precision::F16 {
-            return bad("--precision", "f16".into(), "f16 training needs loss scaling, which is not implemented; use bf16 (same speed, f32's range)");
-        }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
         }

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod distributed;
 pub mod evaluate;
+pub mod grad_scaler;
 pub mod health;
 pub mod tensorboard;
 pub mod metrics;

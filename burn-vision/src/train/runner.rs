@@ -24,6 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use super::grad_scaler::GradScaler;
 use super::phases::StepPhases;
 
 type Bytes = BinBytesRecorder<FullPrecisionSettings>;
@@ -227,6 +228,9 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
     let mut health: Vec<Vec<f64>> = Vec::new();
 
     let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (start_epoch + n).min(config.epochs));
+    // f16 activations need loss scaling (bf16 has f32's range). A resumed run starts again
+    // from the initial scale, which adapts within a few steps.
+    let mut scaler = (config.precision == crate::nn::Precision::F16).then(GradScaler::default);
     for epoch in start_epoch..end_epoch {
         let epoch_start = Instant::now();
         let order = match dist {
@@ -256,6 +260,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
             let n = batch.shape[0];
             let (x, y) = batch_tensors::<B>(batch, &device);
             phases.end(1);
+            let loss_scale = scaler.as_ref().map_or(1.0, GradScaler::scale);
             let mut grads = match &dp {
                 Some(dp) => {
                     let (xs, ys) = (dp.scatter(x), dp.scatter(y));
@@ -264,9 +269,9 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
                         let k = x.dims()[0];
                         let logits = replica.forward(x);
                         let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
-                        (loss_fn.forward(logits, y), hits)
+                        (loss_fn.forward(logits, y).mul_scalar(loss_scale), hits)
                     });
-                    loss_sum = loss_sum.add_scalar(out.loss * n as f64);
+                    loss_sum = loss_sum.add_scalar(out.loss / loss_scale * n as f64);
                     correct = correct.add_scalar(out.outputs.iter().sum::<i64>());
                     model = out.model;
                     out.grads
@@ -277,7 +282,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
                     loss_sum = loss_sum + loss.clone().inner().mul_scalar(n as f64);
                     correct = correct + logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
                     phases.end(2);
-                    GradientsParams::from_grads(loss.backward(), &model)
+                    GradientsParams::from_grads(loss.mul_scalar(loss_scale).backward(), &model)
                 }
             };
             phases.end(3);
@@ -287,7 +292,15 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<ResNet<B>, B>>(
                 sync_seconds += t.elapsed().as_secs_f64();
             }
             phases.end(4);
-            model = optim.step(schedule.lr(step), model, grads);
+            // With loss scaling, gradients that overflowed skip the step (every rank alike:
+            // they were all-reduced first).
+            let grads = match &mut scaler {
+                Some(s) => s.unscale(&model, grads),
+                None => Some(grads),
+            };
+            if let Some(grads) = grads {
+                model = optim.step(schedule.lr(step), model, grads);
+            }
             phases.end(5);
             step += 1;
             epoch_steps += 1;
