@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One device call on one H200: why channels-last ResNet-50 training is slow (session 5).
-#  1. batch norm + ReLU, forward + backward, on ResNet-50's activation shapes, bf16, NCHW vs
-#     NHWC (cuDNN ordered on the device: plain spatial kernels);
-#  2. the same with the host ordering cuDNN (persistent kernels for NHWC);
-#  3. ResNet-50 bf16 channels-last training with burn's batch norm instead of cuDNN's;
-#  4. ResNet-50 bf16 channels-last training with host ordering (persistent batch norm);
-#  5. (after nn::batch_norm_nhwc) its reduction orders: bench-bn and ResNet-50 bf16
-#     channels-last per BURN_VISION_BN_NHWC_REDUCE value, next to PyTorch channels_last.
+#  1. batch norm + ReLU, forward + backward, on ResNet-50's activation shapes, bf16, NCHW
+#     (cuDNN) vs NHWC (`nn::batch_norm_nhwc`; in call d, before it existed, cuDNN's NHWC kernels);
+#  2. the same with cuDNN ordered on the host (in call d: cuDNN's persistent NHWC kernels, a path
+#     since removed; now the NCHW half differs only in ordering);
+#  3. ResNet-50 bf16 channels-last training with BURN_VISION_CUDNN_BN=0;
+#  4. the same, cuDNN ordered on the host;
+#  5. bn_<order> / r50_<order>: batch_norm_nhwc's reduction orders (BURN_VISION_BN_NHWC_REDUCE),
+#     bench-bn and ResNet-50 bf16 channels-last, next to PyTorch channels_last (torch_r50).
 # Binaries as for cudnn.sh (carry/bins.tgz). Writes raw logs to $OUT, summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -16,7 +17,7 @@ SHOW_LINES=20
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/cudnn_check
 R50="bench --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 10 --gpus 0 --precision bf16 --channels-last"
-for s in ${STEPS:-bn bn_host r50_burn_bn r50_host}; do
+for s in ${STEPS:-bn bn_whn bn_flat bn_matmul r50_nhw torch_r50}; do
   case $s in
     bn)          step bn_device 120 "$B"/cudnn_check bench-bn ;;
     bn_host)     step bn_host 120 env BURN_VISION_CUDNN_HOST_SYNC=1 "$B"/cudnn_check bench-bn ;;

@@ -25,14 +25,14 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, la
         return super::batch_norm_nhwc(bn, x, relu);
     }
     #[cfg(feature = "cuda")]
-    let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu, layout) {
+    let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu) {
         Ok(y) => return y,
         Err(x) => x,
     };
     let dtype = x.dtype();
-    let y = bn.forward(layout.view_nchw(x).cast(bn.gamma.val().dtype()));
+    let y = bn.forward(x.cast(bn.gamma.val().dtype()));
     let y = if relu { relu_op(y) } else { y };
-    layout.view_from_nchw(y).cast(dtype)
+    y.cast(dtype)
 }
 
 /// `relu?(bn(conv(x)))` — [`super::forward_conv`] then [`batch_norm`] — as one cuDNN
@@ -47,8 +47,8 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
     let x = match (&conv.padding, &conv.bias) {
         (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right && layout == Layout::Nchw => {
             let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
-            let weight = layout.view_from_nchw(conv.weight.val().cast(x.dtype()));
-            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu, layout) {
+            let weight = conv.weight.val().cast(x.dtype());
+            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu) {
                 Ok(y) => return y,
                 Err(x) => x,
             }

@@ -6,8 +6,7 @@
 //! Running statistics are left to the caller (burn's BatchNorm blends the *biased* variance,
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
-use super::cudnn::{DataType, Order, TensorDesc, fail, relu_desc, tensor_desc, with_handle};
-use super::layout::Layout;
+use super::cudnn::{DataType, Order, TensorDesc, fail, packed, relu_desc, tensor_desc, with_handle};
 use sys::cudnnHandle_t as Handle;
 use crate::error::Result;
 use cudarc::cudnn::sys;
@@ -18,38 +17,10 @@ pub const MIN_EPSILON: f64 = 1e-5;
 
 const SPATIAL: sys::cudnnBatchNormMode_t = sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL;
 
-/// Element type and memory order of the activations (packed in that order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Format {
-    /// Element type of x, y and their gradients.
-    pub dtype: DataType,
-    /// Memory order.
-    pub layout: Layout,
-    /// Training uses cuDNN's persistent kernels (see [`Format::training`]).
-    pub persistent: bool,
-}
-
-impl Format {
-    /// The format of a training computation. cuDNN's persistent kernels (PyTorch's choice for
-    /// channels_last) need every block of their grid resident at once: next to the one-thread
-    /// fence kernel that spins on burn's stream while cuDNN works (see `stream_bridge`), a
-    /// full-size persistent grid is never scheduled — it hung ResNet-50 training on the H200
-    /// (session 5, call b). So they run only where cuDNN's work is ordered on the host
-    /// ([`super::CudnnOptions::host_sync`]), channels-last.
-    pub fn training(dtype: DataType, layout: Layout) -> Format {
-        let persistent = layout == Layout::Nhwc && super::options::get().host_sync;
-        Format { dtype, layout, persistent }
-    }
-
-    fn training_mode(self) -> sys::cudnnBatchNormMode_t {
-        if self.persistent { sys::cudnnBatchNormMode_t::CUDNN_BATCHNORM_SPATIAL_PERSISTENT } else { SPATIAL }
-    }
-}
-
-/// The activation descriptor (`dims` in NCHW order, packed in `f`'s layout) and the per-channel
-/// one (`[1, c, 1, 1]`, always f32).
-fn descriptors(f: Format, dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
-    Ok((tensor_desc(f.dtype, dims, f.layout.strides(dims))?, tensor_desc(DataType::F32, [1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
+/// The activation descriptor (packed `dims` of `dt`) and the per-channel one (`[1, c, 1, 1]`,
+/// always f32).
+fn descriptors(dt: DataType, dims: [i32; 4]) -> Result<(TensorDesc, TensorDesc)> {
+    Ok((tensor_desc(dt, dims, packed(dims))?, tensor_desc(DataType::F32, [1, dims[1], 1, 1], [dims[1], 1, 1, 1])?))
 }
 
 /// cuDNN's `alpha = 1, beta = 0` (overwrite the output), as the pointers it takes.
@@ -78,26 +49,25 @@ fn ptr(p: u64) -> *mut c_void {
 /// Pointers, in order: x, y, gamma, beta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// Live device memory of `device`: x and y hold `dims` (NCHW order) elements of `f`'s type,
-/// packed in its layout, the rest
+/// Live device memory of `device`: x and y hold `dims` packed elements of `dt`, the rest
 /// `dims[1]` f32;
 /// untouched by others until the computation has finished (see [`Order`]).
-pub unsafe fn forward_training(device: usize, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_training(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), f, dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
 /// [`forward_training`] enqueued with a handle already in use (inside `with_handle`).
 ///
 /// # Safety
 /// As [`forward_training`].
-pub(super) unsafe fn forward_training_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+pub(super) unsafe fn forward_training_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: descriptors match the extents the caller guarantees.
     unsafe {
-        forward_then_relu(h, f, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
-            sys::cudnnBatchNormalizationForwardTraining(h, f.training_mode(), a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
+        forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
+            sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
         })
     }
 }
@@ -110,14 +80,14 @@ pub(super) unsafe fn forward_training_in(h: Handle, f: Format, dims: [i32; 4], e
 /// [`relu_in_place`].
 unsafe fn forward_then_relu(
     h: Handle,
-    f: Format,
+    dt: DataType,
     dims: [i32; 4],
     relu: bool,
     y: u64,
     what: &'static str,
     call: impl FnOnce(sys::cudnnTensorDescriptor_t, sys::cudnnTensorDescriptor_t) -> sys::cudnnStatus_t,
 ) -> Result<()> {
-    let (xd, cd) = descriptors(f, dims)?;
+    let (xd, cd) = descriptors(dt, dims)?;
     call(xd.0, cd.0).result().map_err(|e| fail(what, e))?;
     if relu {
         // SAFETY: as this function's contract.
@@ -131,17 +101,17 @@ unsafe fn forward_then_relu(
 ///
 /// # Safety
 /// As [`forward_training`].
-pub unsafe fn forward_inference(device: usize, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_inference(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), f, dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
-unsafe fn forward_inference_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+unsafe fn forward_inference_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
-        forward_then_relu(h, f, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
+        forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
             sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
         })
     }
@@ -152,19 +122,19 @@ unsafe fn forward_inference_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, r
 /// Pointers, in order: x, y, dy, dz, dx, gamma, dgamma, dbeta, save_mean, save_inv_std.
 ///
 /// # Safety
-/// As [`forward_training`]; dy, dz, dx are laid out as x.
-pub unsafe fn backward(device: usize, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
+/// As [`forward_training`]; dy, dz, dx hold `dims` packed elements of `dt`.
+pub unsafe fn backward(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
-    unsafe { with_handle(device, order, |s| backward_in(s.raw(), f, dims, eps, relu, p)) }
+    unsafe { with_handle(device, order, |s| backward_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
 /// [`backward`] enqueued with a handle already in use (inside `with_handle`).
 ///
 /// # Safety
 /// As [`backward`].
-pub(super) unsafe fn backward_in(h: Handle, f: Format, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
+pub(super) unsafe fn backward_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
-    let (xd, cd) = descriptors(f, dims)?;
+    let (xd, cd) = descriptors(dt, dims)?;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
@@ -176,7 +146,7 @@ pub(super) unsafe fn backward_in(h: Handle, f: Format, dims: [i32; 4], eps: f64,
         } else {
             dy
         };
-        sys::cudnnBatchNormalizationBackward(h, f.training_mode(), a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
+        sys::cudnnBatchNormalizationBackward(h, SPATIAL, a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
             .result()
             .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
     }

@@ -7,8 +7,7 @@
 //! (dtype, epsilon below its minimum, a failure), burn's BatchNorm runs instead, with one
 //! warning per cause.
 
-use super::cudnn_bn::{self, Format, MIN_EPSILON};
-use super::layout::Layout;
+use super::cudnn_bn::{self, MIN_EPSILON};
 use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, data_type, dims4, empty, empty_f32, launch, register, require_f32, resolve_packed, same_data_type, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::{Error, Result};
@@ -23,17 +22,18 @@ use burn_nn::BatchNorm;
 use std::any::Any;
 
 /// `relu?(batch_norm(x))` through cuDNN when `B` is burn-cuda (with or without autodiff) and
-/// cuDNN is usable; otherwise `x` comes back untouched. `x` (and the output) in `layout`'s order.
-pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, layout: Layout) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+/// cuDNN is usable; otherwise `x` comes back untouched. NCHW (channels-last batch norms never
+/// come here: see `batch_norm_nhwc`).
+pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     let opts = super::options::get();
     if !opts.batch_norm || !super::cudnn_burn::path_enabled() {
         return Err(x);
     }
     if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {
-        return train(bn, cast(x), relu, layout).map(cast).map_err(cast);
+        return train(bn, cast(x), relu).map(cast).map_err(cast);
     }
     if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Cuda>>() {
-        return infer(bn, cast(x), relu, layout).map(cast).map_err(cast);
+        return infer(bn, cast(x), relu).map(cast).map_err(cast);
     }
     Err(x)
 }
@@ -50,21 +50,21 @@ pub(super) fn checked_eps(eps: f64) -> Result<f64> {
 }
 
 /// `(y, batch mean, inverse std)`.
-fn forward_training(x: Prim, gamma: Prim, beta: Prim, eps: f64, relu: bool, layout: Layout) -> Result<(Prim, Prim, Prim)> {
+fn forward_training(x: Prim, gamma: Prim, beta: Prim, eps: f64, relu: bool) -> Result<(Prim, Prim, Prim)> {
     let client = x.client.clone();
-    let dims = layout.to_nchw(dims4(&x.shape)?);
+    let dims = dims4(&x.shape)?;
     let eps = checked_eps(eps)?;
-    let f = Format::training(data_type(&x)?, layout);
+    let dt = data_type(&x)?;
     require_f32(&gamma, "gamma")?;
     require_f32(&beta, "beta")?;
     let (xc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
     let c = dims[1] as usize;
-    let (yc, mc, ic) = (empty(&xc, &layout.from_nchw(dims).map(|v| v as usize)), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
+    let (yc, mc, ic) = (empty(&xc, &dims.map(|v| v as usize)), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     // SAFETY: `launch` orders the work after the buffers' producers and before their next
     // users; extents by construction.
     let device = xc.device.index;
-    launch(&[&xc, &yc, &gc, &bc, &mc, &ic], ("bn_train", f, dims, eps.to_bits(), relu), move |p, order| unsafe {
-        cudnn_bn::forward_training(device, f, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
+    launch(&[&xc, &yc, &gc, &bc, &mc, &ic], ("bn_train", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
+        cudnn_bn::forward_training(device, dt, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
     })?;
     Ok((register(&client, yc), register(&client, mc), register(&client, ic)))
 }
@@ -82,8 +82,6 @@ pub(super) struct Saved {
     pub(super) mean: Prim,
     pub(super) inv_std: Prim,
     pub(super) eps: f64,
-    /// Memory order of x, y and the gradients.
-    pub(super) layout: Layout,
 }
 
 impl Backward<Cuda, 3> for CudnnBatchNorm {
@@ -107,9 +105,9 @@ impl Backward<Cuda, 3> for CudnnBatchNorm {
 
 pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
     let client = dy.client.clone();
-    let dims = s.layout.to_nchw(dims4(&s.x.shape)?);
+    let dims = dims4(&s.x.shape)?;
     let relu = s.y.is_some();
-    let f = Format::training(same_data_type(&[&s.x, &dy])?, s.layout);
+    let dt = same_data_type(&[&s.x, &dy])?;
     let (xc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
         Ok((resolve_packed(s.x.clone())?, resolve_packed(dy)?, resolve_packed(s.gamma.clone())?, resolve_packed(s.mean.clone())?, resolve_packed(s.inv_std.clone())?))
     })?;
@@ -118,16 +116,16 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
         Some(y) => timed(Phase::Prepare, || resolve_packed(y.clone()))?,
         None => xc.clone(),
     };
-    let full = s.layout.from_nchw(dims).map(|v| v as usize);
-    let c = dims[1] as usize;
+    let full = dims.map(|v| v as usize);
+    let c = full[1];
     let dzc = if relu { empty(&xc, &full) } else { xc.clone() };
     let (dxc, dgc, dbc) = (empty(&xc, &full), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     let device = xc.device.index;
     // SAFETY: as in `forward_training`; dz is only written with ReLU (then it is a fresh buffer).
     let eps = s.eps;
-    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], ("bn_backward", f, dims, eps.to_bits(), relu), move |p, order| unsafe {
+    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], ("bn_backward", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
         let dz = if relu { p[3] } else { 0 };
-        cudnn_bn::backward(device, f, dims, eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
+        cudnn_bn::backward(device, dt, dims, eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
     })?;
     Ok((register(&client, dxc), register(&client, dgc), register(&client, dbc)))
 }
@@ -136,7 +134,7 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
 /// computed in f32; the input gradient comes back in the input's element type.
 pub(super) fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     let dtype = s.x.dtype;
-    let t4 = |p: Prim| s.layout.view_nchw(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p)).cast(burn::tensor::FloatDType::F32));
+    let t4 = |p: Prim| Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p)).cast(burn::tensor::FloatDType::F32);
     let dy = t4(dy);
     let dz = match &s.y {
         Some(y) => dy.clone().mask_fill(t4(y.clone()).lower_equal_elem(0.0), 0.0),
@@ -152,15 +150,15 @@ pub(super) fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     let dgamma = sum(dz.clone() * xhat.clone());
     let scale = per_channel(float(s.gamma.clone())) * inv_std / m;
     let dx = scale * (dz * m - per_channel(dbeta.clone()) - xhat * per_channel(dgamma.clone()));
-    (s.layout.view_from_nchw(dx).cast(dtype).into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
+    (dx.cast(dtype).into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
 }
 
 /// `Err` hands the input back for burn's BatchNorm.
 #[allow(clippy::result_large_err)]
-fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool, layout: Layout) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
+fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let xp = x.clone().into_primitive().tensor();
-    let (y, mean, inv_std) = match forward_training(xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), bn.epsilon, relu, layout) {
+    let (y, mean, inv_std) = match forward_training(xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), bn.epsilon, relu) {
         Ok(v) => v,
         Err(e) => {
             warn_once("cuDNN batch norm", &e, BURN_RUNS);
@@ -168,7 +166,7 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool, layout: Layout) -> st
         }
     };
     update_running(bn, float(mean.clone()), float(inv_std.clone()));
-    let saved = Saved { x: xp.primitive.clone(), y: relu.then(|| y.clone()), gamma: gamma.primitive.clone(), mean, inv_std, eps: bn.epsilon, layout };
+    let saved = Saved { x: xp.primitive.clone(), y: relu.then(|| y.clone()), gamma: gamma.primitive.clone(), mean, inv_std, eps: bn.epsilon };
     let out = match CudnnBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
@@ -189,15 +187,15 @@ pub(super) fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, inv_std:
 
 /// `Err` hands the input back for burn's BatchNorm.
 #[allow(clippy::result_large_err)]
-fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool, layout: Layout) -> std::result::Result<Tensor<Cuda, 4>, Tensor<Cuda, 4>> {
+fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::Result<Tensor<Cuda, 4>, Tensor<Cuda, 4>> {
     let run = || -> Result<Tensor<Cuda, 4>> {
         let device = x.device();
         let prim = |t: Tensor<Cuda, 1>| t.to_device(&device).into_primitive().tensor();
         let xp: Prim = x.clone().into_primitive().tensor();
         let client = xp.client.clone();
-        let dims = layout.to_nchw(dims4(&xp.shape)?);
+        let dims = dims4(&xp.shape)?;
         let eps = checked_eps(bn.epsilon)?;
-        let f = Format { dtype: data_type(&xp)?, layout, persistent: false };
+        let dt = data_type(&xp)?;
         let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(bn.running_var.value())];
         for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
             require_f32(t, what)?;
@@ -206,11 +204,11 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool, layout: Layout) -
             let v = ins.into_iter().map(resolve_packed).collect::<Result<Vec<_>>>()?;
             Ok(<[_; 5]>::try_from(v).expect("five inputs"))
         })?;
-        let yc = empty(&xc, &layout.from_nchw(dims).map(|v| v as usize));
+        let yc = empty(&xc, &dims.map(|v| v as usize));
         // SAFETY: as in `forward_training`.
         let device = xc.device.index;
-        launch(&[&xc, &yc, &gc, &bc, &mc, &vc], ("bn_infer", f, dims, eps.to_bits(), relu), move |p, order| unsafe {
-            cudnn_bn::forward_inference(device, f, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
+        launch(&[&xc, &yc, &gc, &bc, &mc, &vc], ("bn_infer", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
+            cudnn_bn::forward_inference(device, dt, dims, eps, relu, [p[0], p[1], p[2], p[3], p[4], p[5]], order)
         })?;
         Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, yc))))
     };

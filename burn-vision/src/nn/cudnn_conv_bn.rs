@@ -5,8 +5,8 @@
 //! burn's graph. On by default (`BURN_VISION_CUDNN_FUSE=0` turns it off); any failure runs the separate
 //! operations instead.
 
-use super::cudnn::{ConvShape, DataType, Direction, Pointers};
-use super::cudnn_bn::{self, Format};
+use super::cudnn::{ConvShape, DataType, Direction, Pointers, packed};
+use super::cudnn_bn;
 use super::layout::Layout;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
 use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_data, backward_filter, cast, dims4, empty, empty_f32, launch, out_dims, register, require_f32, resolve_packed, same_data_type, warn_once};
@@ -26,31 +26,30 @@ use cubecl::cuda::CudaRuntime;
 use std::any::Any;
 
 /// `relu?(bn(conv(x, w)))` as one operation when `B` is `Autodiff<Cuda>` and fusion is on;
-/// otherwise `x` comes back untouched. `x`, `w` and the output in `layout`'s order.
-pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool, layout: Layout) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+/// otherwise `x` comes back untouched. NCHW only (channels-last batch norms run on burn's
+/// operations: see `batch_norm_nhwc`).
+pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     let opts = super::options::get();
     if !(opts.batch_norm && opts.fuse_conv_bn && super::cudnn_burn::path_enabled()) {
         return Err(x);
     }
     match (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {
-        Some(bn) => fused(cast(w), o, bn, cast(x), relu, layout).map(cast).map_err(cast),
+        Some(bn) => fused(cast(w), o, bn, cast(x), relu).map(cast).map_err(cast),
         None => Err(x),
     }
 }
 
-/// The convolution of `x` and `w` (dims as the tensors have them, in `layout`'s order), both
-/// packed.
-fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>, layout: Layout) -> ConvShape {
-    let (x, w) = (layout.to_nchw(x), layout.to_nchw(w));
+/// The convolution of packed NCHW `x` and KCRS `w`.
+fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
     let y = out_dims(x, w, o);
     ConvShape {
         dtype,
-        layout,
+        layout: Layout::Nchw,
         x,
-        x_strides: layout.strides(x),
+        x_strides: packed(x),
         w,
         y,
-        y_strides: layout.strides(y),
+        y_strides: packed(y),
         pad: o.padding.map(|v| v as i32),
         stride: o.stride.map(|v| v as i32),
         dilation: o.dilation.map(|v| v as i32),
@@ -59,26 +58,23 @@ fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>, layout: 
 }
 
 /// The forward session: `(conv output, block output, batch mean, inverse std)`.
-/// `o` and `layout` describe the convolution, `eps` and `relu` the batch norm after it.
-fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, (o, layout): (&ConvOptions<2>, Layout), eps: f64, relu: bool) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
+fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f64, relu: bool) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
     let client = x.client.clone();
-    let sh = shape(same_data_type(&[&x, &w])?, dims4(&x.shape)?, dims4(&w.shape)?, o, layout);
+    let sh = shape(same_data_type(&[&x, &w])?, dims4(&x.shape)?, dims4(&w.shape)?, o);
     let eps = checked_eps(eps)?;
     require_f32(&gamma, "gamma")?;
     require_f32(&beta, "beta")?;
     let (xc, wc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
-    let yd = layout.from_nchw(sh.y).map(|v| v as usize);
-    let c = sh.y[1] as usize;
-    let (yc, zc, mc, ic) = (empty(&xc, &yd), empty(&xc, &yd), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
+    let yd = sh.y.map(|v| v as usize);
+    let (yc, zc, mc, ic) = (empty(&xc, &yd), empty(&xc, &yd), empty_f32(&xc, &[yd[1]]), empty_f32(&xc, &[yd[1]]));
     let device = xc.device.index;
-    let f = Format::training(sh.dtype, layout);
     // SAFETY: `launch` orders the session after the buffers' producers and before their next
     // users; extents by construction.
     let kind = ("conv_bn", sh.clone(), eps.to_bits(), relu);
     launch(&[&xc, &wc, &yc, &zc, &gc, &bc, &mc, &ic], kind, move |p, order| unsafe {
         super::cudnn::with_handle(device, order, |s| {
             s.convolve(Direction::Forward, &sh, Pointers { x: p[0], w: p[1], y: p[2] })?;
-            cudnn_bn::forward_training_in(s.raw(), f, sh.y, eps, relu, [p[2], p[3], p[4], p[5], p[6], p[7]])
+            cudnn_bn::forward_training_in(s.raw(), sh.dtype, sh.y, eps, relu, [p[2], p[3], p[4], p[5], p[6], p[7]])
         })
     })?;
     Ok((yc, register(&client, zc), register(&client, mc), register(&client, ic)))
@@ -119,8 +115,7 @@ type Grads4 = (Option<Prim>, Prim, Prim, Prim);
 
 fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     let client = dy.client.clone();
-    let layout = s.bn.layout;
-    let sh = shape(same_data_type(&[&s.x, &s.w, &dy])?, dims4(&s.x.shape)?, dims4(&s.w.shape)?, &s.options, layout);
+    let sh = shape(same_data_type(&[&s.x, &s.w, &dy])?, dims4(&s.x.shape)?, dims4(&s.w.shape)?, &s.options);
     let relu = s.bn.y.is_some();
     let (xc, wc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
         Ok((resolve_packed(s.x.clone())?, resolve_packed(s.w.clone())?, resolve_packed(dy)?, resolve_packed(s.bn.gamma.clone())?, resolve_packed(s.bn.mean.clone())?, resolve_packed(s.bn.inv_std.clone())?))
@@ -129,20 +124,18 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
         Some(z) => timed(Phase::Prepare, || resolve_packed(z.clone()))?,
         None => s.conv_out.clone(),
     };
-    let (xd, wd, yd) = (layout.from_nchw(sh.x).map(|v| v as usize), layout.from_nchw(sh.w).map(|v| v as usize), layout.from_nchw(sh.y).map(|v| v as usize));
-    let c = sh.y[1] as usize;
+    let (xd, wd, yd) = (sh.x.map(|v| v as usize), sh.w.map(|v| v as usize), sh.y.map(|v| v as usize));
     let dz = if relu { empty(&xc, &yd) } else { s.conv_out.clone() };
-    let (dconv, dgc, dbc) = (empty(&xc, &yd), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
+    let (dconv, dgc, dbc) = (empty(&xc, &yd), empty_f32(&xc, &[yd[1]]), empty_f32(&xc, &[yd[1]]));
     let (dxc, dwc) = (empty(&xc, if need_dx { &xd } else { &[1] }), empty(&xc, &wd));
     let (device, eps) = (xc.device.index, s.bn.eps);
-    let f = Format::training(sh.dtype, layout);
     let conv_out = &s.conv_out;
     // SAFETY: as in `forward`; dz is only written with ReLU (then it is a fresh buffer).
     let kind = ("conv_bn_backward", sh.clone(), eps.to_bits(), relu, need_dx);
     launch(&[&xc, &wc, conv_out, &zc, &dyc, &dz, &dconv, &gc, &dgc, &dbc, &mc, &ic, &dxc, &dwc], kind, move |p, order| unsafe {
         super::cudnn::with_handle(device, order, |st| {
             let dz = if relu { p[5] } else { 0 };
-            cudnn_bn::backward_in(st.raw(), f, sh.y, eps, relu, [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]])?;
+            cudnn_bn::backward_in(st.raw(), sh.dtype, sh.y, eps, relu, [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]])?;
             if need_dx {
                 st.convolve(Direction::BackwardData, &sh, Pointers { x: p[12], w: p[1], y: p[6] })?;
             }
@@ -158,16 +151,16 @@ fn separate_backward(s: &FusedState, dy: Prim) -> Grads4 {
     let client = dy.client.clone();
     let bn = Saved { x: register(&client, s.conv_out.clone()), ..s.bn.clone() };
     let (dconv, dgamma, dbeta) = backward_cudnn(&bn, dy.clone()).unwrap_or_else(|_| backward_burn(&bn, dy));
-    let dx = backward_data(s.x.clone(), s.w.clone(), dconv.clone(), &s.options, s.bn.layout);
-    let dw = backward_filter(s.x.clone(), s.w.clone(), dconv, &s.options, s.bn.layout);
+    let dx = backward_data(s.x.clone(), s.w.clone(), dconv.clone(), &s.options, Layout::Nchw);
+    let dw = backward_filter(s.x.clone(), s.w.clone(), dconv, &s.options, Layout::Nchw);
     (Some(dx), dw, dgamma, dbeta)
 }
 
 #[allow(clippy::result_large_err)]
-fn fused(w: Tensor<Ad, 4>, o: &ConvOptions<2>, bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool, layout: Layout) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
+fn fused(w: Tensor<Ad, 4>, o: &ConvOptions<2>, bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let (xp, wp) = (x.clone().into_primitive().tensor(), w.into_primitive().tensor());
-    let (conv_out, z, mean, inv_std) = match forward(xp.primitive.clone(), wp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), (o, layout), bn.epsilon, relu) {
+    let (conv_out, z, mean, inv_std) = match forward(xp.primitive.clone(), wp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), o, bn.epsilon, relu) {
         Ok(v) => v,
         Err(e) => {
             warn_once("cuDNN convolution + batch norm (separate operations run instead)", &e, BURN_RUNS);
@@ -176,7 +169,7 @@ fn fused(w: Tensor<Ad, 4>, o: &ConvOptions<2>, bn: &BatchNorm<Ad>, x: Tensor<Ad,
     };
     update_running(bn, float(mean.clone()), float(inv_std.clone()));
     // `x` stands for the batch norm's input until a fallback registers the convolution's output.
-    let saved = Saved { x: xp.primitive.clone(), y: relu.then(|| z.clone()), gamma: gamma.primitive.clone(), mean, inv_std, eps: bn.epsilon, layout };
+    let saved = Saved { x: xp.primitive.clone(), y: relu.then(|| z.clone()), gamma: gamma.primitive.clone(), mean, inv_std, eps: bn.epsilon };
     let state = FusedState { x: xp.primitive.clone(), w: wp.primitive.clone(), conv_out, bn: saved, options: o.clone() };
     let parents = [xp.node.clone(), wp.node.clone(), gamma.node.clone(), beta.node.clone()];
     let out = match CudnnConvBn.prepare::<NoCheckpointing>(parents).compute_bound().stateful() {
