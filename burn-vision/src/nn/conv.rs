@@ -43,7 +43,7 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
     let dtype = x.dtype();
     let (weight, bias) = (weight.cast(dtype), bias.map(|b| b.cast(dtype)));
     #[cfg(feature = "cuda")]
-    let x = match super::cudnn_burn::try_conv2d(x, layout.view_from_nchw(weight.clone()), &options, layout) {
+    let (x, weight) = match super::cudnn_burn::try_conv2d(x, weight, &options, layout) {
         Ok(y) => return match bias {
             Some(b) => {
                 let k = b.dims()[0];
@@ -53,7 +53,7 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
             }
             None => y,
         },
-        Err((x, _)) => x,
+        Err(inputs) => inputs,
     };
     note_path(|| "burn's kernels".into());
     layout.view_from_nchw(burn::tensor::module::conv2d(layout.view_nchw(x), weight, bias, options))

@@ -65,8 +65,9 @@ pub(super) fn path_enabled() -> bool {
 }
 
 /// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
-/// otherwise the inputs come back untouched. `x` and `w` are in `layout`'s order (for
-/// [`Layout::Nhwc`]: `[n, h, w, c]` and `[k, r, s, c / groups]`), and so is the output.
+/// otherwise the inputs come back untouched. `x` and the output are in `layout`'s order
+/// (for [`Layout::Nhwc`]: `[n, h, w, c]`); `w` is burn's `[k, c / groups, r, s]`, handed to
+/// cuDNN in the same order as the activations (KRSC for channels-last).
 pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
     let Some(ad) = cuda_backend::<B>() else {
         return Err((x, w));
@@ -78,10 +79,10 @@ pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvO
     super::conv::note_path(|| format!("cuDNN {}", cudnn::version().unwrap_or(0)));
     if ad {
         let (x, w): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x), cast(w));
-        return Ok(cast(autodiff_conv(x, w, o, layout)));
+        return Ok(cast(autodiff_conv(x, layout.view_from_nchw(w), o, layout)));
     }
     let (x, w): (Tensor<Cuda, 4>, Tensor<Cuda, 4>) = (cast(x), cast(w));
-    let y = forward(x.into_primitive().tensor(), w.into_primitive().tensor(), o, layout);
+    let y = forward(x.into_primitive().tensor(), layout.view_from_nchw(w).into_primitive().tensor(), o, layout);
     Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y))))
 }
 
@@ -144,19 +145,13 @@ pub(super) fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, la
 }
 
 /// A primitive in `layout`'s order viewed as NCHW (filters: KRSC as KCRS), for burn's kernels.
-pub(super) fn nchw(t: Prim, layout: Layout) -> Prim {
-    match layout {
-        Layout::Nchw => t,
-        Layout::Nhwc => <Cuda as FloatTensorOps<Cuda>>::float_permute(t, &[0, 3, 1, 2]),
-    }
+fn nchw(t: Prim, layout: Layout) -> Prim {
+    layout.view_nchw(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(t))).into_primitive().tensor()
 }
 
 /// An NCHW primitive viewed in `layout`'s order.
-pub(super) fn from_nchw(t: Prim, layout: Layout) -> Prim {
-    match layout {
-        Layout::Nchw => t,
-        Layout::Nhwc => <Cuda as FloatTensorOps<Cuda>>::float_permute(t, &[0, 2, 3, 1]),
-    }
+fn from_nchw(t: Prim, layout: Layout) -> Prim {
+    layout.view_from_nchw(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(t))).into_primitive().tensor()
 }
 
 pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
