@@ -7,7 +7,9 @@
 #  3. ResNet-50 bf16 channels-last training with BURN_VISION_CUDNN_BN=0;
 #  4. the same, cuDNN ordered on the host;
 #  5. bn_<order> / r50_<order>: batch_norm_nhwc's reduction orders (BURN_VISION_BN_NHWC_REDUCE),
-#     bench-bn and ResNet-50 bf16 channels-last, next to PyTorch channels_last (torch_r50).
+#     bench-bn and ResNet-50 bf16 channels-last, next to PyTorch channels_last (torch_r50);
+#  6. bn_ops / r50_ops: channels-last batch norm from burn's operations instead of burn-vision's
+#     own kernels (BURN_VISION_BN_KERNELS=0, session 6), to compare with `bn` / `r50_nhw`.
 # Binaries as for cudnn.sh (carry/bins.tgz). Writes raw logs to $OUT, summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -23,6 +25,8 @@ for s in ${STEPS:-bn bn_whn bn_flat bn_matmul r50_nhw torch_r50}; do
     bn_host)     step bn_host 120 env BURN_VISION_CUDNN_HOST_SYNC=1 "$B"/cudnn_check bench-bn ;;
     r50_burn_bn) step r50_bf16_cl_burn_bn ${T_R50:-150} env BURN_VISION_CUDNN_BN=0 "$B"/burn-vision $R50 ;;
     r50_host)    step r50_bf16_cl_host ${T_R50:-150} env BURN_VISION_CUDNN_HOST_SYNC=1 "$B"/burn-vision $R50 ;;
+    bn_ops)      step bn_ops 120 env BURN_VISION_BN_KERNELS=0 "$B"/cudnn_check bench-bn ;;
+    r50_ops)     step r50_bf16_cl_ops ${T_R50:-150} env BURN_VISION_BN_KERNELS=0 "$B"/burn-vision $R50 ;;
     bn_whn|bn_nhw|bn_flat|bn_matmul) step "$s" 120 env BURN_VISION_BN_NHWC_REDUCE=${s#bn_} "$B"/cudnn_check bench-bn ;;
     r50_whn|r50_nhw|r50_flat|r50_matmul) step "r50_bf16_cl_${s#r50_}" ${T_R50:-150} env BURN_VISION_BN_NHWC_REDUCE=${s#r50_} "$B"/burn-vision $R50 ;;
     torch_r50) step torch_r50_bf16_nhwc 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 10 bf16 nhwc ;;

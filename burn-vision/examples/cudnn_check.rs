@@ -160,21 +160,24 @@ fn check_bn(device: &CudaDevice) -> bool {
     let mut ok = true;
     let f32_cases = [([4, 16, 14, 14], true), ([4, 16, 14, 14], false), ([2, 8, 7, 7], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
     let half_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
+    let nhwc_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true), ([8, 100, 12, 13], true), ([64, 64, 32, 32], false)];
     let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
     let runs = f32_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nchw))
         .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nchw)))
         .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3, nchw)))
-        // Channels-last: burn's operations (`batch_norm_nhwc`), no cuDNN call.
-        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nhwc)))
-        .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nhwc)));
+        // Channels-last: burn-vision's own kernels (`batch_norm_nhwc`), no cuDNN call; more
+        // channels than one 32-wide tile and not a multiple of it, many rows per thread.
+        .chain(nhwc_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nhwc)))
+        .chain(nhwc_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nhwc)))
+        .chain(nhwc_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3, nhwc)));
     for (dims, relu, dtype, bound, layout) in runs {
         let n: usize = dims.iter().product();
         let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
-        let before = cudnn::calls();
+        let (before, kernels_before) = (cudnn::calls(), burn_vision::nn::nhwc_bn_kernel_calls());
         let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
-        let used = cudnn::calls() - before;
+        let (used, kernels) = (cudnn::calls() - before, burn_vision::nn::nhwc_bn_kernel_calls() - kernels_before);
         let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
         let errs: Vec<f64> = out
             .iter()
@@ -183,12 +186,14 @@ fn check_bn(device: &CudaDevice) -> bool {
             .map(|(a, b)| max_rel_err(a, b))
             .chain([max_rel_err(&infer, &ref_infer)])
             .collect();
-        // Two training forwards, one backward, one inference (NCHW; none channels-last).
-        let path_ok = if layout == Layout::Nhwc { used == 0 } else { used >= 4 };
+        // Two training forwards, one backward, one inference: on cuDNN (NCHW) or on the
+        // channels-last kernels (NHWC, unless switched off with BURN_VISION_BN_KERNELS=0).
+        let want_kernels = if options::get().nhwc_bn_kernels { 4 } else { 0 };
+        let path_ok = if layout == Layout::Nhwc { used == 0 && kernels == want_kernels } else { used >= 4 && kernels == 0 };
         let pass = path_ok && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} {}",
+            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} {}",
             errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[6],
             if pass { "ok" } else { "FAIL" }
         );

@@ -92,6 +92,15 @@ pub enum Error {
         /// cuDNN's status or the reason.
         reason: String,
     },
+    /// One of burn-vision's own CUDA kernels cannot take these tensors (the caller falls back
+    /// to burn's operations).
+    #[error("CUDA kernel {op}: {reason}")]
+    Kernel {
+        /// What was being done.
+        op: &'static str,
+        /// Why it cannot run.
+        reason: String,
+    },
     /// A distributed-runtime error.
     #[error(transparent)]
     Distributed(#[from] burn_ddp::Error),

@@ -1,5 +1,6 @@
 //! BatchNorm (+ ReLU) on channels-last activations, from burn's tensor operations, on every
-//! backend.
+//! backend — except burn-cuda, where burn-vision's own kernels run (`bn_nhwc_cuda`; these
+//! operations remain its fallback and reference).
 //!
 //! cuDNN's batch norm reads NHWC through its legacy entry points 4–6× slower than NCHW, and its
 //! fast channels-last kernels are persistent ones that cannot run beside the fence kernel that
@@ -66,6 +67,11 @@ fn channel_mean_with<B: Backend>(x: Tensor<B, 4>, strategy: Reduce) -> Tensor<B,
 /// # Shapes
 /// `[batch, height, width, channels]` → the same
 pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+    #[cfg(feature = "cuda")]
+    let x = match super::bn_nhwc_cuda::try_batch_norm(bn, x, relu) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
     let [_, _, _, c] = x.dims();
     let dtype = x.dtype();
     let device = x.device();

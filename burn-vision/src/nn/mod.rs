@@ -3,6 +3,10 @@
 
 pub mod batch_norm;
 mod batch_norm_nhwc;
+#[cfg(feature = "cuda")]
+mod bn_nhwc_cuda;
+#[cfg(feature = "cuda")]
+mod bn_nhwc_kernels;
 pub mod conv;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
@@ -29,6 +33,8 @@ mod upload;
 
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use batch_norm_nhwc::batch_norm_nhwc;
+#[cfg(feature = "cuda")]
+pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::{conv2d, forward_conv};
 pub use layout::Layout;
 pub use options::CudnnOptions;

@@ -6,7 +6,7 @@ use std::sync::{OnceLock, RwLock};
 /// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
 /// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`,
 /// `BURN_VISION_CUDNN_BN=0`, `BURN_VISION_CUDNN_HOST_SYNC=1`,
-/// `BURN_VISION_CUDNN_FUSE=0`), or set with [`set`] before the first convolution.
+/// `BURN_VISION_CUDNN_FUSE=0`, `BURN_VISION_BN_KERNELS=0`), or set with [`set`] before the first convolution.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -33,11 +33,15 @@ pub struct CudnnOptions {
     /// (`BURN_VISION_CUDNN_FUSE=0` runs them separately): 106 instead of 264 cuDNN calls per
     /// ResNet-50 step, and the convolution's output never goes back to burn's graph.
     pub fuse_conv_bn: bool,
+    /// Run channels-last BatchNorm (+ ReLU) on burn-vision's own CUDA kernels on burn's stream
+    /// (`BURN_VISION_BN_KERNELS=0` builds it from burn's tensor operations instead, as on
+    /// every other backend). Not a cuDNN switch: cuDNN's batch norm is slow on NHWC.
+    pub nhwc_bn_kernels: bool,
 }
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false, fuse_conv_bn: true }
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false, fuse_conv_bn: true, nhwc_bn_kernels: true }
     }
 }
 
@@ -54,6 +58,7 @@ impl CudnnOptions {
             ("BURN_VISION_CUDNN_HOST_SYNC", &mut o.host_sync),
             ("BURN_VISION_CUDNN_BN", &mut o.batch_norm),
             ("BURN_VISION_CUDNN_PACK", &mut o.pack_inputs),
+            ("BURN_VISION_BN_KERNELS", &mut o.nhwc_bn_kernels),
         ];
         for (name, field) in switches {
             if let Some(v) = flag(name) {

@@ -1,0 +1,304 @@
+//! Channels-last batch norm (+ ReLU) on burn-cuda through our own kernels
+//! ([`super::bn_nhwc_kernels`]), as an autodiff operation.
+//!
+//! The kernels are launched through cubecl's client of the tensors' device, so they run on
+//! burn's own stream, in order with burn's kernels: no fence, no host wait, no cuDNN. Training
+//! (`Autodiff<Cuda>`): three kernels forward (partial sums, fold, normalise + ReLU), three
+//! backward; running statistics follow burn's BatchNorm (momentum blend of the batch mean and
+//! the biased variance). Inference (`Cuda`): one kernel with the running statistics. Anything
+//! the kernels do not take (another element type, more than 2³¹ elements) comes back untouched
+//! for burn's operations, with one warning per cause.
+
+use super::bn_nhwc_kernels::{self as k, FOLD, TILE_X, TILE_Y};
+use super::cudnn_bn_burn::float;
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, register, resolve_packed, warn_once};
+use crate::error::{Error, Result};
+use burn::prelude::*;
+use burn::tensor::{DType, FloatDType, TensorPrimitive};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cuda::Cuda;
+use burn_nn::BatchNorm;
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::{CubeCount, CubeDim};
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type Cube = CubeTensor<CudaRuntime>;
+
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many channels-last batch norms (training forward, backward, inference) ran on the
+/// kernels in this process (the GPU check counts them).
+pub fn kernel_calls() -> usize {
+    CALLS.load(Ordering::Relaxed)
+}
+
+/// Blocks of partial sums to aim for: about two waves of 256-thread blocks on a large GPU.
+const TARGET_BLOCKS: usize = 2048;
+
+/// `relu?(bn(x))` for channels-last `x` through the kernels when `B` is burn-cuda (training
+/// statistics with autodiff, running statistics without) and
+/// [`super::CudnnOptions::nhwc_bn_kernels`] is set; otherwise `x` comes back untouched.
+pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+    if !super::options::get().nhwc_bn_kernels {
+        return Err(x);
+    }
+    let fallback = |e: Error| warn_once("channels-last batch norm kernels", &e, BURN_RUNS);
+    if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {
+        let x: Tensor<Ad, 4> = cast(x);
+        return train(bn, x.clone(), relu).map(cast).map_err(|e| {
+            fallback(e);
+            cast(x)
+        });
+    }
+    if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Cuda>>() {
+        let x: Tensor<Cuda, 4> = cast(x);
+        return infer(bn, x.clone(), relu).map(cast).map_err(|e| {
+            fallback(e);
+            cast(x)
+        });
+    }
+    Err(x)
+}
+
+/// `(rows, channels)` of an `[n, h, w, c]` tensor the kernels take.
+fn extent(t: &Prim) -> Result<(usize, usize)> {
+    let d = t.shape.as_slice();
+    let fail = |reason: String| Err(Error::Kernel { op: "channels-last batch norm", reason });
+    if d.len() != 4 || d.contains(&0) {
+        return fail(format!("shape {d:?} is not 4-D and non-empty"));
+    }
+    if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
+        return fail(format!("{:?} activations (f32, bf16 and f16 are taken)", t.dtype));
+    }
+    let elems: usize = d.iter().product();
+    if elems > i32::MAX as usize {
+        return fail(format!("{elems} elements, more than the kernels' 32-bit indexing"));
+    }
+    Ok((d[0] * d[1] * d[2], d[3]))
+}
+
+fn require_f32(t: &Prim, what: &str) -> Result<()> {
+    if t.dtype != DType::F32 {
+        return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} is {:?}; parameters and statistics are f32", t.dtype) });
+    }
+    Ok(())
+}
+
+/// Blocks of rows for the partial sums: enough blocks to fill the GPU, at least one row each.
+fn groups(rows: usize, channels: usize) -> usize {
+    (TARGET_BLOCKS / channels.div_ceil(TILE_X as usize)).clamp(1, rows.div_ceil(TILE_Y as usize))
+}
+
+fn partial_grid(channels: usize, groups: usize) -> (CubeCount, CubeDim) {
+    (CubeCount::Static(channels.div_ceil(TILE_X as usize) as u32, groups as u32, 1), CubeDim::new_2d(TILE_X, TILE_Y))
+}
+
+fn elementwise_grid(like: &Cube, elems: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new(&like.client, elems);
+    (cubecl::calculate_cube_count_elemwise(&like.client, elems, dim), dim)
+}
+
+/// Batch statistics and output: `(y, mean, biased var, inv_std)`.
+fn forward_kernels(x: &Cube, gamma: &Cube, beta: &Cube, rows: usize, c: usize, eps: f64, relu: bool) -> (Cube, Cube, Cube, Cube) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let client = &x.client;
+    let dt = x.dtype;
+    let g = groups(rows, c);
+    let partials = empty_f32(x, &[2, g, c]);
+    let (mean, var, inv_std) = (empty_f32(x, &[c]), empty_f32(x, &[c]), empty_f32(x, &[c]));
+    let y = empty(x, x.meta.shape().as_slice());
+    let (count, dim) = partial_grid(c, g);
+    k::stats_partials::launch::<CudaRuntime>(client, count, dim, x.clone().into_tensor_arg(), partials.clone().into_tensor_arg(), rows as u32, c as u32, g as u32, TILE_X, TILE_Y, dt.into());
+    k::stats_finalize::launch::<CudaRuntime>(
+        client,
+        CubeCount::Static(c as u32, 1, 1),
+        CubeDim::new_1d(FOLD),
+        x.clone().into_tensor_arg(),
+        partials.into_tensor_arg(),
+        mean.clone().into_tensor_arg(),
+        var.clone().into_tensor_arg(),
+        inv_std.clone().into_tensor_arg(),
+        rows as u32,
+        c as u32,
+        g as u32,
+        eps as f32,
+        dt.into(),
+    );
+    normalize(x, &y, &mean, &inv_std, gamma, beta, c, relu);
+    (y, mean, var, inv_std)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, c: usize, relu: bool) {
+    let (count, dim) = elementwise_grid(x, x.meta.shape().num_elements());
+    k::normalize::launch::<CudaRuntime>(
+        &x.client,
+        count,
+        dim,
+        x.clone().into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        mean.clone().into_tensor_arg(),
+        inv_std.clone().into_tensor_arg(),
+        gamma.clone().into_tensor_arg(),
+        beta.clone().into_tensor_arg(),
+        c as u32,
+        relu,
+        x.dtype.into(),
+    );
+}
+
+/// `(dx, dgamma, dbeta)`.
+fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]: [&Cube; 4], rows: usize, c: usize) -> (Cube, Cube, Cube) {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let client = &x.client;
+    let dt = x.dtype;
+    let g = groups(rows, c);
+    let partials = empty_f32(x, &[2, g, c]);
+    let (dgamma, dbeta) = (empty_f32(x, &[c]), empty_f32(x, &[c]));
+    let dx = empty(x, x.meta.shape().as_slice());
+    let (count, dim) = partial_grid(c, g);
+    let arg = |t: &Cube| t.clone().into_tensor_arg();
+    k::grad_partials::launch::<CudaRuntime>(client, count, dim, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows as u32, c as u32, g as u32, TILE_X, TILE_Y, s.relu, dt.into());
+    k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(inv_std), arg(&dgamma), arg(&dbeta), c as u32, g as u32);
+    let (count, dim) = elementwise_grid(x, rows * c);
+    k::input_grad::launch::<CudaRuntime>(
+        client,
+        count,
+        dim,
+        arg(x),
+        arg(dy),
+        arg(&dx),
+        arg(mean),
+        arg(inv_std),
+        arg(gamma),
+        arg(beta),
+        arg(&dgamma),
+        arg(&dbeta),
+        c as u32,
+        1.0 / rows as f32,
+        s.relu,
+        dt.into(),
+    );
+    (dx, dgamma, dbeta)
+}
+
+#[derive(Debug)]
+struct NhwcBatchNorm;
+
+/// What the backward pass needs: the input, the parameters (the ReLU mask is recomputed from
+/// them) and the batch statistics.
+#[derive(Debug, Clone)]
+struct Saved {
+    x: Prim,
+    gamma: Prim,
+    beta: Prim,
+    mean: Prim,
+    inv_std: Prim,
+    relu: bool,
+}
+
+impl Backward<Cuda, 3> for NhwcBatchNorm {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let dy = grads.consume::<Cuda>(&ops.node);
+        let s = ops.state;
+        let (dx, dgamma, dbeta) = backward(&s, dy.clone()).unwrap_or_else(|e| {
+            warn_once("channels-last batch norm kernels (backward)", &e, BURN_RUNS);
+            backward_burn(&s, dy)
+        });
+        for (node, grad) in [(node_x, dx), (node_gamma, dgamma), (node_beta, dbeta)] {
+            if let Some(node) = node {
+                grads.register::<Cuda>(node.id, grad);
+            }
+        }
+    }
+}
+
+fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
+    let client = dy.client.clone();
+    let (rows, c) = extent(&s.x)?;
+    if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
+        return Err(Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype) });
+    }
+    let [x, dy, gamma, beta, mean, inv_std] = [s.x.clone(), dy, s.gamma.clone(), s.beta.clone(), s.mean.clone(), s.inv_std.clone()].map(resolve_packed);
+    let (x, dy) = (x?, dy?);
+    let per_channel = [gamma?, beta?, mean?, inv_std?];
+    let (dx, dgamma, dbeta) = backward_kernels(s, &x, &dy, [&per_channel[0], &per_channel[1], &per_channel[2], &per_channel[3]], rows, c);
+    Ok((register(&client, dx), register(&client, dgamma), register(&client, dbeta)))
+}
+
+/// The same gradients from burn's operations, in f32 (if the kernels refuse after the forward
+/// pass ran); the input gradient comes back in the input's type.
+fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
+    let t4 = |p: Prim| Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p)).cast(FloatDType::F32);
+    let c = s.x.shape.as_slice()[3];
+    let per_channel = |p: &Prim| float(p.clone()).reshape([1, 1, 1, c]);
+    let sum = |t: Tensor<Cuda, 4>| t.sum_dim(0).sum_dim(1).sum_dim(2).reshape([c]);
+    let (inv_std, gamma) = (per_channel(&s.inv_std), per_channel(&s.gamma));
+    let d = t4(s.x.clone()) - per_channel(&s.mean);
+    let dy = t4(dy);
+    let dz = if s.relu { dy.mask_fill((d.clone() * (gamma.clone() * inv_std.clone()) + per_channel(&s.beta)).lower_equal_elem(0.0), 0.0) } else { dy };
+    let m = (s.x.shape.num_elements() / c) as f64;
+    let dbeta = sum(dz.clone());
+    let dgamma = sum(dz.clone() * d.clone()) * float(s.inv_std.clone());
+    let dx = gamma * inv_std.clone() * (dz - per_channel_of(&dbeta, c) / m - d * inv_std * per_channel_of(&dgamma, c) / m);
+    (dx.cast(s.x.dtype).into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
+}
+
+fn per_channel_of(t: &Tensor<Cuda, 1>, c: usize) -> Tensor<Cuda, 4> {
+    t.clone().reshape([1, 1, 1, c])
+}
+
+fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 4>> {
+    let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
+    let xp = x.into_primitive().tensor();
+    let (rows, c) = extent(&xp.primitive)?;
+    require_f32(&gamma.primitive, "gamma")?;
+    require_f32(&beta.primitive, "beta")?;
+    let client = xp.primitive.client.clone();
+    let (xc, gc, bc) = (resolve_packed(xp.primitive.clone())?, resolve_packed(gamma.primitive.clone())?, resolve_packed(beta.primitive.clone())?);
+    let (y, mean, var, inv_std) = forward_kernels(&xc, &gc, &bc, rows, c, bn.epsilon, relu);
+    let [y, mean, var, inv_std] = [y, mean, var, inv_std].map(|t| register(&client, t));
+    update_running(bn, float(mean.clone()), float(var));
+    let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu };
+    let out = match NhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(saved, y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+}
+
+/// burn's rule: `running = (1 − momentum)·running + momentum·batch`, biased batch variance.
+fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, var: Tensor<Cuda, 1>) {
+    let device = mean.device();
+    let m = bn.momentum;
+    let blend = |running: Tensor<Ad, 1>, batch: Tensor<Cuda, 1>| Tensor::<Ad, 1>::from_inner(running.inner().to_device(&device).mul_scalar(1.0 - m).add(batch.mul_scalar(m)));
+    bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
+    bn.running_var.update(blend(bn.running_var.value_sync(), var));
+}
+
+fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<Cuda, 4>> {
+    let device = x.device();
+    let xp: Prim = x.into_primitive().tensor();
+    let (_, c) = extent(&xp)?;
+    let client = xp.client.clone();
+    let prim = |t: Tensor<Cuda, 1>| -> Prim { t.to_device(&device).into_primitive().tensor() };
+    let inv_std = bn.running_var.value().to_device(&device).add_scalar(bn.epsilon).sqrt().recip();
+    let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(inv_std)];
+    for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
+        require_f32(t, what)?;
+    }
+    let [xc, gc, bc, mc, ic] = ins.map(resolve_packed);
+    let xc = xc?;
+    let y = empty(&xc, xc.meta.shape().as_slice());
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    normalize(&xc, &y, &mc?, &ic?, &gc?, &bc?, c, relu);
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, y))))
+}
