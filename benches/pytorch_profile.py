@@ -1,11 +1,13 @@
 """Device time of one PyTorch training step by kernel (torch.profiler), the anchor for
-burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N]"""
+burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N] [f32|bf16]
+(bf16: autocast, as benches/pytorch_baseline.py)"""
 import sys, torch, torchvision
 from torch.profiler import profile, ProfilerActivity
 
 model_name, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cl = len(sys.argv) > 4 and sys.argv[4] == "1"
 top = int(sys.argv[5]) if len(sys.argv) > 5 else 25
+bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
 torch.backends.cudnn.benchmark = True
 torch.manual_seed(0)
 fmt = torch.channels_last if cl else torch.contiguous_format
@@ -17,7 +19,9 @@ loss_fn = torch.nn.CrossEntropyLoss()
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
     opt.step()
 
 for _ in range(3):
@@ -29,7 +33,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
 events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0) > 0]
 key = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
 total = sum(key(e) for e in events) / 1e3
-label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}"
+label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}{'-bf16' if bf16 else ''}"
 print(f"NCU {label}: {sum(e.count for e in events)} kernels, {total:.1f} ms of device time")
 for e in sorted(events, key=key, reverse=True)[:top]:
     print(f"NCU {label}: {key(e) / 1e3:9.2f} ms {100 * key(e) / 1e3 / total:5.1f}% {e.count:5d}x  {e.key[:70]}")

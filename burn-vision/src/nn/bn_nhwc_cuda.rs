@@ -65,7 +65,9 @@ pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, rel
     Err(x)
 }
 
-/// `(rows, channels)` of an `[n, h, w, c]` tensor the kernels take.
+/// `(rows, channels)` of an `[n, h, w, c]` tensor the kernels take. (Its resolved buffer may
+/// be one-dimensional — a packed copy of a strided view — so outputs take their shape from
+/// the tensor, never from the buffer.)
 fn extent(t: &Prim) -> Result<(usize, usize)> {
     let d = t.shape.as_slice();
     let fail = |reason: String| Err(Error::Kernel { op: "channels-last batch norm", reason });
@@ -104,14 +106,14 @@ fn elementwise_grid(like: &Cube, elems: usize) -> (CubeCount, CubeDim) {
 }
 
 /// Batch statistics and output: `(y, mean, biased var, inv_std)`.
-fn forward_kernels(x: &Cube, gamma: &Cube, beta: &Cube, rows: usize, c: usize, eps: f64, relu: bool) -> (Cube, Cube, Cube, Cube) {
+fn forward_kernels(x: &Cube, shape: &Shape, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), eps: f64, relu: bool) -> (Cube, Cube, Cube, Cube) {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
     let g = groups(rows, c);
     let partials = empty_f32(x, &[2, g, c]);
     let (mean, var, inv_std) = (empty_f32(x, &[c]), empty_f32(x, &[c]), empty_f32(x, &[c]));
-    let y = empty(x, x.meta.shape().as_slice());
+    let y = empty(x, shape.as_slice());
     let (count, dim) = partial_grid(c, g);
     k::stats_partials::launch::<CudaRuntime>(client, count, dim, x.clone().into_tensor_arg(), partials.clone().into_tensor_arg(), rows as u32, c as u32, g as u32, TILE_X, TILE_Y, dt.into());
     k::stats_finalize::launch::<CudaRuntime>(
@@ -135,7 +137,7 @@ fn forward_kernels(x: &Cube, gamma: &Cube, beta: &Cube, rows: usize, c: usize, e
 
 #[allow(clippy::too_many_arguments)]
 fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, c: usize, relu: bool) {
-    let (count, dim) = elementwise_grid(x, x.meta.shape().num_elements());
+    let (count, dim) = elementwise_grid(x, y.meta.shape().num_elements());
     k::normalize::launch::<CudaRuntime>(
         &x.client,
         count,
@@ -153,14 +155,14 @@ fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta
 }
 
 /// `(dx, dgamma, dbeta)`.
-fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]: [&Cube; 4], rows: usize, c: usize) -> (Cube, Cube, Cube) {
+fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]: [&Cube; 4], (rows, c): (usize, usize)) -> (Cube, Cube, Cube) {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
     let g = groups(rows, c);
     let partials = empty_f32(x, &[2, g, c]);
     let (dgamma, dbeta) = (empty_f32(x, &[c]), empty_f32(x, &[c]));
-    let dx = empty(x, x.meta.shape().as_slice());
+    let dx = empty(x, s.x.shape.as_slice());
     let (count, dim) = partial_grid(c, g);
     let arg = |t: &Cube| t.clone().into_tensor_arg();
     k::grad_partials::launch::<CudaRuntime>(client, count, dim, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows as u32, c as u32, g as u32, TILE_X, TILE_Y, s.relu, dt.into());
@@ -230,7 +232,7 @@ fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
     let [x, dy, gamma, beta, mean, inv_std] = [s.x.clone(), dy, s.gamma.clone(), s.beta.clone(), s.mean.clone(), s.inv_std.clone()].map(resolve_packed);
     let (x, dy) = (x?, dy?);
     let per_channel = [gamma?, beta?, mean?, inv_std?];
-    let (dx, dgamma, dbeta) = backward_kernels(s, &x, &dy, [&per_channel[0], &per_channel[1], &per_channel[2], &per_channel[3]], rows, c);
+    let (dx, dgamma, dbeta) = backward_kernels(s, &x, &dy, [&per_channel[0], &per_channel[1], &per_channel[2], &per_channel[3]], (rows, c));
     Ok((register(&client, dx), register(&client, dgamma), register(&client, dbeta)))
 }
 
@@ -264,7 +266,7 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
     require_f32(&beta.primitive, "beta")?;
     let client = xp.primitive.client.clone();
     let (xc, gc, bc) = (resolve_packed(xp.primitive.clone())?, resolve_packed(gamma.primitive.clone())?, resolve_packed(beta.primitive.clone())?);
-    let (y, mean, var, inv_std) = forward_kernels(&xc, &gc, &bc, rows, c, bn.epsilon, relu);
+    let (y, mean, var, inv_std) = forward_kernels(&xc, &xp.primitive.shape, &gc, &bc, (rows, c), bn.epsilon, relu);
     let [y, mean, var, inv_std] = [y, mean, var, inv_std].map(|t| register(&client, t));
     update_running(bn, float(mean.clone()), float(var));
     let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu };
@@ -288,7 +290,7 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<
     let device = x.device();
     let xp: Prim = x.into_primitive().tensor();
     let (_, c) = extent(&xp)?;
-    let client = xp.client.clone();
+    let (client, shape) = (xp.client.clone(), xp.shape.clone());
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.to_device(&device).into_primitive().tensor() };
     let inv_std = bn.running_var.value().to_device(&device).add_scalar(bn.epsilon).sqrt().recip();
     let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(inv_std)];
@@ -297,7 +299,7 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<
     }
     let [xc, gc, bc, mc, ic] = ins.map(resolve_packed);
     let xc = xc?;
-    let y = empty(&xc, xc.meta.shape().as_slice());
+    let y = empty(&xc, shape.as_slice());
     CALLS.fetch_add(1, Ordering::Relaxed);
     normalize(&xc, &y, &mc?, &ic?, &gc?, &bc?, c, relu);
     Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, y))))
