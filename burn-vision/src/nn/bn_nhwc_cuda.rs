@@ -9,7 +9,7 @@
 //! the kernels do not take (another element type, more than 2³¹ elements) comes back untouched
 //! for burn's operations, with one warning per cause.
 
-use super::bn_nhwc_kernels::{self as k, FOLD, TILE_X, TILE_Y};
+use super::bn_nhwc_kernels::{self as k, FOLD};
 use super::cudnn_bn_burn::float;
 use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, register, resolve_packed, warn_once};
 use crate::error::{Error, Result};
@@ -23,7 +23,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
 use burn_nn::BatchNorm;
 use cubecl::cuda::CudaRuntime;
-use cubecl::prelude::{CubeCount, CubeDim};
+use cubecl::prelude::{CubeCount, CubeDim, TensorArg};
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -91,18 +91,40 @@ fn require_f32(t: &Prim, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Blocks of rows for the partial sums: enough blocks to fill the GPU, at least one row each.
-fn groups(rows: usize, channels: usize) -> usize {
-    (TARGET_BLOCKS / channels.div_ceil(TILE_X as usize)).clamp(1, rows.div_ceil(TILE_Y as usize))
+/// How a column-tile kernel covers `[rows, c]` (see `bn_nhwc_kernels`).
+#[derive(Clone, Copy, Debug)]
+struct Tiling {
+    /// Channels per vector.
+    n: usize,
+    /// Channel vectors per row (`c / n`).
+    cols: usize,
+    tile_x: u32,
+    tile_y: u32,
+    /// Blocks of rows.
+    groups: usize,
 }
 
-fn partial_grid(channels: usize, groups: usize) -> (CubeCount, CubeDim) {
-    (CubeCount::Static(channels.div_ceil(TILE_X as usize) as u32, groups as u32, 1), CubeDim::new_2d(TILE_X, TILE_Y))
+impl Tiling {
+    /// The widest vector (up to 16 bytes of activations) that divides `c` and that every
+    /// operand's buffer is aligned for (f32 statistics: `4·n` bytes); 256-thread blocks, up to
+    /// 32 channel vectors wide; enough blocks of rows to fill the GPU.
+    fn new(rows: usize, c: usize, elem_bytes: usize, operands: &[&Cube]) -> Self {
+        let aligned = |n: usize| operands.iter().all(|t| t.handle.offset_start.unwrap_or(0) % (4 * n) as u64 == 0);
+        let n = [8usize, 4, 2, 1].into_iter().find(|&n| n * elem_bytes <= 16 && c % n == 0 && aligned(n)).unwrap_or(1);
+        let cols = c / n;
+        let tile_x = cols.next_power_of_two().min(32);
+        let tile_y = 256 / tile_x;
+        let groups = (TARGET_BLOCKS / cols.div_ceil(tile_x)).clamp(1, rows.div_ceil(tile_y));
+        Self { n, cols, tile_x: tile_x as u32, tile_y: tile_y as u32, groups }
+    }
+
+    fn grid(&self) -> (CubeCount, CubeDim) {
+        (CubeCount::Static(self.cols.div_ceil(self.tile_x as usize) as u32, self.groups as u32, 1), CubeDim::new_2d(self.tile_x, self.tile_y))
+    }
 }
 
-fn elementwise_grid(like: &Cube, elems: usize) -> (CubeCount, CubeDim) {
-    let dim = CubeDim::new(&like.client, elems);
-    (cubecl::calculate_cube_count_elemwise(&like.client, elems, dim), dim)
+fn arg(t: &Cube) -> TensorArg<CudaRuntime> {
+    t.clone().into_tensor_arg()
 }
 
 /// Batch statistics and output: `(y, mean, biased var, inv_std)`.
@@ -110,48 +132,24 @@ fn forward_kernels(x: &Cube, shape: &Shape, gamma: &Cube, beta: &Cube, (rows, c)
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
-    let g = groups(rows, c);
-    let partials = empty_f32(x, &[2, g, c]);
     let (mean, var, inv_std) = (empty_f32(x, &[c]), empty_f32(x, &[c]), empty_f32(x, &[c]));
     let y = empty(x, shape.as_slice());
-    let (count, dim) = partial_grid(c, g);
-    k::stats_partials::launch::<CudaRuntime>(client, count, dim, x.clone().into_tensor_arg(), partials.clone().into_tensor_arg(), rows as u32, c as u32, g as u32, TILE_X, TILE_Y, dt.into());
-    k::stats_finalize::launch::<CudaRuntime>(
-        client,
-        CubeCount::Static(c as u32, 1, 1),
-        CubeDim::new_1d(FOLD),
-        x.clone().into_tensor_arg(),
-        partials.into_tensor_arg(),
-        mean.clone().into_tensor_arg(),
-        var.clone().into_tensor_arg(),
-        inv_std.clone().into_tensor_arg(),
-        rows as u32,
-        c as u32,
-        g as u32,
-        eps as f32,
-        dt.into(),
-    );
-    normalize(x, &y, &mean, &inv_std, gamma, beta, c, relu);
+    let t = Tiling::new(rows, c, dt.size(), &[x, gamma, beta, &mean, &inv_std, &y]);
+    let partials = empty_f32(x, &[2, t.groups, c]);
+    let (count, dim) = t.grid();
+    let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
+    k::stats_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, dt.into());
+    k::stats_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(x), arg(&partials), arg(&mean), arg(&var), arg(&inv_std), rows32, c as u32, groups32, eps as f32, dt.into());
+    k::normalize::launch::<CudaRuntime>(client, count, dim, t.n, arg(x), arg(&y), arg(&mean), arg(&inv_std), arg(gamma), arg(beta), rows32, cols32, groups32, t.tile_x, t.tile_y, relu, dt.into());
     (y, mean, var, inv_std)
 }
 
+/// `y = relu?(γ·inv_std·(x − mean) + β)` with given statistics (inference).
 #[allow(clippy::too_many_arguments)]
-fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, c: usize, relu: bool) {
-    let (count, dim) = elementwise_grid(x, y.meta.shape().num_elements());
-    k::normalize::launch::<CudaRuntime>(
-        &x.client,
-        count,
-        dim,
-        x.clone().into_tensor_arg(),
-        y.clone().into_tensor_arg(),
-        mean.clone().into_tensor_arg(),
-        inv_std.clone().into_tensor_arg(),
-        gamma.clone().into_tensor_arg(),
-        beta.clone().into_tensor_arg(),
-        c as u32,
-        relu,
-        x.dtype.into(),
-    );
+fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), relu: bool) {
+    let t = Tiling::new(rows, c, x.dtype.size(), &[x, y, mean, inv_std, gamma, beta]);
+    let (count, dim) = t.grid();
+    k::normalize::launch::<CudaRuntime>(&x.client, count, dim, t.n, arg(x), arg(y), arg(mean), arg(inv_std), arg(gamma), arg(beta), rows as u32, t.cols as u32, t.groups as u32, t.tile_x, t.tile_y, relu, x.dtype.into());
 }
 
 /// `(dx, dgamma, dbeta)`.
@@ -159,32 +157,16 @@ fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
-    let g = groups(rows, c);
-    let partials = empty_f32(x, &[2, g, c]);
     let (dgamma, dbeta) = (empty_f32(x, &[c]), empty_f32(x, &[c]));
     let dx = empty(x, s.x.shape.as_slice());
-    let (count, dim) = partial_grid(c, g);
-    let arg = |t: &Cube| t.clone().into_tensor_arg();
-    k::grad_partials::launch::<CudaRuntime>(client, count, dim, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows as u32, c as u32, g as u32, TILE_X, TILE_Y, s.relu, dt.into());
-    k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(inv_std), arg(&dgamma), arg(&dbeta), c as u32, g as u32);
-    let (count, dim) = elementwise_grid(x, rows * c);
+    let t = Tiling::new(rows, c, dt.size(), &[x, dy, &dx, gamma, beta, mean, inv_std, &dgamma, &dbeta]);
+    let partials = empty_f32(x, &[2, t.groups, c]);
+    let (count, dim) = t.grid();
+    let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
+    k::grad_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, s.relu, dt.into());
+    k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(inv_std), arg(&dgamma), arg(&dbeta), c as u32, groups32);
     k::input_grad::launch::<CudaRuntime>(
-        client,
-        count,
-        dim,
-        arg(x),
-        arg(dy),
-        arg(&dx),
-        arg(mean),
-        arg(inv_std),
-        arg(gamma),
-        arg(beta),
-        arg(&dgamma),
-        arg(&dbeta),
-        c as u32,
-        1.0 / rows as f32,
-        s.relu,
-        dt.into(),
+        client, count, dim, t.n, arg(x), arg(dy), arg(&dx), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&dgamma), arg(&dbeta), rows32, cols32, groups32, 1.0 / rows as f32, t.tile_x, t.tile_y, s.relu, dt.into(),
     );
     (dx, dgamma, dbeta)
 }
@@ -289,7 +271,7 @@ fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, var: Tensor<Cuda, 1
 fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<Cuda, 4>> {
     let device = x.device();
     let xp: Prim = x.into_primitive().tensor();
-    let (_, c) = extent(&xp)?;
+    let (rows, c) = extent(&xp)?;
     let (client, shape) = (xp.client.clone(), xp.shape.clone());
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.to_device(&device).into_primitive().tensor() };
     let inv_std = bn.running_var.value().to_device(&device).add_scalar(bn.epsilon).sqrt().recip();
@@ -301,6 +283,6 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<
     let xc = xc?;
     let y = empty(&xc, shape.as_slice());
     CALLS.fetch_add(1, Ordering::Relaxed);
-    normalize(&xc, &y, &mc?, &ic?, &gc?, &bc?, c, relu);
+    normalize(&xc, &y, &mc?, &ic?, &gc?, &bc?, (rows, c), relu);
     Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, y))))
 }

@@ -1,6 +1,9 @@
 //! CUDA kernels (cubecl) for batch norm (+ ReLU) on channels-last activations, seen as a
 //! row-major `[rows, channels]` matrix (`rows = n·h·w`): the channels of one pixel are
-//! contiguous, so threads side by side read neighbouring channels of the same row.
+//! contiguous. Every pass over the activations is a *column-tile* kernel: a thread owns a
+//! vector of `N` neighbouring channels (up to 16 bytes: 8 bf16, 4 f32) and walks down the rows
+//! of its block (rows `g·tile_y + ty`, stepping `groups·tile_y`), so threads side by side read
+//! neighbouring memory, the per-channel parameters stay in registers, and no index is divided.
 //!
 //! Training forward: per-channel partial sums over blocks of rows, one pass ([`stats_partials`]);
 //! one warp per channel folds the partials into the mean, the biased variance and `1/√(var+ε)`
@@ -13,71 +16,98 @@
 //! The sums are shifted by each channel's first value (`x[0, c]`) so that the variance
 //! `E[d²] − E[d]²` does not cancel when the mean is large against the spread.
 
+use cubecl::num_traits::Zero;
 use cubecl::prelude::*;
 
-/// Threads of a partial-sum block along the channels (one warp) and along the rows.
-pub(super) const TILE_X: u32 = 32;
-pub(super) const TILE_Y: u32 = 8;
 /// One warp per channel folds the partial sums.
 pub(super) const FOLD: u32 = 32;
 
-/// `γ·(x − mean)·inv_std + β` in f32: the one formula the forward pass and the ReLU mask of the
-/// backward pass share, so the mask is exactly the forward's.
+/// `relu(v)` elementwise when `relu`, else `v`. The forward's output and the backward's mask
+/// both come from this one comparison (`v > 0`), so they agree exactly.
 #[cube]
-fn affine(d: f32, scale: f32, beta: f32) -> f32 {
-    d * scale + beta
+fn relu_mask<N: Size>(v: Vector<f32, N>, dy: Vector<f32, N>, #[comptime] relu: bool) -> Vector<f32, N> {
+    let mut out = dy;
+    if relu {
+        out = select_many(v.greater_than(Vector::zero()), dy, Vector::zero());
+    }
+    out
 }
 
-/// `partials[0, g, c] = Σ (x[r, c] − x[0, c])`, `partials[1, g, c] = Σ (x[r, c] − x[0, c])²`
-/// over the rows `r ≡ g·TILE_Y + ty (mod groups·TILE_Y)` of block row `g`.
+/// This thread's channel vector, first row and row step (see the module documentation).
+#[cube]
+fn tile_position(#[comptime] tile_x: u32, #[comptime] tile_y: u32, groups: usize) -> (usize, usize, usize) {
+    let cv = CUBE_POS_X as usize * tile_x as usize + UNIT_POS_X as usize;
+    let first = CUBE_POS_Y as usize * tile_y as usize + UNIT_POS_Y as usize;
+    (cv, first, groups * tile_y as usize)
+}
+
+/// Adds up the `tile_y` threads' sums of each column of the block and writes them as
+/// `partials[0, g, cv]` and `partials[1, g, cv]` (in vectors of `N` channels).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store_partials<N: Size>(
+    s1: Vector<f32, N>,
+    s2: Vector<f32, N>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    cv: usize,
+    cols: usize,
+    groups: usize,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+) {
+    let tx = UNIT_POS_X as usize;
+    let ty = UNIT_POS_Y as usize;
+    let mut sum1 = SharedMemory::<Vector<f32, N>>::new(tile_x as usize * tile_y as usize);
+    let mut sum2 = SharedMemory::<Vector<f32, N>>::new(tile_x as usize * tile_y as usize);
+    sum1[ty * tile_x as usize + tx] = s1;
+    sum2[ty * tile_x as usize + tx] = s2;
+    sync_cube();
+    if ty == 0 && cv < cols {
+        let mut a = s1;
+        let mut b = s2;
+        for k in 1..tile_y as usize {
+            a += sum1[k * tile_x as usize + tx];
+            b += sum2[k * tile_x as usize + tx];
+        }
+        let g = CUBE_POS_Y as usize;
+        partials[g * cols + cv] = a;
+        partials[(groups + g) * cols + cv] = b;
+    }
+}
+
+/// Per block row `g`: `Σ (x − x[0])` and `Σ (x − x[0])²` for each channel.
 #[cube(launch)]
-pub(super) fn stats_partials<F: Float>(
-    x: &Tensor<F>,
-    partials: &mut Tensor<f32>,
+#[allow(clippy::too_many_arguments)]
+pub(super) fn stats_partials<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
     rows: u32,
-    channels: u32,
+    cols: u32,
     groups: u32,
     #[comptime] tile_x: u32,
     #[comptime] tile_y: u32,
     #[define(F)] _dtype: StorageType,
 ) {
-    let channels = channels as usize;
-    let rows = rows as usize;
-    let groups = groups as usize;
-    let tx = UNIT_POS_X as usize;
-    let ty = UNIT_POS_Y as usize;
-    let g = CUBE_POS_Y as usize;
-    let c = CUBE_POS_X as usize * tile_x as usize + tx;
-    let mut s1 = f32::new(0.0);
-    let mut s2 = f32::new(0.0);
-    if c < channels {
-        let shift = f32::cast_from(x[c]);
-        let step = groups * tile_y as usize;
-        let mut r = g * tile_y as usize + ty;
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    let mut s1 = Vector::<f32, N>::zero();
+    let mut s2 = Vector::<f32, N>::zero();
+    if cv < cols {
+        let shift = Vector::<f32, N>::cast_from(x[cv]);
+        let mut r = first;
         while r < rows {
-            let d = f32::cast_from(x[r * channels + c]) - shift;
+            let d = Vector::<f32, N>::cast_from(x[r * cols + cv]) - shift;
             s1 += d;
             s2 += d * d;
             r += step;
         }
     }
-    let mut sum1 = SharedMemory::<f32>::new(tile_x as usize * tile_y as usize);
-    let mut sum2 = SharedMemory::<f32>::new(tile_x as usize * tile_y as usize);
-    sum1[ty * tile_x as usize + tx] = s1;
-    sum2[ty * tile_x as usize + tx] = s2;
-    sync_cube();
-    if ty == 0 && c < channels {
-        for k in 1..tile_y as usize {
-            s1 += sum1[k * tile_x as usize + tx];
-            s2 += sum2[k * tile_x as usize + tx];
-        }
-        partials[g * channels + c] = s1;
-        partials[(groups + g) * channels + c] = s2;
-    }
+    store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
 }
 
 /// One warp per channel: `mean`, biased `var` and `inv_std = 1/√(var + eps)` from the partials.
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn stats_finalize<F: Float>(
     x: &Tensor<F>,
     partials: &Tensor<f32>,
@@ -116,100 +146,80 @@ pub(super) fn stats_finalize<F: Float>(
     }
 }
 
-/// `y = relu?(γ·(x − mean)·inv_std + β)`, one element per thread, in `F`.
+/// `y = relu?(γ·inv_std·(x − mean) + β)`, in `F`.
 #[cube(launch)]
-pub(super) fn normalize<F: Float>(
-    x: &Tensor<F>,
-    y: &mut Tensor<F>,
-    mean: &Tensor<f32>,
-    inv_std: &Tensor<f32>,
-    gamma: &Tensor<f32>,
-    beta: &Tensor<f32>,
-    channels: u32,
-    #[comptime] relu: bool,
-    #[define(F)] _dtype: StorageType,
-) {
-    let i = ABSOLUTE_POS;
-    if i >= y.len() {
-        terminate!();
-    }
-    let c = i % channels as usize;
-    let mut v = affine(f32::cast_from(x[i]) - mean[c], gamma[c] * inv_std[c], beta[c]);
-    if relu {
-        if v < f32::new(0.0) {
-            v = f32::new(0.0);
-        }
-    }
-    y[i] = F::cast_from(v);
-}
-
-/// `dy` where the forward's ReLU let the value through (all of `dy` without ReLU).
-#[cube]
-fn masked(dy: f32, d: f32, scale: f32, beta: f32, #[comptime] relu: bool) -> f32 {
-    let mut dz = dy;
-    if relu {
-        if affine(d, scale, beta) <= f32::new(0.0) {
-            dz = f32::new(0.0);
-        }
-    }
-    dz
-}
-
-/// `partials[0, g, c] = Σ dz`, `partials[1, g, c] = Σ dz·(x − mean)` over block row `g`'s rows.
-#[cube(launch)]
-pub(super) fn grad_partials<F: Float>(
-    x: &Tensor<F>,
-    dy: &Tensor<F>,
-    mean: &Tensor<f32>,
-    inv_std: &Tensor<f32>,
-    gamma: &Tensor<f32>,
-    beta: &Tensor<f32>,
-    partials: &mut Tensor<f32>,
+#[allow(clippy::too_many_arguments)]
+pub(super) fn normalize<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    y: &mut Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    inv_std: &Tensor<Vector<f32, N>>,
+    gamma: &Tensor<Vector<f32, N>>,
+    beta: &Tensor<Vector<f32, N>>,
     rows: u32,
-    channels: u32,
+    cols: u32,
     groups: u32,
     #[comptime] tile_x: u32,
     #[comptime] tile_y: u32,
     #[comptime] relu: bool,
     #[define(F)] _dtype: StorageType,
 ) {
-    let channels = channels as usize;
-    let rows = rows as usize;
-    let groups = groups as usize;
-    let tx = UNIT_POS_X as usize;
-    let ty = UNIT_POS_Y as usize;
-    let g = CUBE_POS_Y as usize;
-    let c = CUBE_POS_X as usize * tile_x as usize + tx;
-    let mut s1 = f32::new(0.0);
-    let mut s2 = f32::new(0.0);
-    if c < channels {
-        let mu = mean[c];
-        let scale = gamma[c] * inv_std[c];
-        let b = beta[c];
-        let step = groups * tile_y as usize;
-        let mut r = g * tile_y as usize + ty;
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    if cv >= cols {
+        terminate!();
+    }
+    let mu = mean[cv];
+    let scale = gamma[cv] * inv_std[cv];
+    let b = beta[cv];
+    let mut r = first;
+    while r < rows {
+        let i = r * cols + cv;
+        let v = (Vector::<f32, N>::cast_from(x[i]) - mu) * scale + b;
+        y[i] = Vector::cast_from(relu_mask(v, v, relu));
+        r += step;
+    }
+}
+
+/// Per block row `g`: `Σ dz` and `Σ dz·(x − mean)` for each channel, `dz` being `dy` where the
+/// forward's ReLU let the value through.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn grad_partials<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    inv_std: &Tensor<Vector<f32, N>>,
+    gamma: &Tensor<Vector<f32, N>>,
+    beta: &Tensor<Vector<f32, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+    #[comptime] relu: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    let mut s1 = Vector::<f32, N>::zero();
+    let mut s2 = Vector::<f32, N>::zero();
+    if cv < cols {
+        let mu = mean[cv];
+        let scale = gamma[cv] * inv_std[cv];
+        let b = beta[cv];
+        let mut r = first;
         while r < rows {
-            let i = r * channels + c;
-            let d = f32::cast_from(x[i]) - mu;
-            let dz = masked(f32::cast_from(dy[i]), d, scale, b, relu);
+            let i = r * cols + cv;
+            let d = Vector::<f32, N>::cast_from(x[i]) - mu;
+            let dz = relu_mask(d * scale + b, Vector::<f32, N>::cast_from(dy[i]), relu);
             s1 += dz;
             s2 += dz * d;
             r += step;
         }
     }
-    let mut sum1 = SharedMemory::<f32>::new(tile_x as usize * tile_y as usize);
-    let mut sum2 = SharedMemory::<f32>::new(tile_x as usize * tile_y as usize);
-    sum1[ty * tile_x as usize + tx] = s1;
-    sum2[ty * tile_x as usize + tx] = s2;
-    sync_cube();
-    if ty == 0 && c < channels {
-        for k in 1..tile_y as usize {
-            s1 += sum1[k * tile_x as usize + tx];
-            s2 += sum2[k * tile_x as usize + tx];
-        }
-        partials[g * channels + c] = s1;
-        partials[(groups + g) * channels + c] = s2;
-    }
+    store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
 }
 
 /// One warp per channel: `dβ = Σ dz`, `dγ = inv_std · Σ dz·(x − mean)`.
@@ -241,32 +251,46 @@ pub(super) fn grad_finalize(
     }
 }
 
-/// `dx = γ·inv_std·(dz − dβ/m − (x − mean)·inv_std·dγ/m)`, one element per thread, in `F`.
+/// `dx = γ·inv_std·(dz − dβ/m − (x − mean)·inv_std·dγ/m)`, in `F`.
 #[cube(launch)]
-pub(super) fn input_grad<F: Float>(
-    x: &Tensor<F>,
-    dy: &Tensor<F>,
-    dx: &mut Tensor<F>,
-    mean: &Tensor<f32>,
-    inv_std: &Tensor<f32>,
-    gamma: &Tensor<f32>,
-    beta: &Tensor<f32>,
-    dgamma: &Tensor<f32>,
-    dbeta: &Tensor<f32>,
-    channels: u32,
+#[allow(clippy::too_many_arguments)]
+pub(super) fn input_grad<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
+    dx: &mut Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    inv_std: &Tensor<Vector<f32, N>>,
+    gamma: &Tensor<Vector<f32, N>>,
+    beta: &Tensor<Vector<f32, N>>,
+    dgamma: &Tensor<Vector<f32, N>>,
+    dbeta: &Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
     inv_rows: f32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
     #[comptime] relu: bool,
     #[define(F)] _dtype: StorageType,
 ) {
-    let i = ABSOLUTE_POS;
-    if i >= dx.len() {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    if cv >= cols {
         terminate!();
     }
-    let c = i % channels as usize;
-    let is = inv_std[c];
-    let scale = gamma[c] * is;
-    let d = f32::cast_from(x[i]) - mean[c];
-    let dz = masked(f32::cast_from(dy[i]), d, scale, beta[c], relu);
-    let v = scale * (dz - dbeta[c] * inv_rows - d * is * dgamma[c] * inv_rows);
-    dx[i] = F::cast_from(v);
+    let mu = mean[cv];
+    let is = inv_std[cv];
+    let scale = gamma[cv] * is;
+    let b = beta[cv];
+    let per_row = Vector::<f32, N>::new(inv_rows);
+    let k1 = dbeta[cv] * per_row;
+    let k2 = is * dgamma[cv] * per_row;
+    let mut r = first;
+    while r < rows {
+        let i = r * cols + cv;
+        let d = Vector::<f32, N>::cast_from(x[i]) - mu;
+        let dz = relu_mask(d * scale + b, Vector::<f32, N>::cast_from(dy[i]), relu);
+        dx[i] = Vector::cast_from(scale * (dz - k1 - d * k2));
+        r += step;
+    }
 }
