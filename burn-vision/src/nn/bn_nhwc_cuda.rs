@@ -175,7 +175,9 @@ fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]
 struct NhwcBatchNorm;
 
 /// What the backward pass needs: the input, the parameters (the ReLU mask is recomputed from
-/// them) and the batch statistics.
+/// them) and the batch statistics — as burn tensors (for the fallback) and as the very buffers
+/// the forward kernels used, so that the backward resolves only its incoming gradient (each
+/// resolution drains burn-fusion's queue on the training thread).
 #[derive(Debug, Clone)]
 struct Saved {
     x: Prim,
@@ -184,6 +186,8 @@ struct Saved {
     mean: Prim,
     inv_std: Prim,
     relu: bool,
+    /// x, γ, β, mean, inv_std.
+    buffers: [Cube; 5],
 }
 
 impl Backward<Cuda, 3> for NhwcBatchNorm {
@@ -211,10 +215,9 @@ fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
     if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
         return Err(Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype) });
     }
-    let [x, dy, gamma, beta, mean, inv_std] = [s.x.clone(), dy, s.gamma.clone(), s.beta.clone(), s.mean.clone(), s.inv_std.clone()].map(resolve_packed);
-    let (x, dy) = (x?, dy?);
-    let per_channel = [gamma?, beta?, mean?, inv_std?];
-    let (dx, dgamma, dbeta) = backward_kernels(s, &x, &dy, [&per_channel[0], &per_channel[1], &per_channel[2], &per_channel[3]], (rows, c));
+    let dy = resolve_packed(dy)?;
+    let [x, gamma, beta, mean, inv_std] = &s.buffers;
+    let (dx, dgamma, dbeta) = backward_kernels(s, x, &dy, [gamma, beta, mean, inv_std], (rows, c));
     Ok((register(&client, dx), register(&client, dgamma), register(&client, dbeta)))
 }
 
@@ -249,9 +252,10 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
     let client = xp.primitive.client.clone();
     let (xc, gc, bc) = (resolve_packed(xp.primitive.clone())?, resolve_packed(gamma.primitive.clone())?, resolve_packed(beta.primitive.clone())?);
     let (y, mean, var, inv_std) = forward_kernels(&xc, &xp.primitive.shape, &gc, &bc, (rows, c), bn.epsilon, relu);
+    let buffers = [xc, gc, bc, mean.clone(), inv_std.clone()];
     let [y, mean, var, inv_std] = [y, mean, var, inv_std].map(|t| register(&client, t));
     update_running(bn, float(mean.clone()), float(var));
-    let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu };
+    let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu, buffers };
     let out = match NhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),

@@ -410,6 +410,22 @@ pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers,
     unsafe { with_handle(device, order, |s| s.convolve(dir, shape, p)) }
 }
 
+/// Both gradients of one convolution — backward-data (`data.x` written), then
+/// backward-filter (`filter.w` written) — in one ordered run: one wait for burn's stream and
+/// one signal back, instead of two of each.
+///
+/// # Safety
+/// As [`run`], for both sets of pointers.
+pub unsafe fn run_backward(device: usize, shape: &ConvShape, data: Pointers, filter: Pointers, order: Order) -> Result<()> {
+    // SAFETY: as this function's contract.
+    unsafe {
+        with_handle(device, order, |s| {
+            s.convolve(Direction::BackwardData, shape, data)?;
+            s.convolve(Direction::BackwardFilter, shape, filter)
+        })
+    }
+}
+
 impl DeviceState {
     /// Enqueues one convolution computation on this state's stream (inside [`with_handle`]),
     /// measuring the algorithm first when the shape is new.

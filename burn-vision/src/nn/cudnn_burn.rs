@@ -98,11 +98,15 @@ impl Backward<Cuda, 2> for CudnnConv2d {
         let (x_state, w_state, o, layout) = ops.state;
         let x: Prim = checkpointer.retrieve_node_output(x_state);
         let w: Prim = checkpointer.retrieve_node_output(w_state);
-        if let Some(node) = node_x {
-            grads.register::<Cuda>(node.id, backward_data(x.clone(), w.clone(), dy.clone(), &o, layout));
-        }
-        if let Some(node) = node_w {
-            grads.register::<Cuda>(node.id, backward_filter(x, w, dy, &o, layout));
+        match (node_x, node_w) {
+            (Some(nx), Some(nw)) => {
+                let (dx, dw) = backward_both(x, w, dy, &o, layout);
+                grads.register::<Cuda>(nx.id, dx);
+                grads.register::<Cuda>(nw.id, dw);
+            }
+            (Some(node), None) => grads.register::<Cuda>(node.id, backward_data(x, w, dy, &o, layout)),
+            (None, Some(node)) => grads.register::<Cuda>(node.id, backward_filter(x, w, dy, &o, layout)),
+            (None, None) => {}
         }
     }
 }
@@ -142,6 +146,52 @@ pub(super) fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, la
         let (x, w, dy) = (nchw(x, layout), nchw(w, layout), nchw(dy, layout));
         from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone()), layout)
     })
+}
+
+/// `(dx, dw)`: both gradients in one cuDNN job (each input resolved once, one ordering fence
+/// pair); when that cannot run, each gradient on its own ([`backward_data`],
+/// [`backward_filter`]).
+pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> (Prim, Prim) {
+    cudnn_backward(x.clone(), w.clone(), dy.clone(), o, layout).unwrap_or_else(|e| {
+        warn_once("cuDNN convolution backward (both gradients in one job)", &e, "each gradient is computed on its own");
+        (backward_data(x.clone(), w.clone(), dy.clone(), o, layout), backward_filter(x, w, dy, o, layout))
+    })
+}
+
+fn cudnn_backward(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim, Prim)> {
+    let client: Client = x.client.clone();
+    let dtype = same_data_type(&[&x, &w, &dy])?;
+    let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?));
+    let yd = out_dims(xd, wd, o);
+    if layout.to_nchw(dims4(&dy.shape)?) != yd {
+        return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(yd)) });
+    }
+    // Everything packed: backward-filter needs it anyway, and then both directions share one
+    // shape (and the plans the separate calls measured with packed inputs).
+    let (xc, wc, yc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(dy)?)) })?;
+    let new = |d: [i32; 4]| empty(&xc, &layout.from_nchw(d).map(|v| v as usize));
+    let (dx, dw) = (new(xd), new(wd));
+    let shape = ConvShape {
+        dtype,
+        layout,
+        x: xd,
+        x_strides: layout.strides(xd),
+        w: wd,
+        y: yd,
+        y_strides: layout.strides(yd),
+        pad: o.padding.map(|v| v as i32),
+        stride: o.stride.map(|v| v as i32),
+        dilation: o.dilation.map(|v| v as i32),
+        groups: o.groups as i32,
+    };
+    let device = xc.device.index;
+    let kind = ("conv_backward", shape.clone());
+    // SAFETY: as in `cudnn_call`; dx and dw are fresh buffers only these computations write.
+    launch(&[&xc, &wc, &yc, &dx, &dw], kind, move |p, order| unsafe {
+        cudnn::run_backward(device, &shape, Pointers { x: p[3], w: p[1], y: p[2] }, Pointers { x: p[0], w: p[4], y: p[2] }, order)
+    })?;
+    drop((xc, wc, yc));
+    Ok(timed(Phase::Register, || (register(&client, dx), register(&client, dw))))
 }
 
 /// A primitive in `layout`'s order viewed as NCHW (filters: KRSC as KCRS), for burn's kernels.

@@ -9,7 +9,7 @@ use super::cudnn::{ConvShape, DataType, Direction, Pointers, packed};
 use super::cudnn_bn;
 use super::layout::Layout;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_data, backward_filter, cast, dims4, empty, empty_f32, launch, out_dims, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_both, cast, dims4, empty, empty_f32, launch, out_dims, register, require_f32, resolve_packed, same_data_type, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::Result;
 use burn::prelude::*;
@@ -151,8 +151,7 @@ fn separate_backward(s: &FusedState, dy: Prim) -> Grads4 {
     let client = dy.client.clone();
     let bn = Saved { x: register(&client, s.conv_out.clone()), ..s.bn.clone() };
     let (dconv, dgamma, dbeta) = backward_cudnn(&bn, dy.clone()).unwrap_or_else(|_| backward_burn(&bn, dy));
-    let dx = backward_data(s.x.clone(), s.w.clone(), dconv.clone(), &s.options, Layout::Nchw);
-    let dw = backward_filter(s.x.clone(), s.w.clone(), dconv, &s.options, Layout::Nchw);
+    let (dx, dw) = backward_both(s.x.clone(), s.w.clone(), dconv, &s.options, Layout::Nchw);
     (Some(dx), dw, dgamma, dbeta)
 }
 
