@@ -62,6 +62,23 @@ pub struct BenchResult {
     pub cudnn: CudnnTimes,
     /// Host seconds spent handing the timed steps' images to the device (`host_input` only).
     pub upload_s: f64,
+    /// The training thread's own time over the timed steps.
+    pub host: HostTimes,
+}
+
+/// Where the training thread spent the timed steps. When `enqueued_s` is close to the whole
+/// run's `seconds`, the host (this thread, or a device thread it waits for) sets the pace,
+/// not the GPU.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HostTimes {
+    /// Until the last step was handed over (before the final synchronisation).
+    pub enqueued_s: f64,
+    /// Building the forward pass and the loss.
+    pub forward_s: f64,
+    /// `backward()`.
+    pub backward_s: f64,
+    /// Gradients to parameters and the optimizer step.
+    pub optimizer_s: f64,
 }
 
 /// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
@@ -85,6 +102,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         rx
     });
     let upload_s = std::cell::Cell::new(0.0);
+    let host_s = std::cell::Cell::new([0.0f64; 3]);
     let mut step = |model: ResNet<B>| -> (ResNet<B>, Tensor<B, 1>) {
         let x = match &host {
             Some(h) => {
@@ -96,9 +114,16 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
             }
             None => x.clone(),
         };
+        let t = Instant::now();
         let loss = loss_fn.forward(model.forward(x), y.clone());
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        (optim.step(0.01, model, grads), loss)
+        let t_fwd = t.elapsed().as_secs_f64();
+        let grads = loss.backward();
+        let t_bwd = t.elapsed().as_secs_f64();
+        let grads = GradientsParams::from_grads(grads, &model);
+        let model = optim.step(0.01, model, grads);
+        let h = host_s.get();
+        host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
+        (model, loss)
     };
     let t0 = Instant::now();
     let mut loss = None;
@@ -115,11 +140,13 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
     cuda_profiler_range(true);
+    host_s.set([0.0; 3]);
     for _ in 0..config.steps {
         let (m, l) = step(model);
         model = m;
         loss = Some(l);
     }
+    let enqueued_s = t1.elapsed().as_secs_f64();
     let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
@@ -135,5 +162,6 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         last_loss,
         cudnn,
         upload_s,
+        host: HostTimes { enqueued_s, forward_s: host_s.get()[0], backward_s: host_s.get()[1], optimizer_s: host_s.get()[2] },
     })
 }
