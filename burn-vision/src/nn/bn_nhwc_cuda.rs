@@ -127,21 +127,40 @@ fn arg(t: &Cube) -> TensorArg<CudaRuntime> {
     t.clone().into_tensor_arg()
 }
 
-/// Batch statistics and output: `(y, mean, biased var, inv_std)`.
-fn forward_kernels(x: &Cube, shape: &Shape, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), eps: f64, relu: bool) -> (Cube, Cube, Cube, Cube) {
+/// The training forward: `(y, mean, inv_std, new running mean, new running variance)`.
+#[allow(clippy::too_many_arguments)]
+fn forward_kernels(x: &Cube, shape: &Shape, [gamma, beta, running_mean, running_var]: [&Cube; 4], (rows, c): (usize, usize), eps: f64, momentum: f64, relu: bool) -> [Cube; 5] {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
-    let (mean, var, inv_std) = (empty_f32(x, &[c]), empty_f32(x, &[c]), empty_f32(x, &[c]));
+    let [mean, inv_std, new_mean, new_var] = [(); 4].map(|()| empty_f32(x, &[c]));
     let y = empty(x, shape.as_slice());
     let t = Tiling::new(rows, c, dt.size(), &[x, gamma, beta, &mean, &inv_std, &y]);
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
     let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
     k::stats_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, dt.into());
-    k::stats_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(x), arg(&partials), arg(&mean), arg(&var), arg(&inv_std), rows32, c as u32, groups32, eps as f32, dt.into());
+    k::stats_finalize::launch::<CudaRuntime>(
+        client,
+        CubeCount::Static(c as u32, 1, 1),
+        CubeDim::new_1d(FOLD),
+        arg(x),
+        arg(&partials),
+        arg(running_mean),
+        arg(running_var),
+        arg(&mean),
+        arg(&inv_std),
+        arg(&new_mean),
+        arg(&new_var),
+        rows32,
+        c as u32,
+        groups32,
+        eps as f32,
+        momentum as f32,
+        dt.into(),
+    );
     k::normalize::launch::<CudaRuntime>(client, count, dim, t.n, arg(x), arg(&y), arg(&mean), arg(&inv_std), arg(gamma), arg(beta), rows32, cols32, groups32, t.tile_x, t.tile_y, relu, dt.into());
-    (y, mean, var, inv_std)
+    [y, mean, inv_std, new_mean, new_var]
 }
 
 /// `y = relu?(γ·inv_std·(x − mean) + β)` with given statistics (inference).
@@ -244,32 +263,32 @@ fn per_channel_of(t: &Tensor<Cuda, 1>, c: usize) -> Tensor<Cuda, 4> {
 }
 
 fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 4>> {
+    let device = x.device();
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let xp = x.into_primitive().tensor();
     let (rows, c) = extent(&xp.primitive)?;
-    require_f32(&gamma.primitive, "gamma")?;
-    require_f32(&beta.primitive, "beta")?;
+    let running = |t: Tensor<Ad, 1>| -> Prim { t.inner().to_device(&device).into_primitive().tensor() };
+    let (rm, rv) = (running(bn.running_mean.value_sync()), running(bn.running_var.value_sync()));
+    for (t, what) in [(&gamma.primitive, "gamma"), (&beta.primitive, "beta"), (&rm, "running mean"), (&rv, "running variance")] {
+        require_f32(t, what)?;
+        if t.shape.as_slice() != [c] {
+            return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} has shape {:?} for {c} channels", t.shape.as_slice()) });
+        }
+    }
     let client = xp.primitive.client.clone();
-    let (xc, gc, bc) = (resolve_packed(xp.primitive.clone())?, resolve_packed(gamma.primitive.clone())?, resolve_packed(beta.primitive.clone())?);
-    let (y, mean, var, inv_std) = forward_kernels(&xc, &xp.primitive.shape, &gc, &bc, (rows, c), bn.epsilon, relu);
+    let [xc, gc, bc, rmc, rvc] = [xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), rm, rv].map(resolve_packed);
+    let (xc, gc, bc) = (xc?, gc?, bc?);
+    let [y, mean, inv_std, new_mean, new_var] = forward_kernels(&xc, &xp.primitive.shape, [&gc, &bc, &rmc?, &rvc?], (rows, c), bn.epsilon, bn.momentum, relu);
     let buffers = [xc, gc, bc, mean.clone(), inv_std.clone()];
-    let [y, mean, var, inv_std] = [y, mean, var, inv_std].map(|t| register(&client, t));
-    update_running(bn, float(mean.clone()), float(var));
+    let [y, mean, inv_std, new_mean, new_var] = [y, mean, inv_std, new_mean, new_var].map(|t| register(&client, t));
+    bn.running_mean.update(Tensor::from_inner(float(new_mean)));
+    bn.running_var.update(Tensor::from_inner(float(new_var)));
     let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu, buffers };
     let out = match NhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
-}
-
-/// burn's rule: `running = (1 − momentum)·running + momentum·batch`, biased batch variance.
-fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, var: Tensor<Cuda, 1>) {
-    let device = mean.device();
-    let m = bn.momentum;
-    let blend = |running: Tensor<Ad, 1>, batch: Tensor<Cuda, 1>| Tensor::<Ad, 1>::from_inner(running.inner().to_device(&device).mul_scalar(1.0 - m).add(batch.mul_scalar(m)));
-    bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
-    bn.running_var.update(blend(bn.running_var.value_sync(), var));
 }
 
 fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<Cuda, 4>> {

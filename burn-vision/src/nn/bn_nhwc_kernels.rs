@@ -6,8 +6,8 @@
 //! neighbouring memory, the per-channel parameters stay in registers, and no index is divided.
 //!
 //! Training forward: per-channel partial sums over blocks of rows, one pass ([`stats_partials`]);
-//! one warp per channel folds the partials into the mean, the biased variance and `1/√(var+ε)`
-//! ([`stats_finalize`]); one elementwise pass writes `relu?(γ·x̂ + β)` ([`normalize`]).
+//! one warp per channel folds the partials into the mean and `1/√(var+ε)` and blends the
+//! running statistics ([`stats_finalize`]); one elementwise pass writes `relu?(γ·x̂ + β)` ([`normalize`]).
 //! Backward: the same two-step reduction of `Σ dz` and `Σ dz·(x − mean)` ([`grad_partials`],
 //! [`grad_finalize`]; `dz` is `dy` masked by the ReLU, recomputed from `x`), then one
 //! elementwise pass for `dx` ([`input_grad`]). Seven passes over the activation memory in all;
@@ -105,19 +105,25 @@ pub(super) fn stats_partials<F: Float, N: Size>(
     store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
 }
 
-/// One warp per channel: `mean`, biased `var` and `inv_std = 1/√(var + eps)` from the partials.
+/// One warp per channel: `mean` and `inv_std = 1/√(var + eps)` from the partials (`var` the
+/// biased batch variance), and the running statistics blended as burn's BatchNorm does:
+/// `new_running = (1 − momentum)·running + momentum·batch`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stats_finalize<F: Float>(
     x: &Tensor<F>,
     partials: &Tensor<f32>,
+    running_mean: &Tensor<f32>,
+    running_var: &Tensor<f32>,
     mean: &mut Tensor<f32>,
-    var: &mut Tensor<f32>,
     inv_std: &mut Tensor<f32>,
+    new_running_mean: &mut Tensor<f32>,
+    new_running_var: &mut Tensor<f32>,
     rows: u32,
     channels: u32,
     groups: u32,
     eps: f32,
+    momentum: f32,
     #[define(F)] _dtype: StorageType,
 ) {
     let c = CUBE_POS_X as usize;
@@ -140,9 +146,12 @@ pub(super) fn stats_finalize<F: Float>(
         if v < f32::new(0.0) {
             v = f32::new(0.0);
         }
-        mean[c] = f32::cast_from(x[c]) + m1;
-        var[c] = v;
+        let mu = f32::cast_from(x[c]) + m1;
+        mean[c] = mu;
         inv_std[c] = f32::new(1.0) / f32::sqrt(v + eps);
+        let keep = f32::new(1.0) - momentum;
+        new_running_mean[c] = keep * running_mean[c] + momentum * mu;
+        new_running_var[c] = keep * running_var[c] + momentum * v;
     }
 }
 
