@@ -109,8 +109,8 @@ impl Tiling {
     /// operand's buffer is aligned for (f32 statistics: `4·n` bytes); 256-thread blocks, up to
     /// 32 channel vectors wide; enough blocks of rows to fill the GPU.
     fn new(rows: usize, c: usize, elem_bytes: usize, operands: &[&Cube]) -> Self {
-        let aligned = |n: usize| operands.iter().all(|t| t.handle.offset_start.unwrap_or(0) % (4 * n) as u64 == 0);
-        let n = [8usize, 4, 2, 1].into_iter().find(|&n| n * elem_bytes <= 16 && c % n == 0 && aligned(n)).unwrap_or(1);
+        let aligned = |n: usize| operands.iter().all(|t| t.handle.offset_start.unwrap_or(0).is_multiple_of((4 * n) as u64));
+        let n = [8usize, 4, 2, 1].into_iter().find(|&n| n * elem_bytes <= 16 && c.is_multiple_of(n) && aligned(n)).unwrap_or(1);
         let cols = c / n;
         let tile_x = cols.next_power_of_two().min(32);
         let tile_y = 256 / tile_x;
