@@ -105,6 +105,21 @@ pub(super) fn stats_partials<F: Float, N: Size>(
     store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
 }
 
+/// Channel `c`'s two sums over all block rows, `Σ_g partials[0, g, c]` and
+/// `Σ_g partials[1, g, c]`, folded by the warp that runs it (one warp per channel).
+#[cube]
+fn fold(partials: &Tensor<f32>, c: usize, channels: usize, groups: usize) -> (f32, f32) {
+    let mut s1 = f32::new(0.0);
+    let mut s2 = f32::new(0.0);
+    let mut g = UNIT_POS_X as usize;
+    while g < groups {
+        s1 += partials[g * channels + c];
+        s2 += partials[(groups + g) * channels + c];
+        g += CUBE_DIM_X as usize;
+    }
+    (plane_sum(s1), plane_sum(s2))
+}
+
 /// One warp per channel: `mean` and `inv_std = 1/√(var + eps)` from the partials (`var` the
 /// biased batch variance), and the running statistics blended as burn's BatchNorm does:
 /// `new_running = (1 − momentum)·running + momentum·batch`.
@@ -127,18 +142,7 @@ pub(super) fn stats_finalize<F: Float>(
     #[define(F)] _dtype: StorageType,
 ) {
     let c = CUBE_POS_X as usize;
-    let channels = channels as usize;
-    let groups = groups as usize;
-    let mut s1 = f32::new(0.0);
-    let mut s2 = f32::new(0.0);
-    let mut g = UNIT_POS_X as usize;
-    while g < groups {
-        s1 += partials[g * channels + c];
-        s2 += partials[(groups + g) * channels + c];
-        g += CUBE_DIM_X as usize;
-    }
-    let s1 = plane_sum(s1);
-    let s2 = plane_sum(s2);
+    let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
     if UNIT_POS_X == 0 {
         let n = f32::cast_from(rows);
         let m1 = s1 / n;
@@ -242,18 +246,7 @@ pub(super) fn grad_finalize(
     groups: u32,
 ) {
     let c = CUBE_POS_X as usize;
-    let channels = channels as usize;
-    let groups = groups as usize;
-    let mut s1 = f32::new(0.0);
-    let mut s2 = f32::new(0.0);
-    let mut g = UNIT_POS_X as usize;
-    while g < groups {
-        s1 += partials[g * channels + c];
-        s2 += partials[(groups + g) * channels + c];
-        g += CUBE_DIM_X as usize;
-    }
-    let s1 = plane_sum(s1);
-    let s2 = plane_sum(s2);
+    let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
     if UNIT_POS_X == 0 {
         dbeta[c] = s1;
         dgamma[c] = s2 * inv_std[c];
