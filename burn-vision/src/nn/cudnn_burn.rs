@@ -160,30 +160,12 @@ pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layo
 
 fn cudnn_backward(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim, Prim)> {
     let client: Client = x.client.clone();
-    let dtype = same_data_type(&[&x, &w, &dy])?;
-    let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?));
-    let yd = out_dims(xd, wd, o);
-    if layout.to_nchw(dims4(&dy.shape)?) != yd {
-        return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(yd)) });
-    }
     // Everything packed: backward-filter needs it anyway, and then both directions share one
     // shape (and the plans the separate calls measured with packed inputs).
+    let shape = checked_shape(&x, &w, Some(&dy), o, layout)?;
     let (xc, wc, yc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(dy)?)) })?;
     let new = |d: [i32; 4]| empty(&xc, &layout.from_nchw(d).map(|v| v as usize));
-    let (dx, dw) = (new(xd), new(wd));
-    let shape = ConvShape {
-        dtype,
-        layout,
-        x: xd,
-        x_strides: layout.strides(xd),
-        w: wd,
-        y: yd,
-        y_strides: layout.strides(yd),
-        pad: o.padding.map(|v| v as i32),
-        stride: o.stride.map(|v| v as i32),
-        dilation: o.dilation.map(|v| v as i32),
-        groups: o.groups as i32,
-    };
+    let (dx, dw) = (new(shape.x), new(shape.w));
     let device = xc.device.index;
     let kind = ("conv_backward", shape.clone());
     // SAFETY: as in `cudnn_call`; dx and dw are fresh buffers only these computations write.
@@ -358,26 +340,52 @@ fn device_ordering_ok(device: usize) -> bool {
     })
 }
 
-pub(super) fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
+fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
     let size = |i: usize, k: i32| (x[2 + i] + 2 * o.padding[i] as i32 - o.dilation[i] as i32 * (k - 1) - 1) / o.stride[i] as i32 + 1;
     [x[0], w[0], size(0, w[2]), size(1, w[3])]
+}
+
+/// The convolution of `x` and `w` (in `layout`'s order; dims in the description NCHW/KCRS) with
+/// packed strides, after checking their element types agree (with `dy`'s too) and `dy` has the
+/// output's shape.
+fn checked_shape(x: &Prim, w: &Prim, dy: Option<&Prim>, o: &ConvOptions<2>, layout: Layout) -> Result<ConvShape> {
+    let dtype = match dy {
+        Some(dy) => same_data_type(&[x, w, dy])?,
+        None => same_data_type(&[x, w])?,
+    };
+    let shape = packed_shape(dtype, layout, layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?), o);
+    if let Some(dy) = dy
+        && layout.to_nchw(dims4(&dy.shape)?) != shape.y
+    {
+        return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(shape.y)) });
+    }
+    Ok(shape)
+}
+
+/// The convolution of NCHW-ordered dims `x` and KCRS `w` with packed strides in `layout`'s order.
+pub(super) fn packed_shape(dtype: DataType, layout: Layout, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
+    let y = out_dims(x, w, o);
+    ConvShape {
+        dtype,
+        layout,
+        x,
+        x_strides: layout.strides(x),
+        w,
+        y,
+        y_strides: layout.strides(y),
+        pad: o.padding.map(|v| v as i32),
+        stride: o.stride.map(|v| v as i32),
+        dilation: o.dilation.map(|v| v as i32),
+        groups: o.groups as i32,
+    }
 }
 
 /// One cuDNN computation. `dy` is `None` for the forward pass. Returns the new tensor (y, dx or
 /// dw, in `layout`'s order) registered with burn's fusion client.
 fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOptions<2>, layout: Layout) -> Result<Prim> {
     let client: Client = x.client.clone();
-    let dtype = match &dy {
-        Some(dy) => same_data_type(&[&x, &w, dy])?,
-        None => same_data_type(&[&x, &w])?,
-    };
-    let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?));
-    let yd = out_dims(xd, wd, o);
-    if let Some(dy) = &dy
-        && layout.to_nchw(dims4(&dy.shape)?) != yd
-    {
-        return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(yd)) });
-    }
+    let described = checked_shape(&x, &w, dy.as_ref(), o, layout)?;
+    let (xd, wd, yd) = (described.x, described.w, described.y);
     let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| empty(like, &layout.from_nchw(d).map(|v| v as usize));
     // Channels-last activations are always handed over packed (in their order).
     let pack = super::options::get().pack_inputs || layout == Layout::Nhwc;
@@ -403,19 +411,7 @@ fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOption
             (xc, strides(xs, xd), wc.clone(), yc, strides(ys, yd), wc)
         }
     }) })?;
-    let shape = ConvShape {
-        dtype,
-        layout,
-        x: xd,
-        x_strides,
-        w: wd,
-        y: yd,
-        y_strides,
-        pad: o.padding.map(|v| v as i32),
-        stride: o.stride.map(|v| v as i32),
-        dilation: o.dilation.map(|v| v as i32),
-        groups: o.groups as i32,
-    };
+    let shape = ConvShape { x_strides, y_strides, ..described };
     // SAFETY: `launch` orders the computation after the buffers' producers and before their
     // next users; their extents match `shape` by construction.
     let device = xc.device.index;

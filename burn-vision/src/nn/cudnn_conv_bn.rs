@@ -5,11 +5,11 @@
 //! burn's graph. On by default (`BURN_VISION_CUDNN_FUSE=0` turns it off); any failure runs the separate
 //! operations instead.
 
-use super::cudnn::{ConvShape, DataType, Direction, Pointers, packed};
+use super::cudnn::{ConvShape, DataType, Direction, Pointers};
 use super::cudnn_bn;
 use super::layout::Layout;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_both, cast, dims4, empty, empty_f32, launch, out_dims, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_both, cast, dims4, empty, empty_f32, launch, packed_shape, register, require_f32, resolve_packed, same_data_type, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::Result;
 use burn::prelude::*;
@@ -41,20 +41,7 @@ pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &
 
 /// The convolution of packed NCHW `x` and KCRS `w`.
 fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
-    let y = out_dims(x, w, o);
-    ConvShape {
-        dtype,
-        layout: Layout::Nchw,
-        x,
-        x_strides: packed(x),
-        w,
-        y,
-        y_strides: packed(y),
-        pad: o.padding.map(|v| v as i32),
-        stride: o.stride.map(|v| v as i32),
-        dilation: o.dilation.map(|v| v as i32),
-        groups: o.groups as i32,
-    }
+    packed_shape(dtype, Layout::Nchw, x, w, o)
 }
 
 /// The forward session: `(conv output, block output, batch mean, inverse std)`.
