@@ -64,6 +64,9 @@ pub struct BenchResult {
     pub upload_s: f64,
     /// The training thread's own time over the timed steps.
     pub host: HostTimes,
+    /// CPU seconds of each of the process's threads over the timed steps, busiest first
+    /// (Linux; empty elsewhere): which host thread sets the pace.
+    pub threads: Vec<super::host_profile::ThreadTime>,
 }
 
 /// Where the training thread spent the timed steps. When `enqueued_s` is close to the whole
@@ -141,6 +144,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let upload_before = upload_s.get();
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
+    let clock = super::host_profile::ThreadClock::now();
     for _ in 0..config.steps {
         let (m, l) = step(model);
         model = m;
@@ -150,6 +154,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
+    let threads = super::host_profile::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();
@@ -163,5 +168,6 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         cudnn,
         upload_s,
         host: HostTimes { enqueued_s, forward_s: host_s.get()[0], backward_s: host_s.get()[1], optimizer_s: host_s.get()[2] },
+        threads,
     })
 }
