@@ -2,7 +2,9 @@
 //! ([`super::bn_nhwc_kernels`]), as an autodiff operation.
 //!
 //! The kernels are launched through cubecl's client of the tensors' device, so they run on
-//! burn's own stream, in order with burn's kernels: no fence, no host wait, no cuDNN. Training
+//! burn's own stream, in order with burn's kernels: no fence, no host wait, no cuDNN. Each pass
+//! (forward, backward, inference) is one operation of burn-fusion's stream
+//! ([`super::fusion_op`]): the training thread queues it and never waits for a buffer. Training
 //! (`Autodiff<Cuda>`): three kernels forward (partial sums, fold, normalise + ReLU), three
 //! backward; running statistics follow burn's BatchNorm (momentum blend of the batch mean and
 //! the biased variance). Inference (`Cuda`): one kernel with the running statistics. Anything
@@ -11,7 +13,8 @@
 
 use super::bn_nhwc_kernels::{self as k, FOLD};
 use super::cudnn_bn_burn::float;
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, register, resolve_packed, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, warn_once};
+use super::fusion_op::{self, packed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, TensorPrimitive};
@@ -47,6 +50,7 @@ pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, rel
     if !super::options::get().nhwc_bn_kernels {
         return Err(x);
     }
+    super::device_thread::check_failure();
     let fallback = |e: Error| warn_once("channels-last batch norm kernels", &e, BURN_RUNS);
     if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {
         let x: Tensor<Ad, 4> = cast(x);
@@ -172,20 +176,20 @@ fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta
 }
 
 /// `(dx, dgamma, dbeta)`.
-fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]: [&Cube; 4], (rows, c): (usize, usize)) -> (Cube, Cube, Cube) {
+fn backward_kernels(shape: &Shape, relu: bool, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]: [&Cube; 4], (rows, c): (usize, usize)) -> (Cube, Cube, Cube) {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
     let (dgamma, dbeta) = (empty_f32(x, &[c]), empty_f32(x, &[c]));
-    let dx = empty(x, s.x.shape.as_slice());
+    let dx = empty(x, shape.as_slice());
     let t = Tiling::new(rows, c, dt.size(), &[x, dy, &dx, gamma, beta, mean, inv_std, &dgamma, &dbeta]);
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
     let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
-    k::grad_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, s.relu, dt.into());
+    k::grad_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, relu, dt.into());
     k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(inv_std), arg(&dgamma), arg(&dbeta), c as u32, groups32);
     k::input_grad::launch::<CudaRuntime>(
-        client, count, dim, t.n, arg(x), arg(dy), arg(&dx), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&dgamma), arg(&dbeta), rows32, cols32, groups32, 1.0 / rows as f32, t.tile_x, t.tile_y, s.relu, dt.into(),
+        client, count, dim, t.n, arg(x), arg(dy), arg(&dx), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&dgamma), arg(&dbeta), rows32, cols32, groups32, 1.0 / rows as f32, t.tile_x, t.tile_y, relu, dt.into(),
     );
     (dx, dgamma, dbeta)
 }
@@ -194,9 +198,7 @@ fn backward_kernels(s: &Saved, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]
 struct NhwcBatchNorm;
 
 /// What the backward pass needs: the input, the parameters (the ReLU mask is recomputed from
-/// them) and the batch statistics — as burn tensors (for the fallback) and as the very buffers
-/// the forward kernels used, so that the backward resolves only its incoming gradient (each
-/// resolution drains burn-fusion's queue on the training thread).
+/// them) and the batch statistics.
 #[derive(Debug, Clone)]
 struct Saved {
     x: Prim,
@@ -205,8 +207,6 @@ struct Saved {
     mean: Prim,
     inv_std: Prim,
     relu: bool,
-    /// x, γ, β, mean, inv_std.
-    buffers: [Cube; 5],
 }
 
 impl Backward<Cuda, 3> for NhwcBatchNorm {
@@ -229,15 +229,21 @@ impl Backward<Cuda, 3> for NhwcBatchNorm {
 }
 
 fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
-    let client = dy.client.clone();
     let (rows, c) = extent(&s.x)?;
     if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
         return Err(Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype) });
     }
-    let dy = resolve_packed(dy)?;
-    let [x, gamma, beta, mean, inv_std] = &s.buffers;
-    let (dx, dgamma, dbeta) = backward_kernels(s, x, &dy, [gamma, beta, mean, inv_std], (rows, c));
-    Ok((register(&client, dx), register(&client, dgamma), register(&client, dbeta)))
+    let (relu, shape) = (s.relu, s.x.shape.clone());
+    let outputs = [fusion_op::like(&s.x), fusion_op::like(&s.gamma), fusion_op::like(&s.beta)];
+    let inputs = vec![s.x.clone(), dy, s.gamma.clone(), s.beta.clone(), s.mean.clone(), s.inv_std.clone()];
+    let out = fusion_op::queue("bn_nhwc_backward", inputs, &outputs, move |ins| {
+        let [x, dy, gamma, beta, mean, inv_std]: [Cube; 6] = ins.try_into().expect("six inputs");
+        let (x, dy) = (packed(x), packed(dy));
+        let (dx, dgamma, dbeta) = backward_kernels(&shape, relu, &x, &dy, [&packed(gamma), &packed(beta), &packed(mean), &packed(inv_std)], (rows, c));
+        vec![dx, dgamma, dbeta]
+    });
+    let [dx, dgamma, dbeta]: [Prim; 3] = out.try_into().expect("three outputs");
+    Ok((dx, dgamma, dbeta))
 }
 
 /// The same gradients from burn's operations, in f32 (if the kernels refuse after the forward
@@ -275,15 +281,18 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
             return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} has shape {:?} for {c} channels", t.shape.as_slice()) });
         }
     }
-    let client = xp.primitive.client.clone();
-    let [xc, gc, bc, rmc, rvc] = [xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), rm, rv].map(resolve_packed);
-    let (xc, gc, bc) = (xc?, gc?, bc?);
-    let [y, mean, inv_std, new_mean, new_var] = forward_kernels(&xc, &xp.primitive.shape, [&gc, &bc, &rmc?, &rvc?], (rows, c), bn.epsilon, bn.momentum, relu);
-    let buffers = [xc, gc, bc, mean.clone(), inv_std.clone()];
-    let [y, mean, inv_std, new_mean, new_var] = [y, mean, inv_std, new_mean, new_var].map(|t| register(&client, t));
+    let (shape, eps, momentum) = (xp.primitive.shape.clone(), bn.epsilon, bn.momentum);
+    let stat = (Shape::new([c]), DType::F32);
+    let outputs = [fusion_op::like(&xp.primitive), stat.clone(), stat.clone(), stat.clone(), stat];
+    let inputs = vec![xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), rm, rv];
+    let out = fusion_op::queue("bn_nhwc_forward", inputs, &outputs, move |ins| {
+        let [x, g, b, rm, rv]: [Cube; 5] = ins.try_into().expect("five inputs");
+        forward_kernels(&packed(x), &shape, [&packed(g), &packed(b), &packed(rm), &packed(rv)], (rows, c), eps, momentum, relu).to_vec()
+    });
+    let [y, mean, inv_std, new_mean, new_var]: [Prim; 5] = out.try_into().expect("five outputs");
     bn.running_mean.update(Tensor::from_inner(float(new_mean)));
     bn.running_var.update(Tensor::from_inner(float(new_var)));
-    let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu, buffers };
+    let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu };
     let out = match NhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
@@ -295,17 +304,20 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<
     let device = x.device();
     let xp: Prim = x.into_primitive().tensor();
     let (rows, c) = extent(&xp)?;
-    let (client, shape) = (xp.client.clone(), xp.shape.clone());
+    let (shape, xp_dtype) = (xp.shape.clone(), xp.dtype);
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.to_device(&device).into_primitive().tensor() };
     let inv_std = bn.running_var.value().to_device(&device).add_scalar(bn.epsilon).sqrt().recip();
     let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(inv_std)];
     for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
         require_f32(t, what)?;
     }
-    let [xc, gc, bc, mc, ic] = ins.map(resolve_packed);
-    let xc = xc?;
-    let y = empty(&xc, shape.as_slice());
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    normalize(&xc, &y, &mc?, &ic?, &gc?, &bc?, (rows, c), relu);
-    Ok(Tensor::from_primitive(TensorPrimitive::Float(register(&client, y))))
+    let out = fusion_op::queue("bn_nhwc_inference", Vec::from(ins), &[(shape.clone(), xp_dtype)], move |ins| {
+        let [x, g, b, m, i]: [Cube; 5] = ins.try_into().expect("five inputs");
+        let x = packed(x);
+        let y = empty(&x, shape.as_slice());
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        normalize(&x, &y, &packed(m), &packed(i), &packed(g), &packed(b), (rows, c), relu);
+        vec![y]
+    });
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out.into_iter().next().expect("one output"))))
 }

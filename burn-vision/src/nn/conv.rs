@@ -41,7 +41,8 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
     let [_, c_per_group, _, _] = weight.dims();
     assert_eq!(c_in, c_per_group * options.groups, "conv2d: got channels_in={c_in}, the weight expects {c_per_group} x groups={}", options.groups);
     let dtype = x.dtype();
-    let (weight, bias) = (weight.cast(dtype), bias.map(|b| b.cast(dtype)));
+    let bias = bias.map(|b| b.cast(dtype));
+    // cuDNN casts (and reorders) the weight itself, once per forward pass.
     #[cfg(feature = "cuda")]
     let (x, weight) = match super::cudnn_burn::try_conv2d(x, weight, &options, layout) {
         Ok(y) => return match bias {
@@ -56,7 +57,7 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
         Err(inputs) => inputs,
     };
     note_path(|| "burn's kernels".into());
-    layout.view_from_nchw(burn::tensor::module::conv2d(layout.view_nchw(x), weight, bias, options))
+    layout.view_from_nchw(burn::tensor::module::conv2d(layout.view_nchw(x), weight.cast(dtype), bias, options))
 }
 
 /// Runs a burn-nn [`Conv2d`] through [`conv2d`] (so through cuDNN on burn-cuda). Asymmetric or

@@ -1,24 +1,15 @@
-//! cuDNN convolutions for burn-cuda tensors, as an autodiff operation.
-//!
-//! `Autodiff<Cuda>` (training) and `Cuda` (inference) tensors are recognised by type at run
-//! time, so models stay generic over `B: Backend`. The forward pass, the input gradient and the
-//! filter gradient each go to cuDNN on the tensors' own device memory, ordered with burn's stream
-//! by [`launch`] (on the device; see `stream_bridge`). When cuDNN refuses a shape or fails, that
-//! computation falls back to burn's kernels with one warning per cause.
+//! The burn side of the cuDNN path: which backend a tensor is on, burn-cuda tensors ↔ device
+//! buffers and addresses, and [`launch`], through which every cuDNN computation (and batch
+//! upload) is ordered with burn's stream. The convolution itself is `cudnn_conv`.
 
-use super::cudnn::{self, ConvShape, DataType, Direction, Order, Pointers, packed};
+use super::cudnn::{self, ConvShape, DataType, Order};
 use super::layout::Layout;
 use super::{device_thread, stream_bridge};
 use super::profile::{Phase, count_call, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
-use burn::tensor::TensorPrimitive;
-use burn::tensor::ops::{ConvOptions, FloatTensor, FloatTensorOps, ModuleOps};
-use burn_autodiff::checkpoint::base::Checkpointer;
-use burn_autodiff::checkpoint::strategy::NoCheckpointing;
-use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use burn_autodiff::{Autodiff, NodeId};
+use burn::tensor::ops::{ConvOptions, FloatTensor, FloatTensorOps};
+use burn_autodiff::Autodiff;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
@@ -66,8 +57,8 @@ pub(super) fn path_enabled() -> bool {
 
 /// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
 /// otherwise the inputs come back untouched. `x` and the output are in `layout`'s order
-/// (for [`Layout::Nhwc`]: `[n, h, w, c]`); `w` is burn's `[k, c / groups, r, s]`, handed to
-/// cuDNN in the same order as the activations (KRSC for channels-last).
+/// (for [`Layout::Nhwc`]: `[n, h, w, c]`); `w` is burn's `[k, c / groups, r, s]` in its own
+/// element type (the computation runs in `x`'s; see [`super::cudnn_conv`]).
 pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
     let Some(ad) = cuda_backend::<B>() else {
         return Err((x, w));
@@ -77,113 +68,20 @@ pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvO
         return Err((x, w));
     }
     super::conv::note_path(|| format!("cuDNN {}", cudnn::version().unwrap_or(0)));
-    if ad {
-        let (x, w): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x), cast(w));
-        return Ok(cast(autodiff_conv(x, layout.view_from_nchw(w), o, layout)));
+    super::cudnn_conv::conv2d_cuda(x, w, o, layout, ad).map_err(|(x, w, e)| {
+        warn_once("cuDNN convolution", &e, BURN_RUNS);
+        (x, w)
+    })
+}
+
+/// `(dx, dw)` of a convolution in NCHW whose filter `w` is already in the activations' type
+/// (the fused convolution + batch norm's fallback).
+pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> (Prim, Prim) {
+    let meta = (w.shape.clone(), w.dtype);
+    match super::cudnn_conv::backward(x, w, dy, o, Layout::Nchw, meta, true, true) {
+        (Some(dx), Some(dw)) => (dx, dw),
+        _ => unreachable!("both gradients were asked for"),
     }
-    let (x, w): (Tensor<Cuda, 4>, Tensor<Cuda, 4>) = (cast(x), cast(w));
-    let y = forward(x.into_primitive().tensor(), layout.view_from_nchw(w).into_primitive().tensor(), o, layout);
-    Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y))))
-}
-
-#[derive(Debug)]
-struct CudnnConv2d;
-
-impl Backward<Cuda, 2> for CudnnConv2d {
-    type State = (NodeId, NodeId, ConvOptions<2>, Layout);
-
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
-        let [node_x, node_w] = ops.parents;
-        let dy = grads.consume::<Cuda>(&ops.node);
-        let (x_state, w_state, o, layout) = ops.state;
-        let x: Prim = checkpointer.retrieve_node_output(x_state);
-        let w: Prim = checkpointer.retrieve_node_output(w_state);
-        match (node_x, node_w) {
-            (Some(nx), Some(nw)) => {
-                let (dx, dw) = backward_both(x, w, dy, &o, layout);
-                grads.register::<Cuda>(nx.id, dx);
-                grads.register::<Cuda>(nw.id, dw);
-            }
-            (Some(node), None) => grads.register::<Cuda>(node.id, backward_data(x, w, dy, &o, layout)),
-            (None, Some(node)) => grads.register::<Cuda>(node.id, backward_filter(x, w, dy, &o, layout)),
-            (None, None) => {}
-        }
-    }
-}
-
-fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>, layout: Layout) -> Tensor<Ad, 4> {
-    let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
-    let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful() {
-        OpsKind::Tracked(mut prep) => {
-            let x_state = prep.checkpoint(&x);
-            let w_state = prep.checkpoint(&w);
-            prep.finish((x_state, w_state, o.clone(), layout), forward(x.primitive, w.primitive, o, layout))
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, w.primitive, o, layout)),
-    };
-    Tensor::from_primitive(TensorPrimitive::Float(out))
-}
-
-fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Prim {
-    cudnn_call(Direction::Forward, x.clone(), w.clone(), None, o, layout).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution forward", &e, BURN_RUNS);
-        let (x, w) = (nchw(x, layout), nchw(w, layout));
-        from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d(x, w, None, o.clone()), layout)
-    })
-}
-
-pub(super) fn backward_data(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Prim {
-    cudnn_call(Direction::BackwardData, x.clone(), w.clone(), Some(dy.clone()), o, layout).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution backward-data", &e, BURN_RUNS);
-        let (x, w, dy) = (nchw(x, layout), nchw(w, layout), nchw(dy, layout));
-        from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d_x_backward(x, w, dy, o.clone()), layout)
-    })
-}
-
-pub(super) fn backward_filter(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Prim {
-    cudnn_call(Direction::BackwardFilter, x.clone(), w.clone(), Some(dy.clone()), o, layout).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution backward-filter", &e, BURN_RUNS);
-        let (x, w, dy) = (nchw(x, layout), nchw(w, layout), nchw(dy, layout));
-        from_nchw(<Cuda as ModuleOps<Cuda>>::conv2d_weight_backward(x, w, dy, o.clone()), layout)
-    })
-}
-
-/// `(dx, dw)`: both gradients in one cuDNN job (each input resolved once, one ordering fence
-/// pair); when that cannot run, each gradient on its own ([`backward_data`],
-/// [`backward_filter`]).
-pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> (Prim, Prim) {
-    cudnn_backward(x.clone(), w.clone(), dy.clone(), o, layout).unwrap_or_else(|e| {
-        warn_once("cuDNN convolution backward (both gradients in one job)", &e, "each gradient is computed on its own");
-        (backward_data(x.clone(), w.clone(), dy.clone(), o, layout), backward_filter(x, w, dy, o, layout))
-    })
-}
-
-fn cudnn_backward(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim, Prim)> {
-    let client: Client = x.client.clone();
-    // Everything packed: backward-filter needs it anyway, and then both directions share one
-    // shape (and the plans the separate calls measured with packed inputs).
-    let shape = checked_shape(&x, &w, Some(&dy), o, layout)?;
-    let (xc, wc, yc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(dy)?)) })?;
-    let new = |d: [i32; 4]| empty(&xc, &layout.from_nchw(d).map(|v| v as usize));
-    let (dx, dw) = (new(shape.x), new(shape.w));
-    let device = xc.device.index;
-    let kind = ("conv_backward", shape.clone());
-    // SAFETY: as in `cudnn_call`; dx and dw are fresh buffers only these computations write.
-    launch(&[&xc, &wc, &yc, &dx, &dw], kind, move |p, order| unsafe {
-        cudnn::run_backward(device, &shape, Pointers { x: p[3], w: p[1], y: p[2] }, Pointers { x: p[0], w: p[4], y: p[2] }, order)
-    })?;
-    drop((xc, wc, yc));
-    Ok(timed(Phase::Register, || (register(&client, dx), register(&client, dw))))
-}
-
-/// A primitive in `layout`'s order viewed as NCHW (filters: KRSC as KCRS), for burn's kernels.
-fn nchw(t: Prim, layout: Layout) -> Prim {
-    layout.view_nchw(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(t))).into_primitive().tensor()
-}
-
-/// An NCHW primitive viewed in `layout`'s order.
-fn from_nchw(t: Prim, layout: Layout) -> Prim {
-    layout.view_from_nchw(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(t))).into_primitive().tensor()
 }
 
 pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
@@ -193,25 +91,6 @@ pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
         return Err(Error::Cudnn { op: "describing a tensor", reason: format!("shape {d:?} is not 4-D with sizes in i32") });
     }
     Ok([d[0] as i32, d[1] as i32, d[2] as i32, d[3] as i32])
-}
-
-/// A device buffer holding the tensor, kept alive while cuDNN uses it, and its strides.
-/// cuDNN takes strided activations (burn-cuda pitches rows) but wants packed filters and no
-/// broadcast (zero) strides; such tensors are copied to a packed layout first.
-pub(super) fn resolve(t: Prim, need_packed: bool) -> Result<(CubeTensor<CudaRuntime>, [i32; 4])> {
-    let dims = dims4(&t.shape)?;
-    if !need_packed {
-        data_type(&t)?;
-        let cube = t.client.clone().resolve_tensor_float::<Inner>(t.clone());
-        if cube.is_contiguous() {
-            return Ok((cube, packed(dims)));
-        }
-        let s = cube.meta.strides().to_vec();
-        if s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize) {
-            return Ok((cube, [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32]));
-        }
-    }
-    Ok((resolve_packed(t)?, packed(dims)))
 }
 
 /// cuDNN's name for the tensor's element type (f32, bf16 or f16).
@@ -345,23 +224,6 @@ fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
     [x[0], w[0], size(0, w[2]), size(1, w[3])]
 }
 
-/// The convolution of `x` and `w` (in `layout`'s order; dims in the description NCHW/KCRS) with
-/// packed strides, after checking their element types agree (with `dy`'s too) and `dy` has the
-/// output's shape.
-fn checked_shape(x: &Prim, w: &Prim, dy: Option<&Prim>, o: &ConvOptions<2>, layout: Layout) -> Result<ConvShape> {
-    let dtype = match dy {
-        Some(dy) => same_data_type(&[x, w, dy])?,
-        None => same_data_type(&[x, w])?,
-    };
-    let shape = packed_shape(dtype, layout, layout.to_nchw(dims4(&x.shape)?), layout.to_nchw(dims4(&w.shape)?), o);
-    if let Some(dy) = dy
-        && layout.to_nchw(dims4(&dy.shape)?) != shape.y
-    {
-        return Err(Error::Cudnn { op: "convolution backward", reason: format!("gradient shape {:?}, expected {:?}", dy.shape.as_slice(), layout.from_nchw(shape.y)) });
-    }
-    Ok(shape)
-}
-
 /// The convolution of NCHW-ordered dims `x` and KCRS `w` with packed strides in `layout`'s order.
 pub(super) fn packed_shape(dtype: DataType, layout: Layout, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvShape {
     let y = out_dims(x, w, o);
@@ -378,47 +240,6 @@ pub(super) fn packed_shape(dtype: DataType, layout: Layout, x: [i32; 4], w: [i32
         dilation: o.dilation.map(|v| v as i32),
         groups: o.groups as i32,
     }
-}
-
-/// One cuDNN computation. `dy` is `None` for the forward pass. Returns the new tensor (y, dx or
-/// dw, in `layout`'s order) registered with burn's fusion client.
-fn cudnn_call(dir: Direction, x: Prim, w: Prim, dy: Option<Prim>, o: &ConvOptions<2>, layout: Layout) -> Result<Prim> {
-    let client: Client = x.client.clone();
-    let described = checked_shape(&x, &w, dy.as_ref(), o, layout)?;
-    let (xd, wd, yd) = (described.x, described.w, described.y);
-    let new = |like: &CubeTensor<CudaRuntime>, d: [i32; 4]| empty(like, &layout.from_nchw(d).map(|v| v as usize));
-    // Channels-last activations are always handed over packed (in their order).
-    let pack = super::options::get().pack_inputs || layout == Layout::Nhwc;
-    let strides = |s: [i32; 4], d: [i32; 4]| if layout == Layout::Nhwc { layout.strides(d) } else { s };
-    let (xc, x_strides, wc, yc, y_strides, out) = timed(Phase::Prepare, || -> Result<_> { Ok(match dir {
-        Direction::Forward => {
-            let (xc, xs) = resolve(x, pack)?;
-            let (wc, _) = resolve(w, true)?;
-            let yc = new(&xc, yd);
-            (xc, strides(xs, xd), wc, yc.clone(), layout.strides(yd), yc)
-        }
-        Direction::BackwardData => {
-            let (wc, _) = resolve(w, true)?;
-            let (yc, ys) = resolve(dy.expect("backward has dy"), pack)?;
-            let xc = new(&wc, xd);
-            (xc.clone(), layout.strides(xd), wc, yc, strides(ys, yd), xc)
-        }
-        Direction::BackwardFilter => {
-            // cuDNN 9 has no backward-filter algorithm for strided (pitched) inputs: pack both.
-            let (xc, xs) = resolve(x, true)?;
-            let (yc, ys) = resolve(dy.expect("backward has dy"), true)?;
-            let wc = new(&xc, wd);
-            (xc, strides(xs, xd), wc.clone(), yc, strides(ys, yd), wc)
-        }
-    }) })?;
-    let shape = ConvShape { x_strides, y_strides, ..described };
-    // SAFETY: `launch` orders the computation after the buffers' producers and before their
-    // next users; their extents match `shape` by construction.
-    let device = xc.device.index;
-    let kind = ("conv", dir, shape.clone());
-    launch(&[&xc, &wc, &yc], kind, move |p, order| unsafe { cudnn::run(device, dir, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order) })?;
-    drop((xc, wc, yc));
-    Ok(timed(Phase::Register, || register(&client, out)))
 }
 
 /// Hands a buffer made outside burn's fusion graph to it, as a new float tensor.

@@ -138,7 +138,7 @@ fn separate_backward(s: &FusedState, dy: Prim) -> Grads4 {
     let client = dy.client.clone();
     let bn = Saved { x: register(&client, s.conv_out.clone()), ..s.bn.clone() };
     let (dconv, dgamma, dbeta) = backward_cudnn(&bn, dy.clone()).unwrap_or_else(|_| backward_burn(&bn, dy));
-    let (dx, dw) = backward_both(s.x.clone(), s.w.clone(), dconv, &s.options, Layout::Nchw);
+    let (dx, dw) = backward_both(s.x.clone(), s.w.clone(), dconv, &s.options);
     (Some(dx), dw, dgamma, dbeta)
 }
 

@@ -50,15 +50,22 @@ fn failure() -> &'static Mutex<Option<String>> {
     FAILURE.get_or_init(Default::default)
 }
 
-/// Runs `job` on `device`'s cubecl thread, in order with burn's kernels. `kind` identifies the
-/// computation and its shapes: the first `job` of a kind is waited for and its error returned
-/// (the caller falls back); later ones are queued and `Ok` comes back at once.
-///
-/// # Panics
-/// When a queued computation failed earlier (its output was wrong; see the module docs).
-pub(super) fn run(device: &CudaDevice, kind: u64, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+/// Panics when a queued computation failed earlier (its output was wrong; see the module
+/// docs). Called on the training thread wherever a cuDNN computation is queued.
+pub(super) fn check_failure() {
     if let Some(e) = failure().lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         panic!("{e}");
+    }
+}
+
+/// Runs `job` on `device`'s cubecl thread, in order with burn's kernels. `kind` identifies the
+/// computation and its shapes: the first `job` of a kind is waited for and its error returned
+/// (the caller falls back); later ones are queued and `Ok` comes back at once. After a queued
+/// computation has failed, every call returns that error without running `job` (the caller
+/// falls back; [`check_failure`] stops the training thread).
+pub(super) fn run(device: &CudaDevice, kind: u64, job: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    if let Some(e) = failure().lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        return Err(fail("an earlier queued cuDNN computation", e.clone()));
     }
     let handle = handle(device);
     if proven().lock().unwrap_or_else(|p| p.into_inner()).contains(&kind) {

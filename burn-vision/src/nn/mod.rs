@@ -17,6 +17,8 @@ mod cudnn_bn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_burn;
 #[cfg(feature = "cuda")]
+mod cudnn_conv;
+#[cfg(feature = "cuda")]
 mod cudnn_conv_bn;
 pub mod layout;
 pub mod options;
@@ -25,6 +27,8 @@ pub mod profile;
 pub mod reference;
 #[cfg(feature = "cuda")]
 mod device_thread;
+#[cfg(feature = "cuda")]
+mod fusion_op;
 #[cfg(feature = "cuda")]
 mod stream_bridge;
 pub mod upload_batch;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One device call on one H200: where a host-bound training step stands, old build against new
+# build against PyTorch, all in the same call (the lent machines' CPUs differ by ~10 %).
+#   check      cudnn_check check (new binaries): correctness of every cuDNN / kernel path
+#   NAME_new / NAME_old  `burn-vision bench` of the new build (carry/) or the old one
+#              (carry/old/), printing img/s and each host thread's CPU seconds per step
+#   NAME_torch benches/pytorch_baseline.py on the same workload
+# NAME: r50_bf16_cl r50_f32_cl (ResNet-50 224² b256, channels-last), r50_bf16_cl_b128,
+#       r34_b16 (ResNet-34 224², the tutorial's 16 per GPU, f32 NCHW), r34_b16_bf16_cl.
+# STEPS picks steps (default below). Binaries built on the development machine:
+#   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
+# and packed as carry/bins.tgz (burn-vision, cudnn_check; old/burn-vision for the old build).
+# Raw output in $OUT/host_bound.log; the summary table is printed last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+LOG=$OUT/host_bound.log
+SHOW="FAIL|cudnn_check=|img_per_s|error|panic"
+SHOW_LINES=3
+source benches/gpu/lib.sh
+[ -f "$B"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$B"/bins.txz "$B"
+chmod +x "$B"/burn-vision "$B"/cudnn_check "$B"/old/burn-vision 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee -a "$LOG"
+nproc | sed 's/^/host cores: /' | tee -a "$LOG"
+grep -m1 "model name" /proc/cpuinfo | tee -a "$LOG"
+DEFAULT="check r50_bf16_cl_new r50_bf16_cl_old r50_bf16_cl_torch r50_f32_cl_new r50_f32_cl_torch"
+W=${STEPS_TIMED:-20}
+bench() { # NAME BINARY ARGS...
+  local name=$1 bin=$2; shift 2
+  step "$name" "${T_BENCH:-150}" "$bin" bench --warmup 3 --steps "$W" --gpus 0 "$@"
+}
+torch() { # NAME MODEL BATCH PRECISION LAYOUT
+  step "$1" 120 python3 benches/pytorch_baseline.py synthetic "$2" "$3" 224 3 1000 0 3 "$W" "$4" "$5"
+}
+for s in ${STEPS:-$DEFAULT}; do
+  case $s in
+    check) step cudnn_check "${T_CHECK:-200}" "$B"/cudnn_check check ;;
+    r50_bf16_cl_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r50_bf16_cl_old) bench "$s" "$B"/old/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r50_bf16_cl_torch) torch "$s" resnet50 256 bf16 nhwc ;;
+    r50_f32_cl_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --channels-last ;;
+    r50_f32_cl_old) bench "$s" "$B"/old/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --channels-last ;;
+    r50_f32_cl_torch) torch "$s" resnet50 256 f32 nhwc ;;
+    r50_bf16_cl_b128_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r50_bf16_cl_b128_old) bench "$s" "$B"/old/burn-vision --model resnet50 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r50_bf16_cl_b128_torch) torch "$s" resnet50 128 bf16 nhwc ;;
+    r34_b16_new) bench "$s" "$B"/burn-vision --model resnet34 --batch-size 16 --image-size 224 --classes 1000 ;;
+    r34_b16_old) bench "$s" "$B"/old/burn-vision --model resnet34 --batch-size 16 --image-size 224 --classes 1000 ;;
+    r34_b16_torch) torch "$s" resnet34 16 f32 nchw ;;
+    r34_b16_bf16_cl_new) bench "$s" "$B"/burn-vision --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r34_b16_bf16_cl_torch) torch "$s" resnet34 16 bf16 nhwc ;;
+    *) echo "unknown step $s"; exit 2 ;;
+  esac
+done
+save_cache
+
+echo; echo "SUMMARY (img/s; ratio = burn-vision / PyTorch of the same workload in this call; CPU ms per step per host thread)"
+python3 - "$LOG" "$W" <<'PY'
+import json, re, sys
+log, steps = open(sys.argv[1]).read(), int(sys.argv[2])
+runs = {}
+for name, body in re.findall(r"=== (\S+): .*?\n(.*?)=== \1 rc", log, re.S):
+    for line in body.splitlines():
+        line = line.strip()
+        if line.startswith("RESULT "):
+            line = line[len("RESULT "):]
+        if line.startswith("{") and "img_per_s" in line:
+            try:
+                runs[name] = json.loads(line)
+            except ValueError:
+                pass
+ok = re.findall(r"cudnn_check=(\S+)", log)
+print(f"cudnn_check: {ok[-1] if ok else 'not run'}")
+for name, r in runs.items():
+    if name.endswith("_torch"):
+        continue
+    work = name.rsplit("_", 1)[0]
+    t = runs.get(work + "_torch")
+    ratio = f"{r['img_per_s'] / t['img_per_s']:.2f}x" if t else "-"
+    threads = ", ".join(f"{x['name']} {1000 * x['cpu_s'] / steps:.0f}" for x in r.get("threads", [])[:4])
+    host = r.get("host", {})
+    print(f"{name:24} {r['img_per_s']:9.1f}  torch {t['img_per_s'] if t else float('nan'):9.1f}  {ratio:>6}  wall {1000 * r['seconds'] / steps:5.1f} ms/step  fwd {1000 * host.get('forward_s', 0) / steps:4.1f} bwd {1000 * host.get('backward_s', 0) / steps:4.1f} opt {1000 * host.get('optimizer_s', 0) / steps:4.1f}  threads: {threads}")
+PY

@@ -1,0 +1,242 @@
+//! cuDNN convolutions for burn-cuda tensors, as an autodiff operation whose forward and
+//! backward are operations of burn-fusion's stream ([`super::fusion_op`]).
+//!
+//! `Autodiff<Cuda>` (training) and `Cuda` (inference) tensors are recognised by type at run
+//! time, so models stay generic over `B: Backend`. The training thread only queues each
+//! computation; on burn-fusion's thread it gets its buffers, the filter is cast to the
+//! activations' type and reordered for `layout` once per forward (the backward reuses that
+//! copy), and the cuDNN work is queued on cubecl's compute thread, ordered with burn's stream by
+//! [`launch`]. When cuDNN refuses a shape or fails, that computation runs burn's kernels on the
+//! same buffers instead, with one warning per cause.
+
+use super::cudnn::{self, ConvShape, Direction, Pointers};
+use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empty, launch, packed_shape, same_data_type, warn_once};
+use super::fusion_op::{self, Cube, packed};
+use super::layout::Layout;
+use super::profile::{Phase, timed};
+use crate::error::{Error, Result};
+use burn::prelude::*;
+use burn::tensor::ops::{ConvOptions, FloatTensorOps, ModuleOps};
+use burn::tensor::{DType, TensorPrimitive};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_cuda::Cuda;
+
+/// `conv2d` of `x` (in `layout`'s order) and `w` (burn's `[k, c / groups, r, s]`, any float
+/// type) on cuDNN, in `x`'s element type, for `Autodiff<Cuda>` (`ad`) or `Cuda` tensors.
+/// `Err` (before anything was queued) for what cuDNN cannot describe: the caller runs burn's
+/// kernels.
+pub(super) fn conv2d_cuda<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout, ad: bool) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>, Error)> {
+    super::device_thread::check_failure();
+    if ad {
+        let (xa, wa): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x.clone()), cast(w.clone()));
+        return autodiff_conv(xa, wa, o, layout).map(cast).map_err(|e| (x, w, e));
+    }
+    let (xc, wc): (Tensor<Cuda, 4>, Tensor<Cuda, 4>) = (cast(x.clone()), cast(w.clone()));
+    match forward(xc.into_primitive().tensor(), wc.into_primitive().tensor(), o, layout) {
+        Ok((y, _)) => Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y)))),
+        Err(e) => Err((x, w, e)),
+    }
+}
+
+/// What the backward pass needs: the input, the filter as cuDNN read it (cast, reordered,
+/// packed), and the filter parameter's own shape and type (its gradient comes back in those).
+#[derive(Debug, Clone)]
+struct Saved {
+    x: Prim,
+    wk: Prim,
+    w: (Shape, DType),
+    options: ConvOptions<2>,
+    layout: Layout,
+}
+
+#[derive(Debug)]
+struct CudnnConv2d;
+
+impl Backward<Cuda, 2> for CudnnConv2d {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let [node_x, node_w] = ops.parents;
+        let dy = grads.consume::<Cuda>(&ops.node);
+        let s = ops.state;
+        let (dx, dw) = backward(s.x, s.wk, dy, &s.options, s.layout, s.w, node_x.is_some(), node_w.is_some());
+        for (node, grad) in [(node_x, dx), (node_w, dw)] {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<Cuda>(node.id, grad);
+            }
+        }
+    }
+}
+
+fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>, layout: Layout) -> Result<Tensor<Ad, 4>> {
+    let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
+    let w_meta = (w.primitive.shape.clone(), w.primitive.dtype);
+    let (y, wk) = forward(x.primitive.clone(), w.primitive.clone(), o, layout)?;
+    let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(Saved { x: x.primitive, wk, w: w_meta, options: o.clone(), layout }, y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+}
+
+/// The convolution's description, from the tensors' metadata: `x` in `layout`'s order, `w`
+/// KCRS of any float type (cuDNN gets it in `x`'s type).
+fn describe(x: &Prim, w: &Shape, o: &ConvOptions<2>, layout: Layout) -> Result<ConvShape> {
+    let dtype = data_type(x)?;
+    let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), dims4(w)?);
+    if xd[1] != wd[1] * o.groups as i32 {
+        return Err(Error::Cudnn { op: "convolution", reason: format!("input has {} channels, the filter expects {} x groups={}", xd[1], wd[1], o.groups) });
+    }
+    Ok(packed_shape(dtype, layout, xd, wd, o))
+}
+
+fn shape_of(layout: Layout, nchw: [i32; 4]) -> Shape {
+    Shape::from(layout.from_nchw(nchw).map(|v| v as usize).to_vec())
+}
+
+/// Queues the forward pass: `(y, the filter as cuDNN reads it)`.
+fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim, Prim)> {
+    data_type(&w)?;
+    let shape = describe(&x, &w.shape, o, layout)?;
+    let dtype = x.dtype;
+    let outputs = [(shape_of(layout, shape.y), dtype), (shape_of(layout, shape.w), dtype)];
+    let o = o.clone();
+    let mut out = fusion_op::queue("cudnn_conv2d", vec![x, w], &outputs, move |ins| {
+        let [x, w]: [Cube; 2] = ins.try_into().expect("two inputs");
+        let wk = timed(Phase::Prepare, || pack_filter(w, dtype, layout));
+        let y = forward_cubes(x, &wk, &shape, &o, layout);
+        vec![y, wk]
+    });
+    let wk = out.pop().expect("two outputs");
+    Ok((out.pop().expect("two outputs"), wk))
+}
+
+/// `w` (KCRS, any float type) in `dtype`, reordered for `layout` (KRSC for channels-last), packed.
+fn pack_filter(w: Cube, dtype: DType, layout: Layout) -> Cube {
+    let w = burn_cubecl::kernel::cast(w, dtype);
+    packed(match layout {
+        Layout::Nchw => w,
+        Layout::Nhwc => <Inner as FloatTensorOps<Inner>>::float_permute(w, &[0, 2, 3, 1]),
+    })
+}
+
+/// A filter gradient in `layout`'s order back to KCRS in the parameter's `dtype`.
+fn unpack_filter(dw: Cube, dtype: DType, layout: Layout) -> Cube {
+    let dw = match layout {
+        Layout::Nchw => dw,
+        Layout::Nhwc => <Inner as FloatTensorOps<Inner>>::float_permute(dw, &[0, 3, 1, 2]),
+    };
+    burn_cubecl::kernel::cast(dw, dtype)
+}
+
+/// A buffer in `layout`'s order viewed as NCHW (filters: KRSC as KCRS), and back.
+fn nchw(t: Cube, layout: Layout) -> Cube {
+    match layout {
+        Layout::Nchw => t,
+        Layout::Nhwc => <Inner as FloatTensorOps<Inner>>::float_permute(t, &[0, 3, 1, 2]),
+    }
+}
+
+fn from_nchw(t: Cube, layout: Layout) -> Cube {
+    match layout {
+        Layout::Nchw => t,
+        Layout::Nhwc => <Inner as FloatTensorOps<Inner>>::float_permute(t, &[0, 2, 3, 1]),
+    }
+}
+
+fn forward_cubes(x: Cube, wk: &Cube, shape: &ConvShape, o: &ConvOptions<2>, layout: Layout) -> Cube {
+    cudnn_forward(x.clone(), wk, shape).unwrap_or_else(|e| {
+        warn_once("cuDNN convolution forward", &e, BURN_RUNS);
+        from_nchw(<Inner as ModuleOps<Inner>>::conv2d(nchw(x, layout), nchw(wk.clone(), layout), None, o.clone()), layout)
+    })
+}
+
+/// Input strides cuDNN may read `x` with: its own when it is a strided NCHW buffer and
+/// packing is switched off, else packed (a copy when it is not).
+fn input(x: Cube, shape: &ConvShape) -> (Cube, [i32; 4]) {
+    let keep = !super::options::get().pack_inputs && shape.layout == Layout::Nchw && !x.is_contiguous();
+    let s = x.meta.strides().to_vec();
+    if keep && s.len() == 4 && s.iter().all(|&v| v > 0 && v <= i32::MAX as usize) {
+        return (x, [s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32]);
+    }
+    (timed(Phase::Prepare, || packed(x)), shape.x_strides)
+}
+
+fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
+    let (xc, x_strides) = input(x, shape);
+    let y = empty(&xc, &shape.layout.from_nchw(shape.y).map(|v| v as usize));
+    let shape = ConvShape { x_strides, ..shape.clone() };
+    let device = xc.device.index;
+    // SAFETY: `launch` orders the computation after the buffers' producers and before their
+    // next users; their extents match `shape` by construction.
+    launch(&[&xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe {
+        cudnn::run(device, Direction::Forward, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order)
+    })?;
+    Ok(y)
+}
+
+/// Queues the gradients the graph needs — `dx` in `x`'s order and type, `dw` in the
+/// parameter's shape `w` (KCRS) and type — from `wk`, the filter the forward pass read.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout, w: (Shape, DType), need_dx: bool, need_dw: bool) -> (Option<Prim>, Option<Prim>) {
+    if !need_dx && !need_dw {
+        return (None, None);
+    }
+    let shape = match describe(&x, &w.0, o, layout).and_then(|s| same_data_type(&[&x, &wk, &dy]).map(|_| s)) {
+        Ok(s) => s,
+        Err(e) => panic!("cuDNN convolution backward: {e} (the forward pass ran with these tensors)"),
+    };
+    let mut outputs = Vec::new();
+    if need_dx {
+        outputs.push(fusion_op::like(&x));
+    }
+    if need_dw {
+        outputs.push(w.clone());
+    }
+    let o = o.clone();
+    let mut out = fusion_op::queue("cudnn_conv2d_backward", vec![x, wk, dy], &outputs, move |ins| {
+        let [x, wk, dy]: [Cube; 3] = ins.try_into().expect("three inputs");
+        let (dx, dw) = backward_cubes(x, packed(wk), dy, &shape, &o, need_dx, need_dw);
+        dx.into_iter().chain(dw.map(|dw| unpack_filter(dw, w.1, layout))).collect()
+    })
+    .into_iter();
+    let dx = need_dx.then(|| out.next().expect("declared"));
+    (dx, need_dw.then(|| out.next().expect("declared")))
+}
+
+type Grads = (Option<Cube>, Option<Cube>);
+
+fn backward_cubes(x: Cube, wk: Cube, dy: Cube, shape: &ConvShape, o: &ConvOptions<2>, need_dx: bool, need_dw: bool) -> Grads {
+    let (x, dy) = timed(Phase::Prepare, || (packed(x), packed(dy)));
+    cudnn_backward(&x, &wk, &dy, shape, need_dx, need_dw).unwrap_or_else(|e| {
+        warn_once("cuDNN convolution backward", &e, BURN_RUNS);
+        let layout = shape.layout;
+        let (xn, wn, dyn_) = (nchw(x, layout), nchw(wk, layout), nchw(dy, layout));
+        let dx = need_dx.then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_x_backward(xn.clone(), wn.clone(), dyn_.clone(), o.clone()), layout));
+        let dw = need_dw.then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_weight_backward(xn, wn, dyn_, o.clone()), layout));
+        (dx, dw)
+    })
+}
+
+/// Both gradients in one cuDNN job (one fence pair), or the one asked for.
+fn cudnn_backward(x: &Cube, wk: &Cube, dy: &Cube, shape: &ConvShape, need_dx: bool, need_dw: bool) -> Result<Grads> {
+    let layout = shape.layout;
+    let dx = empty(x, &layout.from_nchw(shape.x).map(|v| v as usize));
+    let dw = empty(x, &layout.from_nchw(shape.w).map(|v| v as usize));
+    let (device, sh) = (x.device.index, shape.clone());
+    let kind = ("conv_backward", shape.clone(), need_dx, need_dw);
+    // SAFETY: as in `cudnn_forward`; dx and dw are fresh buffers only this job writes.
+    launch(&[x, wk, dy, &dx, &dw], kind, move |p, order| unsafe {
+        let data = Pointers { x: p[3], w: p[1], y: p[2] };
+        let filter = Pointers { x: p[0], w: p[4], y: p[2] };
+        match (need_dx, need_dw) {
+            (true, true) => cudnn::run_backward(device, &sh, data, filter, order),
+            (true, false) => cudnn::run(device, Direction::BackwardData, &sh, data, order),
+            _ => cudnn::run(device, Direction::BackwardFilter, &sh, filter, order),
+        }
+    })?;
+    Ok((need_dx.then_some(dx), need_dw.then_some(dw)))
+}
