@@ -5,8 +5,10 @@
 #   NAME_new / NAME_old  `burn-vision bench` of the new build (carry/) or the old one
 #              (carry/old/), printing img/s and each host thread's CPU seconds per step
 #   NAME_torch benches/pytorch_baseline.py on the same workload
-# NAME: r50_bf16_cl r50_f32_cl (ResNet-50 224² b256, channels-last), r50_bf16_cl_b128,
-#       r34_b16 (ResNet-34 224², the tutorial's 16 per GPU, f32 NCHW), r34_b16_bf16_cl.
+# NAME: r50_bf16_cl r50_f32_cl r50_f32 (ResNet-50 224² b256; _cl channels-last),
+#       r50_bf16_cl_b128, r34_b16 r34_b16_cl r34_b16_bf16_cl (ResNet-34 224², the tutorial's
+#       16 per GPU), r18s r18s_cl (ResNet-18 small-input stem, 28² 1-channel, b256);
+#       r50_bf16_cl_legacy: the new build with BURN_VISION_CUDNN_GRAPH=0.
 # STEPS picks steps (default below). Binaries built on the development machine:
 #   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
 # and packed as carry/bins.tgz (burn-vision, cudnn_check; old/burn-vision for the old build).
@@ -28,26 +30,37 @@ bench() { # NAME BINARY ARGS...
   local name=$1 bin=$2; shift 2
   step "$name" "${T_BENCH:-150}" "$bin" bench --warmup 3 --steps "$W" --gpus 0 "$@"
 }
-torch() { # NAME MODEL BATCH PRECISION LAYOUT
-  step "$1" 120 python3 benches/pytorch_baseline.py synthetic "$2" "$3" 224 3 1000 0 3 "$W" "$4" "$5"
+torch() { # NAME MODEL BATCH PRECISION LAYOUT [SIZE CHANNELS CLASSES SMALL]
+  step "$1" 120 python3 benches/pytorch_baseline.py synthetic "$2" "$3" "${6:-224}" "${7:-3}" "${8:-1000}" "${9:-0}" 3 "$W" "$4" "$5"
 }
+R50="--model resnet50 --batch-size 256 --image-size 224 --classes 1000"
+R18S="--model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input"
+R34="--model resnet34 --batch-size 16 --image-size 224 --classes 1000"
 for s in ${STEPS:-$DEFAULT}; do
   case $s in
     check) step cudnn_check "${T_CHECK:-200}" "$B"/cudnn_check check ;;
-    r50_bf16_cl_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
-    r50_bf16_cl_old) bench "$s" "$B"/old/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r50_bf16_cl_new) bench "$s" "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
+    r50_bf16_cl_old) bench "$s" "$B"/old/burn-vision $R50 --precision bf16 --channels-last ;;
+    r50_bf16_cl_legacy) BURN_VISION_CUDNN_GRAPH=0 bench "$s" "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
     r50_bf16_cl_torch) torch "$s" resnet50 256 bf16 nhwc ;;
-    r50_f32_cl_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --channels-last ;;
-    r50_f32_cl_old) bench "$s" "$B"/old/burn-vision --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --channels-last ;;
+    r50_f32_cl_new) bench "$s" "$B"/burn-vision $R50 --channels-last ;;
+    r50_f32_cl_old) bench "$s" "$B"/old/burn-vision $R50 --channels-last ;;
     r50_f32_cl_torch) torch "$s" resnet50 256 f32 nhwc ;;
+    r50_f32_new) bench "$s" "$B"/burn-vision $R50 ;;
+    r50_f32_torch) torch "$s" resnet50 256 f32 nchw ;;
     r50_bf16_cl_b128_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
-    r50_bf16_cl_b128_old) bench "$s" "$B"/old/burn-vision --model resnet50 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
     r50_bf16_cl_b128_torch) torch "$s" resnet50 128 bf16 nhwc ;;
-    r34_b16_new) bench "$s" "$B"/burn-vision --model resnet34 --batch-size 16 --image-size 224 --classes 1000 ;;
-    r34_b16_old) bench "$s" "$B"/old/burn-vision --model resnet34 --batch-size 16 --image-size 224 --classes 1000 ;;
+    r34_b16_new) bench "$s" "$B"/burn-vision $R34 ;;
+    r34_b16_old) bench "$s" "$B"/old/burn-vision $R34 ;;
     r34_b16_torch) torch "$s" resnet34 16 f32 nchw ;;
-    r34_b16_bf16_cl_new) bench "$s" "$B"/burn-vision --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
+    r34_b16_cl_new) bench "$s" "$B"/burn-vision $R34 --channels-last ;;
+    r34_b16_cl_torch) torch "$s" resnet34 16 f32 nhwc ;;
+    r34_b16_bf16_cl_new) bench "$s" "$B"/burn-vision $R34 --precision bf16 --channels-last ;;
     r34_b16_bf16_cl_torch) torch "$s" resnet34 16 bf16 nhwc ;;
+    r18s_new) bench "$s" "$B"/burn-vision $R18S ;;
+    r18s_torch) torch "$s" resnet18 256 f32 nchw 28 1 10 1 ;;
+    r18s_cl_new) bench "$s" "$B"/burn-vision $R18S --channels-last ;;
+    r18s_cl_torch) torch "$s" resnet18 256 f32 nhwc 28 1 10 1 ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

@@ -1,9 +1,10 @@
 //! cuDNN 2-D convolution — forward, backward-data, backward-filter — on raw device pointers.
 //!
-//! One cuDNN handle and stream per device. The algorithm for each (direction, shape) is measured
-//! once with cuDNN's `Find...Ex` functions on the real buffers and cached with its descriptors for
-//! the process (PyTorch's `cudnn.benchmark = True`); one workspace per device is reused by every
-//! call. Each call returns after cuDNN's stream has finished, so the caller may hand the output to
+//! One cuDNN handle and stream per device. How each (direction, shape) runs is chosen once on
+//! the real buffers and cached for the process (PyTorch's `cudnn.benchmark = True`): an
+//! execution plan of cuDNN's graph API (`cudnn_graph`, the default: far less host time per
+//! call), or the legacy entry point with the algorithm cuDNN's `Find...Ex` measured fastest.
+//! One workspace per device is reused by every call. Each call returns after cuDNN's stream has finished, so the caller may hand the output to
 //! another stream at once.
 
 use super::layout::Layout;
@@ -228,8 +229,15 @@ enum Algo {
     BackwardFilter(sys::cudnnConvolutionBwdFilterAlgo_t),
 }
 
-/// Descriptors and the measured algorithm for one (direction, shape).
-struct Plan {
+/// How one (direction, shape) runs: a graph-API execution plan, or (when none could be built,
+/// or [`CudnnOptions::graph_api`] is off) a legacy entry point with the algorithm Find measured.
+enum Plan {
+    Graph(super::cudnn_graph::GraphPlan),
+    Legacy(LegacyPlan),
+}
+
+/// Descriptors and the measured algorithm for one (direction, shape) on the legacy API.
+struct LegacyPlan {
     x: TensorDesc,
     w: FilterDesc,
     y: TensorDesc,
@@ -244,9 +252,9 @@ pub(super) struct DeviceState {
     stream: Arc<CudaStream>,
     handle: Handle,
     workspace: Option<CudaSlice<u8>>,
-    /// Keyed by what the choice depends on: direction, shape, and the math settings
-    /// (TF32 allowed, deterministic only) it was measured under.
-    plans: HashMap<(Direction, ConvShape, bool, bool), Plan>,
+    /// Keyed by what the choice depends on: direction, shape, the math settings (TF32
+    /// allowed, deterministic only) it was measured under, and whether the graph API may be used.
+    plans: HashMap<(Direction, ConvShape, bool, bool, bool), Plan>,
     /// Kernels that order this stream with burn's on the device (see `stream_bridge`).
     fences: Option<DeviceKernels>,
 }
@@ -355,7 +363,7 @@ impl DeviceState {
     ///
     /// # Safety
     /// As [`run`].
-    unsafe fn find(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<Plan> {
+    unsafe fn find(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<LegacyPlan> {
         let (x, w, y, conv) = describe(shape, opts)?;
         let (ws, limit) = self.workspace_ptr(opts.workspace_limit)?;
         let h = self.handle.0;
@@ -392,7 +400,29 @@ impl DeviceState {
         // SAFETY: a live descriptor, set with a plain value.
         unsafe { result::set_convolution_math_type(conv.0, math) }.map_err(|e| fail("math type", e))?;
         log::debug!("cuDNN {dir:?} {shape:?}: {algo:?}, {math:?}, workspace {workspace} B");
-        Ok(Plan { x, w, y, conv, algo, workspace })
+        Ok(LegacyPlan { x, w, y, conv, algo, workspace })
+    }
+
+    /// The plan for `dir` on `shape`: from the graph API when allowed and possible (one line
+    /// says so the first time it is not), else from Find on the legacy API.
+    ///
+    /// # Safety
+    /// As [`run`].
+    unsafe fn choose(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<Plan> {
+        if opts.graph_api {
+            let ws = self.workspace_ptr(opts.workspace_limit)?;
+            // SAFETY: as this function's contract.
+            match unsafe { super::cudnn_graph::build(self.handle.0, &self.ctx, &self.stream, dir, shape, p, ws, opts) } {
+                Ok(plan) => return Ok(Plan::Graph(plan)),
+                Err(e) => {
+                    static ONCE: std::sync::Once = std::sync::Once::new();
+                    ONCE.call_once(|| log::info!("cuDNN graph API: {e}; that shape (and any other without a graph plan) runs the legacy entry points"));
+                    log::debug!("cuDNN graph API refused {dir:?} {shape:?}: {e}");
+                }
+            }
+        }
+        // SAFETY: as this function's contract.
+        Ok(Plan::Legacy(unsafe { self.find(dir, shape, p, opts)? }))
     }
 }
 
@@ -434,19 +464,26 @@ impl DeviceState {
     /// As [`run`].
     pub(super) unsafe fn convolve(&mut self, dir: Direction, shape: &ConvShape, p: Pointers) -> Result<()> {
         let opts = options::get();
-        let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic);
+        let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic, opts.graph_api);
         if !self.plans.contains_key(&key) {
             // SAFETY: as this function's contract.
-            let plan = unsafe { self.find(dir, shape, p, &opts)? };
+            let plan = unsafe { self.choose(dir, shape, p, &opts)? };
             self.plans.insert(key.clone(), plan);
         }
-        let need = self.plans[&key].workspace;
+        let need = match &self.plans[&key] {
+            Plan::Graph(g) => g.workspace,
+            Plan::Legacy(l) => l.workspace,
+        };
         let (ws, ws_len) = self.workspace_ptr(need)?;
-        let plan = &self.plans[&key];
+        let h = self.handle.0;
+        let plan = match &self.plans[&key] {
+            // SAFETY: the plan was built for `shape`; the caller vouches for the buffers.
+            Plan::Graph(g) => return unsafe { super::cudnn_graph::execute(h, g, p, ws) },
+            Plan::Legacy(l) => l,
+        };
         let (one, zero) = (1f32, 0f32);
         let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
         let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
-        let h = self.handle.0;
         // SAFETY: the plan's descriptors match `shape`; the caller vouches for the buffers.
         let status = unsafe {
             match plan.algo {

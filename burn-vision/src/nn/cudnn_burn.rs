@@ -170,9 +170,13 @@ pub(super) fn launch(
     if !options.host_sync && device_ordering_ok(index) {
         let owned: Vec<CubeTensor<CudaRuntime>> = tensors.iter().map(|t| (*t).clone()).collect();
         let client = first.client.clone();
+        let kind = device_thread::kind((kind, options));
+        // The first of a kind is waited for on the host (cuDNN measures algorithms then): burn's
+        // queued kernels are submitted first. Later ones need no flush (launches are immediate).
+        let flush = !device_thread::is_proven(kind);
         let job = move || -> Result<()> {
             let (_held, ptrs) = timed(Phase::Resources, || resources(&owned.iter().collect::<Vec<_>>()))?;
-            let order = timed(Phase::WaitBurn, || match stream_bridge::before(index, &client) {
+            let order = timed(Phase::WaitBurn, || match stream_bridge::before(index, &client, flush) {
                 Ok(fence) => Ok(Order::Device(fence)),
                 Err(e) => {
                     warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
@@ -186,7 +190,7 @@ pub(super) fn launch(
             count_call(matches!(order, Order::Device(_)));
             Ok(())
         };
-        return timed(Phase::Submit, || device_thread::run(&device, device_thread::kind((kind, options)), job));
+        return timed(Phase::Submit, || device_thread::run(&device, kind, job));
     }
     let (_held, ptrs) = timed(Phase::Resources, || resources(tensors))?;
     timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device)).map_err(|e| cudnn::fail("synchronising burn's stream", e))?;

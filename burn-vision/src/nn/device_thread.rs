@@ -88,6 +88,11 @@ pub(super) fn run(device: &CudaDevice, kind: u64, job: impl FnOnce() -> Result<(
     result
 }
 
+/// Whether a computation of `kind` has succeeded before (later ones are queued without waiting).
+pub(super) fn is_proven(kind: u64) -> bool {
+    proven().lock().unwrap_or_else(|p| p.into_inner()).contains(&kind)
+}
+
 /// Makes `device`'s device thread run everything queued so far: cubecl's queue hands tasks over
 /// in batches, so a queued computation may otherwise wait until more work arrives.
 pub(super) fn flush(device: &CudaDevice) {

@@ -13,6 +13,8 @@ pub mod cudnn;
 #[cfg(feature = "cuda")]
 pub mod cudnn_bn;
 #[cfg(feature = "cuda")]
+mod cudnn_graph;
+#[cfg(feature = "cuda")]
 mod cudnn_bn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_burn;

@@ -6,7 +6,8 @@ use std::sync::{OnceLock, RwLock};
 /// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
 /// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`,
 /// `BURN_VISION_CUDNN_BN=0`, `BURN_VISION_CUDNN_HOST_SYNC=1`,
-/// `BURN_VISION_CUDNN_FUSE=0`, `BURN_VISION_BN_KERNELS=0`), or set with [`set`] before the first convolution.
+/// `BURN_VISION_CUDNN_FUSE=0`, `BURN_VISION_BN_KERNELS=0`, `BURN_VISION_CUDNN_GRAPH=0`), or set
+/// with [`set`] before the first convolution.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -37,11 +38,15 @@ pub struct CudnnOptions {
     /// (`BURN_VISION_BN_KERNELS=0` builds it from burn's tensor operations instead, as on
     /// every other backend). Not a cuDNN switch: cuDNN's batch norm is slow on NHWC.
     pub nhwc_bn_kernels: bool,
+    /// Run convolutions through execution plans of cuDNN's graph API, built once per shape
+    /// (`BURN_VISION_CUDNN_GRAPH=0` uses the legacy `cudnnConvolution*` entry points, which
+    /// cost several times the host time per call).
+    pub graph_api: bool,
 }
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false, fuse_conv_bn: true, nhwc_bn_kernels: true }
+        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false, fuse_conv_bn: true, nhwc_bn_kernels: true, graph_api: true }
     }
 }
 
@@ -59,6 +64,7 @@ impl CudnnOptions {
             ("BURN_VISION_CUDNN_BN", &mut o.batch_norm),
             ("BURN_VISION_CUDNN_PACK", &mut o.pack_inputs),
             ("BURN_VISION_BN_KERNELS", &mut o.nhwc_bn_kernels),
+            ("BURN_VISION_CUDNN_GRAPH", &mut o.graph_api),
         ];
         for (name, field) in switches {
             if let Some(v) = flag(name) {

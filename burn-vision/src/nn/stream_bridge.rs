@@ -181,7 +181,7 @@ impl Flags {
         Ok(Self { client: client.clone(), to_cudnn, to_burn, addresses, count: 0 })
     }
 
-    fn before(&mut self) -> Result<Fence> {
+    fn before(&mut self, flush: bool) -> Result<Fence> {
         if self.count >= 1 << 31 {
             cubecl::future::block_on(self.client.sync()).map_err(|e| fail("draining burn's stream", e))?;
             store(&self.client, &self.to_cudnn, 0);
@@ -191,8 +191,11 @@ impl Flags {
         }
         self.count += 1;
         store(&self.client, &self.to_cudnn, self.count);
-        // Submitted now: cuDNN's first call on a shape measures algorithms and waits on the host.
-        self.client.flush().map_err(|e| fail("flushing burn's stream", e))?;
+        // cubecl launches at once; its flush only settles deferred frees and errors. Asked for
+        // when the host will wait for cuDNN (a kind's first computation measures algorithms).
+        if flush {
+            self.client.flush().map_err(|e| fail("flushing burn's stream", e))?;
+        }
         Ok(Fence { wait: (self.addresses.0, self.count), signal: (self.addresses.1, self.count) })
     }
 
@@ -203,15 +206,15 @@ impl Flags {
 }
 
 /// Step 1 on `device` (burn's stream of this thread, through `client`): returns the fence
-/// cuDNN's stream must honour.
-pub fn before(device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
+/// cuDNN's stream must honour. `flush` settles cubecl's deferred work first (before a host wait).
+pub fn before(device: usize, client: &ComputeClient<CudaRuntime>, flush: bool) -> Result<Fence> {
     FLAGS.with(|f| {
         let mut map = f.borrow_mut();
         let flags = match map.entry((device, StreamId::current())) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Flags::new(client)?),
         };
-        flags.before()
+        flags.before(flush)
     })
 }
 
