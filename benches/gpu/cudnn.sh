@@ -41,9 +41,9 @@ for s in ${STEPS:-$ALL}; do
     torch_shapes_bf16_pipe) step torch_shapes_bf16_pipe 120 python3 $TSH bf16 pipelined ;;
     torch_shapes_bf16_nhwc_pipe) step torch_shapes_bf16_nhwc_pipe 120 python3 $TSH bf16 pipelined nhwc ;;
     torch_shapes_bf16_nhwc) step torch_shapes_bf16_nhwc 120 python3 $TSH bf16 latency nhwc ;;
-    burn_r50)     step burn_r50_synth ${T_R50:-240} "$B"/burn-vision $R50 ;;
+    burn_r50)     step burn_r50_synth ${T_R50:-240} "$B"/burn-vision $R50 --channels-first ;;
     burn_r50_cl)  step burn_r50_synth_cl ${T_R50:-240} "$B"/burn-vision $R50 --channels-last ;;
-    burn_r50_bf16) step burn_r50_synth_bf16 ${T_R50:-240} "$B"/burn-vision $R50 --precision bf16 ;;
+    burn_r50_bf16) step burn_r50_synth_bf16 ${T_R50:-240} "$B"/burn-vision $R50 --precision bf16 --channels-first ;;
     burn_r50_bf16_cl) step burn_r50_synth_bf16_cl ${T_R50:-240} "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
     torch_r50)    step torch_r50_synth 90 python3 $TR50 f32 nchw ;;
     torch_r50_nhwc) step torch_r50_synth_nhwc 90 python3 $TR50 f32 nhwc ;;

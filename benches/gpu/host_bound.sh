@@ -9,6 +9,8 @@
 #       r50_bf16_cl_b128, r34_b16 r34_b16_cl r34_b16_bf16_cl (ResNet-34 224², the tutorial's
 #       16 per GPU), r18s r18s_cl (ResNet-18 small-input stem, 28² 1-channel, b256);
 #       r50_bf16_cl_legacy: the new build with BURN_VISION_CUDNN_GRAPH=0.
+# burn-vision's bench (like train) keeps GPU activations channels-last unless told
+# --channels-first; the old binaries of calls a-b (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
 #   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
 # and packed as carry/bins.tgz (burn-vision, cudnn_check; old/burn-vision for the old build).
@@ -46,18 +48,18 @@ for s in ${STEPS:-$DEFAULT}; do
     r50_f32_cl_new) bench "$s" "$B"/burn-vision $R50 --channels-last ;;
     r50_f32_cl_old) bench "$s" "$B"/old/burn-vision $R50 --channels-last ;;
     r50_f32_cl_torch) torch "$s" resnet50 256 f32 nhwc ;;
-    r50_f32_new) bench "$s" "$B"/burn-vision $R50 ;;
+    r50_f32_new) bench "$s" "$B"/burn-vision $R50 --channels-first ;;
     r50_f32_torch) torch "$s" resnet50 256 f32 nchw ;;
     r50_bf16_cl_b128_new) bench "$s" "$B"/burn-vision --model resnet50 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --channels-last ;;
     r50_bf16_cl_b128_torch) torch "$s" resnet50 128 bf16 nhwc ;;
-    r34_b16_new) bench "$s" "$B"/burn-vision $R34 ;;
+    r34_b16_new) bench "$s" "$B"/burn-vision $R34 --channels-first ;;
     r34_b16_old) bench "$s" "$B"/old/burn-vision $R34 ;;
     r34_b16_torch) torch "$s" resnet34 16 f32 nchw ;;
     r34_b16_cl_new) bench "$s" "$B"/burn-vision $R34 --channels-last ;;
     r34_b16_cl_torch) torch "$s" resnet34 16 f32 nhwc ;;
     r34_b16_bf16_cl_new) bench "$s" "$B"/burn-vision $R34 --precision bf16 --channels-last ;;
     r34_b16_bf16_cl_torch) torch "$s" resnet34 16 bf16 nhwc ;;
-    r18s_new) bench "$s" "$B"/burn-vision $R18S ;;
+    r18s_new) bench "$s" "$B"/burn-vision $R18S --channels-first ;;
     r18s_torch) torch "$s" resnet18 256 f32 nchw 28 1 10 1 ;;
     r18s_cl_new) bench "$s" "$B"/burn-vision $R18S --channels-last ;;
     r18s_cl_torch) torch "$s" resnet18 256 f32 nhwc 28 1 10 1 ;;

@@ -8,7 +8,8 @@
 #              (burn_split_nobn: the same with burn's BatchNorm instead of cuDNN's;
 #              burn_split_host: cuDNN ordered with burn's stream on the host, not the device;
 #              burn_split_fuse: convolution + BatchNorm as one cuDNN operation).
-# BURN_EXTRA adds options to burn-vision's bench (e.g. "--precision bf16 --channels-last"),
+# BURN_EXTRA adds options to burn-vision's bench (e.g. "--precision bf16", or "--channels-first":
+# the bench, like train, keeps GPU activations channels-last by default),
 # TORCH_CL=1 and TORCH_DTYPE=bf16 profile PyTorch channels_last / autocast bf16.
 # Binaries carried in carry/ (see cudnn.sh). Writes raw logs to $OUT, summary last.
 set -uo pipefail

@@ -17,11 +17,11 @@ D=datasets/fashion-mnist-10k
 R50B=${R50_BATCH:-256}
 # Workloads, run in the order given by $STEPS (default: all). Timeouts leave room for Burn's
 # first-time autotuning, which dominates a fresh machine (see docs/benchmarks.md).
-burn_r50_synth()  { step burn_r50_synth ${T_R50:-270} $BIN bench --model resnet50 --batch-size $R50B --image-size 224 --classes 1000 --warmup 2 --steps 10 --gpus 0; }
-burn_r50_upload() { step burn_r50_synth_upload ${T_R50:-270} $BIN bench --model resnet50 --batch-size $R50B --image-size 224 --classes 1000 --warmup 2 --steps 10 --gpus 0 --host-input; }
+burn_r50_synth()  { step burn_r50_synth ${T_R50:-270} $BIN bench --model resnet50 --batch-size $R50B --image-size 224 --classes 1000 --warmup 2 --steps 10 --gpus 0 --channels-first; }
+burn_r50_upload() { step burn_r50_synth_upload ${T_R50:-270} $BIN bench --model resnet50 --batch-size $R50B --image-size 224 --classes 1000 --warmup 2 --steps 10 --gpus 0 --host-input --channels-first; }
 bench_data()      { make_folder; step bench_data 120 $BIN bench-data --data /tmp/fm256 --batch-size $R50B --batches 10; }
 torch_r50_synth() { step torch_r50_synth 90 python3 benches/pytorch_baseline.py synthetic resnet50 $R50B 224 3 1000 0 2 10; }
-burn_r18_synth()  { step burn_r18_fmnist_synth ${T_R18:-150} $BIN bench --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --warmup 2 --steps 20 --gpus 0; }
+burn_r18_synth()  { step burn_r18_fmnist_synth ${T_R18:-150} $BIN bench --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --warmup 2 --steps 20 --gpus 0 --channels-first; }
 torch_r18_synth() { step torch_r18_fmnist_synth 60 python3 benches/pytorch_baseline.py synthetic resnet18 256 28 1 10 1 2 20; }
 burn_r18_train()  { rm -rf /tmp/run_r18; step burn_r18_fmnist_train ${T_R18T:-120} $BIN train --data bundled --model resnet18 --batch-size 256 --epochs 1 --max-steps-per-epoch 30 --val-fraction 0.05 --lr 0.002 --gpus 0 --quiet --out /tmp/run_r18; cp /tmp/run_r18/metrics.jsonl "$OUT/burn_r18_fmnist_metrics.jsonl" 2>/dev/null; }
 make_folder()     { [ -d /tmp/fm256 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm256 256 >>"$LOG" 2>&1; }

@@ -63,9 +63,12 @@ struct BenchArgs {
     /// Activation precision: f32, bf16 or f16 (parameters stay f32).
     #[arg(long, default_value = "f32")]
     precision: String,
-    /// Channels-last activations (PyTorch's channels_last).
+    /// Channels-last activations (PyTorch's channels_last; the default with --gpus).
     #[arg(long)]
     channels_last: bool,
+    /// NCHW activations (the default on the CPU).
+    #[arg(long, conflicts_with = "channels_last")]
+    channels_first: bool,
 }
 
 #[derive(Args)]
@@ -160,10 +163,13 @@ struct TrainArgs {
     /// PyTorch's GradScaler).
     #[arg(long)]
     precision: Option<String>,
-    /// Keep activations channels-last (`[n, h, w, c]`, PyTorch's channels_last): cuDNN's
-    /// fastest kernels for bf16 on GPUs.
+    /// Keep activations channels-last (`[n, h, w, c]`, PyTorch's channels_last): the default
+    /// with --gpus (cuDNN's fastest kernels; burn-vision's own batch-norm kernels).
     #[arg(long)]
     channels_last: bool,
+    /// Keep activations NCHW (the default on the CPU; on GPUs slower, see docs/benchmarks.md).
+    #[arg(long, conflicts_with = "channels_last")]
+    channels_first: bool,
     /// Input side for folder datasets.
     #[arg(long)]
     image_size: Option<u32>,
@@ -246,8 +252,8 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     if let Some(p) = a.precision {
         c.precision = p.parse()?;
     }
-    if a.channels_last {
-        c.channels_last = true;
+    if a.channels_last || a.channels_first {
+        c.channels_last = Some(a.channels_last);
     }
     Ok(c)
 }
@@ -352,7 +358,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         steps: a.steps,
         host_input: a.host_input,
         precision: a.precision.parse()?,
-        channels_last: a.channels_last,
+        channels_last: a.channels_last || (!a.channels_first && matches!(spec, DeviceSpec::Cuda(_))),
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);

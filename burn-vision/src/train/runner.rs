@@ -82,7 +82,7 @@ pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, d
 fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>, dist: Dist<'_>) -> Result<TrainSummary> {
     let data = load_source(&config.source(), config.image_size)?;
     let classes = data.dataset.classes().len();
-    let mut model: ResNet<B> = seeded_model(config, classes, data.train.channels, &devices[0])?.with_precision(config.precision).with_channels_last(config.channels_last);
+    let mut model: ResNet<B> = seeded_model(config, classes, data.train.channels, &devices[0])?.with_precision(config.precision).with_channels_last(config.channels_last_on());
     match dist {
         Some(d) if config.sync_bn => model = model.with_sync_batch_norm(Some(BatchNormSync::new::<B>(d.device_group.clone())?)),
         None if config.sync_bn => log::info!("--sync-bn: one process, so BatchNorm statistics are already over the whole batch"),
