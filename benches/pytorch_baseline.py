@@ -5,8 +5,9 @@ Modes (each prints one JSON line prefixed with RESULT):
              forward+backward+SGD(momentum 0.9) on random data, fp32 (cuDNN may use TF32, as
              PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager: the same
              work `burn-vision bench --precision ...` does.
-  folder     DIR BATCH STEPS  ResNet-50 on an ImageFolder with RandomResizedCrop(224)+flip,
-             8 DataLoader workers: real decoding and augmentation.
+  folder     DIR BATCH STEPS [nchw|nhwc]  ResNet-50 on an ImageFolder with
+             RandomResizedCrop(224)+flip, 8 DataLoader workers: real decoding and augmentation
+             (fp32; nhwc: model and batches channels_last).
   make-folder IDX_IMAGES IDX_LABELS OUT SIDE  writes the IDX images as SIDExSIDE RGB JPEGs in
              class folders (the real-data input for both frameworks).
 """
@@ -70,7 +71,7 @@ def synthetic(name, batch, size, channels, classes, small, warmup, steps, precis
                                       img_per_s=ips, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
 
 
-def folder(path, batch, steps):
+def folder(path, batch, steps, layout="nchw"):
     import torchvision.transforms as T
     dev = torch.device("cuda")
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
@@ -79,15 +80,17 @@ def folder(path, batch, steps):
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=8, drop_last=True,
                                      pin_memory=True, persistent_workers=True)
 
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+
     def forever():
         while True:
             for x, y in dl:
-                yield x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+                yield x.to(dev, non_blocking=True).to(memory_format=fmt), y.to(dev, non_blocking=True)
 
-    model = resnet("resnet50", len(ds.classes), 3, False).to(dev)
+    model = resnet("resnet50", len(ds.classes), 3, False).to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     ips, warm, loss = timed_steps(model, opt, forever(), 3, steps)
-    print("RESULT " + json.dumps(dict(framework="pytorch", mode="folder", model="resnet50", batch=batch,
+    print("RESULT " + json.dumps(dict(framework="pytorch", mode="folder", model="resnet50", batch=batch, layout=layout,
                                       img_per_s=ips, warmup_s=warm, loss=loss)), flush=True)
 
 
@@ -110,7 +113,7 @@ if __name__ == "__main__":
         name, batch, size, ch, classes, small, warmup, steps = args[:8]
         synthetic(name, int(batch), int(size), int(ch), int(classes), small == "1", int(warmup), int(steps), *args[8:])
     elif mode == "folder":
-        folder(args[0], int(args[1]), int(args[2]))
+        folder(args[0], int(args[1]), int(args[2]), *args[3:4])
     elif mode == "make-folder":
         make_folder(args[0], args[1], args[2], int(args[3]))
     else:

@@ -29,6 +29,7 @@ burn_r50_folder() { make_folder; rm -rf /tmp/run_r50; step burn_r50_folder_train
 # The same run with the default optimizer (AdamW, weight decay 5e-4), for its cost per step.
 burn_r50_folder_adamw() { make_folder; rm -rf /tmp/run_r50a; step burn_r50_folder_adamw 180 $BIN train --data /tmp/fm256 --model resnet50 --batch-size $R50B --epochs 1 --max-steps-per-epoch ${R50_STEPS:-30} --val-fraction 0.05 --gpus 0 --quiet --out /tmp/run_r50a; cp /tmp/run_r50a/metrics.jsonl "$OUT/burn_r50_folder_adamw_metrics.jsonl" 2>/dev/null; }
 torch_r50_folder(){ make_folder; step torch_r50_folder 120 python3 benches/pytorch_baseline.py folder /tmp/fm256 $R50B ${R50_STEPS:-30}; }
+torch_r50_folder_cl(){ make_folder; step torch_r50_folder_cl 120 python3 benches/pytorch_baseline.py folder /tmp/fm256 $R50B ${R50_STEPS:-30} nhwc; }
 for s in ${STEPS:-burn_r18_synth torch_r18_synth burn_r18_train burn_r50_synth torch_r50_synth burn_r50_folder torch_r50_folder}; do $s; done
 save_cache
 
@@ -55,7 +56,8 @@ pairs = [("ResNet-50 224² synthetic", "burn_r50_synth", "torch_r50_synth"),
          ("ResNet-50 224² synthetic, host upload", "burn_r50_synth_upload", "torch_r50_synth"),
          ("input pipeline alone (bench-data)", "bench_data", None),
          ("ResNet-18 28² 1ch synthetic", "burn_r18_fmnist_synth", "torch_r18_fmnist_synth"),
-         ("ResNet-50 224² JPEG folder (SGD)", "burn_r50_folder_train", "torch_r50_folder"),
+         ("ResNet-50 224² JPEG folder (SGD; burn's GPU default layout: channels-last)", "burn_r50_folder_train", "torch_r50_folder"),
+         ("  same, against PyTorch channels_last", "burn_r50_folder_train", "torch_r50_folder_cl"),
          ("ResNet-50 224² JPEG folder, AdamW", "burn_r50_folder_adamw", None),
          ("ResNet-18 bundled FMNIST train", "burn_r18_fmnist_train", None)]
 print(f"{'workload':38} {'burn':>10} {'pytorch':>10} {'ratio':>7}")
