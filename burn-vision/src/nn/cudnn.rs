@@ -412,7 +412,7 @@ impl DeviceState {
         if opts.graph_api {
             let ws = self.workspace_ptr(opts.workspace_limit)?;
             // SAFETY: as this function's contract.
-            match unsafe { super::cudnn_graph::build(self.handle.0, &self.ctx, &self.stream, dir, shape, p, ws, opts) } {
+            match unsafe { super::cudnn_graph::build(self.handle.0, &self.stream, dir, shape, p, ws, opts) } {
                 Ok(plan) => return Ok(Plan::Graph(plan)),
                 Err(e) => {
                     static ONCE: std::sync::Once = std::sync::Once::new();

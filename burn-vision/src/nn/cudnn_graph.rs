@@ -14,7 +14,7 @@ use super::cudnn::{ConvShape, Direction, Pointers, fail};
 use super::options::CudnnOptions;
 use crate::error::Result;
 use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::CudaStream;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -176,7 +176,8 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
     let has = |note: sys::cudnnBackendNumericalNote_t| notes.contains(&(note as u32));
     let tf32 = shape.dtype == super::cudnn::DataType::F32 && has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
     let nondeterministic = has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
-    Ok(!(tf32 && !opts.allow_tf32) && !(nondeterministic && opts.deterministic))
+    let forbidden = (tf32 && !opts.allow_tf32) || (nondeterministic && opts.deterministic);
+    Ok(!forbidden)
 }
 
 fn plan(handle: sys::cudnnHandle_t, cfg: &Desc) -> Result<(Desc, usize)> {
@@ -226,9 +227,10 @@ unsafe fn run(handle: sys::cudnnHandle_t, plan: &Desc, p: Pointers, workspace: u
 /// # Safety
 /// The pointers must be live device buffers of `shape`'s extents that cuDNN may overwrite
 /// (outputs) or read (inputs); the workspace `workspace.1` bytes.
-pub(super) unsafe fn build(handle: sys::cudnnHandle_t, ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, dir: Direction, shape: &ConvShape, p: Pointers, workspace: (u64, usize), opts: &CudnnOptions) -> Result<GraphPlan> {
+pub(super) unsafe fn build(handle: sys::cudnnHandle_t, stream: &Arc<CudaStream>, dir: Direction, shape: &ConvShape, p: Pointers, workspace: (u64, usize), opts: &CudnnOptions) -> Result<GraphPlan> {
     let (graph, mut parts) = graph(handle, dir, shape)?;
     let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let ctx = stream.context();
     let (start, stop) = (ctx.new_event(timing).map_err(|e| fail("timing event", e))?, ctx.new_event(timing).map_err(|e| fail("timing event", e))?);
     let mut best: Option<(Desc, usize, f32, Desc)> = None;
     let mut tried = Vec::new();
