@@ -13,7 +13,8 @@
 # --channels-first; the old binaries of calls a-b (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
 #   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
-# and packed as carry/bins.tgz (burn-vision, cudnn_check; old/burn-vision for the old build).
+# and packed as carry/bins.txz or bins.tgz (burn-vision, cudnn_check; old/burn-vision for the
+# old build); benches/gpu/lib.sh unpacks them.
 # Raw output in $OUT/host_bound.log; the summary table is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,7 +22,6 @@ LOG=$OUT/host_bound.log
 SHOW="FAIL|cudnn_check=|img_per_s|error|panic"
 SHOW_LINES=3
 source benches/gpu/lib.sh
-[ -f "$B"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$B"/bins.txz "$B"
 chmod +x "$B"/burn-vision "$B"/cudnn_check "$B"/old/burn-vision 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee -a "$LOG"
 nproc | sed 's/^/host cores: /' | tee -a "$LOG"

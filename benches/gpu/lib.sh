@@ -1,10 +1,12 @@
 # Shared by the GPU run scripts (source it after setting LOG and SHOW): the GPU machine's
-# library paths, the binaries and autotune cache carried in $B (default carry/), and
+# library paths, the binaries (bins.tgz or bins.txz) and autotune cache carried in $B (default carry/), and
 # `step NAME TIMEOUT COMMAND...`, which appends the command's whole output to $LOG, shows the
 # lines matching $SHOW, and logs its exit code and wall time.
 source benches/gpu/env.sh
 B=${B:-carry}
 [ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
+# xz-packed binaries (smaller; Python unpacks them, so no xz tool is needed there).
+[ -f "$B"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$B"/bins.txz "$B"
 # cubecl keeps autotune results under ./target (repo root); restore the last run's.
 [ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target
 : > "$LOG"

@@ -4,7 +4,8 @@
 //! the real buffers and cached for the process (PyTorch's `cudnn.benchmark = True`): an
 //! execution plan of cuDNN's graph API (`cudnn_graph`, the default: far less host time per
 //! call), or the legacy entry point with the algorithm cuDNN's `Find...Ex` measured fastest.
-//! One workspace per device is reused by every call. Each call returns after cuDNN's stream has finished, so the caller may hand the output to
+//! One workspace per device is reused by every call. Each call returns after cuDNN's stream
+//! has finished, so the caller may hand the output to
 //! another stream at once.
 
 use super::layout::Layout;

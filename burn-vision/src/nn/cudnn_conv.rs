@@ -116,20 +116,12 @@ fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim
 
 /// `w` (KCRS, any float type) in `dtype`, reordered for `layout` (KRSC for channels-last), packed.
 fn pack_filter(w: Cube, dtype: DType, layout: Layout) -> Cube {
-    let w = burn_cubecl::kernel::cast(w, dtype);
-    packed(match layout {
-        Layout::Nchw => w,
-        Layout::Nhwc => <Inner as FloatTensorOps<Inner>>::float_permute(w, &[0, 2, 3, 1]),
-    })
+    packed(from_nchw(burn_cubecl::kernel::cast(w, dtype), layout))
 }
 
 /// A filter gradient in `layout`'s order back to KCRS in the parameter's `dtype`.
 fn unpack_filter(dw: Cube, dtype: DType, layout: Layout) -> Cube {
-    let dw = match layout {
-        Layout::Nchw => dw,
-        Layout::Nhwc => <Inner as FloatTensorOps<Inner>>::float_permute(dw, &[0, 3, 1, 2]),
-    };
-    burn_cubecl::kernel::cast(dw, dtype)
+    burn_cubecl::kernel::cast(nchw(dw, layout), dtype)
 }
 
 /// A buffer in `layout`'s order viewed as NCHW (filters: KRSC as KCRS), and back.

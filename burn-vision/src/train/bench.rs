@@ -66,7 +66,7 @@ pub struct BenchResult {
     pub host: HostTimes,
     /// CPU seconds of each of the process's threads over the timed steps, busiest first
     /// (Linux; empty elsewhere): which host thread sets the pace.
-    pub threads: Vec<super::host_profile::ThreadTime>,
+    pub threads: Vec<super::thread_clock::ThreadTime>,
 }
 
 /// Where the training thread spent the timed steps. When `enqueued_s` is close to the whole
@@ -144,7 +144,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let upload_before = upload_s.get();
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
-    let clock = super::host_profile::ThreadClock::now();
+    let clock = super::thread_clock::ThreadClock::now();
     for _ in 0..config.steps {
         let (m, l) = step(model);
         model = m;
@@ -154,7 +154,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
-    let threads = super::host_profile::ThreadClock::now().since(&clock);
+    let threads = super::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();

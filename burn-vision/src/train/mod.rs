@@ -7,7 +7,7 @@ pub mod distributed;
 pub mod evaluate;
 pub mod grad_scaler;
 pub mod health;
-pub mod host_profile;
+pub mod thread_clock;
 pub mod tensorboard;
 pub mod metrics;
 pub mod phases;
