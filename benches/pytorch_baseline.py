@@ -1,10 +1,11 @@
 """PyTorch/torchvision baselines for the burn-vision benchmarks, run in the same device call.
 
 Modes (each prints one JSON line prefixed with RESULT):
-  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc]
+  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc] [eager|compile]
              forward+backward+SGD(momentum 0.9) on random data, fp32 (cuDNN may use TF32, as
-             PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager: the same
-             work `burn-vision bench --precision ...` does.
+             PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager or
+             torch.compile (compiled during the warm-up steps): the same work
+             `burn-vision bench --precision ...` does. cudnn.benchmark is on.
   folder     DIR BATCH STEPS [nchw|nhwc]  ResNet-50 on an ImageFolder with
              RandomResizedCrop(224)+flip, 8 DataLoader workers: real decoding and augmentation
              (fp32; nhwc: model and batches channels_last).
@@ -16,6 +17,9 @@ import gzip, json, os, sys, time
 import torch
 import torch.nn as nn
 import torchvision
+
+# What a PyTorch expert runs: cuDNN picks the fastest algorithm per shape (as burn-ddp's plans do).
+torch.backends.cudnn.benchmark = True
 
 
 def resnet(name, classes, channels, small):
@@ -56,19 +60,21 @@ def timed_steps(model, opt, batches, warmup, steps, amp=None):
     return n / (time.perf_counter() - t1), warm, float(loss)
 
 
-def synthetic(name, batch, size, channels, classes, small, warmup, steps, precision="f32", layout="nchw"):
+def synthetic(name, batch, size, channels, classes, small, warmup, steps, precision="f32", layout="nchw", mode="eager"):
     dev = torch.device("cuda")
     torch.manual_seed(0)
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     model = resnet(name, classes, channels, small).to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if mode == "compile":
+        model = torch.compile(model)
     x = torch.randn(batch, channels, size, size, device=dev).to(memory_format=fmt)
     y = torch.randint(0, classes, (batch,), device=dev)
     amp = {"f32": None, "bf16": torch.bfloat16}[precision]
     ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps, amp)
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
-                                      precision=precision, layout=layout,
-                                      img_per_s=ips, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
+                                      precision=precision, layout=layout, compiled=mode == "compile",
+                                      img_per_s=ips, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
 
 
 def folder(path, batch, steps, layout="nchw"):

@@ -8,7 +8,9 @@
 # NAME: r50_bf16_cl r50_f32_cl r50_f32 (ResNet-50 224² b256; _cl channels-last),
 #       r50_bf16_cl_b128, r34_b16 r34_b16_cl r34_b16_bf16_cl (ResNet-34 224², the tutorial's
 #       16 per GPU), r18s r18s_cl (ResNet-18 small-input stem, 28² 1-channel, b256);
-#       r50_bf16_cl_legacy: the new build with BURN_VISION_CUDNN_GRAPH=0.
+#       r50_bf16_cl_compile: PyTorch with torch.compile (the stretch anchor; compile time not
+#       counted: it is in the warm-up steps); plain_gpu: burn-ddp's plain-Burn example on GPU 0
+#       (its log names the convolution path).
 # burn-vision's bench (like train) keeps GPU activations channels-last unless told
 # --channels-first; the old binaries of calls a-b (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
@@ -19,7 +21,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/host_bound.log
-SHOW="FAIL|cudnn_check=|img_per_s|error|panic"
+SHOW="FAIL|cudnn_check=|img_per_s|error|panic|convolutions:|RESULT rank"
 SHOW_LINES=3
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/cudnn_check "$B"/old/burn-vision 2>/dev/null
@@ -43,7 +45,8 @@ for s in ${STEPS:-$DEFAULT}; do
     check) step cudnn_check "${T_CHECK:-200}" "$B"/cudnn_check check ;;
     r50_bf16_cl_new) bench "$s" "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
     r50_bf16_cl_old) bench "$s" "$B"/old/burn-vision $R50 --precision bf16 --channels-last ;;
-    r50_bf16_cl_legacy) BURN_VISION_CUDNN_GRAPH=0 bench "$s" "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
+    r50_bf16_cl_compile) step "$s" 400 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 "$W" bf16 nhwc compile ;;
+    plain_gpu) chmod +x "$B"/plain_burn; step "$s" 120 "$B"/plain_burn --gpu --steps 30 --channels-last ;;
     r50_bf16_cl_torch) torch "$s" resnet50 256 bf16 nhwc ;;
     r50_f32_cl_new) bench "$s" "$B"/burn-vision $R50 --channels-last ;;
     r50_f32_cl_old) bench "$s" "$B"/old/burn-vision $R50 --channels-last ;;
@@ -86,10 +89,13 @@ for name, body in re.findall(r"=== (\S+): .*?\n(.*?)=== \1 rc", log, re.S):
 ok = re.findall(r"cudnn_check=(\S+)", log)
 print(f"cudnn_check: {ok[-1] if ok else 'not run'}")
 for name, r in runs.items():
-    if name.endswith("_torch"):
+    if name.endswith("_torch") or name.endswith("_compile"):
         continue
     work = name.rsplit("_", 1)[0]
     t = runs.get(work + "_torch")
+    c = runs.get(work + "_compile")
+    if c:
+        print(f"{work + '_compile':24} {c['img_per_s']:9.1f}  (torch.compile; burn-vision {name} / compile = {r['img_per_s'] / c['img_per_s']:.2f}x)")
     ratio = f"{r['img_per_s'] / t['img_per_s']:.2f}x" if t else "-"
     threads = ", ".join(f"{x['name']} {1000 * x['cpu_s'] / steps:.0f}" for x in r.get("threads", [])[:4])
     host = r.get("host", {})

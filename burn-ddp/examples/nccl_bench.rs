@@ -11,12 +11,12 @@
 fn main() {
     use burn_ddp::process_group::buffer::{DType, Memory};
     use burn_ddp::process_group::*;
-    use burn_ddp::{Backend, ReduceOp, RendezvousConfig, init_process_group};
+    use burn_ddp::{CommBackend, ReduceOp, RendezvousConfig, init_process_group};
     use cudarc::driver::{CudaContext, DevicePtr};
     use std::time::Instant;
 
     let config = RendezvousConfig::from_env().expect("launch with burn-ddp launch");
-    let pg = init_process_group(Backend::Nccl, &config).unwrap_or_else(|e| {
+    let pg = init_process_group(CommBackend::Nccl, &config).unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(1)
     });

@@ -96,6 +96,34 @@ pub enum Error {
         /// The library's message.
         reason: String,
     },
+    /// cuDNN could not be loaded, refused a computation or failed (the layers in [`crate::nn`]
+    /// then run burn's kernels).
+    #[error("cuDNN {op}: {reason}")]
+    Cudnn {
+        /// What was being done.
+        op: &'static str,
+        /// cuDNN's status or the reason.
+        reason: String,
+    },
+    /// One of burn-ddp's own CUDA kernels cannot take these tensors (the caller falls back
+    /// to burn's operations).
+    #[error("CUDA kernel {op}: {reason}")]
+    Kernel {
+        /// What was being done.
+        op: &'static str,
+        /// Why it cannot run.
+        reason: String,
+    },
+    /// A setting with a value it cannot take.
+    #[error("invalid setting {name}={value}: {reason}")]
+    InvalidValue {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it accepts.
+        reason: String,
+    },
     /// A feature used with a backend or setting it does not support.
     #[error("unsupported: {what}")]
     Unsupported {

@@ -1,5 +1,7 @@
-//! Multi-process data-parallel training for Burn: rendezvous store, process groups (TCP, NCCL),
-//! launcher, DistributedDataParallel, SyncBatchNorm and the distributed sampler.
+//! Multi-GPU training for Burn: rendezvous store, process groups (TCP, NCCL), launcher,
+//! DistributedDataParallel, DataParallel, SyncBatchNorm, the distributed sampler — and [`nn`],
+//! layers any Burn model can use in place of burn-nn's to get cuDNN convolutions and fast
+//! batch norms on burn-cuda.
 
 #[cfg(feature = "cuda")]
 pub mod cuda_tensor;
@@ -8,6 +10,7 @@ pub mod ddp;
 pub mod device;
 pub mod error;
 pub mod launch;
+pub mod nn;
 pub mod params;
 pub mod process_group;
 pub mod rendezvous;
@@ -24,4 +27,4 @@ pub use error::{Error, Result};
 pub use process_group::{ProcessGroup, ReduceOp};
 pub use sync_batch_norm::{BatchNormSync, sync_batch_norm};
 pub use sampler::{DistributedSampler, shard_exact};
-pub use rendezvous::{Backend, Group, RendezvousConfig, init_process_group, init_process_groups, rendezvous};
+pub use rendezvous::{CommBackend, Group, RendezvousConfig, init_process_group, init_process_groups, rendezvous};

@@ -127,7 +127,7 @@ pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
 
 /// Which collective library to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum CommBackend {
     /// TCP sockets, host memory.
     Tcp,
     /// NCCL, CUDA memory on GPU `LOCAL_RANK`.
@@ -151,7 +151,7 @@ impl Group {
 ///
 /// # Errors
 /// As [`rendezvous`], plus the backend's set-up errors.
-pub fn init_process_group(backend: Backend, config: &RendezvousConfig) -> Result<Arc<Group>> {
+pub fn init_process_group(backend: CommBackend, config: &RendezvousConfig) -> Result<Arc<Group>> {
     Ok(init_process_groups(&[backend], config)?.remove(0))
 }
 
@@ -164,7 +164,7 @@ pub fn init_process_group(backend: Backend, config: &RendezvousConfig) -> Result
 ///
 /// # Panics
 /// If a backend is listed twice (their set-up keys in the store would collide).
-pub fn init_process_groups(backends: &[Backend], config: &RendezvousConfig) -> Result<Vec<Arc<Group>>> {
+pub fn init_process_groups(backends: &[CommBackend], config: &RendezvousConfig) -> Result<Vec<Arc<Group>>> {
     for (i, b) in backends.iter().enumerate() {
         assert!(!backends[..i].contains(b), "Got backend {b:?} twice in {backends:?}; one group per backend");
     }
@@ -172,8 +172,8 @@ pub fn init_process_groups(backends: &[Backend], config: &RendezvousConfig) -> R
     let mut groups = Vec::with_capacity(backends.len());
     for &backend in backends {
         let inner: Box<dyn ProcessGroup> = match backend {
-            Backend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?),
-            Backend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
+            CommBackend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?),
+            CommBackend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
         };
         // Everyone has finished set-up (and used the store) before anyone may leave.
         inner.barrier(&BarrierOptions::default())?;

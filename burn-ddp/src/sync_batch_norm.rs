@@ -10,8 +10,9 @@
 //! burn's BatchNorm (biased variance, `momentum` weighting). Evaluation mode (a backend without
 //! autodiff) uses the running statistics and never communicates.
 //!
-//! It is a function over burn-nn's [`BatchNorm`] parameters, so a model switches between the two
-//! without changing its parameters or checkpoints.
+//! It is a function over the parameters of [`crate::nn::BatchNorm`] (burn-nn's, with settings),
+//! so a model switches between the two without changing its parameters or checkpoints. It runs
+//! on burn's operations with the channels at axis 1 (a channels-last caller passes an NCHW view).
 
 use crate::error::{Error, Result};
 use crate::process_group::ProcessGroup;
@@ -24,7 +25,7 @@ use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrat
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_autodiff::Autodiff;
-use burn_nn::BatchNorm;
+use crate::nn::BatchNorm;
 use std::any::{Any, TypeId};
 use std::sync::Arc;
 
@@ -155,7 +156,7 @@ fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, 
 pub fn sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync) -> Tensor<B, D> {
     let device = x.device();
     if !B::ad_enabled(&device) {
-        return bn.forward(x);
+        return bn.to_burn_nn().forward(x);
     }
     let dims = x.dims();
     let c = dims[1];

@@ -7,7 +7,7 @@ mod common;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::{flat_values, max_relative_diff};
-use burn_ddp::{ProcessGroup, Backend as PgBackend, DdpConfig, DistributedDataParallel, RendezvousConfig, init_process_group};
+use burn_ddp::{ProcessGroup, CommBackend, DdpConfig, DistributedDataParallel, RendezvousConfig, init_process_group};
 use burn_flex::Flex;
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_optim::decay::WeightDecayConfig;
@@ -63,7 +63,7 @@ static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn equivalence(test: &str, world: usize) {
     let device = Default::default();
     if is_worker() {
-        let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+        let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
         let (rank, w) = (pg.rank(), pg.world_size());
         B::seed(&device, 1000 + rank as u64); // deliberately different initialisations
         let ddp = DistributedDataParallel::new(pg, DdpConfig { bucket_bytes: 256, ..DdpConfig::default() });
@@ -102,7 +102,7 @@ fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
     let device = Default::default();
     let world = 2;
     if is_worker() {
-        let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+        let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
         let rank = pg.rank();
         B::seed(&device, 1000 + rank as u64);
         let ddp = DistributedDataParallel::new(pg, DdpConfig::default());
@@ -171,7 +171,7 @@ impl<B: Backend> TwoHeads<B> {
 /// parameters after an SGD step.
 fn one_step_with_a_rank_local_head(find_unused_parameters: bool) {
     let device = Default::default();
-    let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+    let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
     let rank = pg.rank();
     B::seed(&device, 7);
     let ddp = DistributedDataParallel::new(pg, DdpConfig { find_unused_parameters, ..DdpConfig::default() });

@@ -63,7 +63,7 @@ fn launched_ranks_form_a_tcp_group() {
 #[ignore = "worker of launched_ranks_form_a_tcp_group: runs only under the launcher"]
 fn launched_worker_joins() {
     let cfg = burn_ddp::RendezvousConfig::from_env().unwrap();
-    let pg = burn_ddp::init_process_group(burn_ddp::Backend::Tcp, &cfg).unwrap();
+    let pg = burn_ddp::init_process_group(burn_ddp::CommBackend::Tcp, &cfg).unwrap();
     let mut v = [pg.rank() as f64 + 1.0];
     burn_ddp::tensor::all_reduce_f64(&*pg, &mut v, burn_ddp::ReduceOp::Sum).unwrap();
     assert_eq!(v[0], 3.0);

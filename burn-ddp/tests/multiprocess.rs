@@ -4,14 +4,14 @@
 
 use burn_ddp::process_group::buffer::DType;
 use burn_ddp::process_group::*;
-use burn_ddp::{Backend, Error, ProcessGroup, ReduceOp, RendezvousConfig, init_process_group};
+use burn_ddp::{CommBackend, Error, ProcessGroup, ReduceOp, RendezvousConfig, init_process_group};
 mod common;
 
 use common::{assert_all_ok, is_worker, spawn};
 use std::time::{Duration, Instant};
 
 fn group() -> std::sync::Arc<burn_ddp::Group> {
-    init_process_group(Backend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap()
+    init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap()
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -103,7 +103,7 @@ fn dead_rank_mid_collective_is_an_error_not_a_hang() {
 fn missing_rank_times_out_naming_it() {
     const TEST: &str = "missing_rank_times_out_naming_it";
     if is_worker() {
-        let err = init_process_group(Backend::Tcp, &RendezvousConfig::from_env().unwrap()).err().expect("rendezvous must fail");
+        let err = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).err().expect("rendezvous must fail");
         println!("ERROR {err}");
         assert!(matches!(&err, Error::Timeout { missing, .. } if missing == &vec![2]), "{err}");
         return;
@@ -120,7 +120,7 @@ fn wrong_world_size_is_reported() {
         if cfg.rank == 1 {
             cfg.world_size = 2; // rank 1 believes in a world of two
         }
-        let err = init_process_group(Backend::Tcp, &cfg).err().expect("rendezvous must fail");
+        let err = init_process_group(CommBackend::Tcp, &cfg).err().expect("rendezvous must fail");
         println!("ERROR rank {}: {err}", cfg.rank);
         if cfg.rank == 1 {
             assert!(err.to_string().contains("WORLD_SIZE=3"), "{err}");
@@ -147,7 +147,7 @@ fn busy_master_port_is_one_clear_error() {
         timeout: Duration::from_secs(2),
         token: None,
     };
-    let err = init_process_group(Backend::Tcp, &cfg).err().unwrap();
+    let err = init_process_group(CommBackend::Tcp, &cfg).err().unwrap();
     assert!(matches!(err, Error::PortInUse { .. }), "{err}");
     assert!(err.to_string().contains("already in use"), "{err}");
 }

@@ -11,7 +11,7 @@ use burn_ddp::ProcessGroup;
 use burn::tensor::TensorData;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::max_relative_diff;
-use burn_ddp::{Backend as PgBackend, BatchNormSync, RendezvousConfig, ReduceOp, init_process_group, sync_batch_norm};
+use burn_ddp::{CommBackend, BatchNormSync, RendezvousConfig, ReduceOp, init_process_group, sync_batch_norm};
 use burn_flex::Flex;
 use burn_nn::{BatchNorm, BatchNormConfig};
 use common::{assert_all_ok, is_worker, spawn};
@@ -69,7 +69,7 @@ fn equivalence(test: &str, sizes: &[usize]) {
         return;
     }
     let device = Default::default();
-    let pg = init_process_group(PgBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+    let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
     let rank = pg.rank();
     let start: usize = sizes[..rank].iter().sum();
     let mine = start..start + sizes[rank];
@@ -77,7 +77,7 @@ fn equivalence(test: &str, sizes: &[usize]) {
 
     // This rank, synchronised.
     let sync = BatchNormSync::new::<B>(pg.clone()).unwrap();
-    let bn = layer(&device);
+    let bn = burn_ddp::nn::BatchNorm::from(layer(&device));
     let x = input(mine.clone(), &device).require_grad();
     let y = sync_batch_norm(&bn, x.clone(), &sync);
     let grads = (y.clone() * upstream(mine.clone(), &device)).sum().backward();

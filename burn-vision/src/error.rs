@@ -83,25 +83,7 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
-    /// cuDNN could not be loaded, refused a convolution or failed (the caller falls back to
-    /// burn's kernels).
-    #[error("cuDNN {op}: {reason}")]
-    Cudnn {
-        /// What was being done.
-        op: &'static str,
-        /// cuDNN's status or the reason.
-        reason: String,
-    },
-    /// One of burn-vision's own CUDA kernels cannot take these tensors (the caller falls back
-    /// to burn's operations).
-    #[error("CUDA kernel {op}: {reason}")]
-    Kernel {
-        /// What was being done.
-        op: &'static str,
-        /// Why it cannot run.
-        reason: String,
-    },
-    /// A distributed-runtime error.
+    /// A distributed-runtime or GPU-layer error (burn-ddp).
     #[error(transparent)]
     Distributed(#[from] burn_ddp::Error),
 }

@@ -4,7 +4,6 @@
 pub mod data;
 pub mod error;
 pub mod model;
-pub mod nn;
 pub mod train;
 
 pub use error::{Error, Result};

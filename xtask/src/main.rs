@@ -1,5 +1,7 @@
 //! Project chores: `cargo xtask data ...` prepares datasets, `cargo xtask test` runs the tests.
 
+mod imports;
+
 use anyhow::{Context, Result, bail};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
@@ -24,6 +26,7 @@ const FOLDER_PER_CLASS: usize = 30;
 
 const USAGE: &str = "usage: cargo xtask <command>
   test                      run every test of the workspace (the CI command)
+  imports                   list import cycles between the files of burn-ddp and burn-vision
   data fashion-mnist        copy the full Fashion-MNIST (60k/10k) into datasets/fashion-mnist
   data bundle               rebuild the bundled subset in datasets/ from Debian's package
   data flowers              print how to download TensorFlow's flower_photos
@@ -37,6 +40,7 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["test", rest @ ..] => run(Command::new("cargo").args(["test", "--workspace"]).args(rest)),
+        ["imports"] => import_cycles(&root),
         ["data", "fashion-mnist"] => fashion_mnist(),
         ["data", "bundle"] => bundle(),
         ["data", "folder", out] => folder(Path::new(out), 256),
@@ -52,6 +56,23 @@ fn main() -> Result<()> {
             std::process::exit(2);
         }
     }
+}
+
+/// Prints each crate's import cycles between files; fails when there is one.
+fn import_cycles(root: &Path) -> Result<()> {
+    let mut found = 0;
+    for krate in ["burn-ddp", "burn-vision"] {
+        let cycles = imports::cycles(&imports::graph(&root.join(krate).join("src"))?);
+        for c in &cycles {
+            println!("{krate}: {}", c.join(" <-> "));
+        }
+        found += cycles.len();
+    }
+    if found > 0 {
+        bail!("{found} import cycle(s)");
+    }
+    println!("no import cycles");
+    Ok(())
 }
 
 fn workspace_root() -> PathBuf {

@@ -1,18 +1,20 @@
 //! The model registry: names → configs, as timm's `create_model`.
 
-use super::resnet::{ResNet, ResNetConfig};
+use super::classifier::{Classifier, ModelConfig};
+use super::resnet::ResNetConfig;
 use crate::error::{Error, Result};
 use burn::prelude::*;
 
-type Constructor = fn(usize) -> ResNetConfig;
+/// A registry entry: the model's config for a class count.
+type Constructor = fn(usize) -> ModelConfig;
 
 const MODELS: [(&str, Constructor); 6] = [
-    ("resnet10-mini", ResNetConfig::resnet10_mini),
-    ("resnet18", ResNetConfig::resnet18),
-    ("resnet34", ResNetConfig::resnet34),
-    ("resnet50", ResNetConfig::resnet50),
-    ("resnet101", ResNetConfig::resnet101),
-    ("resnet152", ResNetConfig::resnet152),
+    ("resnet10-mini", |n| ModelConfig::ResNet(ResNetConfig::resnet10_mini(n))),
+    ("resnet18", |n| ModelConfig::ResNet(ResNetConfig::resnet18(n))),
+    ("resnet34", |n| ModelConfig::ResNet(ResNetConfig::resnet34(n))),
+    ("resnet50", |n| ModelConfig::ResNet(ResNetConfig::resnet50(n))),
+    ("resnet101", |n| ModelConfig::ResNet(ResNetConfig::resnet101(n))),
+    ("resnet152", |n| ModelConfig::ResNet(ResNetConfig::resnet152(n))),
 ];
 
 /// Every registered model name.
@@ -24,7 +26,7 @@ pub fn list_models() -> Vec<&'static str> {
 ///
 /// # Errors
 /// [`Error::UnknownModel`] listing the known names.
-pub fn model_config(name: &str, num_classes: usize) -> Result<ResNetConfig> {
+pub fn model_config(name: &str, num_classes: usize) -> Result<ModelConfig> {
     MODELS
         .iter()
         .find(|(n, _)| *n == name)
@@ -37,15 +39,14 @@ pub fn model_config(name: &str, num_classes: usize) -> Result<ResNetConfig> {
 ///
 /// # Errors
 /// [`Error::UnknownModel`] for a name not in the registry.
-pub fn create<B: Backend>(name: &str, num_classes: usize, in_channels: usize, small_input: bool, device: &B::Device) -> Result<ResNet<B>> {
-    let config = model_config(name, num_classes)?;
-    let small = config.small_input || small_input;
-    Ok(config.with_in_channels(in_channels).with_small_input(small).init(device))
+pub fn create<B: Backend>(name: &str, num_classes: usize, in_channels: usize, small_input: bool, device: &B::Device) -> Result<Classifier<B>> {
+    Ok(model_config(name, num_classes)?.with_in_channels(in_channels).with_small_input(small_input).init(device))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ImageClassifier;
     use burn_flex::Flex;
 
     #[test]

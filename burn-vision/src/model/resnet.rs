@@ -2,12 +2,13 @@
 //! `layer1.0.conv1`, `downsample`, `fc`) so that its weights can be mapped onto these models.
 
 use burn::module::Module;
-use burn_nn::conv::{Conv2d, Conv2dConfig};
+use burn_nn::conv::Conv2dConfig;
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn_nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn_nn::{BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use crate::nn::{Layout, Precision, conv_batch_norm, forward_conv};
+use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm};
 use burn_ddp::{BatchNormSync, sync_batch_norm};
+use super::classifier::ImageClassifier;
 
 /// Which residual block a ResNet stacks.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -70,20 +71,20 @@ pub struct Block<B: Backend> {
 impl<B: Backend> Block<B> {
     fn new(kind: BlockKind, c_in: usize, width: usize, stride: usize, device: &B::Device) -> Self {
         let c_out = width * kind.expansion();
-        let bn = |c| BatchNormConfig::new(c).init(device);
+        let bn = |c| BatchNorm::from(BatchNormConfig::new(c).init(device));
         let downsample = (stride != 1 || c_in != c_out)
-            .then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device), bn: bn(c_out) });
+            .then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device).into(), bn: bn(c_out) });
         let (conv1, conv2, conv3) = match kind {
             BlockKind::Basic => (conv(c_in, width, 3, stride), conv(width, width, 3, 1), None),
             BlockKind::Bottleneck => (conv(c_in, width, 1, 1), conv(width, width, 3, stride), Some(conv(width, c_out, 1, 1))),
         };
         Self {
-            conv1: conv1.init(device),
+            conv1: conv1.init(device).into(),
             bn1: bn(width),
-            conv2: conv2.init(device),
+            conv2: conv2.init(device).into(),
             bn2: bn(width),
             bn3: conv3.as_ref().map(|_| bn(c_out)),
-            conv3: conv3.map(|c| c.init(device)),
+            conv3: conv3.map(|c| c.init(device).into()),
             downsample,
             relu: Relu::new(),
         }
@@ -92,35 +93,49 @@ impl<B: Backend> Block<B> {
     /// `sync`: BatchNorm statistics over every rank of its group (SyncBatchNorm), else local.
     ///
     /// # Shapes
-    /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`, in `layout`'s order
-    pub fn forward(&self, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, layout: Layout) -> Tensor<B, 4> {
+    /// `[n, c_in, h, w]` → `[n, c_out, h/stride, w/stride]`, in the layers' layout
+    pub fn forward(&self, x: Tensor<B, 4>, sync: Option<&BatchNormSync>) -> Tensor<B, 4> {
         let identity = match &self.downsample {
-            Some(d) => conv_norm(&d.conv, &d.bn, x.clone(), sync, false, layout),
+            Some(d) => conv_norm(&d.conv, &d.bn, x.clone(), sync, false),
             None => x.clone(),
         };
-        let out = conv_norm(&self.conv1, &self.bn1, x, sync, true, layout);
+        let out = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         let out = match (&self.conv3, &self.bn3) {
-            (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true, layout), sync, false, layout),
-            _ => conv_norm(&self.conv2, &self.bn2, out, sync, false, layout),
+            (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false),
+            _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
         };
         self.relu.forward(out + identity)
+    }
+
+    /// The same block with its layers' activations in `layout`'s order.
+    fn with_layout(self, layout: Layout) -> Self {
+        Self {
+            conv1: self.conv1.with_layout(layout),
+            bn1: self.bn1.with_layout(layout),
+            conv2: self.conv2.with_layout(layout),
+            bn2: self.bn2.with_layout(layout),
+            conv3: self.conv3.map(|c| c.with_layout(layout)),
+            bn3: self.bn3.map(|b| b.with_layout(layout)),
+            downsample: self.downsample.map(|d| Downsample { conv: d.conv.with_layout(layout), bn: d.bn.with_layout(layout) }),
+            relu: self.relu,
+        }
     }
 }
 
 /// Convolution then BatchNorm (both through cuDNN on burn-cuda, optionally as one operation),
 /// or SyncBatchNorm with the same parameters when `sync` is given; then ReLU when `relu`.
-fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool, layout: Layout) -> Tensor<B, 4> {
+fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
     match sync {
         Some(s) => {
             // SyncBatchNorm's statistics and all-reduce run in f32 on an NCHW view; the block's
             // output keeps the activations' type and order.
-            let dtype = x.dtype();
-            let y = forward_conv(conv, x, layout).cast(burn::tensor::FloatDType::F32);
+            let (dtype, layout) = (x.dtype(), conv.layout);
+            let y = conv.forward(x).cast(burn::tensor::FloatDType::F32);
             let y = sync_batch_norm(bn, layout.view_nchw(y), s);
             let y = if relu { burn::tensor::activation::relu(y) } else { y };
             layout.view_from_nchw(y).cast(dtype)
         }
-        None => conv_batch_norm(conv, bn, x, relu, layout),
+        None => conv_batch_norm(conv, bn, x, relu),
     }
 }
 
@@ -235,8 +250,8 @@ impl ResNetConfig {
         };
         let (layer1, layer2, layer3, layer4) = (stage(0), stage(1), stage(2), stage(3));
         ResNet {
-            conv1: conv1.init(device),
-            bn1: BatchNormConfig::new(stem_width).init(device),
+            conv1: conv1.init(device).into(),
+            bn1: BatchNormConfig::new(stem_width).init(device).into(),
             maxpool: (!self.small_input).then(|| {
                 MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init()
             }),
@@ -253,10 +268,10 @@ impl ResNetConfig {
     }
 }
 
-impl<B: Backend> ResNet<B> {
+impl<B: Backend> ImageClassifier<B> for ResNet<B> {
     /// Runs every BatchNorm as SyncBatchNorm over `sync`'s group (`None`: per-rank statistics),
     /// PyTorch's `convert_sync_batchnorm`. Parameters, buffers and checkpoints are unchanged.
-    pub fn with_sync_batch_norm(mut self, sync: Option<BatchNormSync>) -> Self {
+    fn with_sync_batch_norm(mut self, sync: Option<BatchNormSync>) -> Self {
         self.sync_bn = sync;
         self
     }
@@ -264,31 +279,33 @@ impl<B: Backend> ResNet<B> {
     /// Computes activations in `precision` (PyTorch's autocast): the input is cast to it, every
     /// convolution runs in it (weights cast, weight gradients back in f32), batch norms keep f32
     /// statistics, and the pooled features, classifier and logits are f32.
-    pub fn with_precision(mut self, precision: Precision) -> Self {
+    fn with_precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
         self
     }
 
-    /// The activations' precision.
-    pub fn precision(&self) -> Precision {
+    fn precision(&self) -> Precision {
         self.precision
     }
 
     /// Keeps the activations channels-last (`[n, h, w, c]`, PyTorch's `channels_last`) from the
     /// stem on: cuDNN's fastest kernels for bf16/f16 read and write that order directly. Input
     /// and output stay `[n, c, h, w]` and `[n, classes]`; parameters are unchanged.
-    pub fn with_channels_last(mut self, channels_last: bool) -> Self {
-        self.layout = if channels_last { Layout::Nhwc } else { Layout::Nchw };
+    fn with_channels_last(mut self, channels_last: bool) -> Self {
+        let layout = if channels_last { Layout::Nhwc } else { Layout::Nchw };
+        let stage = |blocks: Vec<Block<B>>| blocks.into_iter().map(|b| b.with_layout(layout)).collect();
+        self.conv1 = self.conv1.with_layout(layout);
+        self.bn1 = self.bn1.with_layout(layout);
+        (self.layer1, self.layer2, self.layer3, self.layer4) = (stage(self.layer1), stage(self.layer2), stage(self.layer3), stage(self.layer4));
+        self.layout = layout;
         self
     }
 
-    /// The activations' memory order.
-    pub fn layout(&self) -> Layout {
+    fn layout(&self) -> Layout {
         self.layout
     }
 
-    /// Whether the BatchNorms are synchronised across ranks.
-    pub fn sync_batch_norm(&self) -> bool {
+    fn sync_batch_norm(&self) -> bool {
         self.sync_bn.is_some()
     }
 
@@ -296,16 +313,16 @@ impl<B: Backend> ResNet<B> {
     ///
     /// # Shapes
     /// `[n, in_channels, h, w]` → `[n, num_classes]`
-    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
         let (sync, layout) = (self.sync_bn.as_ref(), self.layout);
         let x = layout.view_from_nchw(x).cast(self.precision.dtype());
-        let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true, layout);
+        let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         if let Some(pool) = &self.maxpool {
             // burn's max-pool works channels-last inside: an NCHW view in, an NCHW view out.
             x = layout.view_from_nchw(pool.forward(layout.view_nchw(x)));
         }
         for block in self.layer1.iter().chain(&self.layer2).chain(&self.layer3).chain(&self.layer4) {
-            x = block.forward(x, sync, layout);
+            x = block.forward(x, sync);
         }
         // Global average pooling over the spatial axes, in f32.
         let x = x.cast(burn::tensor::FloatDType::F32);

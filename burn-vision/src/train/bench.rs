@@ -2,9 +2,9 @@
 //! with random images, so data loading is out of the measurement.
 
 use crate::error::Result;
-use crate::model::{ResNet, create};
-use crate::nn::{CudnnTimes, Precision};
-use crate::nn::profile::cuda_profiler_range;
+use crate::model::{Classifier, ImageClassifier, create};
+use burn_ddp::nn::{CudnnTimes, Precision};
+use burn_ddp::nn::profile::cuda_profiler_range;
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
@@ -90,8 +90,8 @@ pub struct HostTimes {
 /// For an unknown model.
 pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device) -> Result<BenchResult> {
     B::seed(device, 0);
-    let mut model: ResNet<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
-    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init::<B, ResNet<B>>();
+    let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
+    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init::<B, Classifier<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
@@ -106,12 +106,12 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     });
     let upload_s = std::cell::Cell::new(0.0);
     let host_s = std::cell::Cell::new([0.0f64; 3]);
-    let mut step = |model: ResNet<B>| -> (ResNet<B>, Tensor<B, 1>) {
+    let mut step = |model: Classifier<B>| -> (Classifier<B>, Tensor<B, 1>) {
         let x = match &host {
             Some(h) => {
                 let images = h.recv().expect("the producer thread runs until the receiver is dropped");
                 let t = Instant::now();
-                let x = crate::nn::images_to_device(images, shape, device);
+                let x = burn_ddp::nn::images_to_device(images, shape, device);
                 upload_s.set(upload_s.get() + t.elapsed().as_secs_f64());
                 x
             }

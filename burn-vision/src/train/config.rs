@@ -2,7 +2,7 @@
 
 use crate::data::DataSource;
 use crate::error::{Error, Result};
-use crate::nn::Precision;
+use burn_ddp::nn::Precision;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

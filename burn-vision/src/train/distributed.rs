@@ -2,7 +2,7 @@
 //! training loop needs (sharding, reductions of metrics). One process = `None` everywhere.
 
 use crate::error::{Error, Result};
-use burn_ddp::{Backend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig, init_process_groups};
+use burn_ddp::{CommBackend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig, init_process_groups};
 use std::sync::Arc;
 
 /// A joined process group with DDP on top.

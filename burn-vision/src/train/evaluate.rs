@@ -2,7 +2,7 @@
 
 use crate::data::{Dataset, Loader, LoaderConfig, Pipeline, SkipLog};
 use crate::error::Result;
-use crate::model::ResNet;
+use crate::model::{Classifier, ImageClassifier};
 use crate::train::metrics::Tally;
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// images `[n, c, h, w]`, labels `[n]`
 pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
     let n = batch.shape[0];
-    let x = crate::nn::images_to_device(batch.images, batch.shape, device);
+    let x = burn_ddp::nn::images_to_device(batch.images, batch.shape, device);
     let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);
     (x, y)
 }
@@ -26,7 +26,7 @@ pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) 
 /// # Errors
 /// When a batch cannot be loaded (strict mode) or a transform fails.
 pub fn evaluate<B: Backend>(
-    model: &ResNet<B>,
+    model: &Classifier<B>,
     dataset: Arc<dyn Dataset>,
     indices: Vec<usize>,
     pipeline: Pipeline,

@@ -97,19 +97,19 @@ mod tests {
     use burn::tensor::{Distribution, FloatDType};
     use burn_autodiff::Autodiff;
     use burn_flex::Flex;
-    use crate::nn::{Layout, forward_conv};
+    use burn_ddp::nn::Conv2d;
     use burn_nn::PaddingConfig2d;
-    use burn_nn::conv::{Conv2d, Conv2dConfig};
+    use burn_nn::conv::Conv2dConfig;
 
     type B = Autodiff<Flex>;
 
     /// A convolution (f32 weight cast to the input's type) on `x` in `dt`, as f32.
     fn conv_out(layer: &Conv2d<B>, x: &Tensor<B, 4>, dt: FloatDType) -> Tensor<B, 4> {
-        forward_conv(layer, x.clone().cast(dt), Layout::Nchw).cast(FloatDType::F32)
+        layer.forward(x.clone().cast(dt)).cast(FloatDType::F32)
     }
 
     fn layer(device: &burn_flex::FlexDevice) -> Conv2d<B> {
-        Conv2dConfig::new([2, 3], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device)
+        Conv2dConfig::new([2, 3], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device).into()
     }
 
     /// A convolution computing in f16, its loss scaled: unscaled gradients equal the f32

@@ -5,9 +5,8 @@ use crate::data::folder::decode_file;
 use crate::data::source::grayscale_pipelines;
 use crate::data::{Pipeline, loader::sample_rng};
 use crate::error::{Error, Result};
-use crate::model::{ResNet, create};
+use crate::model::{Classifier, ImageClassifier, create, load_model_record};
 use burn::prelude::*;
-use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::TensorData;
 use burn::tensor::activation::softmax;
 use std::path::Path;
@@ -15,7 +14,7 @@ use std::path::Path;
 /// A model restored from a checkpoint, with what is needed to feed it.
 pub struct Restored<B: Backend> {
     /// The model (inference mode on a non-autodiff backend).
-    pub model: ResNet<B>,
+    pub model: Classifier<B>,
     /// The checkpoint's metadata.
     pub meta: CheckpointMeta,
     /// Deterministic transforms matching training.
@@ -29,10 +28,8 @@ pub struct Restored<B: Backend> {
 pub fn restore<B: Backend>(path: &Path, device: &B::Device) -> Result<Restored<B>> {
     let ck = Checkpoint::load(path)?;
     let meta = ck.meta;
-    let model: ResNet<B> = create(&meta.model, meta.classes.len(), meta.in_channels, meta.small_input, device)?;
-    let record = BinBytesRecorder::<FullPrecisionSettings>::default()
-        .load(ck.model, device)
-        .map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
+    let model = create::<B>(&meta.model, meta.classes.len(), meta.in_channels, meta.small_input, device)?;
+    let record = load_model_record::<B>(&ck.model, device).map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
     let pipeline = if meta.in_channels == 1 {
         grayscale_pipelines(meta.image_size).1
     } else {

@@ -1,7 +1,7 @@
 //! Where the host's time goes around the cuDNN path: a few process-wide counters, cheap enough
 //! to be always on (two clock reads per phase), read by `burn-vision bench`.
 //!
-//! With host-side ordering (`BURN_VISION_CUDNN_HOST_SYNC=1`) each call drains burn's stream
+//! With host-side ordering (`CudnnOptions::host_sync`) each call drains burn's stream
 //! before cuDNN runs and cuDNN's after, so `wait_burn` is (roughly) the device time of burn's own
 //! kernels queued since the last call and `cudnn` the device time of cuDNN's; with the default
 //! device-side ordering both are only the host's cost of enqueueing.
@@ -103,10 +103,10 @@ impl CudnnTimes {
 }
 
 /// Starts (`true`) or stops the CUDA profiler's collection range when the environment variable
-/// `BURN_VISION_CUDA_PROFILER` is set (for `ncu --profile-from-start off`); does nothing
+/// `BURN_DDP_CUDA_PROFILER` is set (for `ncu --profile-from-start off`); does nothing
 /// otherwise or without the `cuda` feature.
 pub fn cuda_profiler_range(start: bool) {
-    if std::env::var_os("BURN_VISION_CUDA_PROFILER").is_none() {
+    if std::env::var_os("BURN_DDP_CUDA_PROFILER").is_none() {
         return;
     }
     #[cfg(feature = "cuda")]

@@ -1,5 +1,8 @@
-//! Layers and operations with faster device paths than burn's defaults: convolutions and batch
-//! norms through cuDNN on burn-cuda, falling back to burn's kernels everywhere else.
+//! GPU layers: Burn modules and operations with faster device paths than burn-nn's —
+//! convolutions on cuDNN, batch norms on cuDNN (NCHW) or our own CUDA kernels (channels-last),
+//! the fused convolution + batch norm, the page-locked batch upload — on burn-cuda, and burn's
+//! own operations on every other backend. Any Burn model can use them; they know nothing of
+//! process groups (this layer sits beside `process_group` and never imports it).
 
 pub mod batch_norm;
 mod batch_norm_nhwc;
@@ -15,6 +18,8 @@ pub mod cudnn_bn;
 #[cfg(feature = "cuda")]
 mod cudnn_graph;
 #[cfg(feature = "cuda")]
+mod cudnn_types;
+#[cfg(feature = "cuda")]
 mod cudnn_bn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_burn;
@@ -22,11 +27,13 @@ mod cudnn_burn;
 mod cudnn_conv;
 #[cfg(feature = "cuda")]
 mod cudnn_conv_bn;
+mod layers;
 pub mod layout;
 pub mod options;
 pub mod precision;
 pub mod profile;
 pub mod reference;
+mod report;
 #[cfg(feature = "cuda")]
 mod device_thread;
 #[cfg(feature = "cuda")]
@@ -41,7 +48,8 @@ pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use batch_norm_nhwc::batch_norm_nhwc;
 #[cfg(feature = "cuda")]
 pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
-pub use conv::{conv2d, forward_conv};
+pub use conv::conv2d;
+pub use layers::{BatchNorm, Conv2d};
 pub use layout::Layout;
 pub use options::CudnnOptions;
 pub use precision::Precision;

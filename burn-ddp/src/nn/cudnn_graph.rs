@@ -10,7 +10,7 @@
 //! Everything here sees raw descriptors and device addresses only; `cudnn.rs` decides when a
 //! plan is built and falls back to the legacy entry points when none can be.
 
-use super::cudnn::{ConvShape, Direction, Pointers, fail};
+use super::cudnn_types::{ConvShape, DataType, Direction, Pointers, fail};
 use super::options::CudnnOptions;
 use crate::error::Result;
 use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
@@ -174,7 +174,7 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
     unsafe { sys::cudnnBackendGetAttribute(engine.0, A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, T::CUDNN_TYPE_NUMERICAL_NOTE, notes.len() as i64, &mut n, notes.as_mut_ptr() as *mut c_void) }.result().map_err(|e| fail("numerical notes", e))?;
     let notes = &notes[..n.clamp(0, 16) as usize];
     let has = |note: sys::cudnnBackendNumericalNote_t| notes.contains(&(note as u32));
-    let tf32 = shape.dtype == super::cudnn::DataType::F32 && has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+    let tf32 = shape.dtype == DataType::F32 && has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
     let nondeterministic = has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
     let forbidden = (tf32 && !opts.allow_tf32) || (nondeterministic && opts.deterministic);
     Ok(!forbidden)

@@ -18,7 +18,7 @@ use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cuda::Cuda;
-use burn_nn::BatchNorm;
+use super::layers::BatchNorm;
 use std::any::Any;
 
 /// `relu?(batch_norm(x))` through cuDNN when `B` is burn-cuda (with or without autodiff) and

@@ -24,7 +24,7 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
-use burn_nn::BatchNorm;
+use super::layers::BatchNorm;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::{CubeCount, CubeDim, TensorArg};
 use std::any::Any;

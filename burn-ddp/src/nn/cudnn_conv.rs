@@ -14,6 +14,7 @@ use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empt
 use super::fusion_op::{self, Cube, packed};
 use super::layout::Layout;
 use super::profile::{Phase, timed};
+use super::report::note_path;
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::ops::{ConvOptions, FloatTensorOps, ModuleOps};
@@ -23,6 +24,35 @@ use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cuda::Cuda;
+
+/// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
+/// otherwise the inputs come back untouched. `x` and the output are in `layout`'s order
+/// (for [`Layout::Nhwc`]: `[n, h, w, c]`); `w` is burn's `[k, c / groups, r, s]` in its own
+/// element type (the computation runs in `x`'s; see [`super::cudnn_conv`]).
+pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
+    let Some(ad) = super::cudnn_burn::cuda_backend::<B>() else {
+        return Err((x, w));
+    };
+    if !super::cudnn_burn::path_enabled() {
+        note_path(|| "burn's kernels (cuDNN disabled or libcudnn not found)".into());
+        return Err((x, w));
+    }
+    note_path(|| format!("cuDNN {}", cudnn::version().unwrap_or(0)));
+    conv2d_cuda(x, w, o, layout, ad).map_err(|(x, w, e)| {
+        warn_once("cuDNN convolution", &e, BURN_RUNS);
+        (x, w)
+    })
+}
+
+/// `(dx, dw)` of a convolution in NCHW whose filter `w` is already in the activations' type
+/// (the fused convolution + batch norm's fallback).
+pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> (Prim, Prim) {
+    let meta = (w.shape.clone(), w.dtype);
+    match backward(x, w, dy, o, Layout::Nchw, meta, true, true) {
+        (Some(dx), Some(dw)) => (dx, dw),
+        _ => unreachable!("both gradients were asked for"),
+    }
+}
 
 /// `conv2d` of `x` (in `layout`'s order) and `w` (burn's `[k, c / groups, r, s]`, any float
 /// type) on cuDNN, in `x`'s element type, for `Autodiff<Cuda>` (`ad`) or `Cuda` tensors.

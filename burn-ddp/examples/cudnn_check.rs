@@ -3,7 +3,7 @@
 //! burn's on the CPU, then times every distinct
 //! ResNet-50 convolution shape (forward, and forward + backward) at batch 256.
 //!
-//! `cargo build --release -p burn-vision --features cuda --example cudnn_check`; run it with
+//! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
 //! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
 //! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
@@ -12,8 +12,8 @@ use burn::prelude::*;
 use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
-use burn_vision::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_vision::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cudnn, options};
+use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
+use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cudnn, options};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -125,13 +125,13 @@ type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
 #[allow(clippy::too_many_arguments)]
 fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool, dtype: FloatDType, layout: Layout) -> BnRun {
     let c = dims[1];
-    let mut bn = BatchNormConfig::new(c).init::<B>(d);
+    let mut bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(c).init::<B>(d)).with_layout(layout);
     bn.gamma = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(gamma.to_vec(), [c]), d));
     bn.beta = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(beta.to_vec(), [c]), d));
     let xt = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), dims), d).require_grad();
     let bn_in = |t: Tensor<B, 4>| layout.view_from_nchw(t).cast(dtype);
-    let _ = batch_norm(&bn, bn_in(xt.clone() * 0.5), relu, layout);
-    let y = layout.view_nchw(batch_norm(&bn, bn_in(xt.clone()), relu, layout));
+    let _ = batch_norm(&bn, bn_in(xt.clone() * 0.5), relu);
+    let y = layout.view_nchw(batch_norm(&bn, bn_in(xt.clone()), relu));
     assert_eq!(y.dtype(), dtype.into(), "batch norm keeps its input's type");
     let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
     let out = [
@@ -142,7 +142,7 @@ fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usiz
     ];
     let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
     let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
-    let infer = batch_norm(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu, layout);
+    let infer = batch_norm(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu);
     (out, running, to_f64(layout.view_nchw(infer)))
 }
 
@@ -166,7 +166,7 @@ fn check_bn(device: &CudaDevice) -> bool {
     let runs = f32_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nchw))
         .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nchw)))
         .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3, nchw)))
-        // Channels-last: burn-vision's own kernels (`batch_norm_nhwc`), no cuDNN call; more
+        // Channels-last: burn-ddp's own kernels (`batch_norm_nhwc`), no cuDNN call; more
         // channels than one 32-wide tile and not a multiple of it, many rows per thread.
         .chain(nhwc_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nhwc)))
         .chain(nhwc_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nhwc)))
@@ -176,9 +176,9 @@ fn check_bn(device: &CudaDevice) -> bool {
         let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
-        let (before, kernels_before) = (cudnn::calls(), burn_vision::nn::nhwc_bn_kernel_calls());
+        let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
         let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
-        let (used, kernels) = (cudnn::calls() - before, burn_vision::nn::nhwc_bn_kernel_calls() - kernels_before);
+        let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
         let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
         let errs: Vec<f64> = out
             .iter()
@@ -188,7 +188,7 @@ fn check_bn(device: &CudaDevice) -> bool {
             .chain([max_rel_err(&infer, &ref_infer)])
             .collect();
         // Two training forwards, one backward, one inference: on cuDNN (NCHW) or on the
-        // channels-last kernels (NHWC, unless switched off with BURN_VISION_BN_KERNELS=0).
+        // channels-last kernels (NHWC, unless switched off with CudnnOptions::nhwc_bn_kernels).
         let want_kernels = if options::get().nhwc_bn_kernels { 4 } else { 0 };
         let path_ok = if layout == Layout::Nhwc { used == 0 && kernels == want_kernels } else { used >= 4 && kernels == 0 };
         let pass = path_ok && errs.iter().all(|&e| e < bound);
@@ -224,11 +224,12 @@ fn check_fused(device: &CudaDevice) -> bool {
             options::set(CudnnOptions { fuse_conv_bn: fuse, allow_tf32: false, ..base.clone() });
             Ad::seed(device, 3);
             let conv = Conv2dConfig::new([x_dims[1], k], [r, r]).with_stride([stride, stride]).with_padding(PaddingConfig2d::Explicit(r / 2, r / 2, r / 2, r / 2)).with_bias(false).init::<Ad>(device);
-            let bn = BatchNormConfig::new(k).init::<Ad>(device);
+            let conv = burn_ddp::nn::Conv2d::from(conv).with_layout(layout);
+            let bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(k).init::<Ad>(device)).with_layout(layout);
             let n: usize = x_dims.iter().product();
             let x = Tensor::<Ad, 4>::from_data(TensorData::new(values(5, n, 3.0, 0.2), x_dims), device).require_grad();
             let before = cudnn::calls();
-            let y = burn_vision::nn::conv_batch_norm(&conv, &bn, layout.view_from_nchw(x.clone()).cast(dtype), true, layout);
+            let y = burn_ddp::nn::conv_batch_norm(&conv, &bn, layout.view_from_nchw(x.clone()).cast(dtype), true);
             let y = layout.view_nchw(y).cast(FloatDType::F32);
             let g = Tensor::<Ad, 4>::from_data(TensorData::new(values(6, y.dims().iter().product(), 2.0, 0.0), y.dims()), device);
             let grads = (y.clone() * g).sum().backward();
@@ -250,7 +251,7 @@ fn check_fused(device: &CudaDevice) -> bool {
         let bound = if dtype == FloatDType::F32 { 1e-5 } else { 1e-2 };
         // Channels-last never fuses: the convolution's three cuDNN calls, the batch norm from
         // burn's operations, either way.
-        // Channels-last: the convolution's forward and backward sessions, batch norm on burn-vision's kernels.
+        // Channels-last: the convolution's forward and backward sessions, batch norm on burn-ddp's kernels.
         let calls_ok = if layout == Layout::Nhwc { calls_fused == 2 && calls_separate == 2 } else { calls_fused == 2 && calls_separate == 4 };
         let pass = calls_ok && errs.iter().all(|&e| e < bound);
         ok &= pass;
@@ -366,11 +367,11 @@ fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes
 /// back to back: `RESULT bn ...` lines, ms per call.
 fn bench_bn(device: &CudaDevice, batch: usize, iters: usize, dtype: FloatDType, layout: Layout) {
     for (c, hw) in [(64, 112), (64, 56), (256, 56), (128, 28), (512, 28), (256, 14), (1024, 14), (512, 7), (2048, 7)] {
-        let bn = BatchNormConfig::new(c).init::<Ad>(device);
+        let bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(c).init::<Ad>(device)).with_layout(layout);
         let x = Tensor::<Ad, 4>::random(layout.from_nchw([batch, c, hw, hw]), Distribution::Normal(0.0, 1.0), device).cast(dtype).require_grad();
         let g = Tensor::<Ad, 4>::random(x.dims(), Distribution::Normal(0.0, 1.0), device).cast(dtype);
         let fwdbwd = time_ms(iters, device, || {
-            let y = batch_norm(&bn, x.clone(), true, layout);
+            let y = bn.forward_relu(x.clone());
             let grads = (y * g.clone()).sum().backward();
             drop(x.grad(&grads));
         });
@@ -382,7 +383,7 @@ fn bench_bn(device: &CudaDevice, batch: usize, iters: usize, dtype: FloatDType, 
 /// flight and a buffer is reused (more uploads than the ring has buffers), and the model's
 /// first layer reads them in order with the uploads.
 fn check_upload(device: &CudaDevice) -> bool {
-    use burn_vision::nn::images_to_device;
+    use burn_ddp::nn::images_to_device;
     let mut ok = true;
     // Five uploads each followed by an operation on them, then a burst of eight with nothing
     // in between (every buffer reused while its copy may still be queued).

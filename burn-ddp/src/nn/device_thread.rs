@@ -14,7 +14,7 @@
 //! all, its output is unusable: the error is logged at once and the next cuDNN call panics with
 //! it, rather than let training go on with wrong values.
 
-use super::cudnn::fail;
+use super::cudnn_types::fail;
 use crate::error::Result;
 use cubecl::cuda::CudaDevice;
 use cubecl::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
@@ -73,7 +73,7 @@ pub(super) fn run(device: &CudaDevice, kind: u64, job: impl FnOnce() -> Result<(
             if let Err(e) = job() {
                 let msg = format!(
                     "cuDNN failed on the device thread after the same computation had succeeded: {e}; \
-                     the output of that step is invalid — rerun with BURN_VISION_CUDNN=0 to use burn's kernels"
+                     the output of that step is invalid — rerun with BURN_DDP_CUDNN=0 to use burn's kernels"
                 );
                 log::error!("{msg}");
                 failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(msg);

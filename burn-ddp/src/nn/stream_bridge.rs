@@ -19,7 +19,7 @@
 //! stream: there is no cycle. Before the counter could wrap, both streams are drained and the
 //! flags reset.
 
-use super::cudnn::fail;
+use super::cudnn_types::fail;
 use crate::error::Result;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;

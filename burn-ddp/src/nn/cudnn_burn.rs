@@ -1,6 +1,9 @@
 //! The burn side of the cuDNN path: which backend a tensor is on, burn-cuda tensors ↔ device
 //! buffers and addresses, and [`launch`], through which every cuDNN computation (and batch
 //! upload) is ordered with burn's stream. The convolution itself is `cudnn_conv`.
+//!
+//! This file imports no operation of its own: the operations (`cudnn_conv`, `cudnn_bn_burn`,
+//! `cudnn_conv_bn`, `bn_nhwc_cuda`, `upload`) import it.
 
 use super::cudnn::{self, ConvShape, DataType, Order};
 use super::layout::Layout;
@@ -53,35 +56,6 @@ pub(super) fn cuda_backend<B: Backend>() -> Option<bool> {
 /// Whether the cuDNN path is switched on and libcudnn can be loaded.
 pub(super) fn path_enabled() -> bool {
     super::options::get().enabled && cudnn::available()
-}
-
-/// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
-/// otherwise the inputs come back untouched. `x` and the output are in `layout`'s order
-/// (for [`Layout::Nhwc`]: `[n, h, w, c]`); `w` is burn's `[k, c / groups, r, s]` in its own
-/// element type (the computation runs in `x`'s; see [`super::cudnn_conv`]).
-pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
-    let Some(ad) = cuda_backend::<B>() else {
-        return Err((x, w));
-    };
-    if !path_enabled() {
-        super::conv::note_path(|| "burn's kernels (cuDNN disabled or libcudnn not found)".into());
-        return Err((x, w));
-    }
-    super::conv::note_path(|| format!("cuDNN {}", cudnn::version().unwrap_or(0)));
-    super::cudnn_conv::conv2d_cuda(x, w, o, layout, ad).map_err(|(x, w, e)| {
-        warn_once("cuDNN convolution", &e, BURN_RUNS);
-        (x, w)
-    })
-}
-
-/// `(dx, dw)` of a convolution in NCHW whose filter `w` is already in the activations' type
-/// (the fused convolution + batch norm's fallback).
-pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> (Prim, Prim) {
-    let meta = (w.shape.clone(), w.dtype);
-    match super::cudnn_conv::backward(x, w, dy, o, Layout::Nchw, meta, true, true) {
-        (Some(dx), Some(dw)) => (dx, dw),
-        _ => unreachable!("both gradients were asked for"),
-    }
 }
 
 pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {

@@ -4,21 +4,9 @@
 use burn::prelude::*;
 use burn::tensor::ops::ConvOptions;
 use burn_nn::PaddingConfig2d;
-use burn_nn::conv::Conv2d;
+use super::layers::Conv2d;
 use super::Layout;
-use std::sync::OnceLock;
-
-/// Records, once per process, which implementation convolutions use, and logs it. Called on
-/// every convolution: after the first, it only reads a flag (`path` is not evaluated).
-pub(crate) fn note_path(path: impl FnOnce() -> String) {
-    static PATH: OnceLock<String> = OnceLock::new();
-    if PATH.get().is_none() {
-        let path = path();
-        if PATH.set(path.clone()).is_ok() {
-            log::info!("convolutions: {path}");
-        }
-    }
-}
+use super::report::note_path;
 
 /// `conv2d` with symmetric padding, differentiable on autodiff backends.
 ///
@@ -44,7 +32,7 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
     let bias = bias.map(|b| b.cast(dtype));
     // cuDNN casts (and reorders) the weight itself, once per forward pass.
     #[cfg(feature = "cuda")]
-    let (x, weight) = match super::cudnn_burn::try_conv2d(x, weight, &options, layout) {
+    let (x, weight) = match super::cudnn_conv::try_conv2d(x, weight, &options, layout) {
         Ok(y) => return match bias {
             Some(b) => {
                 let k = b.dims()[0];
@@ -60,24 +48,33 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
     layout.view_from_nchw(burn::tensor::module::conv2d(layout.view_nchw(x), weight.cast(dtype), bias, options))
 }
 
-/// Runs a burn-nn [`Conv2d`] through [`conv2d`] (so through cuDNN on burn-cuda). Asymmetric or
-/// `Same` padding, which cuDNN cannot express, goes to the module's own forward (in f32 when
-/// the input is of another type, cast back after).
-///
-/// # Shapes
-/// As [`Conv2d::forward`], in `layout`'s order.
-pub fn forward_conv<B: Backend>(conv: &Conv2d<B>, x: Tensor<B, 4>, layout: Layout) -> Tensor<B, 4> {
-    let padding = match conv.padding {
-        PaddingConfig2d::Valid => [0, 0],
-        PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
-        _ => {
-            let dtype = x.dtype();
-            let f32 = conv.weight.val().dtype();
-            return layout.view_from_nchw(conv.forward(layout.view_nchw(x).cast(f32))).cast(dtype);
-        }
-    };
-    let options = ConvOptions::new(conv.stride, padding, conv.dilation, conv.groups);
-    conv2d(x, conv.weight.val(), conv.bias.as_ref().map(|b| b.val()), options, layout)
+impl<B: Backend> Conv2d<B> {
+    /// The convolution through [`conv2d`] (so through cuDNN on burn-cuda), in the layer's
+    /// layout, in its precision when set (else the input's type). Asymmetric or `Same` padding,
+    /// which cuDNN cannot express, goes to burn-nn's forward (in f32 when the input is of
+    /// another type, cast back after).
+    ///
+    /// # Shapes
+    /// `[batch, channels_in, height, width]` → `[batch, channels_out, height_out, width_out]`,
+    /// both in the layer's [`Layout`].
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let layout = self.layout;
+        let x = match self.precision {
+            Some(p) => x.cast(p.dtype()),
+            None => x,
+        };
+        let padding = match self.padding {
+            PaddingConfig2d::Valid => [0, 0],
+            PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
+            _ => {
+                let dtype = x.dtype();
+                let f32 = self.weight.val().dtype();
+                return layout.view_from_nchw(self.to_burn_nn().forward(layout.view_nchw(x).cast(f32))).cast(dtype);
+            }
+        };
+        let options = ConvOptions::new(self.stride, padding, self.dilation, self.groups);
+        conv2d(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()), options, layout)
+    }
 }
 
 #[cfg(test)]
@@ -127,10 +124,15 @@ mod tests {
     #[test]
     fn module_forward_goes_through_the_same_op() {
         let device = Default::default();
-        let conv = burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init::<Flex>(&device);
-        let x = Tensor::<Flex, 4>::random([2, 3, 6, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
-        let a = forward_conv(&conv, x.clone(), Layout::Nchw).into_data().to_vec::<f32>().unwrap();
-        let b = conv.forward(x).into_data().to_vec::<f32>().unwrap();
-        assert_eq!(a, b);
+        for padding in [PaddingConfig2d::Explicit(1, 1, 1, 1), PaddingConfig2d::Explicit(1, 0, 2, 1), PaddingConfig2d::Same] {
+            let theirs = burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(padding.clone()).init::<Flex>(&device);
+            let mine = Conv2d::from(theirs.clone());
+            let x = Tensor::<Flex, 4>::random([2, 3, 6, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+            let want = theirs.forward(x.clone()).into_data();
+            assert_eq!(mine.forward(x.clone()).into_data().to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap(), "{padding:?}");
+            // Channels-last: the same values in NHWC order.
+            let nhwc = mine.with_layout(Layout::Nhwc).forward(x.permute([0, 2, 3, 1])).permute([0, 3, 1, 2]);
+            nhwc.into_data().assert_approx_eq::<f32>(&want, burn::tensor::Tolerance::default());
+        }
     }
 }

@@ -2,14 +2,14 @@
 //! session forward (convolution, batch statistics, normalisation, ReLU) and one backward (ReLU
 //! mask, batch-norm gradients, input and filter gradients). Against the two separate operations
 //! it saves the host a third of the calls per block and keeps the convolution's output out of
-//! burn's graph. On by default (`BURN_VISION_CUDNN_FUSE=0` turns it off); any failure runs the separate
+//! burn's graph. On by default (`CudnnOptions::fuse_conv_bn` turns it off); any failure runs the separate
 //! operations instead.
 
 use super::cudnn::{ConvShape, DataType, Direction, Pointers};
 use super::cudnn_bn;
 use super::layout::Layout;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, backward_both, cast, dims4, empty, empty_f32, launch, packed_shape, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, dims4, empty, empty_f32, launch, packed_shape, register, require_f32, resolve_packed, same_data_type, warn_once};
 use super::profile::{Phase, timed};
 use crate::error::Result;
 use burn::prelude::*;
@@ -21,7 +21,7 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
-use burn_nn::BatchNorm;
+use super::layers::BatchNorm;
 use cubecl::cuda::CudaRuntime;
 use std::any::Any;
 
@@ -138,7 +138,7 @@ fn separate_backward(s: &FusedState, dy: Prim) -> Grads4 {
     let client = dy.client.clone();
     let bn = Saved { x: register(&client, s.conv_out.clone()), ..s.bn.clone() };
     let (dconv, dgamma, dbeta) = backward_cudnn(&bn, dy.clone()).unwrap_or_else(|_| backward_burn(&bn, dy));
-    let (dx, dw) = backward_both(s.x.clone(), s.w.clone(), dconv, &s.options);
+    let (dx, dw) = super::cudnn_conv::backward_both(s.x.clone(), s.w.clone(), dconv, &s.options);
     (Some(dx), dw, dgamma, dbeta)
 }
 

@@ -2,12 +2,18 @@
 
 use std::sync::{OnceLock, RwLock};
 
-/// How convolutions and batch norms on burn-cuda use cuDNN. Read once from the environment
-/// (`BURN_VISION_CUDNN=0`, `BURN_VISION_CUDNN_TF32=0`, `BURN_VISION_CUDNN_DETERMINISTIC=1`,
-/// `BURN_VISION_CUDNN_WORKSPACE_MIB=N`, `BURN_VISION_CUDNN_PACK=0`,
-/// `BURN_VISION_CUDNN_BN=0`, `BURN_VISION_CUDNN_HOST_SYNC=1`,
-/// `BURN_VISION_CUDNN_FUSE=0`, `BURN_VISION_BN_KERNELS=0`, `BURN_VISION_CUDNN_GRAPH=0`), or set
-/// with [`set`] before the first convolution.
+/// How the GPU layers run on burn-cuda: one struct, read once from the environment for the
+/// settings users need —
+///
+/// | variable | field | default |
+/// |---|---|---|
+/// | `BURN_DDP_CUDNN=0` | [`enabled`](Self::enabled) | on |
+/// | `BURN_DDP_CUDNN_TF32=0` | [`allow_tf32`](Self::allow_tf32) | on (PyTorch's default) |
+/// | `BURN_DDP_CUDNN_DETERMINISTIC=1` | [`deterministic`](Self::deterministic) | off |
+/// | `BURN_DDP_CUDNN_WORKSPACE_MIB=N` | [`workspace_limit`](Self::workspace_limit) | 512 MiB |
+///
+/// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
+/// and for measuring what it gains: `cudnn_check` and the GPU scripts do).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
@@ -24,22 +30,22 @@ pub struct CudnnOptions {
     /// (cuDNN 9 has no algorithm for strided inputs there).
     pub pack_inputs: bool,
     /// Run BatchNorm (and a ReLU right after it) through cuDNN as well
-    /// (`BURN_VISION_CUDNN_BN=0` keeps burn's BatchNorm).
+    /// (`false` keeps burn's BatchNorm).
     pub batch_norm: bool,
     /// Order cuDNN's work with burn's by waiting on the host (drain burn's stream before each
-    /// call, cuDNN's after it) instead of on the device (`BURN_VISION_CUDNN_HOST_SYNC=1`; the
-    /// device-side ordering is the default and lets the host run ahead).
+    /// call, cuDNN's after it) instead of on the device (the device-side ordering is the default and
+    /// lets the host run ahead; the host orders by itself when that cannot be set up).
     pub host_sync: bool,
     /// Run a convolution and the BatchNorm after it as one cuDNN operation
-    /// (`BURN_VISION_CUDNN_FUSE=0` runs them separately): 106 instead of 264 cuDNN calls per
+    /// (`false` runs them separately): 106 instead of 264 cuDNN calls per
     /// ResNet-50 step, and the convolution's output never goes back to burn's graph.
     pub fuse_conv_bn: bool,
     /// Run channels-last BatchNorm (+ ReLU) on burn-vision's own CUDA kernels on burn's stream
-    /// (`BURN_VISION_BN_KERNELS=0` builds it from burn's tensor operations instead, as on
+    /// (`false` builds it from burn's tensor operations instead, as on
     /// every other backend). Not a cuDNN switch: cuDNN's batch norm is slow on NHWC.
     pub nhwc_bn_kernels: bool,
     /// Run convolutions through execution plans of cuDNN's graph API, built once per shape
-    /// (`BURN_VISION_CUDNN_GRAPH=0` uses the legacy `cudnnConvolution*` entry points, which
+    /// (`false` uses the legacy `cudnnConvolution*` entry points, which
     /// cost several times the host time per call).
     pub graph_api: bool,
 }
@@ -51,28 +57,24 @@ impl Default for CudnnOptions {
 }
 
 impl CudnnOptions {
-    /// The defaults, overridden by the `BURN_VISION_CUDNN*` environment variables.
+    /// The defaults, overridden by the `BURN_DDP_CUDNN*` environment variables (see the table
+    /// above; a value of `0`, `false`, `off` or empty means off).
     pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let mut o = Self::default();
-        let flag = |name: &str| std::env::var(name).ok().map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
-        let switches = [
-            ("BURN_VISION_CUDNN", &mut o.enabled),
-            ("BURN_VISION_CUDNN_TF32", &mut o.allow_tf32),
-            ("BURN_VISION_CUDNN_DETERMINISTIC", &mut o.deterministic),
-            ("BURN_VISION_CUDNN_FUSE", &mut o.fuse_conv_bn),
-            ("BURN_VISION_CUDNN_HOST_SYNC", &mut o.host_sync),
-            ("BURN_VISION_CUDNN_BN", &mut o.batch_norm),
-            ("BURN_VISION_CUDNN_PACK", &mut o.pack_inputs),
-            ("BURN_VISION_BN_KERNELS", &mut o.nhwc_bn_kernels),
-            ("BURN_VISION_CUDNN_GRAPH", &mut o.graph_api),
-        ];
-        for (name, field) in switches {
+        let flag = |name: &str| var(name).map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
+        for (name, field) in [("BURN_DDP_CUDNN", &mut o.enabled), ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32), ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic)] {
             if let Some(v) = flag(name) {
                 *field = v;
             }
         }
-        if let Some(mib) = std::env::var("BURN_VISION_CUDNN_WORKSPACE_MIB").ok().and_then(|v| v.trim().parse::<usize>().ok()) {
-            o.workspace_limit = mib << 20;
+        match var("BURN_DDP_CUDNN_WORKSPACE_MIB").map(|v| v.trim().parse::<usize>()) {
+            Some(Ok(mib)) => o.workspace_limit = mib << 20,
+            Some(Err(_)) => log::warn!("BURN_DDP_CUDNN_WORKSPACE_MIB is not a whole number of MiB; keeping {} MiB", o.workspace_limit >> 20),
+            None => {}
         }
         o
     }
@@ -103,5 +105,13 @@ mod tests {
         let o = CudnnOptions::default();
         assert!(o.enabled && o.allow_tf32 && !o.deterministic);
         assert_eq!(o.workspace_limit, 512 << 20);
+    }
+
+    #[test]
+    fn environment_sets_the_user_settings_only() {
+        let vars = [("BURN_DDP_CUDNN", "0"), ("BURN_DDP_CUDNN_TF32", "off"), ("BURN_DDP_CUDNN_DETERMINISTIC", "1"), ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"), ("BURN_VISION_CUDNN_GRAPH", "0")];
+        let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
+        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api);
+        assert_eq!(o.workspace_limit, 64 << 20);
     }
 }

@@ -1,0 +1,115 @@
+//! BatchNorm (optionally followed by ReLU) that takes the fastest path the backend has: one
+//! cuDNN call or our kernels on burn-cuda (`feature = "cuda"`), burn-nn's BatchNorm everywhere
+//! else — as [`BatchNorm::forward`] and the functions beside it.
+
+use burn::prelude::*;
+use burn::tensor::activation::relu as relu_op;
+use super::Layout;
+use super::layers::{BatchNorm, Conv2d};
+
+impl<B: Backend> BatchNorm<B> {
+    /// `bn(x)`: batch statistics on autodiff backends (running statistics updated as burn's
+    /// BatchNorm does), running statistics otherwise. See [`batch_norm`].
+    ///
+    /// # Shapes
+    /// `[batch, channels, height, width]` in the layer's [`Layout`] → the same
+    pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        batch_norm(self, x, false)
+    }
+
+    /// `relu(bn(x))` in one pass where the backend has one (cuDNN, our kernels).
+    ///
+    /// # Shapes
+    /// As [`BatchNorm::forward`].
+    pub fn forward_relu(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        batch_norm(self, x, true)
+    }
+}
+
+/// `relu(bn(x))` when `relu`, else `bn(x)`: training statistics on autodiff backends (running
+/// statistics updated as burn's BatchNorm does), running statistics otherwise. The output has
+/// the input's element type (or the layer's precision, when set); statistics and parameters
+/// stay f32, and so does the arithmetic (PyTorch's rule for half inputs).
+///
+/// Channels-last activations ([`Layout::Nhwc`] in the layer) go to [`super::batch_norm_nhwc`]
+/// (our CUDA kernels on burn-cuda, burn's operations elsewhere). NCHW ones, on
+/// `Autodiff<Cuda>` and `Cuda`, run cuDNN's batch normalization — and its ReLU — when the
+/// library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn's BatchNorm
+/// and ReLU, with one log line when cuDNN was meant to run and could not.
+///
+/// # Shapes
+/// `[batch, channels, height, width]` (in the layer's layout) → the same
+pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+    let x = match bn.precision {
+        Some(p) => x.cast(p.dtype()),
+        None => x,
+    };
+    if bn.layout == Layout::Nhwc {
+        return super::batch_norm_nhwc(bn, x, relu);
+    }
+    #[cfg(feature = "cuda")]
+    let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    let dtype = x.dtype();
+    let y = bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()));
+    let y = if relu { relu_op(y) } else { y };
+    y.cast(dtype)
+}
+
+/// `relu?(bn(conv(x)))` — [`Conv2d::forward`] then [`batch_norm`] — as one cuDNN operation on
+/// `Autodiff<Cuda>` when [`super::CudnnOptions::fuse_conv_bn`] is set and the convolution has
+/// symmetric padding and no bias, in NCHW; the two separate operations otherwise. The
+/// convolution's layout and precision rule both.
+///
+/// # Shapes
+/// As [`Conv2d::forward`].
+///
+/// # Panics
+/// When the two layers' layouts differ.
+pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+    assert_eq!(conv.layout, bn.layout, "conv_batch_norm: the convolution is {:?}, the batch norm {:?}", conv.layout, bn.layout);
+    #[cfg(feature = "cuda")]
+    let x = match (&conv.padding, &conv.bias) {
+        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right && conv.layout == Layout::Nchw => {
+            let x = match conv.precision {
+                Some(p) => x.cast(p.dtype()),
+                None => x,
+            };
+            let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
+            let weight = conv.weight.val().cast(x.dtype());
+            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu) {
+                Ok(y) => return y,
+                Err(x) => x,
+            }
+        }
+        _ => x,
+    };
+    batch_norm(bn, conv.forward(x), relu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Tolerance;
+    use burn_autodiff::Autodiff;
+    use burn_flex::Flex;
+    use burn_nn::BatchNormConfig;
+
+    type B = Autodiff<Flex>;
+
+    #[test]
+    fn matches_burn_batch_norm_then_relu_and_updates_running_stats() {
+        let device = Default::default();
+        let bn = BatchNorm::from(BatchNormConfig::new(3).init::<B>(&device));
+        let x = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.5, 2.0), &device);
+        let y = bn.forward_relu(x.clone());
+        let reference = BatchNormConfig::new(3).init::<B>(&device);
+        let expected = relu_op(reference.forward(x));
+        y.into_data().assert_approx_eq::<f32>(&expected.into_data(), Tolerance::default());
+        bn.running_mean.value_sync().into_data().assert_approx_eq::<f32>(&reference.running_mean.value_sync().into_data(), Tolerance::default());
+        let moved = bn.running_mean.value_sync().abs().sum().into_scalar();
+        assert!(moved > 0.0, "running mean was not updated");
+    }
+}

@@ -1,0 +1,127 @@
+//! The drop-in modules' data: [`Conv2d`] and [`BatchNorm`] hold burn-nn's parameters, buffers
+//! and field names (so records, checkpoints and weight-file keys are burn-nn's) plus two
+//! settings, the activations' [`Layout`] and [`Precision`]. Their forward passes live with the
+//! operations (`conv.rs`, `batch_norm.rs`); this file imports none of them, so the operations
+//! may name these types without an import cycle.
+
+use super::{Layout, Precision};
+use burn::module::{Param, RunningState};
+use burn::prelude::*;
+use burn_nn::PaddingConfig2d;
+
+/// A 2-D convolution with burn-nn's parameters that runs on cuDNN on burn-cuda (forward and
+/// both gradients) and burn's kernels elsewhere. Build it from burn-nn's config:
+/// `Conv2d::from(Conv2dConfig::new([3, 64], [3, 3]).init(&device))`.
+#[derive(Module, Debug)]
+pub struct Conv2d<B: Backend> {
+    /// `[channels_out, channels_in / groups, kernel_h, kernel_w]`, f32.
+    pub weight: Param<Tensor<B, 4>>,
+    /// `[channels_out]`.
+    pub bias: Option<Param<Tensor<B, 1>>>,
+    /// Stride (height, width).
+    pub stride: [usize; 2],
+    /// Kernel size (height, width).
+    pub kernel_size: [usize; 2],
+    /// Dilation (height, width).
+    pub dilation: [usize; 2],
+    /// Groups.
+    pub groups: usize,
+    /// Padding (cuDNN takes symmetric padding; other kinds run burn-nn's own forward).
+    pub padding: PaddingConfig2d,
+    /// The activations' memory order (a setting: not saved in records).
+    pub layout: Layout,
+    /// When set, the input is cast to this type first (autocast at the layer); otherwise the
+    /// convolution runs in the input's type. Not saved in records.
+    pub precision: Option<Precision>,
+}
+
+/// BatchNorm with burn-nn's parameters and running statistics (`gamma`, `beta`,
+/// `running_mean`, `running_var`, all f32), optionally fused with the ReLU after it; cuDNN
+/// (NCHW) or our own CUDA kernels (channels-last) on burn-cuda, burn's operations elsewhere.
+/// Build it from burn-nn's config: `BatchNorm::from(BatchNormConfig::new(64).init(&device))`.
+#[derive(Module, Debug)]
+pub struct BatchNorm<B: Backend> {
+    /// Scale, `[channels]`.
+    pub gamma: Param<Tensor<B, 1>>,
+    /// Shift, `[channels]`.
+    pub beta: Param<Tensor<B, 1>>,
+    /// Running mean, `[channels]`.
+    pub running_mean: RunningState<Tensor<B, 1>>,
+    /// Running (biased) variance, `[channels]`.
+    pub running_var: RunningState<Tensor<B, 1>>,
+    /// Weight of the batch statistics in the running ones.
+    pub momentum: f64,
+    /// Added to the variance.
+    pub epsilon: f64,
+    /// The activations' memory order (a setting: not saved in records).
+    pub layout: Layout,
+    /// When set, the input is cast to this type first; otherwise the output has the input's
+    /// type. Statistics and arithmetic are f32 either way. Not saved in records.
+    pub precision: Option<Precision>,
+}
+
+impl<B: Backend> From<burn_nn::conv::Conv2d<B>> for Conv2d<B> {
+    fn from(c: burn_nn::conv::Conv2d<B>) -> Self {
+        Self { weight: c.weight, bias: c.bias, stride: c.stride, kernel_size: c.kernel_size, dilation: c.dilation, groups: c.groups, padding: c.padding, layout: Layout::Nchw, precision: None }
+    }
+}
+
+impl<B: Backend> From<burn_nn::BatchNorm<B>> for BatchNorm<B> {
+    fn from(b: burn_nn::BatchNorm<B>) -> Self {
+        Self { gamma: b.gamma, beta: b.beta, running_mean: b.running_mean, running_var: b.running_var, momentum: b.momentum, epsilon: b.epsilon, layout: Layout::Nchw, precision: None }
+    }
+}
+
+impl<B: Backend> Conv2d<B> {
+    /// The same layer with activations in `layout`'s order.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The same layer casting its input to `precision` (`None`: the input's type).
+    pub fn with_precision(mut self, precision: Option<Precision>) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// burn-nn's module over the same parameters (for its own forward).
+    pub fn to_burn_nn(&self) -> burn_nn::conv::Conv2d<B> {
+        burn_nn::conv::Conv2d {
+            weight: self.weight.clone(),
+            bias: self.bias.clone(),
+            stride: self.stride,
+            kernel_size: self.kernel_size,
+            dilation: self.dilation,
+            groups: self.groups,
+            padding: self.padding.clone(),
+        }
+    }
+}
+
+impl<B: Backend> BatchNorm<B> {
+    /// The same layer with activations in `layout`'s order.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The same layer casting its input to `precision` (`None`: the input's type).
+    pub fn with_precision(mut self, precision: Option<Precision>) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    /// burn-nn's module over the same parameters and the same running statistics (updates
+    /// through it reach this layer: burn's `RunningState` is shared between clones).
+    pub fn to_burn_nn(&self) -> burn_nn::BatchNorm<B> {
+        burn_nn::BatchNorm {
+            gamma: self.gamma.clone(),
+            beta: self.beta.clone(),
+            running_mean: self.running_mean.clone(),
+            running_var: self.running_var.clone(),
+            momentum: self.momentum,
+            epsilon: self.epsilon,
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The one abstraction the pipeline knows a model by: [`ImageClassifier`], what training,
+//! evaluation, prediction, `bench` and checkpoints need of a model family, and [`Classifier`],
+//! the Burn module that holds any family of the registry (an enum, so optimizers, DDP,
+//! DataParallel and records see one concrete module type).
+//!
+//! A new family is one file (its blocks, model, configs and `impl ImageClassifier`) plus its
+//! entries here and in `registry.rs`: a variant of [`Classifier`] and of [`ModelConfig`], and
+//! its names.
+
+use super::resnet::{ResNet, ResNetConfig, ResNetRecord};
+use burn::prelude::*;
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder, RecorderError};
+use burn_ddp::BatchNormSync;
+use burn_ddp::nn::{Layout, Precision};
+
+/// What the pipeline needs of an image classifier.
+pub trait ImageClassifier<B: Backend>: Sized {
+    /// Class logits, f32 whatever the precision.
+    ///
+    /// # Shapes
+    /// `[n, in_channels, h, w]` (NCHW) → `[n, num_classes]`
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2>;
+    /// Activations in `precision` (PyTorch's autocast as a model setting); parameters stay f32.
+    fn with_precision(self, precision: Precision) -> Self;
+    /// The activations' precision.
+    fn precision(&self) -> Precision;
+    /// Channels-last activations inside the model (input and output keep their shapes).
+    fn with_channels_last(self, channels_last: bool) -> Self;
+    /// The activations' memory order.
+    fn layout(&self) -> Layout;
+    /// BatchNorm statistics over every rank of `sync`'s group; a family without BatchNorm
+    /// ignores it (and says so in [`ImageClassifier::sync_batch_norm`]).
+    fn with_sync_batch_norm(self, sync: Option<BatchNormSync>) -> Self;
+    /// Whether batch norms are synchronised across ranks.
+    fn sync_batch_norm(&self) -> bool;
+}
+
+/// Any model of the registry.
+#[derive(Module, Debug)]
+pub enum Classifier<B: Backend> {
+    /// ResNet-10-mini/18/34/50/101/152.
+    ResNet(ResNet<B>),
+}
+
+/// Any model's configuration (no backend): what the registry hands out.
+#[derive(Debug, Clone)]
+pub enum ModelConfig {
+    /// A ResNet.
+    ResNet(ResNetConfig),
+}
+
+impl ModelConfig {
+    /// The same model for `channels` input channels.
+    pub fn with_in_channels(self, channels: usize) -> Self {
+        match self {
+            ModelConfig::ResNet(c) => ModelConfig::ResNet(c.with_in_channels(channels)),
+        }
+    }
+
+    /// The same model with its small-input stem (28–64 px images) when `small` (a `*-mini`
+    /// model keeps its own).
+    pub fn with_small_input(self, small: bool) -> Self {
+        match self {
+            ModelConfig::ResNet(c) => {
+                let small = c.small_input || small;
+                ModelConfig::ResNet(c.with_small_input(small))
+            }
+        }
+    }
+
+    /// Builds the model on `device` with its family's initialisation.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Classifier<B> {
+        match self {
+            ModelConfig::ResNet(c) => Classifier::ResNet(c.init(device)),
+        }
+    }
+}
+
+/// Runs `$body` with `$m` bound to the family's model, re-wrapping a returned model with
+/// `wrap`.
+macro_rules! each_family {
+    ($self:expr, $m:ident => $body:expr) => {
+        match $self {
+            Classifier::ResNet($m) => $body,
+        }
+    };
+    (wrap $self:expr, $m:ident => $body:expr) => {
+        match $self {
+            Classifier::ResNet($m) => Classifier::ResNet($body),
+        }
+    };
+}
+
+impl<B: Backend> ImageClassifier<B> for Classifier<B> {
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        each_family!(self, m => m.forward(x))
+    }
+    fn with_precision(self, precision: Precision) -> Self {
+        each_family!(wrap self, m => m.with_precision(precision))
+    }
+    fn precision(&self) -> Precision {
+        each_family!(self, m => m.precision())
+    }
+    fn with_channels_last(self, channels_last: bool) -> Self {
+        each_family!(wrap self, m => m.with_channels_last(channels_last))
+    }
+    fn layout(&self) -> Layout {
+        each_family!(self, m => m.layout())
+    }
+    fn with_sync_batch_norm(self, sync: Option<BatchNormSync>) -> Self {
+        each_family!(wrap self, m => m.with_sync_batch_norm(sync))
+    }
+    fn sync_batch_norm(&self) -> bool {
+        each_family!(self, m => m.sync_batch_norm())
+    }
+}
+
+/// The model record in a checkpoint's bytes: a [`Classifier`]'s, or a bare ResNet's as
+/// checkpoints held it before model families were one type (read as that ResNet).
+///
+/// # Errors
+/// The recorder's error when the bytes fit neither.
+pub fn load_model_record<B: Backend>(bytes: &[u8], device: &B::Device) -> Result<ClassifierRecord<B>, RecorderError> {
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    match recorder.load::<ClassifierRecord<B>>(bytes.to_vec(), device) {
+        Ok(record) => Ok(record),
+        Err(e) => recorder.load::<ResNetRecord<B>>(bytes.to_vec(), device).map(ClassifierRecord::ResNet).map_err(|_| e),
+    }
+}

@@ -1,0 +1,245 @@
+//! One epoch of training: the plan every epoch follows (split, sampler, steps per epoch,
+//! schedule), the steps themselves (one device, DataParallel, or one DDP rank), and
+//! validation over every rank's shard.
+
+use super::config::TrainConfig;
+use super::distributed::Dist;
+use super::evaluate::{batch_tensors, evaluate};
+use super::grad_scaler::GradScaler;
+use super::metrics::Tally;
+use super::phases::StepPhases;
+use super::schedule::CosineSchedule;
+use crate::data::source::LoadedData;
+use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, shuffle_for_epoch, split_per_class};
+use crate::error::Result;
+use crate::model::{Classifier, ImageClassifier};
+use burn::module::AutodiffModule;
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::{DataParallel, DistributedSampler, shard_exact};
+use burn_nn::loss::CrossEntropyLoss;
+use burn_optim::{GradientsParams, Optimizer};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every epoch of a run follows.
+pub(super) struct EpochPlan {
+    pub dataset: Arc<dyn Dataset>,
+    pub train_idx: Vec<usize>,
+    pub val_idx: Vec<usize>,
+    sampler: DistributedSampler,
+    pub steps_per_epoch: usize,
+    pub schedule: CosineSchedule,
+    pub loader: LoaderConfig,
+}
+
+impl EpochPlan {
+    /// Splits `data` per class, shards the training part over `dist`'s ranks (drop_last, as
+    /// DistributedSampler), and fixes the steps per epoch and the schedule. `batch_size` is this
+    /// process's (all its devices').
+    pub fn new(config: &TrainConfig, data: &LoadedData, batch_size: usize, dist: Dist<'_>) -> Self {
+        let dataset: Arc<dyn Dataset> = data.dataset.clone();
+        let labels: Vec<usize> = (0..dataset.len()).map(|i| dataset.label(i)).collect();
+        let (train_idx, val_idx) = split_per_class(&labels, config.val_fraction, config.seed);
+        let (rank, world) = dist.map_or((0, 1), |d| (d.rank, d.world));
+        let sampler = DistributedSampler::new(train_idx.len(), world, rank).with_seed(config.seed).with_drop_last(true);
+        let per_rank = if dist.is_some() { sampler.num_samples() } else { train_idx.len() };
+        let drop_last = per_rank > batch_size;
+        let mut steps_per_epoch = if drop_last { per_rank / batch_size } else { 1 };
+        if let Some(max) = config.max_steps_per_epoch {
+            steps_per_epoch = steps_per_epoch.min(max);
+        }
+        let schedule = CosineSchedule {
+            base_lr: config.scaled_lr(),
+            min_factor: config.min_lr_factor,
+            warmup_steps: config.warmup_epochs * steps_per_epoch,
+            total_steps: config.epochs * steps_per_epoch,
+        };
+        let loader = LoaderConfig { batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
+        Self { dataset, train_idx, val_idx, sampler, steps_per_epoch, schedule, loader }
+    }
+
+    /// This rank's training samples of `epoch`, in order.
+    fn order(&self, seed: u64, epoch: usize, dist: Dist<'_>) -> Vec<usize> {
+        match dist {
+            None => shuffle_for_epoch(&self.train_idx, seed, epoch as u64),
+            Some(_) => {
+                let mut sampler = self.sampler.clone();
+                sampler.set_epoch(epoch as u64);
+                sampler.indices().into_iter().map(|i| self.train_idx[i]).collect()
+            }
+        }
+    }
+}
+
+/// Where and how steps run: this process's devices, DataParallel over them, or one DDP rank.
+pub(super) struct Placement<'a, B: AutodiffBackend> {
+    pub device: B::Device,
+    pub dp: Option<DataParallel<B>>,
+    pub dist: Dist<'a>,
+}
+
+/// The model and what moves it: optimizer, step count, loss scaling.
+pub(super) struct Trainer<B: AutodiffBackend, O> {
+    pub model: Classifier<B>,
+    pub optim: O,
+    pub step: usize,
+    pub scaler: Option<GradScaler>,
+    pub loss_fn: CrossEntropyLoss<B>,
+}
+
+/// What one rank measured over an epoch of training.
+pub(super) struct EpochTrained {
+    /// `[loss × samples, correct, samples]` summed over this rank's steps.
+    pub sums: [f64; 3],
+    pub seconds: f64,
+    /// This rank's images per second after the warm-up steps, when there were more.
+    pub steady_img_per_s: Option<f64>,
+    pub sync_seconds: f64,
+    pub steps: usize,
+    pub data_wait_s: f64,
+    pub phases_s: Vec<(String, f64)>,
+}
+
+/// The loss and hit count of one step on the device, and its gradients.
+struct StepOut<B: AutodiffBackend> {
+    grads: GradientsParams,
+    loss_sum: Tensor<B::InnerBackend, 1>,
+    correct: Tensor<B::InnerBackend, 1, Int>,
+}
+
+fn progress_bar(config: &TrainConfig, len: usize, epoch: usize) -> ProgressBar {
+    if !config.show_progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30.cyan/blue}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("epoch {}/{}", epoch + 1, config.epochs));
+    bar
+}
+
+/// Trains one epoch: loads this rank's batches, steps the model, and reads the device's loss
+/// and hit counts once at the end. Phases per step: 0 data wait, 1 upload, 2 forward, 3
+/// backward, 4 gradient sync, 5 optimizer.
+pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    trainer: &mut Trainer<B, O>,
+    plan: &EpochPlan,
+    at: &Placement<'_, B>,
+    config: &TrainConfig,
+    (epoch, train_pipeline): (usize, &crate::data::Pipeline),
+    skips: &Arc<SkipLog>,
+) -> Result<EpochTrained> {
+    let started = Instant::now();
+    let device = &at.device;
+    let loader = Loader::new(plan.dataset.clone(), plan.order(config.seed, epoch, at.dist), train_pipeline.clone(), epoch as u64, plan.loader.clone(), skips.clone());
+    let main_rank = at.dist.is_none_or(|d| d.rank == 0);
+    let bar = if main_rank { progress_bar(config, plan.steps_per_epoch, epoch) } else { ProgressBar::hidden() };
+    let (mut loss_sum, mut correct) = (Tensor::<B::InnerBackend, 1>::zeros([1], device), Tensor::<B::InnerBackend, 1, Int>::zeros([1], device));
+    let (mut seen, mut steps, mut sync_seconds, mut first_step) = (0usize, 0usize, 0.0, None);
+    // The first step carries the one-time costs (kernel tuning and compilation, cuDNN's plan
+    // search, the first batch's decoding), the second those of the optimizer with its state:
+    // steady throughput is timed after them (after the first only, in epochs of < 4 steps).
+    let warmup_steps = if plan.steps_per_epoch >= 4 { 2 } else { 1 };
+    let mut phases = StepPhases::<B>::new(device);
+    let mut batches = loader.take(plan.steps_per_epoch);
+    loop {
+        phases.restart();
+        let Some(batch) = batches.next() else { break };
+        phases.end(0);
+        let batch = batch?;
+        let n = batch.shape[0];
+        let out = step_gradients(trainer, at, batch_tensors::<B>(batch, device), &mut phases);
+        loss_sum = loss_sum + out.loss_sum;
+        correct = correct + out.correct;
+        phases.end(3);
+        sync_seconds += apply_step(trainer, at, out.grads, &plan.schedule, &mut phases)?;
+        (steps, seen) = (steps + 1, seen + n);
+        if steps == warmup_steps {
+            let _ = B::sync(device);
+            first_step = Some((Instant::now(), seen));
+        }
+        bar.inc(1);
+        if trainer.step % 10 == 0 {
+            bar.set_message(format!("{:.0} img/s", seen as f64 / started.elapsed().as_secs_f64()));
+        }
+    }
+    bar.finish_and_clear();
+    let sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
+    // Read back above, so the device has finished the epoch's steps.
+    let steady_img_per_s = first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
+    Ok(EpochTrained { sums, seconds: started.elapsed().as_secs_f64(), steady_img_per_s, sync_seconds, steps, data_wait_s: phases.seconds(0), phases_s: phases.totals() })
+}
+
+/// Forward and backward of one batch, on one device or split over DataParallel's.
+fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y): (Tensor<B, 4>, Tensor<B, 1, Int>), phases: &mut StepPhases<B>) -> StepOut<B> {
+    let n = x.dims()[0];
+    let loss_scale = trainer.scaler.as_ref().map_or(1.0, GradScaler::scale);
+    let loss_fn = &trainer.loss_fn;
+    let Some(dp) = &at.dp else {
+        let logits = trainer.model.forward(x);
+        let loss = loss_fn.forward(logits.clone(), y.clone());
+        let loss_sum = loss.clone().inner().mul_scalar(n as f64);
+        let correct = logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
+        phases.end(2);
+        let grads = GradientsParams::from_grads(loss.mul_scalar(loss_scale).backward(), &trainer.model);
+        return StepOut { grads, loss_sum, correct };
+    };
+    let (xs, ys) = (dp.scatter(x), dp.scatter(y));
+    let model = trainer.model.clone();
+    let out = dp.step(model, n, |replica: Classifier<B>, i, _dev| {
+        let (x, y) = (xs[i].clone(), ys[i].clone());
+        let k = x.dims()[0];
+        let logits = replica.forward(x);
+        let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
+        (loss_fn.forward(logits, y).mul_scalar(loss_scale), hits)
+    });
+    trainer.model = out.model;
+    let device = &at.device;
+    let loss_sum = Tensor::<B::InnerBackend, 1>::from_floats([(out.loss / loss_scale * n as f64) as f32], device);
+    let correct = Tensor::<B::InnerBackend, 1, Int>::from_ints([out.outputs.iter().sum::<i64>()], device);
+    StepOut { grads: out.grads, loss_sum, correct }
+}
+
+/// Averages the gradients over the ranks (DDP), unscales them (f16) and steps the optimizer;
+/// returns the seconds spent in the gradient sync.
+fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, mut grads: GradientsParams, schedule: &CosineSchedule, phases: &mut StepPhases<B>) -> Result<f64> {
+    let mut sync_seconds = 0.0;
+    if let Some(d) = at.dist {
+        let t = Instant::now();
+        grads = d.ddp.sync_gradients(&trainer.model, grads)?;
+        sync_seconds = t.elapsed().as_secs_f64();
+    }
+    phases.end(4);
+    // With loss scaling, gradients that overflowed skip the step (every rank alike: they were
+    // all-reduced first).
+    let grads = match &mut trainer.scaler {
+        Some(s) => s.unscale(&trainer.model, grads),
+        None => Some(grads),
+    };
+    if let Some(grads) = grads {
+        let model = trainer.model.clone();
+        trainer.model = trainer.optim.step(schedule.lr(trainer.step), model, grads);
+    }
+    phases.end(5);
+    trainer.step += 1;
+    Ok(sync_seconds)
+}
+
+/// Validation tallies over every sample of the validation split exactly once across the
+/// ranks, summed over them, and the count of images skipped so far (all ranks).
+pub(super) fn validate<B: AutodiffBackend>(model: &Classifier<B>, plan: &EpochPlan, eval_pipeline: &crate::data::Pipeline, skips: &Arc<SkipLog>, at: &Placement<'_, B>) -> Result<(Tally, usize)> {
+    let mine: Vec<usize> = match at.dist {
+        None => plan.val_idx.clone(),
+        Some(d) => shard_exact(plan.val_idx.len(), d.world, d.rank).into_iter().map(|i| plan.val_idx[i]).collect(),
+    };
+    let val = evaluate(&model.valid(), plan.dataset.clone(), mine, eval_pipeline.clone(), plan.loader.clone(), skips.clone(), &at.device)?;
+    let Some(d) = at.dist else { return Ok((val, skips.count())) };
+    let mut v = [val.loss_sum, val.top1 as f64, val.top5 as f64, val.count as f64, skips.count() as f64];
+    d.sum(&mut v)?;
+    Ok((Tally { loss_sum: v[0], top1: v[1] as usize, top5: v[2] as usize, count: v[3] as usize }, v[4] as usize))
+}

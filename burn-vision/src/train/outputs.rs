@@ -1,0 +1,92 @@
+//! What rank 0 writes after each epoch: the log line, `last.ckpt` (and `best.ckpt` when it
+//! improved), a `metrics.jsonl` line and the TensorBoard scalars.
+
+use super::checkpoint::{Checkpoint, CheckpointMeta, best_path, last_path};
+use super::config::TrainConfig;
+use super::metrics::{EpochRecord, MetricsLog};
+use super::tensorboard::EventWriter;
+use crate::error::{Error, Result};
+use crate::model::Classifier;
+use burn::module::Module;
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn_optim::Optimizer;
+
+type Bytes = BinBytesRecorder<FullPrecisionSettings>;
+
+/// Rank 0's run folder: metrics log and TensorBoard writer.
+pub(super) struct RunOutputs {
+    metrics: MetricsLog,
+    board: EventWriter,
+}
+
+/// What a checkpoint records besides the model and the optimizer.
+pub(super) struct CheckpointFacts {
+    pub classes: Vec<String>,
+    pub in_channels: usize,
+    pub image_size: u32,
+}
+
+impl RunOutputs {
+    /// Creates `config.out` and drops metrics lines past `start_epoch` (a resumed run rewrites
+    /// what came after its checkpoint).
+    ///
+    /// # Errors
+    /// When the folder or its files cannot be written.
+    pub fn open(config: &TrainConfig, start_epoch: usize) -> Result<Self> {
+        let out = &config.out;
+        std::fs::create_dir_all(out).map_err(|e| Error::io("creating", out, e))?;
+        let metrics = MetricsLog::new(&out.join("metrics.jsonl"));
+        metrics.truncate_to(start_epoch)?;
+        Ok(Self { metrics, board: EventWriter::create(&out.join("tensorboard"))? })
+    }
+
+    /// Logs `record`, saves the checkpoints (best when `improved`), then appends the metrics
+    /// line and the TensorBoard scalars (step = epoch).
+    ///
+    /// # Errors
+    /// When a file cannot be written.
+    pub fn epoch_done<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(&mut self, config: &TrainConfig, record: &EpochRecord, (model, optim, step): (&Classifier<B>, &O, usize), facts: &CheckpointFacts, (best_acc, improved): (f64, bool)) -> Result<()> {
+        log::info!(
+            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data) | {:.1}s",
+            record.epoch, config.epochs, record.train_loss, 100.0 * record.train_acc, record.val_loss, 100.0 * record.val_acc,
+            100.0 * record.val_acc5, record.lr, record.img_per_s, record.steady_img_per_s.unwrap_or(record.img_per_s), record.data_wait_s, record.seconds
+        );
+        let out = &config.out;
+        let bad = |e: burn::record::RecorderError| Error::BadCheckpoint { path: last_path(out), reason: e.to_string() };
+        let ck = Checkpoint {
+            meta: CheckpointMeta {
+                model: config.model.clone(),
+                classes: facts.classes.clone(),
+                in_channels: facts.in_channels,
+                small_input: config.small_input,
+                image_size: facts.image_size,
+                epoch: record.epoch,
+                step,
+                best_acc,
+                val_acc: record.val_acc,
+                config: serde_json::to_value(config).expect("config serialises"),
+            },
+            model: Bytes::default().record(model.clone().into_record(), ()).map_err(bad)?,
+            optimizer: Bytes::default().record(optim.to_record(), ()).map_err(bad)?,
+        };
+        if improved {
+            Checkpoint { optimizer: Vec::new(), ..ck.clone() }.save(&best_path(out))?;
+        }
+        ck.save(&last_path(out))?;
+        self.metrics.append(record)?;
+        let scalars = [
+            ("train/loss", record.train_loss),
+            ("train/acc", record.train_acc),
+            ("val/loss", record.val_loss),
+            ("val/acc", record.val_acc),
+            ("val/acc5", record.val_acc5),
+            ("lr", record.lr),
+            ("img_per_s", record.img_per_s),
+        ];
+        for (tag, value) in scalars {
+            self.board.scalar(tag, value, record.epoch as i64)?;
+        }
+        self.board.flush()
+    }
+}

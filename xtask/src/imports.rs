@@ -1,0 +1,210 @@
+//! The import graph between the files of a crate (`crate::a::b` and `super::x` paths, `use`
+//! lists, and names re-exported by a `mod.rs`), and its cycles: `cargo xtask imports` prints
+//! them, and a test keeps burn-ddp and burn-vision free of them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// A crate's modules (`nn::conv`, `""` for the root) → the modules each one names.
+pub type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// Reads every `.rs` file under `src` (tests inside `#[cfg(test)] mod tests` left out).
+pub fn graph(src: &Path) -> std::io::Result<Graph> {
+    let mut files = BTreeMap::new();
+    collect(src, src, &mut files)?;
+    let modules: BTreeSet<String> = files.keys().cloned().collect();
+    let reexports = reexports(&files, &modules);
+    let mut graph = Graph::new();
+    for (module, text) in &files {
+        let code = text.find("#[cfg(test)]\nmod tests").map_or(text.as_str(), |i| &text[..i]);
+        let mut edges = BTreeSet::new();
+        for path in paths(code) {
+            if let Some(target) = resolve(module, &path, &modules, &reexports) {
+                if target != *module && !module.starts_with(&format!("{target}::")) && !target.starts_with(&format!("{module}::")) {
+                    edges.insert(target);
+                }
+            }
+        }
+        graph.insert(module.clone(), edges);
+    }
+    Ok(graph)
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect(root, &path, out)?;
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path.strip_prefix(root).expect("under root").with_extension("");
+            let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                parts.pop();
+            }
+            out.insert(parts.join("::"), std::fs::read_to_string(&path)?);
+        }
+    }
+    Ok(())
+}
+
+/// Every `crate::…` / `super::…` path in `code`, with `use x::{a, b::c}` lists expanded.
+fn paths(code: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    for start in ["crate::", "super::"].iter().flat_map(|k| code.match_indices(k).map(|(i, _)| i)) {
+        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            continue;
+        }
+        let rest = &code[start..];
+        let head: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+        let base: Vec<String> = head.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+        match rest[head.len()..].strip_prefix('{') {
+            Some(list) => {
+                let list = &list[..list.find('}').unwrap_or(list.len())];
+                for item in list.split(',') {
+                    let item: Vec<String> = item.split_whitespace().next().unwrap_or("").split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+                    out.push(base.iter().cloned().chain(item).collect());
+                }
+            }
+            None => out.push(base),
+        }
+    }
+    out
+}
+
+/// `(module, name) → child module` for each `pub use child::{name, …}` of a module.
+fn reexports(files: &BTreeMap<String, String>, modules: &BTreeSet<String>) -> BTreeMap<(String, String), String> {
+    let mut out = BTreeMap::new();
+    for (module, text) in files {
+        for line in text.lines().map(str::trim).filter(|l| l.starts_with("pub use ") || l.starts_with("pub(crate) use ") || l.starts_with("pub(super) use ")) {
+            let spec = line.split_once(" use ").map(|(_, s)| s.trim_end_matches(';')).unwrap_or("");
+            let Some((child, names)) = spec.split_once("::") else { continue };
+            let child = if module.is_empty() { child.to_string() } else { format!("{module}::{child}") };
+            if !modules.contains(&child) {
+                continue;
+            }
+            for name in names.trim_matches(|c| c == '{' || c == '}').split(',') {
+                let words: Vec<&str> = name.split_whitespace().collect();
+                if let Some(alias) = words.last() {
+                    out.insert((module.clone(), alias.to_string()), child.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The module a path names from `module`: its longest prefix that is a module, or the child a
+/// name re-exported there comes from.
+fn resolve(module: &str, path: &[String], modules: &BTreeSet<String>, reexports: &BTreeMap<(String, String), String>) -> Option<String> {
+    let mut absolute: Vec<String> = Vec::new();
+    let mut rest = path;
+    match path.first().map(String::as_str) {
+        Some("crate") => rest = &path[1..],
+        Some("super") => {
+            absolute = module.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+            while rest.first().map(String::as_str) == Some("super") {
+                absolute.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => return None,
+    }
+    absolute.extend(rest.iter().cloned());
+    for k in (0..=absolute.len()).rev() {
+        let prefix = absolute[..k].join("::");
+        if modules.contains(&prefix) {
+            if let Some(child) = absolute.get(k).and_then(|name| reexports.get(&(prefix.clone(), name.clone()))) {
+                return Some(child.clone());
+            }
+            return Some(prefix);
+        }
+    }
+    None
+}
+
+/// Every cycle (strongly connected set of two or more modules), each sorted.
+pub fn cycles(graph: &Graph) -> Vec<Vec<String>> {
+    // Kosaraju: finishing order on the graph, then components on the reversed graph.
+    let mut order = Vec::new();
+    let mut seen = BTreeSet::new();
+    for start in graph.keys() {
+        visit(start, graph, &mut seen, &mut order);
+    }
+    let mut reversed: Graph = graph.keys().map(|k| (k.clone(), BTreeSet::new())).collect();
+    for (from, tos) in graph {
+        for to in tos {
+            reversed.entry(to.clone()).or_default().insert(from.clone());
+        }
+    }
+    let mut assigned = BTreeSet::new();
+    let mut out = Vec::new();
+    for start in order.iter().rev() {
+        let mut component = Vec::new();
+        visit(start, &reversed, &mut assigned, &mut component);
+        if component.len() > 1 {
+            component.sort();
+            out.push(component);
+        }
+    }
+    out
+}
+
+/// Depth-first post-order from `start` (iterative: deep graphs do not overflow the stack).
+fn visit(start: &str, graph: &Graph, seen: &mut BTreeSet<String>, order: &mut Vec<String>) {
+    if !seen.insert(start.to_string()) {
+        return;
+    }
+    let mut stack: Vec<(String, Vec<String>)> = vec![(start.to_string(), graph.get(start).map(|s| s.iter().cloned().collect()).unwrap_or_default())];
+    while let Some((node, next)) = stack.last_mut() {
+        match next.pop() {
+            Some(n) if seen.insert(n.clone()) => {
+                let children = graph.get(&n).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+                stack.push((n, children));
+            }
+            Some(_) => {}
+            None => {
+                order.push(node.clone());
+                stack.pop();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, files: &[(&str, &str)]) {
+        for (name, text) in files {
+            let path = dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    }
+
+    #[test]
+    fn finds_a_cycle_through_a_reexport_and_ignores_tests() {
+        let dir = std::env::temp_dir().join(format!("xtask-imports-{}", std::process::id()));
+        write(&dir, &[
+            ("lib.rs", "pub mod nn;\n"),
+            ("nn/mod.rs", "mod a;\nmod b;\nmod c;\npub use a::helper;\n"),
+            ("nn/a.rs", "use super::b::thing;\npub fn helper() {}\n"),
+            ("nn/b.rs", "pub fn thing() { super::helper() }\n"),
+            ("nn/c.rs", "use super::{a, b::thing};\n#[cfg(test)]\nmod tests { use crate::nn::c; }\n"),
+        ]);
+        let g = graph(&dir).unwrap();
+        assert_eq!(g["nn::c"], ["nn::a", "nn::b"].into_iter().map(String::from).collect());
+        assert_eq!(cycles(&g), vec![vec!["nn::a".to_string(), "nn::b".to_string()]]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_workspace_crates_have_no_import_cycles() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for krate in ["burn-ddp", "burn-vision"] {
+            let found = cycles(&graph(&root.join(krate).join("src")).unwrap());
+            assert!(found.is_empty(), "{krate}: import cycles between files: {found:?}");
+        }
+    }
+}
