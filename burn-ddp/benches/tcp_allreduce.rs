@@ -9,9 +9,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
+/// A worker rank's thread: it gets (bytes, iterations) and answers when done.
+type Worker = (Sender<(usize, u64)>, Receiver<()>);
+
 struct Group {
     rank0: TcpProcessGroup,
-    workers: Vec<(Sender<(usize, u64)>, Receiver<()>)>,
+    workers: Vec<Worker>,
     _server: StoreServer,
 }
 

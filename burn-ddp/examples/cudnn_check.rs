@@ -50,18 +50,11 @@ fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType, layout: Lay
     let y_ref = conv2d_f64(case, &x, &w, &b);
     let (dx, dw, db) = conv2d_grads_f64(case, &x, &w, &g);
     let db_err = if case.bias { max_rel_err(&to_f64(bt.grad(&grads).expect("bias grad")), &db) } else { 0.0 };
-    [
-        max_rel_err(&to_f64(y), &y_ref),
-        max_rel_err(&to_f64(xt.grad(&grads).expect("x grad")), &dx),
-        max_rel_err(&to_f64(wt.grad(&grads).expect("w grad")), &dw),
-        db_err,
-    ]
+    [max_rel_err(&to_f64(y), &y_ref), max_rel_err(&to_f64(xt.grad(&grads).expect("x grad")), &dx), max_rel_err(&to_f64(wt.grad(&grads).expect("w grad")), &dw), db_err]
 }
 
 fn check(device: &CudaDevice) -> bool {
-    let c = |n, c, h, w, k, r, stride: usize, pad: usize, dil: usize, groups, bias| Conv2dCase {
-        n, c, h, w, k, r, s: r, stride: [stride; 2], pad: [pad; 2], dil: [dil; 2], groups, bias,
-    };
+    let c = |n, c, h, w, k, r, stride: usize, pad: usize, dil: usize, groups, bias| Conv2dCase { n, c, h, w, k, r, s: r, stride: [stride; 2], pad: [pad; 2], dil: [dil; 2], groups, bias };
     let cases = [
         c(4, 16, 14, 14, 32, 3, 1, 1, 1, 1, false),  // pitched rows (14 floats -> 16)
         c(2, 3, 32, 32, 16, 7, 2, 3, 1, 1, false),   // a stem
@@ -107,10 +100,7 @@ fn check(device: &CudaDevice) -> bool {
                 (false, false) => "info: outside the bound",
             };
             ok &= pass || !opts.enabled;
-            println!(
-                "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} {verdict}",
-                e[0], e[1], e[2], e[3]
-            );
+            println!("RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} {verdict}", e[0], e[1], e[2], e[3]);
         }
     }
     options::set(base);
@@ -134,12 +124,7 @@ fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usiz
     let y = layout.view_nchw(batch_norm(&bn, bn_in(xt.clone()), relu));
     assert_eq!(y.dtype(), dtype.into(), "batch norm keeps its input's type");
     let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
-    let out = [
-        to_f64(y),
-        to_f64(xt.grad(&grads).expect("dx")),
-        to_f64(bn.gamma.val().grad(&grads).expect("dgamma")),
-        to_f64(bn.beta.val().grad(&grads).expect("dbeta")),
-    ];
+    let out = [to_f64(y), to_f64(xt.grad(&grads).expect("dx")), to_f64(bn.gamma.val().grad(&grads).expect("dgamma")), to_f64(bn.beta.val().grad(&grads).expect("dbeta"))];
     let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
     let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
     let infer = batch_norm(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu);
@@ -163,7 +148,9 @@ fn check_bn(device: &CudaDevice) -> bool {
     let half_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
     let nhwc_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true), ([8, 100, 12, 13], true), ([64, 64, 32, 32], false)];
     let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
-    let runs = f32_cases.iter().map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nchw))
+    let runs = f32_cases
+        .iter()
+        .map(|&(d, r)| (d, r, FloatDType::F32, 1e-4, nchw))
         .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::BF16, 1e-2, nchw)))
         .chain(half_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3, nchw)))
         // Channels-last: burn-ddp's own kernels (`batch_norm_nhwc`), no cuDNN call; more
@@ -180,13 +167,7 @@ fn check_bn(device: &CudaDevice) -> bool {
         let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
         let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
         let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
-        let errs: Vec<f64> = out
-            .iter()
-            .zip(&ref_out)
-            .chain(running.iter().zip(&ref_running))
-            .map(|(a, b)| max_rel_err(a, b))
-            .chain([max_rel_err(&infer, &ref_infer)])
-            .collect();
+        let errs: Vec<f64> = out.iter().zip(&ref_out).chain(running.iter().zip(&ref_running)).map(|(a, b)| max_rel_err(a, b)).chain([max_rel_err(&infer, &ref_infer)]).collect();
         // Two training forwards, one backward, one inference: on cuDNN (NCHW) or on the
         // channels-last kernels (NHWC, unless switched off with CudnnOptions::nhwc_bn_kernels).
         let want_kernels = if options::get().nhwc_bn_kernels { 4 } else { 0 };
@@ -195,7 +176,13 @@ fn check_bn(device: &CudaDevice) -> bool {
         ok &= pass;
         println!(
             "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} {}",
-            errs[0], errs[1], errs[2], errs[3], errs[4], errs[5], errs[6],
+            errs[0],
+            errs[1],
+            errs[2],
+            errs[3],
+            errs[4],
+            errs[5],
+            errs[6],
             if pass { "ok" } else { "FAIL" }
         );
     }
@@ -257,7 +244,12 @@ fn check_fused(device: &CudaDevice) -> bool {
         ok &= pass;
         println!(
             "RESULT check=fused_conv_bn dtype={dtype:?} layout={layout:?} x={x_dims:?} k={k} r={r} stride={stride} y={:.2e} dx={:.2e} dw={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} cudnn_calls fused={calls_fused} separate={calls_separate} bound={bound:.0e} {}",
-            errs[0], errs[1], errs[2], errs[3], errs[4], errs[5],
+            errs[0],
+            errs[1],
+            errs[2],
+            errs[3],
+            errs[4],
+            errs[5],
             if pass { "ok" } else { "FAIL" }
         );
     }
@@ -358,7 +350,14 @@ fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes
         });
         println!(
             "RESULT framework={label} dtype={} mode={} shape={} batch={batch} c={} hw={} k={} r={} stride={} fwd_ms={fwd:.3} fwdbwd_ms={fwdbwd:.3}",
-            dtype_name(dtype), mode.name(), s.name, s.c, s.h, s.k, s.r, s.stride
+            dtype_name(dtype),
+            mode.name(),
+            s.name,
+            s.c,
+            s.h,
+            s.k,
+            s.r,
+            s.stride
         );
     }
 }
@@ -418,9 +417,7 @@ fn dtype_name(dtype: FloatDType) -> &'static str {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str, default: usize| {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
-    };
+    let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
     let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn");
     let device = CudaDevice::new(0);
     println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());

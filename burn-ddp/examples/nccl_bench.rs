@@ -11,7 +11,7 @@
 fn main() {
     use burn_ddp::process_group::buffer::{DType, Memory};
     use burn_ddp::process_group::*;
-    use burn_ddp::{CommBackend, ReduceOp, RendezvousConfig, init_process_group};
+    use burn_ddp::{CommBackend, RendezvousConfig, init_process_group};
     use cudarc::driver::{CudaContext, DevicePtr};
     use std::time::Instant;
 
@@ -49,28 +49,7 @@ fn main() {
     burn_ddp::testing::conformance(&*pg, &mut CudaMemory { stream: stream.clone(), device: dev });
     println!("RESULT rank={r} nccl_conformance=ok world={w}");
 
-    // Collectives on burn-cuda tensors, in place through the tensor helpers (pending fused work
-    // must be flushed first: the inputs come out of a fused multiply).
-    {
-        use burn::prelude::*;
-        use burn_cuda::{Cuda, CudaDevice};
-        let device = CudaDevice::new(dev);
-        let t = Tensor::<Cuda, 2>::from_floats([[r as f32, 1.0], [2.0, 3.0]], &device) * 2.0;
-        let s = burn_ddp::tensor::all_reduce(&*pg, t, ReduceOp::Sum).unwrap();
-        let sr = (w * (w - 1) / 2) as f32;
-        assert_eq!(s.into_data().to_vec::<f32>().unwrap(), [2.0 * sr, 2.0 * w as f32, 4.0 * w as f32, 6.0 * w as f32]);
-        let n = 3_000_001;
-        let big = Tensor::<Cuda, 1, Int>::arange(0..n as i64, &device).float() + (r as f32);
-        let big = burn_ddp::tensor::all_reduce(&*pg, big, ReduceOp::Mean).unwrap();
-        let v = big.into_data().to_vec::<f32>().unwrap();
-        let mean_r = sr / w as f32;
-        for i in [0usize, 12345, n - 1] {
-            assert!((v[i] - (i as f32 + mean_r)).abs() <= 1e-3 * (i as f32 + 1.0), "mean at {i}: {}", v[i]);
-        }
-        let b = burn_ddp::tensor::broadcast(&*pg, Tensor::<Cuda, 1>::from_floats([r as f32 + 5.0], &device), w - 1).unwrap();
-        assert_eq!(b.into_data().to_vec::<f32>().unwrap(), [w as f32 + 4.0]);
-        println!("RESULT rank={r} cuda_tensor_collectives=ok");
-    }
+    tensor_collectives(&*pg, r, w, dev);
 
     // Bandwidth sweep.
     for mib in [1usize, 4, 16, 64, 256, 1024] {
@@ -92,6 +71,31 @@ fn main() {
             println!("RESULT framework=burn-ddp MiB={mib} ms={:.3} algbw_GBs={algbw:.1} busbw_GBs={busbw:.1}", s * 1e3);
         }
     }
+}
+
+/// Collectives on burn-cuda tensors, in place through the tensor helpers (pending fused work
+/// must be flushed first: the inputs come out of a fused multiply).
+#[cfg(feature = "cuda")]
+fn tensor_collectives(pg: &dyn burn_ddp::ProcessGroup, r: usize, w: usize, dev: usize) {
+    use burn::prelude::*;
+    use burn_cuda::{Cuda, CudaDevice};
+    use burn_ddp::ReduceOp;
+    let device = CudaDevice::new(dev);
+    let t = Tensor::<Cuda, 2>::from_floats([[r as f32, 1.0], [2.0, 3.0]], &device) * 2.0;
+    let s = burn_ddp::tensor::all_reduce(pg, t, ReduceOp::Sum).unwrap();
+    let sr = (w * (w - 1) / 2) as f32;
+    assert_eq!(s.into_data().to_vec::<f32>().unwrap(), [2.0 * sr, 2.0 * w as f32, 4.0 * w as f32, 6.0 * w as f32]);
+    let n = 3_000_001;
+    let big = Tensor::<Cuda, 1, Int>::arange(0..n as i64, &device).float() + (r as f32);
+    let big = burn_ddp::tensor::all_reduce(pg, big, ReduceOp::Mean).unwrap();
+    let v = big.into_data().to_vec::<f32>().unwrap();
+    let mean_r = sr / w as f32;
+    for i in [0usize, 12345, n - 1] {
+        assert!((v[i] - (i as f32 + mean_r)).abs() <= 1e-3 * (i as f32 + 1.0), "mean at {i}: {}", v[i]);
+    }
+    let b = burn_ddp::tensor::broadcast(pg, Tensor::<Cuda, 1>::from_floats([r as f32 + 5.0], &device), w - 1).unwrap();
+    assert_eq!(b.into_data().to_vec::<f32>().unwrap(), [w as f32 + 4.0]);
+    println!("RESULT rank={r} cuda_tensor_collectives=ok");
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -41,7 +41,9 @@ struct Net<B: Backend> {
 
 impl<B: Backend> Net<B> {
     fn new(layout: Layout, device: &B::Device) -> Self {
-        let conv = |c_in, c_out, stride| Conv2d::from(Conv2dConfig::new([c_in, c_out], [3, 3]).with_stride([stride, stride]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).with_bias(false).init(device)).with_layout(layout);
+        let conv = |c_in, c_out, stride| {
+            Conv2d::from(Conv2dConfig::new([c_in, c_out], [3, 3]).with_stride([stride, stride]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).with_bias(false).init(device)).with_layout(layout)
+        };
         let bn = |c| BatchNorm::from(BatchNormConfig::new(c).init(device)).with_layout(layout);
         Self { conv1: conv(1, 16, 1), bn1: bn(16), conv2: conv(16, 32, 2), bn2: bn(32), fc: LinearConfig::new(32, CLASSES).init(device) }
     }
@@ -141,24 +143,35 @@ fn train<B: AutodiffBackend>(args: &Args, ddp: Option<&DistributedDataParallel>,
         let (images, labels): (Vec<Vec<f32>>, Vec<usize>) = order[at..at + args.batch].iter().map(|&i| sample(i)).unzip();
         let x = images_to_device::<B>(images.concat(), [args.batch, 1, SIDE, SIDE], device);
         let y = Tensor::<B, 1, Int>::from_data(TensorData::new(labels.iter().map(|&l| l as i64).collect(), [args.batch]), device);
+        // Under DDP, the step opened before the forward pass lets burn-ddp's layers report their
+        // gradients during backward, so each bucket's all-reduce starts while backward runs.
+        let ddp_step = ddp.map(|d| d.step(&model)).transpose()?;
         let loss = loss_fn.forward(model.forward(x), y);
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
-        let mut mean_loss = loss.inner();
-        if let Some(d) = ddp {
-            grads = d.sync_gradients(&model, grads)?;
-            mean_loss = burn_ddp::tensor::all_reduce(d.process_group(), mean_loss, ReduceOp::Sum)?.div_scalar(world as f64);
-        }
+        let mut mean_loss = loss.clone().inner();
+        let grads = match (ddp_step, ddp) {
+            (Some(ddp_step), Some(d)) => {
+                let grads = ddp_step.backward(loss, &model)?;
+                mean_loss = burn_ddp::tensor::all_reduce(d.process_group(), mean_loss, ReduceOp::Sum)?.div_scalar(world as f64);
+                grads
+            }
+            _ => GradientsParams::from_grads(loss.backward(), &model),
+        };
         model = optim.step(0.05, model, grads);
         let value: f32 = mean_loss.into_scalar().elem();
         if rank == 0 && (step % 10 == 0 || step + 1 == args.steps) {
             log::info!("step {step}: loss {value:.4} (mean over {world} rank(s), global batch {})", world * args.batch);
         }
-        if step < 5 { first.push(value) } else if step + 5 >= args.steps { last.push(value) }
+        if step < 5 {
+            first.push(value)
+        } else if step + 5 >= args.steps {
+            last.push(value)
+        }
     }
     let mean = |v: &[f32]| v.iter().sum::<f32>() / v.len().max(1) as f32;
     let mut sum = Checksum(0xcbf2_9ce4_8422_2325);
     model.valid().visit(&mut sum);
-    println!("RESULT rank={rank} world={world} first_loss={:.4} last_loss={:.4} params={:016x}", mean(&first), mean(&last), sum.0);
+    let overlapped = ddp.map_or(0, |d| d.stats().overlapped);
+    println!("RESULT rank={rank} world={world} first_loss={:.4} last_loss={:.4} params={:016x} overlapped_buckets={overlapped}", mean(&first), mean(&last), sum.0);
     Ok(())
 }
 

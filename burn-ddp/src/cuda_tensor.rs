@@ -5,10 +5,10 @@
 //! own stream, and the group waits for NCCL before burn reads the buffer again. The fusion tensor
 //! is kept alive during the call, so its id still names the (now reduced) buffer afterwards.
 
+use crate::ReduceOp;
 use crate::error::{Error, Result};
 use crate::process_group::buffer::{Buffer, DType, Memory};
 use crate::process_group::{AllReduceOptions, BroadcastOptions, ProcessGroup};
-use crate::ReduceOp;
 use burn::prelude::*;
 use burn_cubecl::CubeBackend;
 use burn_cuda::Cuda;
@@ -38,10 +38,7 @@ fn with_dense_buffer(t: Tensor<Cuda, 1>, op: impl FnOnce(Buffer<'_>) -> Result<(
     // Strides decide: the allocation may be padded past the last element, which NCCL never
     // touches (it reads and writes `len` elements from the start).
     if !cube.is_contiguous() || cube.dtype != burn::tensor::DType::F32 {
-        return Err(Error::Cuda {
-            op: "collective on a burn-cuda tensor".into(),
-            reason: format!("needs a contiguous f32 tensor, got {:?} with strides {:?}", cube.dtype, cube.meta.strides()),
-        });
+        return Err(Error::Cuda { op: "collective on a burn-cuda tensor".into(), reason: format!("needs a contiguous f32 tensor, got {:?} with strides {:?}", cube.dtype, cube.meta.strides()) });
     }
     let device = cube.device.index;
     <Inner as Backend>::sync(&cube.device).map_err(|e| Error::Cuda { op: "synchronising burn's stream".into(), reason: format!("{e:?}") })?;

@@ -14,8 +14,8 @@
 
 use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
-use burn::tensor::{BasicOps, TensorKind};
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{BasicOps, TensorKind};
 use burn_optim::GradientsParams;
 use std::ops::Range;
 
@@ -78,11 +78,7 @@ impl<B: Backend> ModuleMapper<B> for ViaHost<'_, B> {
 /// device-to-device copies from worker threads failed on GPUs).
 fn replica<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, device: &B::Device) -> M {
     let fresh = M::from_inner(model.valid());
-    if fresh.devices().first() == Some(device) {
-        fresh
-    } else {
-        fresh.map(&mut ViaHost::<B> { device })
-    }
+    if fresh.devices().first() == Some(device) { fresh } else { fresh.map(&mut ViaHost::<B> { device }) }
 }
 
 /// `t` on `device`, through host memory when it is elsewhere.
@@ -146,11 +142,7 @@ impl<B: AutodiffBackend> DataParallel<B> {
     /// If the batch has fewer rows than there are devices.
     pub fn scatter<const D: usize, K: TensorKind<B> + BasicOps<B>>(&self, batch: Tensor<B, D, K>) -> Vec<Tensor<B, D, K>> {
         let rows = batch.dims()[0];
-        shard_rows(rows, self.devices.len())
-            .into_iter()
-            .zip(&self.devices)
-            .map(|(r, device)| move_via_host(batch.clone().slice([r]), device))
-            .collect()
+        shard_rows(rows, self.devices.len()).into_iter().zip(&self.devices).map(|(r, device)| move_via_host(batch.clone().slice([r]), device)).collect()
     }
 
     /// Forward and backward of `loss_of(replica, i, device)` — which returns the mean loss of

@@ -1,19 +1,24 @@
 //! DistributedDataParallel: one process per device; parameters start identical (broadcast from
-//! rank 0), and after every backward pass gradients are averaged across ranks in buckets
-//! (reverse registration order, flattened so the collective sees few large calls).
+//! rank 0), and every step's gradients are averaged across ranks in buckets — by default while
+//! backward still runs ([`DistributedDataParallel::step`]: a bucket's all-reduce starts as soon
+//! as its gradients are final), or after it ([`DistributedDataParallel::sync_gradients`]).
 //!
-//! Policy lives here (what to broadcast, when to average); the mechanism is the
-//! [`ProcessGroup`](crate::ProcessGroup) and the tensor helpers.
+//! Policy lives here (what to broadcast, when to average, the bucket order); the mechanism is
+//! [`crate::reducer`] (buckets, the communication thread), [`crate::grad_ready`] (gradient
+//! notifications) and the [`ProcessGroup`](crate::ProcessGroup).
 
 use crate::error::{Error, Result};
+use crate::grad_ready::{GradSink, Scope};
 use crate::process_group::ProcessGroup;
+use crate::process_group::buffer::MemoryKind;
+use crate::reducer::{CommThread, StepReducer, plan};
 use crate::tensor;
-use crate::ReduceOp;
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn_optim::{GradientsAccumulator, GradientsParams};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// DDP settings.
@@ -25,11 +30,19 @@ pub struct DdpConfig {
     /// as a zero gradient there, one without a gradient anywhere is skipped. Off: either is
     /// [`Error::UnusedParameter`] naming the parameter (never a hang).
     pub find_unused_parameters: bool,
+    /// Start each bucket's all-reduce during backward, as soon as its gradients are final
+    /// (for parameters read through [`crate::grad_ready::param_val`], as burn-ddp's layers
+    /// do), on a communication thread; the first step also re-orders the buckets by the order
+    /// rank 0 saw the gradients finish. Off: all buckets after backward. On: the default for
+    /// host-memory groups; NCCL groups reduce after backward until the device-side ordering of
+    /// NCCL after burn's stream exists. Nothing else may use the group while backward runs:
+    /// turn it off with SyncBatchNorm on the same group (its backward exchanges statistics).
+    pub overlap: bool,
 }
 
 impl Default for DdpConfig {
     fn default() -> Self {
-        Self { bucket_bytes: 25 << 20, find_unused_parameters: false }
+        Self { bucket_bytes: 25 << 20, find_unused_parameters: false, overlap: true }
     }
 }
 
@@ -38,19 +51,26 @@ impl Default for DdpConfig {
 pub struct SyncStats {
     /// Calls to `sync_gradients`.
     pub steps: usize,
-    /// Seconds spent in them (collectives and flattening).
+    /// Seconds the caller waited for them: `sync_gradients`'s whole time, or after an
+    /// overlapped backward the wait for the buckets not yet done (the exposed sync).
     pub seconds: f64,
     /// Gradient bytes averaged, summed over steps.
     pub bytes: usize,
     /// Collectives issued, summed over steps.
     pub buckets: usize,
+    /// Of those, the ones started while backward still ran.
+    pub overlapped: usize,
 }
 
-/// The DDP wrapper's state: the group, the settings and the statistics.
+/// The DDP wrapper's state: the group, the settings, the bucket plan and the statistics.
 pub struct DistributedDataParallel {
     pg: Arc<dyn ProcessGroup>,
     config: DdpConfig,
     stats: Mutex<SyncStats>,
+    /// The buckets' order once the first overlapped step has fixed it (slot order of the
+    /// parameters, which are listed in registration order).
+    order: Mutex<Option<Vec<usize>>>,
+    comm: OnceLock<Arc<CommThread>>,
 }
 
 struct Broadcast<'a> {
@@ -78,34 +98,70 @@ impl<B: Backend> ModuleMapper<B> for Broadcast<'_> {
     }
 }
 
-/// One parameter's gradient, flattened, in visiting order.
-struct Flat<B: Backend> {
-    id: ParamId,
-    shape: Vec<usize>,
-    grad: Option<Tensor<B, 1>>,
-}
+/// A step's reducer and each trained parameter's slot in it.
+type StepParts<B> = (Arc<StepReducer<B>>, HashMap<ParamId, usize>);
 
-struct Collect<'a, B: AutodiffBackend> {
-    grads: &'a mut GradientsParams,
-    out: Vec<Flat<B::InnerBackend>>,
-}
+/// The trained parameters (require a gradient) of a module, in registration order.
+struct Params(Vec<(ParamId, Vec<usize>)>);
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
+impl<B: Backend> ModuleVisitor<B> for Params {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
-        if !param.val().is_require_grad() {
-            return;
+        if param.val().is_require_grad() {
+            self.0.push((param.id, param.shape().dims::<D>().to_vec()));
         }
+    }
+}
+
+/// Moves this rank's gradients from `grads` into the reducer (skipping slots the layers
+/// already reported).
+struct Hand<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    slot_of: &'a HashMap<ParamId, usize>,
+    reducer: &'a StepReducer<B::InnerBackend>,
+    reported: &'a [bool],
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Hand<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(&slot) = self.slot_of.get(&param.id) else { return };
         let grad = self.grads.remove::<B::InnerBackend, D>(param.id);
-        let shape = param.shape().dims::<D>().to_vec();
-        self.out.push(Flat { id: param.id, shape, grad: grad.map(|g| g.reshape([-1])) });
+        if let Some(g) = grad.filter(|_| !self.reported[slot]) {
+            let n = g.shape().num_elements();
+            self.reducer.put(slot, g.reshape([n]));
+        }
+    }
+}
+
+/// One training step under DDP: open while the forward pass runs (burn-ddp's layers report
+/// their parameters' gradients to it during backward), closed by [`DdpStep::backward`].
+pub struct DdpStep<'a, B: AutodiffBackend> {
+    ddp: &'a DistributedDataParallel,
+    reducer: Arc<StepReducer<B::InnerBackend>>,
+    slot_of: HashMap<ParamId, usize>,
+    scope: Option<Scope>,
+}
+
+impl<B: AutodiffBackend> DdpStep<'_, B> {
+    /// Runs backward from `loss` (all-reducing buckets as they finish, when overlapping) and
+    /// returns `module`'s gradients averaged over the ranks, ready for the optimizer.
+    ///
+    /// # Errors
+    /// As [`DistributedDataParallel::sync_gradients`].
+    pub fn backward<M: AutodiffModule<B>>(mut self, loss: Tensor<B, 1>, module: &M) -> Result<GradientsParams> {
+        let uses = self.scope.take().map(|s| s.uses()).unwrap_or_default();
+        self.reducer.expect_uses(&uses);
+        let grads = GradientsParams::from_grads(loss.backward(), module);
+        // What follows is the exposed part of the sync: waiting for buckets not yet done.
+        let reported: Vec<bool> = self.reducer.reported();
+        self.ddp.finish(module, grads, &self.reducer, &self.slot_of, &reported, Instant::now())
     }
 }
 
 impl DistributedDataParallel {
     /// Wraps `pg` with `config`.
     pub fn new(pg: Arc<dyn ProcessGroup>, config: DdpConfig) -> Self {
-        Self { pg, config, stats: Mutex::new(SyncStats::default()) }
+        Self { pg, config, stats: Mutex::new(SyncStats::default()), order: Mutex::new(None), comm: OnceLock::new() }
     }
 
     /// The process group.
@@ -140,88 +196,88 @@ impl DistributedDataParallel {
         acc.accumulate(module, grads);
     }
 
-    /// Averages `grads` (of `module`) across ranks and returns them, ready for the optimiser.
-    /// For gradient accumulation, collect micro-batches with [`no_sync`](Self::no_sync) and call
-    /// this once per optimiser step.
+    /// Starts a training step: run the forward pass after this and finish with
+    /// [`DdpStep::backward`]. With [`DdpConfig::overlap`] (and a host-memory group), each
+    /// bucket's all-reduce starts during backward as soon as its gradients are final.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a module without trained parameters, or for an autodiff
+    /// backend other than burn's `Autodiff<_>` when overlapping.
+    pub fn step<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M) -> Result<DdpStep<'_, B>> {
+        let overlap = self.config.overlap && self.pg.memory() == MemoryKind::Host;
+        let (reducer, slot_of) = self.reducer::<B, M>(module, overlap)?;
+        let scope = match overlap {
+            true => Some(Scope::enter::<B>(reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>, Arc::new(slot_of.clone()))?),
+            false => None,
+        };
+        Ok(DdpStep { ddp: self, reducer, slot_of, scope })
+    }
+
+    /// Averages `grads` (of `module`) across ranks after backward and returns them, ready for
+    /// the optimiser. For gradient accumulation, collect micro-batches with
+    /// [`no_sync`](Self::no_sync) and call this once per optimiser step.
     ///
     /// # Errors
     /// [`Error::UnusedParameter`] when a parameter has a gradient on some ranks but not others,
     /// or on none (unless `find_unused_parameters`), collective errors otherwise.
-    pub fn sync_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, mut grads: GradientsParams) -> Result<GradientsParams> {
-        let started = Instant::now();
-        let mut collect = Collect::<B> { grads: &mut grads, out: Vec::new() };
-        module.visit(&mut collect);
-        let mut flats = collect.out;
-        flats.reverse(); // gradients of the last layers are ready first: PyTorch's bucket order
+    pub fn sync_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, grads: GradientsParams) -> Result<GradientsParams> {
+        let (reducer, slot_of) = self.reducer::<B, M>(module, false)?;
+        let reported = vec![false; slot_of.len()];
+        self.finish(module, grads, &reducer, &slot_of, &reported, Instant::now())
+    }
 
-        // Every rank must agree on which parameters have gradients. The flags travel as a
-        // tensor on the model's device, so this works on host and device (NCCL) groups alike.
-        let flags: Vec<f32> = flats.iter().map(|f| f32::from(u8::from(f.grad.is_some()))).collect();
+    /// This step's reducer over `module`'s trained parameters, in the bucket order in force.
+    fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<StepParts<B::InnerBackend>> {
+        let mut params = Params(Vec::new());
+        module.visit(&mut params);
         let device = module.devices().into_iter().next().ok_or_else(|| Error::Unsupported { what: "DDP on a module without parameters".into() })?;
-        // One collective: the maximum of [flags, -flags] gives "somewhere" and -"everywhere".
-        let n = flags.len();
-        let both: Vec<f32> = flags.iter().copied().chain(flags.iter().map(|f| -f)).collect();
-        let both = Tensor::<B::InnerBackend, 1>::from_floats(both.as_slice(), &device);
-        let maxed: Vec<f64> = tensor::all_reduce(&*self.pg, both, ReduceOp::Max)?.into_data().convert::<f32>().to_vec::<f32>().unwrap_or_default().into_iter().map(f64::from).collect();
-        let present = &maxed[..n];
-        let min: Vec<f64> = maxed[n..].iter().map(|v| -v).collect();
-        let count = flats.len();
-        let index_of = |i: usize| count - 1 - i;
-        for (i, f) in flats.iter_mut().enumerate() {
-            let (somewhere, everywhere) = (present[i] > 0.0, min[i] > 0.0);
-            if everywhere {
-                continue;
-            }
-            if !self.config.find_unused_parameters {
-                return Err(Error::UnusedParameter { index: index_of(i), shape: f.shape.clone(), everywhere: !somewhere, rank: self.pg.rank() });
-            }
-            // Opted in (PyTorch's find_unused_parameters): unused everywhere is skipped; unused
-            // here but used elsewhere contributes a zero gradient to the average.
-            if somewhere && f.grad.is_none() {
-                f.grad = Some(Tensor::zeros([f.shape.iter().product::<usize>()], &device));
-            }
+        let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.0.len());
+        let (slots, buckets) = plan(&params.0, self.config.bucket_bytes, order.as_deref());
+        let slot_of = slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let comm = (overlap).then(|| self.comm.get_or_init(|| Arc::new(CommThread::spawn(self.pg.rank()))).clone());
+        Ok((Arc::new(StepReducer::new(slots, buckets, self.pg.clone(), comm, device)), slot_of))
+    }
+
+    /// Hands the rest of this rank's gradients to `reducer`, waits for every bucket and
+    /// returns the averages; the first overlapped step also fixes the bucket order.
+    fn finish<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        mut grads: GradientsParams,
+        reducer: &StepReducer<B::InnerBackend>,
+        slot_of: &HashMap<ParamId, usize>,
+        reported: &[bool],
+        started: Instant,
+    ) -> Result<GradientsParams> {
+        module.visit(&mut Hand::<B> { grads: &mut grads, slot_of, reducer, reported });
+        let early = reducer.launched_early();
+        let mut reduced = HashMap::new();
+        let bytes = reducer.finish(self.config.find_unused_parameters, &mut reduced)?;
+        if reducer.overlapping() && self.order.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            self.fix_order::<B::InnerBackend>(reducer.finish_order(), &reducer.device())?;
         }
         let mut out = GradientsParams::new();
-        let mut bucket: Vec<Flat<B::InnerBackend>> = Vec::new();
-        let mut bucket_bytes = 0;
-        let (mut bytes, mut buckets) = (0, 0);
-        let flush = |bucket: &mut Vec<Flat<B::InnerBackend>>, out: &mut GradientsParams| -> Result<()> {
-            if bucket.is_empty() {
-                return Ok(());
-            }
-            let parts: Vec<Tensor<B::InnerBackend, 1>> = bucket.iter_mut().map(|f| f.grad.take().expect("present")).collect();
-            let sizes: Vec<usize> = parts.iter().map(|t| t.dims()[0]).collect();
-            let flat = Tensor::cat(parts, 0);
-            let reduced = tensor::all_reduce(&*self.pg, flat, ReduceOp::Mean)?;
-            let mut offset = 0;
-            for (f, n) in bucket.drain(..).zip(sizes) {
-                let piece = reduced.clone().slice([offset..offset + n]);
-                offset += n;
-                register(out, f.id, piece, &f.shape);
-            }
-            Ok(())
-        };
-        for f in flats.into_iter().filter(|f| f.grad.is_some()) {
-            let n = f.shape.iter().product::<usize>() * 4;
-            if bucket_bytes + n > self.config.bucket_bytes && !bucket.is_empty() {
-                flush(&mut bucket, &mut out)?;
-                buckets += 1;
-                bucket_bytes = 0;
-            }
-            bucket_bytes += n;
-            bytes += n;
-            bucket.push(f);
-        }
-        if !bucket.is_empty() {
-            flush(&mut bucket, &mut out)?;
-            buckets += 1;
+        for (id, (flat, shape)) in reduced {
+            register(&mut out, id, flat, &shape);
         }
         let mut stats = self.stats.lock().expect("stats poisoned");
         stats.steps += 1;
         stats.seconds += started.elapsed().as_secs_f64();
         stats.bytes += bytes;
-        stats.buckets += buckets;
+        stats.buckets += reducer.bucket_count();
+        stats.overlapped += early;
         Ok(out)
+    }
+
+    /// Keeps rank 0's order of finished gradients (every rank the same) for the next steps'
+    /// buckets, as PyTorch rebuilds its buckets after the first iteration.
+    fn fix_order<D: Backend>(&self, order: Vec<usize>, device: &D::Device) -> Result<()> {
+        let values: Vec<f32> = order.iter().map(|&i| i as f32).collect();
+        let shared = tensor::broadcast(&*self.pg, Tensor::<D, 1>::from_floats(values.as_slice(), device), 0)?;
+        let order: Vec<usize> = shared.into_data().convert::<f32>().to_vec::<f32>().expect("f32").into_iter().map(|v| v as usize).collect();
+        log::debug!("DDP buckets re-ordered by the first step's gradient order");
+        *self.order.lock().unwrap_or_else(|p| p.into_inner()) = Some(order);
+        Ok(())
     }
 }
 

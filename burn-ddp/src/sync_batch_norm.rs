@@ -15,17 +15,17 @@
 //! on burn's operations with the channels at axis 1 (a channels-last caller passes an NCHW view).
 
 use crate::error::{Error, Result};
+use crate::nn::BatchNorm;
 use crate::process_group::ProcessGroup;
 use crate::{ReduceOp, tensor};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::backend::AutodiffBackend;
+use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use burn_autodiff::Autodiff;
-use crate::nn::BatchNorm;
 use std::any::{Any, TypeId};
 use std::sync::Arc;
 
@@ -71,9 +71,10 @@ impl BatchNormSync {
 
     fn gather<B: Backend>(&self, local: Tensor<B, 1>) -> Tensor<B, 1> {
         if B::ad_enabled(&local.device()) {
-            let f = self.gather.downcast_ref::<GatherFn<B>>().unwrap_or_else(|| {
-                panic!("SyncBatchNorm was set up for another backend than {}; build BatchNormSync::new::<YourAutodiffBackend>", std::any::type_name::<B>())
-            });
+            let f = self
+                .gather
+                .downcast_ref::<GatherFn<B>>()
+                .unwrap_or_else(|| panic!("SyncBatchNorm was set up for another backend than {}; build BatchNormSync::new::<YourAutodiffBackend>", std::any::type_name::<B>()));
             f(local, &self.pg)
         } else {
             gather_plain(local, &*self.pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"))

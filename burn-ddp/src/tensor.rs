@@ -24,10 +24,7 @@ fn dtype_of(d: BurnDType) -> Result<DType> {
 fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
     match pg.memory() {
         MemoryKind::Host => Ok(()),
-        MemoryKind::Cuda => Err(Error::Cuda {
-            op: "tensor collective".into(),
-            reason: "this process group works on CUDA memory; use burn_ddp::cuda_tensor helpers with burn-cuda tensors".into(),
-        }),
+        MemoryKind::Cuda => Err(Error::Cuda { op: "tensor collective".into(), reason: "this process group works on CUDA memory; use burn_ddp::cuda_tensor helpers with burn-cuda tensors".into() }),
     }
 }
 

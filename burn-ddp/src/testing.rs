@@ -3,9 +3,9 @@
 //! memory. Every rank's data is a known function of (rank, index), so each result is checked
 //! exactly. It panics on the first wrong value (it is test code).
 
+use crate::ReduceOp;
 use crate::process_group::buffer::DType;
 use crate::process_group::*;
-use crate::ReduceOp;
 
 /// Where the suite's buffers live.
 pub trait SuiteMemory {

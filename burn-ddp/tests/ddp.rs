@@ -7,7 +7,7 @@ mod common;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::{flat_values, max_relative_diff};
-use burn_ddp::{ProcessGroup, CommBackend, DdpConfig, DistributedDataParallel, RendezvousConfig, init_process_group};
+use burn_ddp::{CommBackend, DdpConfig, DistributedDataParallel, ProcessGroup, RendezvousConfig, init_process_group};
 use burn_flex::Flex;
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_optim::decay::WeightDecayConfig;
@@ -27,10 +27,7 @@ fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Ten
 /// Trains `STEPS` steps; `rows_of(step)` picks this process's rows; `sync` averages gradients.
 fn train(mut model: Mlp<B>, rows_of: impl Fn(usize) -> std::ops::Range<usize>, sync: impl Fn(&Mlp<B>, GradientsParams) -> GradientsParams) -> Mlp<B> {
     let device = Default::default();
-    let mut optim = SgdConfig::new()
-        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
-        .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
-        .init::<B, Mlp<B>>();
+    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, Mlp<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     for step in 0..STEPS {
         let (x, y) = batch(rows_of(step), &device);
@@ -107,10 +104,7 @@ fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
         B::seed(&device, 1000 + rank as u64);
         let ddp = DistributedDataParallel::new(pg, DdpConfig::default());
         let mut model = ddp.broadcast_module(Mlp::<B>::new(&device)).unwrap();
-        let mut optim = SgdConfig::new()
-            .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
-            .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
-            .init::<B, Mlp<B>>();
+        let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, Mlp<B>>();
         let loss_fn = CrossEntropyLossConfig::new().init(&device);
         let global = world * PER_RANK;
         let micro = PER_RANK / MICRO;

@@ -21,12 +21,8 @@ fn parse(line: &str) -> (usize, f32, f32, String) {
 
 #[test]
 fn two_cpu_ranks_train_the_plain_burn_model_identically() {
-    let out = Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
-        .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
-        .arg(example_binary())
-        .args(["--steps", "40", "--batch", "16"])
-        .output()
-        .unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_burn-ddp")).args(["launch", "--standalone", "--nproc-per-node", "2", "--"]).arg(example_binary()).args(["--steps", "40", "--batch", "16"]).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "launch failed:\n{stdout}\n{stderr}");
     let results: Vec<_> = stdout.lines().filter(|l| l.contains("RESULT rank=")).map(parse).collect();

@@ -7,11 +7,11 @@ mod common;
 
 use burn::module::AutodiffModule;
 use burn::prelude::*;
-use burn_ddp::ProcessGroup;
 use burn::tensor::TensorData;
 use burn_autodiff::Autodiff;
+use burn_ddp::ProcessGroup;
 use burn_ddp::params::max_relative_diff;
-use burn_ddp::{CommBackend, BatchNormSync, RendezvousConfig, ReduceOp, init_process_group, sync_batch_norm};
+use burn_ddp::{BatchNormSync, CommBackend, ReduceOp, RendezvousConfig, init_process_group, sync_batch_norm};
 use burn_flex::Flex;
 use burn_nn::{BatchNorm, BatchNormConfig};
 use common::{assert_all_ok, is_worker, spawn};
@@ -24,9 +24,7 @@ const W: usize = 5;
 /// Rows `rows` of the global input, offset by 3 so a naive E[x²]−mean² would lose digits.
 fn input(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> Tensor<B, 4> {
     let n = rows.len();
-    let v: Vec<f32> = rows
-        .flat_map(|i| (0..C * H * W).map(move |j| 3.0 + (((i * 131 + j * 37) % 101) as f32 - 50.0) / 17.0 * (1.0 + (j / (H * W)) as f32)))
-        .collect();
+    let v: Vec<f32> = rows.flat_map(|i| (0..C * H * W).map(move |j| 3.0 + (((i * 131 + j * 37) % 101) as f32 - 50.0) / 17.0 * (1.0 + (j / (H * W)) as f32))).collect();
     Tensor::from_data(TensorData::new(v, [n, C, H, W]), device)
 }
 

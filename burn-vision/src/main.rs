@@ -4,9 +4,9 @@
 use anyhow::{Context, Result};
 use burn_vision::data::{DataBenchConfig, DataSource, LoaderConfig, SkipLog, load_source, loader_throughput, split_per_class};
 use burn_vision::model::list_models;
+use burn_vision::train::bench::BenchConfig;
 use burn_vision::train::evaluate::evaluate;
 use burn_vision::train::predict::{predict, restore};
-use burn_vision::train::bench::BenchConfig;
 use burn_vision::train::{DeviceSpec, OptimizerKind, TrainConfig, run, run_bench};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -20,6 +20,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Train a model (with no flags: ResNet-10-mini on the bundled Fashion-MNIST subset, CPU).
     Train(TrainArgs),
@@ -325,10 +327,7 @@ fn cmd_eval(a: EvalArgs) -> Result<()> {
     let skips = Arc::new(SkipLog::default());
     let cfg = LoaderConfig { batch_size: a.batch_size, drop_last: false, prefetch: 4, seed: trained.seed, strict: false };
     let tally = evaluate(&restored.model, data.dataset, indices, restored.pipeline, cfg, skips.clone(), &device)?;
-    println!(
-        "{}: {} images ({} skipped): loss {:.4}, top-1 {:.2}%, top-5 {:.2}%",
-        a.checkpoint.display(), n, skips.count(), tally.loss(), 100.0 * tally.acc1(), 100.0 * tally.acc5()
-    );
+    println!("{}: {} images ({} skipped): loss {:.4}, top-1 {:.2}%, top-5 {:.2}%", a.checkpoint.display(), n, skips.count(), tally.loss(), 100.0 * tally.acc1(), 100.0 * tally.acc5());
     Ok(())
 }
 
@@ -374,10 +373,7 @@ fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp(None)
-        .format_target(false)
-        .init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
     let cli = Cli::parse();
     let command = cli.command.or_else(|| Cli::parse_from(["burn-vision", "train"]).command).expect("train parses");
     let result = match command {

@@ -22,30 +22,14 @@ fn folder_set() -> PathBuf {
 
 /// A quick config over the bundled JPEG class folders (300 images, 10 classes).
 fn folder_config(out: &Path, data: &Path) -> TrainConfig {
-    TrainConfig {
-        data: data.display().to_string(),
-        out: out.to_path_buf(),
-        image_size: 28,
-        batch_size: 16,
-        epochs: 2,
-        max_steps_per_epoch: Some(4),
-        show_progress: false,
-        ..TrainConfig::default()
-    }
+    TrainConfig { data: data.display().to_string(), out: out.to_path_buf(), image_size: 28, batch_size: 16, epochs: 2, max_steps_per_epoch: Some(4), show_progress: false, ..TrainConfig::default() }
 }
 
 #[test]
 fn training_on_bundled_fashion_mnist_learns() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let config = TrainConfig {
-        out: dir.path().to_path_buf(),
-        epochs: 2,
-        batch_size: 32,
-        max_steps_per_epoch: Some(40),
-        show_progress: false,
-        ..TrainConfig::default()
-    };
+    let config = TrainConfig { out: dir.path().to_path_buf(), epochs: 2, batch_size: 32, max_steps_per_epoch: Some(40), show_progress: false, ..TrainConfig::default() };
     let summary = run(&config).unwrap();
     let (first, last) = (&summary.epochs[0], &summary.epochs[1]);
     assert!(last.train_loss < first.train_loss, "loss did not fall: {} -> {}", first.train_loss, last.train_loss);

@@ -19,10 +19,12 @@ pub fn graph(src: &Path) -> std::io::Result<Graph> {
         let code = text.find("#[cfg(test)]\nmod tests").map_or(text.as_str(), |i| &text[..i]);
         let mut edges = BTreeSet::new();
         for path in paths(code) {
-            if let Some(target) = resolve(module, &path, &modules, &reexports) {
-                if target != *module && !module.starts_with(&format!("{target}::")) && !target.starts_with(&format!("{module}::")) {
-                    edges.insert(target);
-                }
+            if let Some(target) = resolve(module, &path, &modules, &reexports)
+                && target != *module
+                && !module.starts_with(&format!("{target}::"))
+                && !target.starts_with(&format!("{module}::"))
+            {
+                edges.insert(target);
             }
         }
         graph.insert(module.clone(), edges);
@@ -186,13 +188,16 @@ mod tests {
     #[test]
     fn finds_a_cycle_through_a_reexport_and_ignores_tests() {
         let dir = std::env::temp_dir().join(format!("xtask-imports-{}", std::process::id()));
-        write(&dir, &[
-            ("lib.rs", "pub mod nn;\n"),
-            ("nn/mod.rs", "mod a;\nmod b;\nmod c;\npub use a::helper;\n"),
-            ("nn/a.rs", "use super::b::thing;\npub fn helper() {}\n"),
-            ("nn/b.rs", "pub fn thing() { super::helper() }\n"),
-            ("nn/c.rs", "use super::{a, b::thing};\n#[cfg(test)]\nmod tests { use crate::nn::c; }\n"),
-        ]);
+        write(
+            &dir,
+            &[
+                ("lib.rs", "pub mod nn;\n"),
+                ("nn/mod.rs", "mod a;\nmod b;\nmod c;\npub use a::helper;\n"),
+                ("nn/a.rs", "use super::b::thing;\npub fn helper() {}\n"),
+                ("nn/b.rs", "pub fn thing() { super::helper() }\n"),
+                ("nn/c.rs", "use super::{a, b::thing};\n#[cfg(test)]\nmod tests { use crate::nn::c; }\n"),
+            ],
+        );
         let g = graph(&dir).unwrap();
         assert_eq!(g["nn::c"], ["nn::a", "nn::b"].into_iter().map(String::from).collect());
         assert_eq!(cycles(&g), vec![vec!["nn::a".to_string(), "nn::b".to_string()]]);

@@ -10,15 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const DEBIAN_DIR: &str = "/usr/share/datasets/fashion-mnist";
-const FILES: [&str; 4] = [
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-];
-const CLASSES: [&str; 10] = [
-    "T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot",
-];
+const FILES: [&str; 4] = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"];
+const CLASSES: [&str; 10] = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"];
 /// Images per class in the bundled subset.
 const BUNDLE_PER_CLASS: usize = 1000;
 /// Images per class in the bundled JPEG class-folder set.

@@ -2,12 +2,23 @@
 //! cuDNN call or our kernels on burn-cuda (`feature = "cuda"`), burn-nn's BatchNorm everywhere
 //! else — as [`BatchNorm::forward`] and the functions beside it.
 
-use burn::prelude::*;
-use burn::tensor::activation::relu as relu_op;
 use super::Layout;
 use super::layers::{BatchNorm, Conv2d};
+use crate::grad_ready;
+use burn::module::Param;
+use burn::prelude::*;
+use burn::tensor::activation::relu as relu_op;
 
 impl<B: Backend> BatchNorm<B> {
+    /// The same layer reading `gamma` and `beta` through the gradient hook (DDP's overlap),
+    /// with `anchor` the input of the operation that uses them; running statistics shared.
+    fn through_grad_hooks(&self, anchor: &Tensor<B, 4>) -> Self {
+        let mut copy = self.clone();
+        copy.gamma = Param::initialized(self.gamma.id, grad_ready::param_val(&self.gamma, anchor));
+        copy.beta = Param::initialized(self.beta.id, grad_ready::param_val(&self.beta, anchor));
+        copy
+    }
+
     /// `bn(x)`: batch statistics on autodiff backends (running statistics updated as burn's
     /// BatchNorm does), running statistics otherwise. See [`batch_norm`].
     ///
@@ -44,6 +55,8 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
         Some(p) => x.cast(p.dtype()),
         None => x,
     };
+    let hooked = grad_ready::active().then(|| bn.through_grad_hooks(&x));
+    let bn = hooked.as_ref().unwrap_or(bn);
     if bn.layout == Layout::Nhwc {
         return super::batch_norm_nhwc(bn, x, relu);
     }
@@ -78,8 +91,9 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
                 None => x,
             };
             let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
-            let weight = conv.weight.val().cast(x.dtype());
-            match super::cudnn_conv_bn::try_conv_bn(weight, &options, bn, x, relu) {
+            let weight = grad_ready::param_val(&conv.weight, &x).cast(x.dtype());
+            let hooked = grad_ready::active().then(|| bn.through_grad_hooks(&x));
+            match super::cudnn_conv_bn::try_conv_bn(weight, &options, hooked.as_ref().unwrap_or(bn), x, relu) {
                 Ok(y) => return y,
                 Err(x) => x,
             }

@@ -11,10 +11,10 @@
 //! burn's autodiff of these operations. Statistics and arithmetic are f32 whatever the
 //! activations' type; the output has the input's type.
 
+use super::layers::BatchNorm;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn::tensor::activation::relu as relu_op;
-use super::layers::BatchNorm;
 
 /// Per-channel mean over `[n, h, w]` of an `[n, h, w, c]` tensor, as `[1, 1, 1, c]`: one
 /// reduction per axis, batch first (the fastest of four orders measured on the H200, session 5
@@ -81,11 +81,13 @@ mod tests {
             let theirs = BatchNorm::from(BatchNormConfig::new(5).init::<B>(&device)).with_layout(crate::nn::Layout::Nhwc);
             let gamma = Tensor::<B, 1>::random([5], Distribution::Uniform(0.5, 1.5), &device);
             let beta = Tensor::<B, 1>::random([5], Distribution::Uniform(-0.5, 0.5), &device);
-            let (mine, theirs) = [mine, theirs].map(|mut bn| {
-                bn.gamma = burn::module::Param::from_tensor(gamma.clone());
-                bn.beta = burn::module::Param::from_tensor(beta.clone());
-                bn
-            }).into();
+            let (mine, theirs) = [mine, theirs]
+                .map(|mut bn| {
+                    bn.gamma = burn::module::Param::from_tensor(gamma.clone());
+                    bn.beta = burn::module::Param::from_tensor(beta.clone());
+                    bn
+                })
+                .into();
             let x = Tensor::<B, 4>::random([3, 4, 6, 5], Distribution::Normal(0.3, 2.0), &device).require_grad();
             let g = Tensor::<B, 4>::random([3, 4, 6, 5], Distribution::Normal(0.0, 1.0), &device);
             let y = batch_norm_nhwc(&mine, x.clone(), relu);

@@ -15,6 +15,7 @@ use super::bn_nhwc_kernels::{self as k, FOLD};
 use super::cudnn_bn_burn::float;
 use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, warn_once};
 use super::fusion_op::{self, packed};
+use super::layers::BatchNorm;
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, TensorPrimitive};
@@ -24,7 +25,6 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
-use super::layers::BatchNorm;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::{CubeCount, CubeDim, TensorArg};
 use std::any::Any;
@@ -172,7 +172,25 @@ fn forward_kernels(x: &Cube, shape: &Shape, [gamma, beta, running_mean, running_
 fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), relu: bool) {
     let t = Tiling::new(rows, c, x.dtype.size(), &[x, y, mean, inv_std, gamma, beta]);
     let (count, dim) = t.grid();
-    k::normalize::launch::<CudaRuntime>(&x.client, count, dim, t.n, arg(x), arg(y), arg(mean), arg(inv_std), arg(gamma), arg(beta), rows as u32, t.cols as u32, t.groups as u32, t.tile_x, t.tile_y, relu, x.dtype.into());
+    k::normalize::launch::<CudaRuntime>(
+        &x.client,
+        count,
+        dim,
+        t.n,
+        arg(x),
+        arg(y),
+        arg(mean),
+        arg(inv_std),
+        arg(gamma),
+        arg(beta),
+        rows as u32,
+        t.cols as u32,
+        t.groups as u32,
+        t.tile_x,
+        t.tile_y,
+        relu,
+        x.dtype.into(),
+    );
 }
 
 /// `(dx, dgamma, dbeta)`.
@@ -186,10 +204,49 @@ fn backward_kernels(shape: &Shape, relu: bool, x: &Cube, dy: &Cube, [gamma, beta
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
     let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
-    k::grad_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(dy), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, relu, dt.into());
+    k::grad_partials::launch::<CudaRuntime>(
+        client,
+        count.clone(),
+        dim,
+        t.n,
+        arg(x),
+        arg(dy),
+        arg(mean),
+        arg(inv_std),
+        arg(gamma),
+        arg(beta),
+        arg(&partials),
+        rows32,
+        cols32,
+        groups32,
+        t.tile_x,
+        t.tile_y,
+        relu,
+        dt.into(),
+    );
     k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(inv_std), arg(&dgamma), arg(&dbeta), c as u32, groups32);
     k::input_grad::launch::<CudaRuntime>(
-        client, count, dim, t.n, arg(x), arg(dy), arg(&dx), arg(mean), arg(inv_std), arg(gamma), arg(beta), arg(&dgamma), arg(&dbeta), rows32, cols32, groups32, 1.0 / rows as f32, t.tile_x, t.tile_y, relu, dt.into(),
+        client,
+        count,
+        dim,
+        t.n,
+        arg(x),
+        arg(dy),
+        arg(&dx),
+        arg(mean),
+        arg(inv_std),
+        arg(gamma),
+        arg(beta),
+        arg(&dgamma),
+        arg(&dbeta),
+        rows32,
+        cols32,
+        groups32,
+        1.0 / rows as f32,
+        t.tile_x,
+        t.tile_y,
+        relu,
+        dt.into(),
     );
     (dx, dgamma, dbeta)
 }

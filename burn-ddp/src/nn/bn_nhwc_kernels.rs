@@ -45,16 +45,7 @@ fn tile_position(#[comptime] tile_x: u32, #[comptime] tile_y: u32, groups: usize
 /// `partials[0, g, cv]` and `partials[1, g, cv]` (in vectors of `N` channels).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn store_partials<N: Size>(
-    s1: Vector<f32, N>,
-    s2: Vector<f32, N>,
-    partials: &mut Tensor<Vector<f32, N>>,
-    cv: usize,
-    cols: usize,
-    groups: usize,
-    #[comptime] tile_x: u32,
-    #[comptime] tile_y: u32,
-) {
+fn store_partials<N: Size>(s1: Vector<f32, N>, s2: Vector<f32, N>, partials: &mut Tensor<Vector<f32, N>>, cv: usize, cols: usize, groups: usize, #[comptime] tile_x: u32, #[comptime] tile_y: u32) {
     let tx = UNIT_POS_X as usize;
     let ty = UNIT_POS_Y as usize;
     let mut sum1 = SharedMemory::<Vector<f32, N>>::new(tile_x as usize * tile_y as usize);
@@ -237,14 +228,7 @@ pub(super) fn grad_partials<F: Float, N: Size>(
 
 /// One warp per channel: `dβ = Σ dz`, `dγ = inv_std · Σ dz·(x − mean)`.
 #[cube(launch)]
-pub(super) fn grad_finalize(
-    partials: &Tensor<f32>,
-    inv_std: &Tensor<f32>,
-    dgamma: &mut Tensor<f32>,
-    dbeta: &mut Tensor<f32>,
-    channels: u32,
-    groups: u32,
-) {
+pub(super) fn grad_finalize(partials: &Tensor<f32>, inv_std: &Tensor<f32>, dgamma: &mut Tensor<f32>, dbeta: &mut Tensor<f32>, channels: u32, groups: u32) {
     let c = CUBE_POS_X as usize;
     let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
     if UNIT_POS_X == 0 {

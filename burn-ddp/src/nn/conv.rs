@@ -1,12 +1,13 @@
 //! 2-D convolution that takes the fastest path the backend has: cuDNN on burn-cuda (forward and
 //! both gradients, with `feature = "cuda"`), burn's own kernels everywhere else.
 
+use super::Layout;
+use super::layers::Conv2d;
+use super::report::note_path;
+use crate::grad_ready::param_val;
 use burn::prelude::*;
 use burn::tensor::ops::ConvOptions;
 use burn_nn::PaddingConfig2d;
-use super::layers::Conv2d;
-use super::Layout;
-use super::report::note_path;
 
 /// `conv2d` with symmetric padding, differentiable on autodiff backends.
 ///
@@ -33,15 +34,17 @@ pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Te
     // cuDNN casts (and reorders) the weight itself, once per forward pass.
     #[cfg(feature = "cuda")]
     let (x, weight) = match super::cudnn_conv::try_conv2d(x, weight, &options, layout) {
-        Ok(y) => return match bias {
-            Some(b) => {
-                let k = b.dims()[0];
-                let mut per_channel = [1, 1, 1, 1];
-                per_channel[layout.channel_axis()] = k;
-                y + b.reshape(per_channel)
-            }
-            None => y,
-        },
+        Ok(y) => {
+            return match bias {
+                Some(b) => {
+                    let k = b.dims()[0];
+                    let mut per_channel = [1, 1, 1, 1];
+                    per_channel[layout.channel_axis()] = k;
+                    y + b.reshape(per_channel)
+                }
+                None => y,
+            };
+        }
         Err(inputs) => inputs,
     };
     note_path(|| "burn's kernels".into());
@@ -73,7 +76,9 @@ impl<B: Backend> Conv2d<B> {
             }
         };
         let options = ConvOptions::new(self.stride, padding, self.dilation, self.groups);
-        conv2d(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()), options, layout)
+        // Through the gradient hook when DDP overlaps its all-reduce with backward.
+        let (weight, bias) = (param_val(&self.weight, &x), self.bias.as_ref().map(|b| param_val(b, &x)));
+        conv2d(x, weight, bias, options, layout)
     }
 }
 

@@ -8,13 +8,13 @@
 //! has finished, so the caller may hand the output to
 //! another stream at once.
 
+pub(super) use super::cudnn_types::fail;
+pub use super::cudnn_types::{ConvShape, DataType, Direction, Pointers};
 use super::layout::Layout;
 use super::options::{self, CudnnOptions};
+use super::stream_bridge::{DeviceKernels, Fence};
 use crate::error::Result;
 use cudarc::cudnn::{result, sys};
-use super::stream_bridge::{DeviceKernels, Fence};
-pub use super::cudnn_types::{ConvShape, DataType, Direction, Pointers};
-pub(super) use super::cudnn_types::fail;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -218,8 +218,7 @@ fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, Filte
         let [ph, pw] = shape.pad;
         let [sh, sw] = shape.stride;
         let [dh, dw] = shape.dilation;
-        result::set_convolution2d_descriptor(conv.0, ph, pw, sh, sw, dh, dw, sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, f32)
-            .map_err(|e| fail("convolution descriptor", e))?;
+        result::set_convolution2d_descriptor(conv.0, ph, pw, sh, sw, dh, dw, sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, f32).map_err(|e| fail("convolution descriptor", e))?;
         result::set_convolution_math_type(conv.0, math).map_err(|e| fail("math type", e))?;
         result::set_convolution_group_count(conv.0, shape.groups).map_err(|e| fail("group count", e))?;
     }
@@ -234,11 +233,7 @@ macro_rules! pick {
     ($perf:expr, $n:expr, $limit:expr, $opts:expr, $wrap:path) => {
         $perf[..$n as usize]
             .iter()
-            .find(|p| {
-                p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                    && p.memory <= $limit
-                    && (!$opts.deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
-            })
+            .find(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= $limit && (!$opts.deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC))
             .map(|p| ($wrap(p.algo), p.memory, p.mathType))
     };
 }
@@ -317,7 +312,9 @@ impl DeviceState {
                 }
             }
         };
-        let (algo, workspace, math) = picked.ok_or_else(|| fail("choosing an algorithm", format!("no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}", if opts.deterministic { " deterministically" } else { "" })))?;
+        let (algo, workspace, math) = picked.ok_or_else(|| {
+            fail("choosing an algorithm", format!("no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}", if opts.deterministic { " deterministically" } else { "" }))
+        })?;
         // SAFETY: a live descriptor, set with a plain value.
         unsafe { result::set_convolution_math_type(conv.0, math) }.map_err(|e| fail("math type", e))?;
         log::debug!("cuDNN {dir:?} {shape:?}: {algo:?}, {math:?}, workspace {workspace} B");

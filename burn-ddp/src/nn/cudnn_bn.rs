@@ -7,10 +7,10 @@
 //! PyTorch the unbiased one; the caller keeps burn's rule).
 
 use super::cudnn::{DataType, Order, TensorDesc, fail, packed, relu_desc, tensor_desc, with_handle};
-use sys::cudnnHandle_t as Handle;
 use crate::error::Result;
 use cudarc::cudnn::sys;
 use std::ffi::c_void;
+use sys::cudnnHandle_t as Handle;
 
 /// cuDNN refuses a smaller epsilon (`CUDNN_BN_MIN_EPSILON`).
 pub const MIN_EPSILON: f64 = 1e-5;
@@ -67,7 +67,25 @@ pub(super) unsafe fn forward_training_in(h: Handle, dt: DataType, dims: [i32; 4]
     // SAFETY: descriptors match the extents the caller guarantees.
     unsafe {
         forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardTraining", |xd, cd| {
-            sys::cudnnBatchNormalizationForwardTraining(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), 0.0, std::ptr::null_mut(), std::ptr::null_mut(), eps, ptr(mean), ptr(inv_std))
+            sys::cudnnBatchNormalizationForwardTraining(
+                h,
+                SPATIAL,
+                a,
+                b,
+                xd,
+                ptr(x),
+                xd,
+                ptr(y),
+                cd,
+                ptr(gamma),
+                ptr(beta),
+                0.0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                eps,
+                ptr(mean),
+                ptr(inv_std),
+            )
         })
     }
 }

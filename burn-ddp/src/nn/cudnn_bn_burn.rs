@@ -9,6 +9,7 @@
 
 use super::cudnn_bn::{self, MIN_EPSILON};
 use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, data_type, dims4, empty, empty_f32, launch, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::layers::BatchNorm;
 use super::profile::{Phase, timed};
 use crate::error::{Error, Result};
 use burn::prelude::*;
@@ -18,7 +19,6 @@ use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cuda::Cuda;
-use super::layers::BatchNorm;
 use std::any::Any;
 
 /// `relu?(batch_norm(x))` through cuDNN when `B` is burn-cuda (with or without autodiff) and

@@ -7,8 +7,8 @@
 
 use super::cudnn::{self, ConvShape, DataType, Order};
 use super::layout::Layout;
-use super::{device_thread, stream_bridge};
 use super::profile::{Phase, count_call, timed};
+use super::{device_thread, stream_bridge};
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::ops::{ConvOptions, FloatTensor, FloatTensorOps};
@@ -133,11 +133,7 @@ fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: burn::tensor:
 ///
 /// The buffers are released as soon as the work is enqueued: anything burn launches later,
 /// including a new user of that memory, runs after cuDNN's signal.
-pub(super) fn launch(
-    tensors: &[&CubeTensor<CudaRuntime>],
-    kind: impl std::hash::Hash,
-    f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static,
-) -> Result<()> {
+pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash::Hash, f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static) -> Result<()> {
     let first = tensors.first().expect("at least one tensor");
     let (device, index) = (first.device.clone(), first.device.index);
     let options = super::options::get();
@@ -175,10 +171,7 @@ pub(super) fn launch(
 
 /// The buffers of `tensors`, kept alive while held, and their device addresses.
 fn resources(tensors: &[&CubeTensor<CudaRuntime>]) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
-    let held = tensors
-        .iter()
-        .map(|c| c.client.get_resource(c.handle.clone()).map_err(|e| cudnn::fail("device pointer", e)))
-        .collect::<Result<Vec<_>>>()?;
+    let held = tensors.iter().map(|c| c.client.get_resource(c.handle.clone()).map_err(|e| cudnn::fail("device pointer", e))).collect::<Result<Vec<_>>>()?;
     let ptrs = held.iter().map(|r| r.resource().ptr).collect();
     Ok((held, ptrs))
 }

@@ -194,9 +194,7 @@ fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
     let device = xc.device.index;
     // SAFETY: `launch` orders the computation after the buffers' producers and before their
     // next users; their extents match `shape` by construction.
-    launch(&[&xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe {
-        cudnn::run(device, Direction::Forward, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order)
-    })?;
+    launch(&[&xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe { cudnn::run(device, Direction::Forward, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order) })?;
     Ok(y)
 }
 

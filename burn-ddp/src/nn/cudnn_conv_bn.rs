@@ -7,9 +7,10 @@
 
 use super::cudnn::{ConvShape, DataType, Direction, Pointers};
 use super::cudnn_bn;
-use super::layout::Layout;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
 use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, dims4, empty, empty_f32, launch, packed_shape, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::layers::BatchNorm;
+use super::layout::Layout;
 use super::profile::{Phase, timed};
 use crate::error::Result;
 use burn::prelude::*;
@@ -21,7 +22,6 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
-use super::layers::BatchNorm;
 use cubecl::cuda::CudaRuntime;
 use std::any::Any;
 
@@ -105,7 +105,14 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     let sh = shape(same_data_type(&[&s.x, &s.w, &dy])?, dims4(&s.x.shape)?, dims4(&s.w.shape)?, &s.options);
     let relu = s.bn.y.is_some();
     let (xc, wc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
-        Ok((resolve_packed(s.x.clone())?, resolve_packed(s.w.clone())?, resolve_packed(dy)?, resolve_packed(s.bn.gamma.clone())?, resolve_packed(s.bn.mean.clone())?, resolve_packed(s.bn.inv_std.clone())?))
+        Ok((
+            resolve_packed(s.x.clone())?,
+            resolve_packed(s.w.clone())?,
+            resolve_packed(dy)?,
+            resolve_packed(s.bn.gamma.clone())?,
+            resolve_packed(s.bn.mean.clone())?,
+            resolve_packed(s.bn.inv_std.clone())?,
+        ))
     })?;
     let zc = match &s.bn.y {
         Some(z) => timed(Phase::Prepare, || resolve_packed(z.clone()))?,

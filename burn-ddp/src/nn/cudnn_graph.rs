@@ -53,7 +53,9 @@ impl Desc {
     /// `V` must be the C type cuDNN reads for `ty`.
     unsafe fn set<V>(&self, name: A, ty: T, values: &[V]) -> Result<()> {
         // SAFETY: `values` holds `len` elements of the type `ty` names (caller's contract).
-        unsafe { sys::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr() as *const c_void) }.result().map_err(|e| fail("cudnnBackendSetAttribute", format!("{name:?}: {e:?}")))
+        unsafe { sys::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr() as *const c_void) }
+            .result()
+            .map_err(|e| fail("cudnnBackendSetAttribute", format!("{name:?}: {e:?}")))
     }
 
     fn i64s(&self, name: A, values: &[i64]) -> Result<()> {
@@ -113,15 +115,36 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
     let (kind, [ax, aw, ay, ac, alpha, beta]) = match dir {
         Direction::Forward => (
             D::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-            [A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA],
+            [
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+            ],
         ),
         Direction::BackwardData => (
             D::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-            [A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA],
+            [
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+            ],
         ),
         Direction::BackwardFilter => (
             D::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-            [A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA],
+            [
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+            ],
         ),
     };
     let op = Desc::new(kind)?;
@@ -151,12 +174,16 @@ fn configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t) -> Result<(Desc, Vec
     let heur = heur.finalize()?;
     let mut count = 0i64;
     // SAFETY: a count query (no elements requested).
-    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &mut count, std::ptr::null_mut()) }.result().map_err(|e| fail("engine heuristics", e))?;
+    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &mut count, std::ptr::null_mut()) }
+        .result()
+        .map_err(|e| fail("engine heuristics", e))?;
     let cfgs = (0..count.clamp(0, CANDIDATES as i64)).map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)).collect::<Result<Vec<_>>>()?;
     let mut raw: Vec<sys::cudnnBackendDescriptor_t> = cfgs.iter().map(|d| d.0).collect();
     let mut got = 0i64;
     // SAFETY: `raw` holds `len` engine-config descriptors cuDNN fills in.
-    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, raw.len() as i64, &mut got, raw.as_mut_ptr() as *mut c_void) }.result().map_err(|e| fail("engine heuristics", e))?;
+    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, raw.len() as i64, &mut got, raw.as_mut_ptr() as *mut c_void) }
+        .result()
+        .map_err(|e| fail("engine heuristics", e))?;
     let mut cfgs = cfgs;
     cfgs.truncate(got.max(0) as usize);
     Ok((heur, cfgs))
@@ -168,10 +195,14 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
     let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     let (mut n, mut raw) = (0i64, engine.0);
     // SAFETY: one pre-created engine descriptor for cuDNN to fill in.
-    unsafe { sys::cudnnBackendGetAttribute(cfg.0, A::CUDNN_ATTR_ENGINECFG_ENGINE, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mut n, &mut raw as *mut _ as *mut c_void) }.result().map_err(|e| fail("engine of a configuration", e))?;
+    unsafe { sys::cudnnBackendGetAttribute(cfg.0, A::CUDNN_ATTR_ENGINECFG_ENGINE, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mut n, &mut raw as *mut _ as *mut c_void) }
+        .result()
+        .map_err(|e| fail("engine of a configuration", e))?;
     let mut notes = [0u32; 16];
     // SAFETY: room for 16 notes (cuDNN 9 defines 10), each a 32-bit enum.
-    unsafe { sys::cudnnBackendGetAttribute(engine.0, A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, T::CUDNN_TYPE_NUMERICAL_NOTE, notes.len() as i64, &mut n, notes.as_mut_ptr() as *mut c_void) }.result().map_err(|e| fail("numerical notes", e))?;
+    unsafe { sys::cudnnBackendGetAttribute(engine.0, A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, T::CUDNN_TYPE_NUMERICAL_NOTE, notes.len() as i64, &mut n, notes.as_mut_ptr() as *mut c_void) }
+        .result()
+        .map_err(|e| fail("numerical notes", e))?;
     let notes = &notes[..n.clamp(0, 16) as usize];
     let has = |note: sys::cudnnBackendNumericalNote_t| notes.contains(&(note as u32));
     let tf32 = shape.dtype == DataType::F32 && has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
@@ -188,7 +219,9 @@ fn plan(handle: sys::cudnnHandle_t, cfg: &Desc) -> Result<(Desc, usize)> {
     let plan = plan.finalize()?;
     let (mut n, mut bytes) = (0i64, 0i64);
     // SAFETY: one INT64.
-    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, T::CUDNN_TYPE_INT64, 1, &mut n, &mut bytes as *mut i64 as *mut c_void) }.result().map_err(|e| fail("plan workspace size", e))?;
+    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, T::CUDNN_TYPE_INT64, 1, &mut n, &mut bytes as *mut i64 as *mut c_void) }
+        .result()
+        .map_err(|e| fail("plan workspace size", e))?;
     Ok((plan, bytes.max(0) as usize))
 }
 

@@ -16,10 +16,6 @@ pub mod cudnn;
 #[cfg(feature = "cuda")]
 pub mod cudnn_bn;
 #[cfg(feature = "cuda")]
-mod cudnn_graph;
-#[cfg(feature = "cuda")]
-mod cudnn_types;
-#[cfg(feature = "cuda")]
 mod cudnn_bn_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_burn;
@@ -27,6 +23,14 @@ mod cudnn_burn;
 mod cudnn_conv;
 #[cfg(feature = "cuda")]
 mod cudnn_conv_bn;
+#[cfg(feature = "cuda")]
+mod cudnn_graph;
+#[cfg(feature = "cuda")]
+mod cudnn_types;
+#[cfg(feature = "cuda")]
+mod device_thread;
+#[cfg(feature = "cuda")]
+mod fusion_op;
 mod layers;
 pub mod layout;
 pub mod options;
@@ -35,14 +39,10 @@ pub mod profile;
 pub mod reference;
 mod report;
 #[cfg(feature = "cuda")]
-mod device_thread;
-#[cfg(feature = "cuda")]
-mod fusion_op;
-#[cfg(feature = "cuda")]
 mod stream_bridge;
-pub mod upload_batch;
 #[cfg(feature = "cuda")]
 mod upload;
+pub mod upload_batch;
 
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use batch_norm_nhwc::batch_norm_nhwc;

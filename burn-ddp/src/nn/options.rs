@@ -52,7 +52,18 @@ pub struct CudnnOptions {
 
 impl Default for CudnnOptions {
     fn default() -> Self {
-        Self { enabled: true, allow_tf32: true, deterministic: false, workspace_limit: 512 << 20, pack_inputs: true, batch_norm: true, host_sync: false, fuse_conv_bn: true, nhwc_bn_kernels: true, graph_api: true }
+        Self {
+            enabled: true,
+            allow_tf32: true,
+            deterministic: false,
+            workspace_limit: 512 << 20,
+            pack_inputs: true,
+            batch_norm: true,
+            host_sync: false,
+            fuse_conv_bn: true,
+            nhwc_bn_kernels: true,
+            graph_api: true,
+        }
     }
 }
 

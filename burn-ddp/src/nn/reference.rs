@@ -50,10 +50,12 @@ impl Conv2dCase {
     pub fn random_inputs(&self, seed: u64) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut v = |n: usize| -> Vec<f64> {
-            (0..n).map(|_| {
-                let m: f64 = rng.random_range(0.1..1.0);
-                if rng.random_bool(0.5) { m } else { -m }
-            }).collect()
+            (0..n)
+                .map(|_| {
+                    let m: f64 = rng.random_range(0.1..1.0);
+                    if rng.random_bool(0.5) { m } else { -m }
+                })
+                .collect()
         };
         let x = v(self.x_dims().iter().product());
         let w = v(self.w_dims().iter().product());

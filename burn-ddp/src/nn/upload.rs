@@ -31,6 +31,9 @@ struct SlotState {
     pending: bool,
 }
 
+/// Per device: its ring of pinned slots and the next slot to use.
+type Rings = HashMap<usize, (Vec<Arc<Slot>>, usize)>;
+
 #[derive(Default)]
 struct Slot {
     state: Mutex<SlotState>,
@@ -48,7 +51,7 @@ impl Drop for Release {
 }
 
 fn next_slot(device: usize) -> Arc<Slot> {
-    static RINGS: OnceLock<Mutex<HashMap<usize, (Vec<Arc<Slot>>, usize)>>> = OnceLock::new();
+    static RINGS: OnceLock<Mutex<Rings>> = OnceLock::new();
     let mut rings = RINGS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     let (slots, next) = rings.entry(device).or_insert_with(|| ((0..SLOTS).map(|_| Arc::default()).collect(), 0));
     *next = (*next + 1) % SLOTS;
@@ -105,9 +108,7 @@ fn upload(images: &[f32], shape: [usize; 4], device: &CudaDevice) -> Result<supe
             let buf = state.buf.as_ref().expect("filled before the job was queued");
             // Makes the stream wait for the buffer's last event; the guard records the next.
             let (src, _recorded) = buf.stream_synced_slice(&stream);
-            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(p[0], src.as_ptr() as *const std::ffi::c_void, bytes, stream.cu_stream())
-                .result()
-                .map_err(|e| cudnn::fail("copying a batch to the device", e))
+            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(p[0], src.as_ptr() as *const std::ffi::c_void, bytes, stream.cu_stream()).result().map_err(|e| cudnn::fail("copying a batch to the device", e))
         })
     })?;
     let fusion = burn_fusion::get_client::<Inner>(device);

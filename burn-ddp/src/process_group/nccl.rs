@@ -249,9 +249,7 @@ mod imp {
             let ptr = device_ptr(&buf, self.device)?;
             self.run("ncclBroadcast", opts.timeout, |comm, stream| {
                 // SAFETY: as in all_reduce.
-                unsafe { nr::broadcast(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), opts.root as i32, comm, stream) }
-                    .map(|_| ())
-                    .map_err(|e| cuda_err("ncclBroadcast", e))
+                unsafe { nr::broadcast(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), opts.root as i32, comm, stream) }.map(|_| ()).map_err(|e| cuda_err("ncclBroadcast", e))
             })
         }
 
@@ -260,9 +258,7 @@ mod imp {
             let (src, dst) = (device_ptr(&input, self.device)?, device_ptr(&output, self.device)?);
             self.run("ncclAllGather", opts.timeout, |comm, stream| {
                 // SAFETY: as in all_reduce; output holds world × input elements.
-                unsafe { nr::all_gather(src as *const c_void, dst as *mut c_void, input.len, nccl_dtype(input.dtype), comm, stream) }
-                    .map(|_| ())
-                    .map_err(|e| cuda_err("ncclAllGather", e))
+                unsafe { nr::all_gather(src as *const c_void, dst as *mut c_void, input.len, nccl_dtype(input.dtype), comm, stream) }.map(|_| ()).map_err(|e| cuda_err("ncclAllGather", e))
             })
         }
 

@@ -15,8 +15,20 @@ macro_rules! float_fold {
         let f = |x: $t, y: $t| -> $t {
             match $op {
                 ReduceOp::Sum | ReduceOp::Mean => x + y,
-                ReduceOp::Max => if y > x || x.is_nan() { y } else { x },
-                ReduceOp::Min => if y < x || x.is_nan() { y } else { x },
+                ReduceOp::Max => {
+                    if y > x || x.is_nan() {
+                        y
+                    } else {
+                        x
+                    }
+                }
+                ReduceOp::Min => {
+                    if y < x || x.is_nan() {
+                        y
+                    } else {
+                        x
+                    }
+                }
             }
         };
         fold($acc, $other, $n, |b| $from(b.try_into().unwrap()), |v, b: &mut [u8]| b.copy_from_slice(&$to(v)), f)
@@ -35,11 +47,18 @@ pub fn accumulate(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
         DType::F64 => float_fold!(acc, other, op, f64, 8, f64::from_le_bytes, f64::to_le_bytes),
         DType::BF16 => float_fold!(acc, other, op, f32, 2, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32(), |v: f32| bf16::from_f32(v).to_le_bytes()),
         DType::F16 => float_fold!(acc, other, op, f32, 2, |b: [u8; 2]| f16::from_le_bytes(b).to_f32(), |v: f32| f16::from_f32(v).to_le_bytes()),
-        DType::I64 => fold(acc, other, 8, |b| i64::from_le_bytes(b.try_into().unwrap()), |v, b: &mut [u8]| b.copy_from_slice(&v.to_le_bytes()), |x, y| match op {
-            ReduceOp::Sum | ReduceOp::Mean => x.wrapping_add(y),
-            ReduceOp::Max => x.max(y),
-            ReduceOp::Min => x.min(y),
-        }),
+        DType::I64 => fold(
+            acc,
+            other,
+            8,
+            |b| i64::from_le_bytes(b.try_into().unwrap()),
+            |v, b: &mut [u8]| b.copy_from_slice(&v.to_le_bytes()),
+            |x, y| match op {
+                ReduceOp::Sum | ReduceOp::Mean => x.wrapping_add(y),
+                ReduceOp::Max => x.max(y),
+                ReduceOp::Min => x.min(y),
+            },
+        ),
     }
 }
 

@@ -68,9 +68,7 @@ impl TcpProcessGroup {
         let prev_rank = (rank + world - 1) % world;
         let next_key = format!("tcp/addr/{next_rank}");
         store.wait(&[&next_key], timeout).map_err(|_| Error::Timeout { op: "tcp ring setup".into(), rank, waited: timeout, missing: vec![next_rank] })?;
-        let next_addr: SocketAddr = String::from_utf8_lossy(&store.get(&next_key)?)
-            .parse()
-            .map_err(|_| Error::Store { reason: format!("bad address published by rank {next_rank}") })?;
+        let next_addr: SocketAddr = String::from_utf8_lossy(&store.get(&next_key)?).parse().map_err(|_| Error::Store { reason: format!("bad address published by rank {next_rank}") })?;
         let mut next = TcpStream::connect_timeout(&next_addr, timeout).map_err(|e| Error::io(format!("rank {rank}: connecting to rank {next_rank} at {next_addr}"), e))?;
         next.write_all(&(rank as u64).to_le_bytes()).map_err(|e| Error::io("ring greeting", e))?;
         let prev = accept_from(&listener, prev_rank, rank, timeout)?;
@@ -242,9 +240,7 @@ impl ProcessGroup for TcpProcessGroup {
         }
         let mut links = self.lock(opts.timeout)?;
         let last = (opts.root + self.world - 1) % self.world;
-        let pieces: Vec<Range<usize>> = (0..bytes.len().div_ceil(BROADCAST_PIECE).max(1))
-            .map(|i| i * BROADCAST_PIECE..((i + 1) * BROADCAST_PIECE).min(bytes.len()))
-            .collect();
+        let pieces: Vec<Range<usize>> = (0..bytes.len().div_ceil(BROADCAST_PIECE).max(1)).map(|i| i * BROADCAST_PIECE..((i + 1) * BROADCAST_PIECE).min(bytes.len())).collect();
         for r in pieces {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
@@ -261,17 +257,22 @@ impl ProcessGroup for TcpProcessGroup {
                 header[9] = dtype;
                 header[10..].copy_from_slice(&(r.len() as u64).to_le_bytes());
                 let next = &mut links.next;
-                next.write_all(&header)
-                    .and_then(|_| next.write_all(&bytes[r]))
-                    .map_err(|e| self.link_error(Kind::Broadcast, self.next_rank(), e, started.elapsed()))?;
+                next.write_all(&header).and_then(|_| next.write_all(&bytes[r])).map_err(|e| self.link_error(Kind::Broadcast, self.next_rank(), e, started.elapsed()))?;
             }
         }
         Ok(())
     }
 
     fn all_gather(&self, mut input: Buffer<'_>, mut output: Buffer<'_>, opts: &AllGatherOptions) -> Result<()> {
-        assert!(input.dtype == output.dtype && output.len == input.len * self.world,
-            "Got all_gather input {} × {:?} and output {} × {:?}; expected output = world_size ({}) × input", input.len, input.dtype, output.len, output.dtype, self.world);
+        assert!(
+            input.dtype == output.dtype && output.len == input.len * self.world,
+            "Got all_gather input {} × {:?} and output {} × {:?}; expected output = world_size ({}) × input",
+            input.len,
+            input.dtype,
+            output.len,
+            output.dtype,
+            self.world
+        );
         let dtype = input.dtype;
         let n = input.host_bytes("tcp")?.len();
         let own = input.host_bytes("tcp")?.to_vec();
@@ -286,8 +287,15 @@ impl ProcessGroup for TcpProcessGroup {
     }
 
     fn reduce_scatter(&self, mut input: Buffer<'_>, mut output: Buffer<'_>, opts: &ReduceScatterOptions) -> Result<()> {
-        assert!(input.dtype == output.dtype && input.len == output.len * self.world,
-            "Got reduce_scatter input {} × {:?} and output {} × {:?}; expected input = world_size ({}) × output", input.len, input.dtype, output.len, output.dtype, self.world);
+        assert!(
+            input.dtype == output.dtype && input.len == output.len * self.world,
+            "Got reduce_scatter input {} × {:?} and output {} × {:?}; expected input = world_size ({}) × output",
+            input.len,
+            input.dtype,
+            output.len,
+            output.dtype,
+            self.world
+        );
         let dtype = input.dtype;
         let mut work = input.host_bytes("tcp")?.to_vec();
         if self.world > 1 {

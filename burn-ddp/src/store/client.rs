@@ -147,8 +147,7 @@ impl Store for TcpStore {
     }
 
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
-        self.wait_missing(keys, timeout)?
-            .map_err(|MissingKeys(missing)| Error::Store { reason: format!("keys not set within {timeout:?}: {}", missing.join(", ")) })
+        self.wait_missing(keys, timeout)?.map_err(|MissingKeys(missing)| Error::Store { reason: format!("keys not set within {timeout:?}: {}", missing.join(", ")) })
     }
 
     fn delete(&self, key: &str) -> Result<bool> {

@@ -52,10 +52,10 @@ impl StoreServer {
                     let (state, token) = (state.clone(), token.clone());
                     let _ = std::thread::Builder::new().name("burn-ddp-store-conn".into()).spawn(move || {
                         let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                        if let Err(e) = serve(conn, &state, token.as_deref()) {
-                            if e.kind() != io::ErrorKind::UnexpectedEof {
-                                log::warn!("store: closed connection from {peer}: {e}");
-                            }
+                        if let Err(e) = serve(conn, &state, token.as_deref())
+                            && e.kind() != io::ErrorKind::UnexpectedEof
+                        {
+                            log::warn!("store: closed connection from {peer}: {e}");
                         }
                     });
                 }

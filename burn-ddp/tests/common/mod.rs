@@ -56,4 +56,3 @@ pub fn assert_all_ok(test: &str, outs: &[Output]) {
         assert!(o.status.success(), "{test} rank {r} failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     }
 }
-

@@ -17,9 +17,7 @@ pub struct FolderDataset {
 }
 
 fn is_image(path: &Path) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -79,11 +77,7 @@ pub fn decode_file(path: &Path) -> Result<DynamicImage> {
     if bytes.is_empty() {
         return Err(bad("file is empty (0 bytes)".into()));
     }
-    ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| bad(e.to_string()))?
-        .decode()
-        .map_err(|e| bad(e.to_string()))
+    ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().map_err(|e| bad(e.to_string()))?.decode().map_err(|e| bad(e.to_string()))
 }
 
 impl Dataset for FolderDataset {

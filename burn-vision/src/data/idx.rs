@@ -8,9 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Fashion-MNIST's ten class names, by label.
-pub const FASHION_MNIST_CLASSES: [&str; 10] = [
-    "T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot",
-];
+pub const FASHION_MNIST_CLASSES: [&str; 10] = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"];
 
 /// Grayscale images and their labels from a pair of IDX files.
 #[derive(Debug, Clone)]
@@ -60,9 +58,7 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray> {
     if ndim == 0 || bytes.len() < header {
         return Err(bad(format!("header of {ndim} dimensions is truncated")));
     }
-    let dims: Vec<usize> = (0..ndim)
-        .map(|d| u32::from_be_bytes(bytes[4 + 4 * d..8 + 4 * d].try_into().unwrap()) as usize)
-        .collect();
+    let dims: Vec<usize> = (0..ndim).map(|d| u32::from_be_bytes(bytes[4 + 4 * d..8 + 4 * d].try_into().unwrap()) as usize).collect();
     let expected = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     let payload = bytes.len() - header;
     if expected != Some(payload) {
@@ -96,14 +92,7 @@ impl IdxDataset {
         for extra in classes.len()..=max_label {
             classes.push(format!("class_{extra}"));
         }
-        Ok(Self {
-            rows: images.dims[1],
-            cols: images.dims[2],
-            pixels: images.data,
-            labels: labels.data,
-            classes,
-            name: name.to_string(),
-        })
+        Ok(Self { rows: images.dims[1], cols: images.dims[2], pixels: images.data, labels: labels.data, classes, name: name.to_string() })
     }
 
     /// Reads `images` and `labels` IDX files (plain or `.gz`).
@@ -150,8 +139,7 @@ impl Dataset for IdxDataset {
         self.labels[index] as usize
     }
     fn load(&self, index: usize) -> Result<DynamicImage> {
-        let img = GrayImage::from_raw(self.cols as u32, self.rows as u32, self.pixels(index).to_vec())
-            .expect("IDX payload size was checked at load");
+        let img = GrayImage::from_raw(self.cols as u32, self.rows as u32, self.pixels(index).to_vec()).expect("IDX payload size was checked at load");
         Ok(DynamicImage::ImageLuma8(img))
     }
     fn describe(&self, index: usize) -> String {

@@ -2,8 +2,8 @@
 //! the training loop, skipping (and counting) unreadable images.
 
 use super::{Dataset, Pipeline};
-use image::{DynamicImage, GenericImageView};
 use crate::error::{Error, Result};
+use image::{DynamicImage, GenericImageView};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -108,14 +108,7 @@ pub struct Loader {
 impl Loader {
     /// Starts producing the batches of `order` (dataset indices, already shuffled as wanted)
     /// for `epoch`.
-    pub fn new(
-        dataset: Arc<dyn Dataset>,
-        order: Vec<usize>,
-        pipeline: Pipeline,
-        epoch: u64,
-        config: LoaderConfig,
-        skips: Arc<SkipLog>,
-    ) -> Self {
+    pub fn new(dataset: Arc<dyn Dataset>, order: Vec<usize>, pipeline: Pipeline, epoch: u64, config: LoaderConfig, skips: Arc<SkipLog>) -> Self {
         assert!(config.batch_size > 0, "Got batch_size=0, expected at least 1");
         let batches = if config.drop_last { order.len() / config.batch_size } else { order.len().div_ceil(config.batch_size) };
         let (tx, rx) = sync_channel(config.prefetch.max(1));
@@ -155,15 +148,7 @@ impl Loader {
     }
 }
 
-fn make_batch(
-    dataset: &dyn Dataset,
-    chunk: &[usize],
-    pipeline: &Pipeline,
-    epoch: u64,
-    config: &LoaderConfig,
-    skips: &SkipLog,
-    times: &StageTimes,
-) -> Result<Option<Batch>> {
+fn make_batch(dataset: &dyn Dataset, chunk: &[usize], pipeline: &Pipeline, epoch: u64, config: &LoaderConfig, skips: &SkipLog, times: &StageTimes) -> Result<Option<Batch>> {
     let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
     // Decode and transform in parallel; normalise straight into the batch (below).
     let decoded: Vec<(usize, Result<DynamicImage>)> = chunk
@@ -271,11 +256,7 @@ mod tests {
     #[test]
     fn augmentation_is_reproducible_per_epoch() {
         let pipe = Pipeline::grayscale(4, 0.0, 1.0, true);
-        let run = |epoch| -> Vec<f32> {
-            Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default())
-                .flat_map(|b| b.unwrap().images)
-                .collect()
-        };
+        let run = |epoch| -> Vec<f32> { Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default()).flat_map(|b| b.unwrap().images).collect() };
         assert_eq!(run(0), run(0));
         assert_ne!(run(0), run(1));
     }

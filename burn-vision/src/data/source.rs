@@ -98,9 +98,7 @@ pub fn load_source(source: &DataSource, image_size: u32) -> Result<LoadedData> {
             let dir = fashion_mnist_dirs()
                 .into_iter()
                 .find(|d| d.join("train-images-idx3-ubyte.gz").is_file())
-                .ok_or_else(|| Error::MissingDataDir {
-                    path: PathBuf::from("datasets/fashion-mnist (run `cargo xtask data fashion-mnist`, or `apt-get install dataset-fashion-mnist`)"),
-                })?;
+                .ok_or_else(|| Error::MissingDataDir { path: PathBuf::from("datasets/fashion-mnist (run `cargo xtask data fashion-mnist`, or `apt-get install dataset-fashion-mnist`)") })?;
             let ds = IdxDataset::open(&dir.join("train-images-idx3-ubyte.gz"), &dir.join("train-labels-idx1-ubyte.gz"), classes())?;
             idx_data(ds)
         }

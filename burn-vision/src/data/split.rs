@@ -13,10 +13,7 @@ use rand_chacha::ChaCha8Rng;
 /// # Panics
 /// If `val_fraction` is outside `[0, 1)`.
 pub fn split_per_class(labels: &[usize], val_fraction: f64, seed: u64) -> (Vec<usize>, Vec<usize>) {
-    assert!(
-        (0.0..1.0).contains(&val_fraction),
-        "Got val_fraction={val_fraction}, expected a value in [0, 1)"
-    );
+    assert!((0.0..1.0).contains(&val_fraction), "Got val_fraction={val_fraction}, expected a value in [0, 1)");
     let num_classes = labels.iter().copied().max().map_or(0, |m| m + 1);
     let mut per_class: Vec<Vec<usize>> = vec![Vec::new(); num_classes];
     for (index, &label) in labels.iter().enumerate() {

@@ -58,11 +58,7 @@ impl Step {
             }
             Step::Resize { size } => {
                 let (w, h) = img.dimensions();
-                let (nw, nh) = if w <= h {
-                    (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1))
-                } else {
-                    (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size)
-                };
+                let (nw, nh) = if w <= h { (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1)) } else { (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size) };
                 if (nw, nh) == (w, h) { img } else { resize_region(&img, (0, 0, w, h), (nw, nh)) }
             }
             Step::CenterCrop { size } => center_crop(img, size),
@@ -214,7 +210,9 @@ impl Pipeline {
         assert!(
             matches!(self.channels, 1 | 3) && self.mean.len() == self.channels && self.std.len() == self.channels,
             "Got channels={}, mean={:?}, std={:?}; expected 1 or 3 channels with one mean/std each",
-            self.channels, self.mean, self.std
+            self.channels,
+            self.mean,
+            self.std
         );
         let plane = (img.width() * img.height()) as usize;
         assert_eq!(out.len(), plane * self.channels, "Got an output of {} values, expected {}", out.len(), plane * self.channels);

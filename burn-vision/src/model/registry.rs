@@ -27,11 +27,7 @@ pub fn list_models() -> Vec<&'static str> {
 /// # Errors
 /// [`Error::UnknownModel`] listing the known names.
 pub fn model_config(name: &str, num_classes: usize) -> Result<ModelConfig> {
-    MODELS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, make)| make(num_classes))
-        .ok_or_else(|| Error::UnknownModel { name: name.to_string(), available: list_models().join(", ") })
+    MODELS.iter().find(|(n, _)| *n == name).map(|(_, make)| make(num_classes)).ok_or_else(|| Error::UnknownModel { name: name.to_string(), available: list_models().join(", ") })
 }
 
 /// Builds model `name` with `num_classes` outputs and `in_channels` inputs; `small_input`

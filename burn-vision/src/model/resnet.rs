@@ -1,14 +1,14 @@
 //! ResNet-18/34/50/101/152 and small variants, with torchvision's layer names (`conv1`, `bn1`,
 //! `layer1.0.conv1`, `downsample`, `fc`) so that its weights can be mapped onto these models.
 
+use super::classifier::ImageClassifier;
 use burn::module::Module;
-use burn_nn::conv::Conv2dConfig;
-use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn_nn::{BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
 use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm};
 use burn_ddp::{BatchNormSync, sync_batch_norm};
-use super::classifier::ImageClassifier;
+use burn_nn::conv::Conv2dConfig;
+use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn_nn::{BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
 
 /// Which residual block a ResNet stacks.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -72,8 +72,7 @@ impl<B: Backend> Block<B> {
     fn new(kind: BlockKind, c_in: usize, width: usize, stride: usize, device: &B::Device) -> Self {
         let c_out = width * kind.expansion();
         let bn = |c| BatchNorm::from(BatchNormConfig::new(c).init(device));
-        let downsample = (stride != 1 || c_in != c_out)
-            .then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device).into(), bn: bn(c_out) });
+        let downsample = (stride != 1 || c_in != c_out).then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device).into(), bn: bn(c_out) });
         let (conv1, conv2, conv3) = match kind {
             BlockKind::Basic => (conv(c_in, width, 3, stride), conv(width, width, 3, 1), None),
             BlockKind::Bottleneck => (conv(c_in, width, 1, 1), conv(width, width, 3, stride), Some(conv(width, c_out, 1, 1))),
@@ -233,7 +232,9 @@ impl ResNetConfig {
         assert!(
             self.num_classes > 0 && self.in_channels > 0 && self.layers.iter().all(|&l| l > 0),
             "Got num_classes={}, in_channels={}, layers={:?}; expected all positive",
-            self.num_classes, self.in_channels, self.layers
+            self.num_classes,
+            self.in_channels,
+            self.layers
         );
         let stem_width = self.widths[0];
         let conv1 = if self.small_input { conv(self.in_channels, stem_width, 3, 1) } else { conv(self.in_channels, stem_width, 7, 2) };
@@ -252,9 +253,7 @@ impl ResNetConfig {
         ResNet {
             conv1: conv1.init(device).into(),
             bn1: BatchNormConfig::new(stem_width).init(device).into(),
-            maxpool: (!self.small_input).then(|| {
-                MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init()
-            }),
+            maxpool: (!self.small_input).then(|| MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init()),
             layer1,
             layer2,
             layer3,

@@ -3,12 +3,12 @@
 
 use crate::error::Result;
 use crate::model::{Classifier, ImageClassifier, create};
-use burn_ddp::nn::{CudnnTimes, Precision};
-use burn_ddp::nn::profile::cuda_profiler_range;
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::nn::profile::cuda_profiler_range;
+use burn_ddp::nn::{CudnnTimes, Precision};
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
@@ -84,6 +84,15 @@ pub struct HostTimes {
     pub optimizer_s: f64,
 }
 
+/// A producer thread handing over a fresh host copy of `x` per step, as the loader's thread
+/// does in training (so the copy is not the training thread's work).
+fn host_batches<B: Backend>(x: &Tensor<B, 4>) -> std::sync::mpsc::Receiver<Vec<f32>> {
+    let images: Vec<f32> = x.to_data().into_vec().expect("f32 images");
+    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+    std::thread::spawn(move || while tx.send(images.clone()).is_ok() {});
+    rx
+}
+
 /// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
 ///
 /// # Errors
@@ -96,14 +105,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
-    // With host input a producer thread hands over a fresh copy of one batch per step, as the
-    // loader's thread does in training (so the copy is not the training thread's work).
-    let host: Option<std::sync::mpsc::Receiver<Vec<f32>>> = config.host_input.then(|| {
-        let images: Vec<f32> = x.to_data().into_vec().expect("f32 images");
-        let (tx, rx) = std::sync::mpsc::sync_channel(2);
-        std::thread::spawn(move || while tx.send(images.clone()).is_ok() {});
-        rx
-    });
+    let host = config.host_input.then(|| host_batches(&x));
     let upload_s = std::cell::Cell::new(0.0);
     let host_s = std::cell::Cell::new([0.0f64; 3]);
     let mut step = |model: Classifier<B>| -> (Classifier<B>, Tensor<B, 1>) {

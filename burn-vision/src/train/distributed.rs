@@ -25,12 +25,13 @@ impl Distributed {
     /// Joins the group described by the launcher's environment when `RANK` is set; `None` for a
     /// plain single process. With `gpus`, gradients travel over NCCL on the GPUs (set
     /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
-    /// always use a TCP group beside it.
+    /// always use a TCP group beside it. `overlap`: DDP all-reduces gradient buckets while
+    /// backward runs (off with SyncBatchNorm, whose backward uses the same group).
     ///
     /// # Errors
     /// Rendezvous failures, NCCL set-up failures, or a WORLD_SIZE that differs from the
     /// configured number of devices.
-    pub fn from_env(expected_world: usize, gpus: bool) -> Result<Option<Self>> {
+    pub fn from_env(expected_world: usize, gpus: bool, overlap: bool) -> Result<Option<Self>> {
         if std::env::var("RANK").is_err() {
             return Ok(None);
         }
@@ -45,9 +46,7 @@ impl Distributed {
         let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
         let groups = init_process_groups(backends, &config).map_err(|e| match e {
-            burn_ddp::Error::Cuda { op, reason } if nccl => {
-                burn_ddp::Error::Cuda { op, reason: format!("{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)") }
-            }
+            burn_ddp::Error::Cuda { op, reason } if nccl => burn_ddp::Error::Cuda { op, reason: format!("{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)") },
             other => other,
         })?;
         let host_group: Arc<dyn ProcessGroup> = groups[0].clone();
@@ -56,7 +55,7 @@ impl Distributed {
             log::info!("gradients over {}, metrics over {}", device_group.backend(), host_group.backend());
         }
         Ok(Some(Self {
-            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig::default()),
+            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap, ..DdpConfig::default() }),
             device_group,
             host_group,
             rank: config.rank,

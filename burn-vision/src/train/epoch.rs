@@ -50,12 +50,8 @@ impl EpochPlan {
         if let Some(max) = config.max_steps_per_epoch {
             steps_per_epoch = steps_per_epoch.min(max);
         }
-        let schedule = CosineSchedule {
-            base_lr: config.scaled_lr(),
-            min_factor: config.min_lr_factor,
-            warmup_steps: config.warmup_epochs * steps_per_epoch,
-            total_steps: config.epochs * steps_per_epoch,
-        };
+        let schedule =
+            CosineSchedule { base_lr: config.scaled_lr(), min_factor: config.min_lr_factor, warmup_steps: config.warmup_epochs * steps_per_epoch, total_steps: config.epochs * steps_per_epoch };
         let loader = LoaderConfig { batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
         Self { dataset, train_idx, val_idx, sampler, steps_per_epoch, schedule, loader }
     }
@@ -114,18 +110,15 @@ fn progress_bar(config: &TrainConfig, len: usize, epoch: usize) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(len as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30.cyan/blue}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
+    bar.set_style(ProgressStyle::with_template("{prefix} [{bar:30.cyan/blue}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]").expect("static template").progress_chars("=> "));
     bar.set_prefix(format!("epoch {}/{}", epoch + 1, config.epochs));
     bar
 }
 
 /// Trains one epoch: loads this rank's batches, steps the model, and reads the device's loss
 /// and hit counts once at the end. Phases per step: 0 data wait, 1 upload, 2 forward, 3
-/// backward, 4 gradient sync, 5 optimizer.
+/// backward (as a DDP rank: with the gradient all-reduce it overlaps), 4 loss-scale checks,
+/// 5 optimizer.
 pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     trainer: &mut Trainer<B, O>,
     plan: &EpochPlan,
@@ -153,18 +146,22 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         phases.end(0);
         let batch = batch?;
         let n = batch.shape[0];
-        let out = step_gradients(trainer, at, batch_tensors::<B>(batch, device), &mut phases);
+        let tensors = batch_tensors::<B>(batch, device);
+        phases.end(1);
+        let synced_before = at.dist.map_or(0.0, |d| d.ddp.stats().seconds);
+        let out = step_gradients(trainer, at, tensors, &mut phases)?;
         loss_sum = loss_sum + out.loss_sum;
         correct = correct + out.correct;
         phases.end(3);
-        sync_seconds += apply_step(trainer, at, out.grads, &plan.schedule, &mut phases)?;
+        apply_step(trainer, out.grads, &plan.schedule, &mut phases);
+        sync_seconds += at.dist.map_or(0.0, |d| d.ddp.stats().seconds) - synced_before;
         (steps, seen) = (steps + 1, seen + n);
         if steps == warmup_steps {
             let _ = B::sync(device);
             first_step = Some((Instant::now(), seen));
         }
         bar.inc(1);
-        if trainer.step % 10 == 0 {
+        if trainer.step.is_multiple_of(10) {
             bar.set_message(format!("{:.0} img/s", seen as f64 / started.elapsed().as_secs_f64()));
         }
     }
@@ -175,19 +172,25 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     Ok(EpochTrained { sums, seconds: started.elapsed().as_secs_f64(), steady_img_per_s, sync_seconds, steps, data_wait_s: phases.seconds(0), phases_s: phases.totals() })
 }
 
-/// Forward and backward of one batch, on one device or split over DataParallel's.
-fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y): (Tensor<B, 4>, Tensor<B, 1, Int>), phases: &mut StepPhases<B>) -> StepOut<B> {
+/// Forward and backward of one batch, on one device or split over DataParallel's; as a DDP
+/// rank, the gradients come back averaged over the ranks (all-reduced while backward runs).
+fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y): (Tensor<B, 4>, Tensor<B, 1, Int>), phases: &mut StepPhases<B>) -> Result<StepOut<B>> {
     let n = x.dims()[0];
     let loss_scale = trainer.scaler.as_ref().map_or(1.0, GradScaler::scale);
     let loss_fn = &trainer.loss_fn;
     let Some(dp) = &at.dp else {
+        let ddp_step = at.dist.map(|d| d.ddp.step(&trainer.model)).transpose()?;
         let logits = trainer.model.forward(x);
         let loss = loss_fn.forward(logits.clone(), y.clone());
         let loss_sum = loss.clone().inner().mul_scalar(n as f64);
         let correct = logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
         phases.end(2);
-        let grads = GradientsParams::from_grads(loss.mul_scalar(loss_scale).backward(), &trainer.model);
-        return StepOut { grads, loss_sum, correct };
+        let loss = loss.mul_scalar(loss_scale);
+        let grads = match ddp_step {
+            Some(s) => s.backward(loss, &trainer.model)?,
+            None => GradientsParams::from_grads(loss.backward(), &trainer.model),
+        };
+        return Ok(StepOut { grads, loss_sum, correct });
     };
     let (xs, ys) = (dp.scatter(x), dp.scatter(y));
     let model = trainer.model.clone();
@@ -202,21 +205,13 @@ fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Place
     let device = &at.device;
     let loss_sum = Tensor::<B::InnerBackend, 1>::from_floats([(out.loss / loss_scale * n as f64) as f32], device);
     let correct = Tensor::<B::InnerBackend, 1, Int>::from_ints([out.outputs.iter().sum::<i64>()], device);
-    StepOut { grads: out.grads, loss_sum, correct }
+    Ok(StepOut { grads: out.grads, loss_sum, correct })
 }
 
-/// Averages the gradients over the ranks (DDP), unscales them (f16) and steps the optimizer;
-/// returns the seconds spent in the gradient sync.
-fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, mut grads: GradientsParams, schedule: &CosineSchedule, phases: &mut StepPhases<B>) -> Result<f64> {
-    let mut sync_seconds = 0.0;
-    if let Some(d) = at.dist {
-        let t = Instant::now();
-        grads = d.ddp.sync_gradients(&trainer.model, grads)?;
-        sync_seconds = t.elapsed().as_secs_f64();
-    }
+/// Unscales the gradients (f16; every rank alike, after DDP averaged them) and steps the
+/// optimizer; a step whose scaled gradients overflowed is skipped.
+fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut Trainer<B, O>, grads: GradientsParams, schedule: &CosineSchedule, phases: &mut StepPhases<B>) {
     phases.end(4);
-    // With loss scaling, gradients that overflowed skip the step (every rank alike: they were
-    // all-reduced first).
     let grads = match &mut trainer.scaler {
         Some(s) => s.unscale(&trainer.model, grads),
         None => Some(grads),
@@ -227,7 +222,6 @@ fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut 
     }
     phases.end(5);
     trainer.step += 1;
-    Ok(sync_seconds)
 }
 
 /// Validation tallies over every sample of the validation split exactly once across the

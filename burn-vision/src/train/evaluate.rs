@@ -4,9 +4,9 @@ use crate::data::{Dataset, Loader, LoaderConfig, Pipeline, SkipLog};
 use crate::error::Result;
 use crate::model::{Classifier, ImageClassifier};
 use crate::train::metrics::Tally;
-use burn_nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 use burn::tensor::TensorData;
+use burn_nn::loss::CrossEntropyLossConfig;
 use std::sync::Arc;
 
 /// Converts a loader batch into device tensors.
@@ -25,15 +25,7 @@ pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) 
 ///
 /// # Errors
 /// When a batch cannot be loaded (strict mode) or a transform fails.
-pub fn evaluate<B: Backend>(
-    model: &Classifier<B>,
-    dataset: Arc<dyn Dataset>,
-    indices: Vec<usize>,
-    pipeline: Pipeline,
-    config: LoaderConfig,
-    skips: Arc<SkipLog>,
-    device: &B::Device,
-) -> Result<Tally> {
+pub fn evaluate<B: Backend>(model: &Classifier<B>, dataset: Arc<dyn Dataset>, indices: Vec<usize>, pipeline: Pipeline, config: LoaderConfig, skips: Arc<SkipLog>, device: &B::Device) -> Result<Tally> {
     let classes = dataset.classes().len();
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut tally = Tally::default();

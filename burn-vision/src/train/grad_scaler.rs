@@ -96,8 +96,8 @@ mod tests {
     use super::*;
     use burn::tensor::{Distribution, FloatDType};
     use burn_autodiff::Autodiff;
-    use burn_flex::Flex;
     use burn_ddp::nn::Conv2d;
+    use burn_flex::Flex;
     use burn_nn::PaddingConfig2d;
     use burn_nn::conv::Conv2dConfig;
 

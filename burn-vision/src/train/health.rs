@@ -33,10 +33,7 @@ fn skew(values: &[f64]) -> f64 {
 pub fn log(rows: &[f64]) {
     let rows: Vec<&[f64]> = rows.chunks(FIELDS).collect();
     for (r, c) in rows.iter().enumerate() {
-        log::info!(
-            "rank {r}: {:.1} img/s, gradient sync {:.1}% of training time ({:.2} ms/step), peak host memory {:.0} MiB, GPU memory in use {:.0} MiB",
-            c[0], 100.0 * c[1], c[4], c[2], c[3]
-        );
+        log::info!("rank {r}: {:.1} img/s, gradient sync {:.1}% of training time ({:.2} ms/step), peak host memory {:.0} MiB, GPU memory in use {:.0} MiB", c[0], 100.0 * c[1], c[4], c[2], c[3]);
     }
     let ips: Vec<f64> = rows.iter().map(|c| c[0]).collect();
     log::info!("{} ranks: {:.1} img/s together, slowest/fastest rank {:.2}", rows.len(), ips.iter().sum::<f64>(), 1.0 / skew(&ips));

@@ -113,11 +113,7 @@ impl MetricsLog {
     /// # Errors
     /// When the file cannot be opened or written.
     pub fn append<T: Serialize>(&self, record: &T) -> Result<()> {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| Error::io("opening", &self.path, e))?;
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).map_err(|e| Error::io("opening", &self.path, e))?;
         let line = serde_json::to_string(record).expect("metrics serialise");
         writeln!(file, "{line}").and_then(|_| file.sync_data()).map_err(|e| Error::io("writing", &self.path, e))
     }

@@ -8,14 +8,14 @@ mod epoch;
 pub mod evaluate;
 pub mod grad_scaler;
 pub mod health;
-pub mod thread_clock;
-pub mod tensorboard;
 pub mod metrics;
 mod outputs;
 pub mod phases;
 pub mod predict;
 pub mod runner;
 pub mod schedule;
+pub mod tensorboard;
+pub mod thread_clock;
 
 pub use config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 pub use runner::{TrainSummary, train, train_on, train_with};

@@ -46,11 +46,28 @@ impl RunOutputs {
     ///
     /// # Errors
     /// When a file cannot be written.
-    pub fn epoch_done<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(&mut self, config: &TrainConfig, record: &EpochRecord, (model, optim, step): (&Classifier<B>, &O, usize), facts: &CheckpointFacts, (best_acc, improved): (f64, bool)) -> Result<()> {
+    pub fn epoch_done<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+        &mut self,
+        config: &TrainConfig,
+        record: &EpochRecord,
+        (model, optim, step): (&Classifier<B>, &O, usize),
+        facts: &CheckpointFacts,
+        (best_acc, improved): (f64, bool),
+    ) -> Result<()> {
         log::info!(
             "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data) | {:.1}s",
-            record.epoch, config.epochs, record.train_loss, 100.0 * record.train_acc, record.val_loss, 100.0 * record.val_acc,
-            100.0 * record.val_acc5, record.lr, record.img_per_s, record.steady_img_per_s.unwrap_or(record.img_per_s), record.data_wait_s, record.seconds
+            record.epoch,
+            config.epochs,
+            record.train_loss,
+            100.0 * record.train_acc,
+            record.val_loss,
+            100.0 * record.val_acc,
+            100.0 * record.val_acc5,
+            record.lr,
+            record.img_per_s,
+            record.steady_img_per_s.unwrap_or(record.img_per_s),
+            record.data_wait_s,
+            record.seconds
         );
         let out = &config.out;
         let bad = |e: burn::record::RecorderError| Error::BadCheckpoint { path: last_path(out), reason: e.to_string() };

@@ -64,7 +64,7 @@ pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Res
 pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>) -> Result<TrainSummary> {
     config.validate()?;
     let dist = match config.strategy {
-        Strategy::Ddp => Distributed::from_env(config.processes(), matches!(config.device, DeviceSpec::Cuda(_)))?,
+        Strategy::Ddp => Distributed::from_env(config.processes(), matches!(config.device, DeviceSpec::Cuda(_)), !config.sync_bn)?,
         Strategy::Dp => None,
     };
     train_inner::<B>(config, devices, dist.as_ref())
@@ -119,7 +119,11 @@ fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfi
     let (mut trainer, epoch, best_acc) = if config.resume {
         resume(config, trainer, device)?
     } else if last_path(out).exists() {
-        return Err(Error::InvalidConfig { name: "--out", value: out.display().to_string(), reason: "it already holds a run (last.ckpt); pass --resume to continue it or choose another --out".into() });
+        return Err(Error::InvalidConfig {
+            name: "--out",
+            value: out.display().to_string(),
+            reason: "it already holds a run (last.ckpt); pass --resume to continue it or choose another --out".into(),
+        });
     } else {
         (trainer, 0, 0.0)
     };
@@ -136,7 +140,11 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
     let bad = |reason: String| Error::BadCheckpoint { path: path.clone(), reason };
     for key in RESUME_KEYS {
         if ck.meta.config.get(key) != now.get(key) {
-            return Err(bad(format!("it was trained with {key}={}, this run has {key}={}; use the same settings or another --out", ck.meta.config.get(key).unwrap_or(&serde_json::Value::Null), now[key])));
+            return Err(bad(format!(
+                "it was trained with {key}={}, this run has {key}={}; use the same settings or another --out",
+                ck.meta.config.get(key).unwrap_or(&serde_json::Value::Null),
+                now[key]
+            )));
         }
     }
     let record = load_model_record::<B>(&ck.model, device).map_err(|e| bad(format!("model record: {e}")))?;
@@ -152,16 +160,39 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
 fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: &Classifier<B>, (data_parallel, world): (bool, usize)) {
     log::info!(
         "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}",
-        config.model, config.data, plan.dataset.classes().len(), plan.train_idx.len(), plan.val_idx.len(), config.world_size(), config.batch_size,
-        config.batch_size * config.world_size(), plan.steps_per_epoch, plan.schedule.base_lr, config.lr, config.world_size(),
-        if data_parallel { ", DataParallel" } else if world > 1 { ", DDP" } else { "" },
+        config.model,
+        config.data,
+        plan.dataset.classes().len(),
+        plan.train_idx.len(),
+        plan.val_idx.len(),
+        config.world_size(),
+        config.batch_size,
+        config.batch_size * config.world_size(),
+        plan.steps_per_epoch,
+        plan.schedule.base_lr,
+        config.lr,
+        config.world_size(),
+        if data_parallel {
+            ", DataParallel"
+        } else if world > 1 {
+            ", DDP"
+        } else {
+            ""
+        },
         if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" },
         if model.precision() == Precision::F32 { String::new() } else { format!(", {} activations", model.precision()) },
         if model.layout() == Layout::Nhwc { ", channels-last" } else { "" }
     );
 }
 
-fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, data: LoadedData, model: Classifier<B>, optim: O, devices: Vec<B::Device>, dist: Dist<'_>) -> Result<TrainSummary> {
+fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    config: &TrainConfig,
+    data: LoadedData,
+    model: Classifier<B>,
+    optim: O,
+    devices: Vec<B::Device>,
+    dist: Dist<'_>,
+) -> Result<TrainSummary> {
     let started = Instant::now();
     // DataParallel: the loader's batch is split over the devices (batch_size per device).
     let at = Placement { device: devices[0].clone(), dp: (devices.len() > 1).then(|| DataParallel::<B>::new(devices.clone())), dist };
@@ -205,7 +236,15 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &Train
     if let Some(last) = health.last().filter(|_| main_rank) {
         super::health::log(last);
     }
-    Ok(TrainSummary { epochs: records, best_acc, resumed_after: config.resume.then_some(start_epoch), skipped: skips.count(), first_skipped: skips.first(), out: config.out.clone(), seconds: started.elapsed().as_secs_f64() })
+    Ok(TrainSummary {
+        epochs: records,
+        best_acc,
+        resumed_after: config.resume.then_some(start_epoch),
+        skipped: skips.count(),
+        first_skipped: skips.first(),
+        out: config.out.clone(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
 }
 
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every
