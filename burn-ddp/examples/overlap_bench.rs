@@ -8,8 +8,10 @@
 //! target/release/burn-ddp launch --standalone --nproc-per-node 2 -- target/release/examples/overlap_bench
 //! ```
 //!
-//! Rank 0 prints one `RESULT` line (JSON): mean and median step seconds per mode, the exposed
-//! sync (waiting after backward) per mode, and the ratio.
+//! Options: `--channels 512 --layers 6 --side 4 --batch 4 --steps 12 --bucket-mib 25`. Rank 0
+//! prints one `RESULT` line (JSON): mean and median step seconds per mode, the exposed sync
+//! (waiting after backward) per mode, buckets per step and how many started during backward,
+//! and the ratio of the medians.
 
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
@@ -59,11 +61,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let (channels, layers, side, batch, steps) = (arg("--channels", 256), arg("--layers", 6), arg("--side", 4), arg("--batch", 4), arg("--steps", 12));
+    let (channels, layers, side, batch, steps) = (arg("--channels", 512), arg("--layers", 6), arg("--side", 4), arg("--batch", 4), arg("--steps", 12));
+    let bucket_bytes = arg("--bucket-mib", 25) << 20;
     let config = RendezvousConfig::from_env().unwrap_or_else(|e| panic!("run under `burn-ddp launch`: {e}"));
     let pg = init_process_group(CommBackend::Tcp, &config).expect("process group");
     let device = Default::default();
-    let ddps = [true, false].map(|overlap| DistributedDataParallel::new(pg.clone(), DdpConfig { overlap, ..DdpConfig::default() }));
+    let ddps = [true, false].map(|overlap| DistributedDataParallel::new(pg.clone(), DdpConfig { overlap, bucket_bytes, ..DdpConfig::default() }));
     let mut model = ddps[0].broadcast_module(Wide::<B>::new(channels, layers, &device)).expect("broadcast");
     let mut optim = SgdConfig::new().init::<B, Wide<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);

@@ -99,7 +99,7 @@ fn overlap_equals_after_backward(test: &str, world: usize) {
         let outs = spawn(test, world, &(0..world).collect::<Vec<_>>(), &[]);
         assert_all_ok(test, &outs);
         let texts: Vec<String> = outs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).collect();
-        let params: Vec<&str> = texts.iter().map(|t| t.lines().find_map(|l| l.strip_prefix("TRAINED ")).unwrap_or_else(|| panic!("no TRAINED line: {t}"))).collect();
+        let params: Vec<&str> = texts.iter().map(|t| t.lines().find_map(|l| l.split_once("TRAINED ").map(|(_, p)| p)).unwrap_or_else(|| panic!("no TRAINED line: {t}"))).collect();
         assert!(params.iter().all(|p| *p == params[0]), "ranks ended with different parameters");
         return;
     }

@@ -28,6 +28,7 @@ fn two_cpu_ranks_train_the_plain_burn_model_identically() {
     let results: Vec<_> = stdout.lines().filter(|l| l.contains("RESULT rank=")).map(parse).collect();
     assert_eq!(results.len(), 2, "expected one RESULT line per rank:\n{stdout}\n{stderr}");
     assert_eq!(results[0].3, results[1].3, "ranks ended with different parameters:\n{stdout}");
+    assert_ne!(results[0].3, "cbf29ce484222325", "the checksum covered no parameter");
     for (rank, first, last, _) in &results {
         assert!(*last < 0.6 * first, "rank {rank}: loss {first} -> {last} did not fall:\n{stdout}\n{stderr}");
     }

@@ -131,6 +131,8 @@ mod tests {
         let device = Default::default();
         for padding in [PaddingConfig2d::Explicit(1, 1, 1, 1), PaddingConfig2d::Explicit(1, 0, 2, 1), PaddingConfig2d::Same] {
             let theirs = burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(padding.clone()).init::<Flex>(&device);
+            // Parameters initialise lazily, and each clone on its own: draw them first.
+            let _ = (theirs.weight.val(), theirs.bias.as_ref().map(|b| b.val()));
             let mine = Conv2d::from(theirs.clone());
             let x = Tensor::<Flex, 4>::random([2, 3, 6, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
             let want = theirs.forward(x.clone()).into_data();

@@ -2,9 +2,11 @@
 //! (BasicBlock / Bottleneck) laid out like torchvision, and the model registry.
 
 pub mod classifier;
+pub mod image_classifier;
 pub mod registry;
 pub mod resnet;
 
-pub use classifier::{Classifier, ClassifierRecord, ImageClassifier, ModelConfig, load_model_record};
+pub use classifier::{Classifier, ClassifierRecord, ModelConfig, load_model_record};
+pub use image_classifier::ImageClassifier;
 pub use registry::{create, list_models, model_config};
 pub use resnet::{Block, BlockKind, ResNet, ResNetConfig};

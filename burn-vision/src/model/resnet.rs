@@ -1,7 +1,7 @@
 //! ResNet-18/34/50/101/152 and small variants, with torchvision's layer names (`conv1`, `bn1`,
 //! `layer1.0.conv1`, `downsample`, `fc`) so that its weights can be mapped onto these models.
 
-use super::classifier::ImageClassifier;
+use super::image_classifier::ImageClassifier;
 use burn::module::Module;
 use burn::prelude::*;
 use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm};
