@@ -9,7 +9,7 @@
 #     burn-vision vs PyTorch (bf16: autocast, NCHW and channels_last).
 # STEPS picks steps (default: all).
 # Binaries built on the development machine and carried in carry/ (B=...):
-#   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
+#   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp --example cudnn_check --example plain_burn
 # Writes raw logs to $OUT and prints summary tables last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

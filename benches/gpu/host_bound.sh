@@ -14,7 +14,7 @@
 # burn-vision's bench (like train) keeps GPU activations channels-last unless told
 # --channels-first; the old binaries of calls a-b (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
-#   cargo build --release -p burn-vision --features cuda --example cudnn_check --bin burn-vision
+#   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp --example cudnn_check --example plain_burn
 # and packed as carry/bins.txz or bins.tgz (burn-vision, cudnn_check; old/burn-vision for the
 # old build); benches/gpu/lib.sh unpacks them.
 # Raw output in $OUT/host_bound.log; the summary table is printed last.

@@ -5,9 +5,8 @@
 #              kernel by benches/gpu/ncu_summary.py;
 #  torch_prof: torch.profiler on one PyTorch step of the same model, batch and size;
 #  burn_split: the step without a profiler, with the host's waits on the cuDNN path
-#              (burn_split_nobn: the same with burn's BatchNorm instead of cuDNN's;
-#              burn_split_host: cuDNN ordered with burn's stream on the host, not the device;
-#              burn_split_fuse: convolution + BatchNorm as one cuDNN operation).
+#              (the switches of sessions 3–5 that compared variants are gone: set
+#              `burn_ddp::nn::CudnnOptions` in code to compare them).
 # BURN_EXTRA adds options to burn-vision's bench (e.g. "--precision bf16", or "--channels-first":
 # the bench, like train, keeps GPU activations channels-last by default),
 # TORCH_CL=1 and TORCH_DTYPE=bf16 profile PyTorch channels_last / autocast bf16.
@@ -24,11 +23,8 @@ R50="--model resnet50 --batch-size $BATCH --image-size 224 --classes 1000 --gpus
 for s in ${STEPS:-burn_split burn_ncu torch_prof}; do
   case $s in
     burn_split) step burn_split ${T_R50:-150} "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
-    burn_split_nobn) step burn_split_nobn ${T_R50:-150} env BURN_VISION_CUDNN_BN=0 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
-    burn_split_fuse) step burn_split_fuse ${T_R50:-150} env BURN_VISION_CUDNN_FUSE=1 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
-    burn_split_host) step burn_split_host ${T_R50:-150} env BURN_VISION_CUDNN_HOST_SYNC=1 "$B"/burn-vision bench $R50 --warmup 3 --steps 5 ;;
     burn_ncu)
-      step burn_ncu_run ${T_NCU:-240} env BURN_VISION_CUDA_PROFILER=1 ncu --clock-control none --cache-control none \
+      step burn_ncu_run ${T_NCU:-240} env BURN_DDP_CUDA_PROFILER=1 ncu --clock-control none --cache-control none \
         --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw --log-file "$OUT/ncu_burn.csv" \
         "$B"/burn-vision bench $R50 --warmup 2 --steps 1
       step burn_ncu 30 python3 benches/gpu/ncu_summary.py "$OUT/ncu_burn.csv" 40 burn-r50-b$BATCH ;;
