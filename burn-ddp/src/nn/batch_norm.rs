@@ -126,4 +126,16 @@ mod tests {
         let moved = bn.running_mean.value_sync().abs().sum().into_scalar();
         assert!(moved > 0.0, "running mean was not updated");
     }
+
+    /// A fresh layer (parameters not yet initialised) gets its gradients on the first step:
+    /// the fallback path must read its parameters, not clones that initialise on their own.
+    #[test]
+    fn a_fresh_layer_gets_gradients_on_its_first_step() {
+        let device = Default::default();
+        let bn = BatchNorm::from(BatchNormConfig::new(3).init::<B>(&device));
+        let x = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.5, 2.0), &device);
+        let g = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let grads = (bn.forward(x) * g).sum().backward();
+        assert!(bn.gamma.val().grad(&grads).is_some() && bn.beta.val().grad(&grads).is_some(), "gamma and beta got no gradient");
+    }
 }

@@ -85,11 +85,12 @@ impl<B: Backend> Conv2d<B> {
         self
     }
 
-    /// burn-nn's module over the same parameters (for its own forward).
+    /// burn-nn's module over the same parameters (for its own forward). The parameters are
+    /// read, not cloned: a clone of a not-yet-initialised parameter would initialise on its own.
     pub fn to_burn_nn(&self) -> burn_nn::conv::Conv2d<B> {
         burn_nn::conv::Conv2d {
-            weight: self.weight.clone(),
-            bias: self.bias.clone(),
+            weight: Param::initialized(self.weight.id, self.weight.val()),
+            bias: self.bias.as_ref().map(|b| Param::initialized(b.id, b.val())),
             stride: self.stride,
             kernel_size: self.kernel_size,
             dilation: self.dilation,
@@ -113,11 +114,13 @@ impl<B: Backend> BatchNorm<B> {
     }
 
     /// burn-nn's module over the same parameters and the same running statistics (updates
-    /// through it reach this layer: burn's `RunningState` is shared between clones).
+    /// through it reach this layer: burn's `RunningState` is shared between clones). The
+    /// parameters are read, not cloned: a clone of a not-yet-initialised parameter would
+    /// initialise on its own, and its gradient would not reach this layer.
     pub fn to_burn_nn(&self) -> burn_nn::BatchNorm<B> {
         burn_nn::BatchNorm {
-            gamma: self.gamma.clone(),
-            beta: self.beta.clone(),
+            gamma: Param::initialized(self.gamma.id, self.gamma.val()),
+            beta: Param::initialized(self.beta.id, self.beta.val()),
             running_mean: self.running_mean.clone(),
             running_var: self.running_var.clone(),
             momentum: self.momentum,
