@@ -11,6 +11,7 @@ pub mod device;
 pub mod error;
 pub mod grad_ready;
 pub mod launch;
+pub mod launch_env;
 pub mod nn;
 pub mod params;
 pub mod process_group;

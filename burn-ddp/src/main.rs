@@ -27,9 +27,10 @@ enum Cmd {
         /// This node's index in 0..nnodes.
         #[arg(long, default_value_t = 0)]
         node_rank: usize,
-        /// Host of rank 0 (the rendezvous store).
-        #[arg(long, default_value = "127.0.0.1")]
-        master_addr: String,
+        /// Host of rank 0 (the rendezvous store), reachable from every node; 127.0.0.1 on one
+        /// node. Required with --nnodes > 1.
+        #[arg(long)]
+        master_addr: Option<String>,
         /// Port of the rendezvous store.
         #[arg(long, default_value_t = 29500)]
         master_port: u16,
@@ -51,11 +52,15 @@ enum Cmd {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
     let Cmd::Launch { nproc_per_node, nnodes, node_rank, master_addr, master_port, standalone, max_restarts, grace_s, program } = Cli::parse().command;
+    if let Some(problem) = node_problem(nnodes, node_rank, master_addr.as_deref(), standalone) {
+        eprintln!("error: {problem}");
+        std::process::exit(2);
+    }
     let config = LaunchConfig {
         nproc_per_node,
         nnodes,
         node_rank,
-        master_addr: if standalone { "127.0.0.1".into() } else { master_addr },
+        master_addr: if standalone { "127.0.0.1".into() } else { master_addr.unwrap_or_else(|| "127.0.0.1".into()) },
         master_port: if standalone { 0 } else { master_port },
         max_restarts,
         program,
@@ -72,5 +77,37 @@ fn main() {
             eprintln!("error: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+/// What is wrong with a multi-node launch before anything starts (the other nodes would wait
+/// out the rendezvous time-out otherwise).
+fn node_problem(nnodes: usize, node_rank: usize, master_addr: Option<&str>, standalone: bool) -> Option<String> {
+    if nnodes == 0 {
+        return Some("--nnodes must be at least 1".into());
+    }
+    if node_rank >= nnodes {
+        return Some(format!("--node-rank {node_rank} is outside --nnodes {nnodes}: number the nodes 0..{}", nnodes - 1));
+    }
+    if nnodes > 1 && standalone {
+        return Some("--standalone is for one node; with --nnodes > 1 give every node the same --master-addr and --master-port".into());
+    }
+    if nnodes > 1 && master_addr.is_none() {
+        return Some(format!("--nnodes {nnodes} needs --master-addr: the host of node 0, reachable from every node (127.0.0.1 would make each node wait for itself)"));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_problem;
+
+    #[test]
+    fn multi_node_launches_are_checked_before_starting() {
+        assert!(node_problem(1, 0, None, true).is_none());
+        assert!(node_problem(2, 1, Some("10.0.0.1"), false).is_none());
+        assert!(node_problem(2, 2, Some("h"), false).unwrap().contains("--node-rank 2 is outside --nnodes 2"));
+        assert!(node_problem(2, 0, None, false).unwrap().contains("needs --master-addr"));
+        assert!(node_problem(2, 0, Some("h"), true).unwrap().contains("--standalone is for one node"));
     }
 }

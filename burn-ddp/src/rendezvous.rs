@@ -1,4 +1,5 @@
-//! env:// rendezvous: read what torchrun (or our launcher) sets, start the store on rank 0,
+//! env:// rendezvous: read what the launcher set (torchrun, ours, Slurm, OpenMPI: see
+//! `launch_env`), start the store on rank 0,
 //! meet every rank with a time-out that names the ranks that never came, and build the
 //! process group.
 
@@ -31,33 +32,38 @@ pub struct RendezvousConfig {
     pub timeout: Duration,
     /// Shared secret peers must present (BURN_DDP_TOKEN).
     pub token: Option<String>,
-}
-
-fn var<T: std::str::FromStr>(name: &'static str, default: Option<T>) -> Result<T> {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().map_err(|_| Error::Env { name, reason: format!("`{v}` is not a valid value") }),
-        Err(_) => default.ok_or(Error::Env { name, reason: "not set; start the program with `burn-ddp launch` or torchrun, or set it yourself".into() }),
-    }
+    /// Which launcher's variables this came from.
+    pub source: crate::launch_env::EnvSource,
 }
 
 impl RendezvousConfig {
-    /// Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (the last
-    /// two default to RANK and WORLD_SIZE), BURN_DDP_TIMEOUT_S and BURN_DDP_TOKEN.
+    /// This process's place from its launcher's environment (torchrun / `burn-ddp launch`,
+    /// Slurm, OpenMPI: see [`crate::launch_env`] for the order and the variables), plus
+    /// BURN_DDP_TIMEOUT_S and BURN_DDP_TOKEN.
     ///
     /// # Errors
-    /// [`Error::Env`] naming a missing or malformed variable, or a rank outside the world.
+    /// [`Error::Env`] naming a missing or malformed variable, a rank outside the world, or no
+    /// launcher's variables at all.
     pub fn from_env() -> Result<Self> {
-        let rank: usize = var("RANK", None)?;
-        let world_size: usize = var("WORLD_SIZE", None)?;
+        let var = |name: &str| std::env::var(name).ok();
+        let place = crate::launch_env::detect(&var)?.ok_or(Error::Env {
+            name: "RANK",
+            reason: "not set; start the program with `burn-ddp launch`, torchrun, srun or mpirun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself".into(),
+        })?;
+        let timeout_s = match var("BURN_DDP_TIMEOUT_S") {
+            Some(v) => v.trim().parse::<f64>().ok().filter(|s| *s > 0.0).ok_or(Error::Env { name: "BURN_DDP_TIMEOUT_S", reason: format!("`{v}` is not a positive number of seconds") })?,
+            None => DEFAULT_TIMEOUT.as_secs_f64(),
+        };
         let config = Self {
-            master_addr: var("MASTER_ADDR", Some("127.0.0.1".to_string()))?,
-            master_port: var("MASTER_PORT", None)?,
-            rank,
-            world_size,
-            local_rank: var("LOCAL_RANK", Some(rank))?,
-            local_world_size: var("LOCAL_WORLD_SIZE", Some(world_size))?,
-            timeout: Duration::from_secs_f64(var("BURN_DDP_TIMEOUT_S", Some(DEFAULT_TIMEOUT.as_secs_f64()))?),
-            token: std::env::var("BURN_DDP_TOKEN").ok(),
+            master_addr: place.master_addr,
+            master_port: place.master_port,
+            rank: place.rank,
+            world_size: place.world_size,
+            local_rank: place.local_rank,
+            local_world_size: place.local_world_size,
+            timeout: Duration::from_secs_f64(timeout_s),
+            token: var("BURN_DDP_TOKEN"),
+            source: place.source,
         };
         config.check()?;
         Ok(config)
@@ -104,6 +110,11 @@ pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
         Error::Timeout { waited, .. } => Error::Timeout { op: format!("connecting to rank 0's store at {}:{}", config.master_addr, config.master_port), rank: config.rank, waited, missing: vec![0] },
         other => other,
     })?;
+    // Two processes with one rank (two nodes given the same --node-rank, say): the second one
+    // to arrive stops at once, naming the cause.
+    if store.add(&format!("rdzv/claim/{}", config.rank), 1)? > 1 {
+        return Err(Error::Env { name: "RANK", reason: format!("rank {} joined twice: two processes claim it (two nodes with the same --node-rank?); give every node its own", config.rank) });
+    }
     store.set(&format!("rdzv/world/{}", config.rank), config.world_size.to_string().as_bytes())?;
     let keys: Vec<String> = (0..config.world_size).map(|r| format!("rdzv/world/{r}")).collect();
     let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();

@@ -134,6 +134,46 @@ fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
     assert_ranks_match(&outs, &single);
 }
 
+/// Two `burn-ddp launch --nnodes 2` on this machine (node ranks 0 and 1, two processes each)
+/// form one world of 4 whose training equals one process with 4× the batch.
+#[test]
+fn ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch() {
+    let test = "ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch";
+    if is_worker() {
+        return equivalence(test, 4);
+    }
+    let port = burn_ddp::launch::free_port().unwrap().to_string();
+    let exe = std::env::current_exe().unwrap();
+    let nodes: Vec<_> = (0..2)
+        .map(|node| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
+                .args(["launch", "--nnodes", "2", "--node-rank", &node.to_string(), "--master-addr", "127.0.0.1", "--master-port", &port, "--nproc-per-node", "2", "--"])
+                .arg(&exe)
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env("BURN_DDP_TEST_ROLE", "worker")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = nodes.into_iter().map(|n| n.wait_with_output().unwrap()).collect();
+    assert_all_ok(test, &outs);
+    // Each launcher prefixes its ranks' lines with `[rank r]`: one PARAMS line per global rank.
+    let text: String = outs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).collect();
+    let ranks: Vec<std::process::Output> = (0..4)
+        .map(|r| {
+            let line = text.lines().find(|l| l.starts_with(&format!("[rank {r}] ")) && l.contains("PARAMS ")).unwrap_or_else(|| panic!("no PARAMS from rank {r}:\n{text}"));
+            std::process::Output { status: outs[0].status, stdout: line.split_once("] ").unwrap().1.as_bytes().to_vec(), stderr: Vec::new() }
+        })
+        .collect();
+    let device = Default::default();
+    let _init = INIT.lock().unwrap_or_else(|e| e.into_inner());
+    B::seed(&device, 1000);
+    let single = flat_values(&train(Mlp::<B>::new(&device), |s| s * 4 * PER_RANK..(s + 1) * 4 * PER_RANK, |_, g| g));
+    assert_ranks_match(&ranks, &single);
+}
+
 #[test]
 fn ddp_2_ranks_equals_one_process_with_the_global_batch() {
     equivalence("ddp_2_ranks_equals_one_process_with_the_global_batch", 2);

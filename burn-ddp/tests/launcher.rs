@@ -69,3 +69,40 @@ fn launched_worker_joins() {
     assert_eq!(v[0], 3.0);
     println!("worker joined");
 }
+
+/// Two nodes started with the same `--node-rank`: a duplicate rank stops at once naming the
+/// cause, and every rank of both nodes ends within the rendezvous time-out — no hang.
+/// A node rank outside `--nnodes`, or several nodes without `--master-addr`, never start.
+#[test]
+fn wrong_node_ranks_are_one_line_errors() {
+    let (code, _, err, _) = launch(&["--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--node-rank 2 is outside --nnodes 2"), "{err}");
+    let (code, _, err, _) = launch(&["--nnodes", "2", "--node-rank", "0", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("needs --master-addr"), "{err}");
+
+    let port = burn_ddp::launch::free_port().unwrap().to_string();
+    let exe = std::env::current_exe().unwrap();
+    let started = Instant::now();
+    let nodes: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
+                .args(["launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", &port, "--nproc-per-node", "2", "--grace-s", "1", "--"])
+                .arg(&exe)
+                .args(["launched_worker_joins", "--exact", "--ignored", "--nocapture"])
+                .env("BURN_DDP_TIMEOUT_S", "4")
+                .stderr(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = nodes.into_iter().map(|n| n.wait_with_output().unwrap()).collect();
+    let all: String = outs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)).collect();
+    assert!(outs.iter().all(|o| !o.status.success()), "a duplicate node rank must fail both nodes:\n{all}");
+    // Which node's rank gets there second is a race: it says "joined twice" (rank 1) or finds
+    // rank 0's port taken; the other node then loses its peers or its store and stops too.
+    assert!(all.contains("joined twice") || all.contains("another process is rank 0 already"), "the duplicate is not named:\n{all}");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+}

@@ -137,7 +137,17 @@ fn wrong_world_size_is_reported() {
 fn busy_master_port_is_one_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let cfg = RendezvousConfig { master_addr: "127.0.0.1".into(), master_port: port, rank: 0, world_size: 2, local_rank: 0, local_world_size: 2, timeout: Duration::from_secs(2), token: None };
+    let cfg = RendezvousConfig {
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        rank: 0,
+        world_size: 2,
+        local_rank: 0,
+        local_world_size: 2,
+        timeout: Duration::from_secs(2),
+        token: None,
+        source: burn_ddp::launch_env::EnvSource::Torchrun,
+    };
     let err = init_process_group(CommBackend::Tcp, &cfg).err().unwrap();
     assert!(matches!(err, Error::PortInUse { .. }), "{err}");
     assert!(err.to_string().contains("already in use"), "{err}");

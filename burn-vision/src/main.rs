@@ -280,11 +280,13 @@ fn launch_ranks(config: &TrainConfig) -> Result<()> {
 
 fn cmd_train(a: TrainArgs) -> Result<()> {
     let config = train_config(a)?;
-    if config.processes() > 1 && std::env::var_os("RANK").is_none() {
+    // Under a launcher (ours, torchrun, srun, mpirun) this process is one rank of its world.
+    let place = burn_ddp::launch_env::detect(&|k| std::env::var(k).ok())?;
+    if config.processes() > 1 && place.is_none() {
         return launch_ranks(&config);
     }
     let summary = run(&config)?;
-    if std::env::var("RANK").is_ok_and(|r| r != "0") {
+    if place.is_some_and(|p| p.rank != 0) {
         return Ok(());
     }
     if summary.skipped > 0 {

@@ -150,3 +150,66 @@ fn data_parallel_2_cpu_workers_train_end_to_end() {
     let (all, steady) = (record["img_per_s"].as_f64().unwrap(), record["steady_img_per_s"].as_f64().unwrap());
     assert!(all > 0.0 && steady > 0.0, "{record}");
 }
+
+/// Two `train` processes started with a launcher's environment and no `--nproc` (what
+/// torchrun, srun and mpirun do): the world comes from the environment, they form one DDP job
+/// (rank 0 logs where the ranks came from, the learning rate is scaled by 2), rank 0 writes the
+/// run, and rank 1 prints nothing.
+fn launched_pair(out: &Path, env_of: impl Fn(usize) -> Vec<(&'static str, String)>) -> (Output, Output) {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
+    let args =
+        ["train", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--max-steps-per-epoch", "2", "--quiet", "--cpu", "--out", out.to_str().unwrap()];
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(env!("CARGO_BIN_EXE_burn-vision"))
+                .args(args)
+                .envs(env_of(r))
+                .env("RUST_LOG", "info")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outs = children.into_iter().map(|c| c.wait_with_output().unwrap());
+    (outs.next().unwrap(), outs.next().unwrap())
+}
+
+#[test]
+fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let launchers: [(&str, Box<dyn Fn(usize, &str) -> Vec<(&'static str, String)>>); 3] = [
+        ("RANK/WORLD_SIZE", Box::new(|r, p| vec![("RANK", r.to_string()), ("WORLD_SIZE", "2".into()), ("LOCAL_RANK", r.to_string()), ("MASTER_ADDR", "127.0.0.1".into()), ("MASTER_PORT", p.into())])),
+        (
+            "Slurm",
+            Box::new(|r, p| {
+                vec![("SLURM_PROCID", r.to_string()), ("SLURM_NTASKS", "2".into()), ("SLURM_LOCALID", r.to_string()), ("SLURM_JOB_NODELIST", "localhost".into()), ("MASTER_PORT", p.into())]
+            }),
+        ),
+        (
+            "OpenMPI",
+            Box::new(|r, p| {
+                vec![
+                    ("OMPI_COMM_WORLD_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_SIZE", "2".into()),
+                    ("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_LOCAL_SIZE", "2".into()),
+                    ("MASTER_PORT", p.into()),
+                ]
+            }),
+        ),
+    ];
+    for (name, env_of) in launchers {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        let p = port();
+        let (rank0, rank1) = launched_pair(&out, |r| env_of(r, &p));
+        let (err0, err1) = (stderr(&rank0), stderr(&rank1));
+        assert!(rank0.status.success() && rank1.status.success(), "{name}:\n{err0}\n{err1}");
+        assert!(err0.contains(&format!("2 ranks from {name}")), "{name}: rank 0 does not say where the world came from:\n{err0}");
+        assert!(err0.contains("global batch 16") && err0.contains("(0.002 x 2)"), "{name}: not one 2-rank job:\n{err0}");
+        assert!(String::from_utf8_lossy(&rank0.stdout).contains("done: 1 epoch(s)"), "{name}");
+        assert!(rank1.stdout.is_empty(), "{name}: rank 1 printed {}", String::from_utf8_lossy(&rank1.stdout));
+        assert!(out.join("last.ckpt").exists(), "{name}: no checkpoint");
+    }
+}

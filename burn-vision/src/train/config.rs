@@ -120,6 +120,11 @@ pub struct TrainConfig {
     /// they are faster on every model measured, docs/benchmarks.md) and NCHW on the CPU.
     #[serde(default)]
     pub channels_last: Option<bool>,
+    /// The job's number of ranks when an outside launcher (torchrun, srun, mpirun, `burn-ddp
+    /// launch --nnodes N`) set it: it wins over `nproc` / the local `--gpus` list for the
+    /// learning-rate scaling and the log. Set by `train` from the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<usize>,
 }
 
 /// How several devices share the training.
@@ -176,6 +181,7 @@ impl Default for TrainConfig {
             sync_bn: false,
             precision: Precision::F32,
             channels_last: None,
+            world: None,
         }
     }
 }
@@ -257,8 +263,12 @@ impl TrainConfig {
         }
     }
 
-    /// Devices that train together: `--nproc` on the CPU, one per listed GPU.
+    /// Devices that train together: the launcher's world when one set it, else `--nproc` on
+    /// the CPU, one per listed GPU.
     pub fn world_size(&self) -> usize {
+        if let Some(w) = self.world {
+            return w;
+        }
         match self.device {
             DeviceSpec::Cpu => self.nproc,
             DeviceSpec::Cuda(ref ids) => ids.len(),

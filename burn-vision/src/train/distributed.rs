@@ -22,27 +22,28 @@ pub struct Distributed {
 }
 
 impl Distributed {
-    /// Joins the group described by the launcher's environment when `RANK` is set; `None` for a
-    /// plain single process. With `gpus`, gradients travel over NCCL on the GPUs (set
+    /// Joins the group described by the launcher's environment (torchrun / `burn-ddp launch`,
+    /// Slurm, OpenMPI: the world comes from there, not from `--nproc`); `None` for a plain
+    /// single process. `local_gpus`: how many GPUs `--gpus` names on this node. With `gpus`, gradients travel over NCCL on the GPUs (set
     /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
     /// always use a TCP group beside it. `overlap`: DDP all-reduces gradient buckets while
     /// backward runs (off with SyncBatchNorm, whose backward uses the same group).
     ///
     /// # Errors
-    /// Rendezvous failures, NCCL set-up failures, or a WORLD_SIZE that differs from the
-    /// configured number of devices.
-    pub fn from_env(expected_world: usize, gpus: bool, overlap: bool) -> Result<Option<Self>> {
-        if std::env::var("RANK").is_err() {
+    /// Rendezvous failures, NCCL set-up failures, or a local rank without a GPU in `--gpus`.
+    pub fn from_env(local_gpus: Option<usize>, overlap: bool) -> Result<Option<Self>> {
+        if !burn_ddp::launch_env::launched(&|k| std::env::var(k).ok()) {
             return Ok(None);
         }
         let config = RendezvousConfig::from_env()?;
-        if config.world_size != expected_world {
+        if let Some(n) = local_gpus.filter(|&n| config.local_rank >= n) {
             return Err(Error::InvalidConfig {
-                name: "WORLD_SIZE",
-                value: config.world_size.to_string(),
-                reason: format!("the training config asks for {expected_world} processes (--nproc / --gpus)"),
+                name: "--gpus",
+                value: format!("{n} GPU(s)"),
+                reason: format!("this process is local rank {} of {} on its node: list one GPU per local rank (each node names its own GPUs)", config.local_rank, config.local_world_size),
             });
         }
+        let gpus = local_gpus.is_some();
         let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
         let groups = init_process_groups(backends, &config).map_err(|e| match e {
@@ -52,7 +53,7 @@ impl Distributed {
         let host_group: Arc<dyn ProcessGroup> = groups[0].clone();
         let device_group: Arc<dyn ProcessGroup> = groups[groups.len() - 1].clone();
         if config.rank == 0 {
-            log::info!("gradients over {}, metrics over {}", device_group.backend(), host_group.backend());
+            log::info!("{} ranks from {}; gradients over {}, metrics over {}", config.world_size, config.source, device_group.backend(), host_group.backend());
         }
         Ok(Some(Self {
             ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap, ..DdpConfig::default() }),

@@ -92,7 +92,7 @@ fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
     if config.strategy == Strategy::Dp {
         return train_on::<Autodiff<burn_cuda::Cuda>>(config, ids.iter().map(|&i| burn_cuda::CudaDevice::new(i)).collect());
     }
-    let local_rank: usize = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let local_rank = burn_ddp::launch_env::detect(&|k| std::env::var(k).ok())?.map_or(0, |p| p.local_rank);
     let id = *ids.get(local_rank).ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
     train::<Autodiff<burn_cuda::Cuda>>(config, burn_cuda::CudaDevice::new(id))
 }

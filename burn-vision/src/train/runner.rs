@@ -63,10 +63,16 @@ pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Res
 /// As [`train`].
 pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>) -> Result<TrainSummary> {
     config.validate()?;
+    let local_gpus = match &config.device {
+        DeviceSpec::Cuda(ids) => Some(ids.len()),
+        DeviceSpec::Cpu => None,
+    };
     let dist = match config.strategy {
-        Strategy::Ddp => Distributed::from_env(config.processes(), matches!(config.device, DeviceSpec::Cuda(_)), !config.sync_bn)?,
+        Strategy::Ddp => Distributed::from_env(local_gpus, !config.sync_bn)?,
         Strategy::Dp => None,
     };
+    // The launcher's world sets the learning-rate scaling and the log, whatever --nproc said.
+    let config = &TrainConfig { world: dist.as_ref().map(|d| d.world), ..config.clone() };
     train_inner::<B>(config, devices, dist.as_ref())
 }
 
