@@ -175,10 +175,13 @@ fn launched_pair(out: &Path, env_of: impl Fn(usize) -> Vec<(&'static str, String
     (outs.next().unwrap(), outs.next().unwrap())
 }
 
+/// A launcher's variables for rank `r` and store port `p`.
+type LauncherEnv = Box<dyn Fn(usize, &str) -> Vec<(&'static str, String)>>;
+
 #[test]
 fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
     let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let launchers: [(&str, Box<dyn Fn(usize, &str) -> Vec<(&'static str, String)>>); 3] = [
+    let launchers: [(&str, LauncherEnv); 3] = [
         ("RANK/WORLD_SIZE", Box::new(|r, p| vec![("RANK", r.to_string()), ("WORLD_SIZE", "2".into()), ("LOCAL_RANK", r.to_string()), ("MASTER_ADDR", "127.0.0.1".into()), ("MASTER_PORT", p.into())])),
         (
             "Slurm",
