@@ -1,12 +1,11 @@
 //! The `burn-vision` command: `train`, `eval`, `predict`. Thin: clap arguments become a
 //! `TrainConfig` and the library does the work.
 
-use anyhow::{Context, Result};
-use burn_vision::data::{DataBenchConfig, DataSource, LoaderConfig, SkipLog, load_source, loader_throughput, split_per_class};
+use anyhow::Result;
+use burn_vision::data::{DataBenchConfig, DataSource, load_source, loader_throughput};
 use burn_vision::model::list_models;
 use burn_vision::train::bench::BenchConfig;
-use burn_vision::train::evaluate::evaluate;
-use burn_vision::train::predict::{predict, restore};
+use burn_vision::train::inference::{EvalRequest, evaluate_checkpoint, predict_paths};
 use burn_vision::train::{DeviceSpec, OptimizerKind, TrainConfig, run, run_bench};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -205,6 +204,10 @@ struct EvalArgs {
     all: bool,
     #[arg(long, default_value_t = 128)]
     batch_size: usize,
+    /// GPU to evaluate on (default: the checkpoint's own GPU when this build has CUDA and the GPU
+    /// exists, else the CPU).
+    #[arg(long)]
+    gpus: Option<String>,
 }
 
 #[derive(Args)]
@@ -214,7 +217,11 @@ struct PredictArgs {
     /// How many classes to show per image.
     #[arg(long, default_value_t = 3)]
     top: usize,
-    /// Image files.
+    /// GPU to predict on (default: as for eval).
+    #[arg(long)]
+    gpus: Option<String>,
+    /// Image files and folders of images (.jpg, .jpeg, .png); an unreadable image is reported
+    /// and the others go on.
     #[arg(required = true)]
     images: Vec<PathBuf>,
 }
@@ -305,40 +312,51 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-type Cpu = burn_flex::Flex;
-
 fn cmd_eval(a: EvalArgs) -> Result<()> {
-    let device = Default::default();
-    let restored = restore::<Cpu>(&a.checkpoint, &device)?;
-    let trained: TrainConfig = serde_json::from_value(restored.meta.config.clone()).context("checkpoint holds no training config")?;
-    let source: DataSource = a.data.as_deref().unwrap_or(&trained.data).parse()?;
-    let data = load_source(&source, trained.image_size)?;
-    anyhow::ensure!(
-        data.dataset.classes() == restored.meta.classes.as_slice(),
-        "the classes of {source} ({}) differ from the checkpoint's ({})",
-        data.dataset.classes().join(","),
-        restored.meta.classes.join(",")
+    let request = EvalRequest { checkpoint: a.checkpoint, data: a.data, all: a.all, batch_size: a.batch_size, gpu: first_gpu(a.gpus.as_deref())? };
+    let r = evaluate_checkpoint(&request)?;
+    println!(
+        "{}: {} images ({} skipped) on {}: loss {:.4}, top-1 {:.2}%, top-5 {:.2}%",
+        request.checkpoint.display(),
+        r.images,
+        r.skipped,
+        r.device,
+        r.tally.loss(),
+        100.0 * r.tally.acc1(),
+        100.0 * r.tally.acc5()
     );
-    let indices: Vec<usize> = if a.all {
-        (0..data.dataset.len()).collect()
-    } else {
-        let labels: Vec<usize> = (0..data.dataset.len()).map(|i| data.dataset.label(i)).collect();
-        split_per_class(&labels, trained.val_fraction, trained.seed).1
-    };
-    let n = indices.len();
-    let skips = Arc::new(SkipLog::default());
-    let cfg = LoaderConfig { batch_size: a.batch_size, drop_last: false, prefetch: 4, seed: trained.seed, strict: false };
-    let tally = evaluate(&restored.model, data.dataset, indices, restored.pipeline, cfg, skips.clone(), &device)?;
-    println!("{}: {} images ({} skipped): loss {:.4}, top-1 {:.2}%, top-5 {:.2}%", a.checkpoint.display(), n, skips.count(), tally.loss(), 100.0 * tally.acc1(), 100.0 * tally.acc5());
     Ok(())
 }
 
+/// The GPU of `--gpus` for eval and predict (one; the first of a list).
+fn first_gpu(gpus: Option<&str>) -> Result<Option<usize>> {
+    let Some(list) = gpus else { return Ok(None) };
+    let DeviceSpec::Cuda(ids) = DeviceSpec::parse_gpus(list)? else { return Ok(None) };
+    if ids.len() > 1 {
+        log::info!("--gpus {list}: evaluating on GPU {} (one device is enough)", ids[0]);
+    }
+    Ok(ids.first().copied())
+}
+
 fn cmd_predict(a: PredictArgs) -> Result<()> {
-    let device = Default::default();
-    let restored = restore::<Cpu>(&a.checkpoint, &device)?;
-    for p in predict(&restored, &a.images, a.top, &device)? {
-        let top: Vec<String> = p.top.iter().map(|(c, prob)| format!("{c} {:.1}%", 100.0 * prob)).collect();
-        println!("{}: {}", p.path, top.join(", "));
+    let results = predict_paths(&a.checkpoint, &a.images, a.top, first_gpu(a.gpus.as_deref())?)?;
+    anyhow::ensure!(!results.is_empty(), "no .jpg/.jpeg/.png images in {}", a.images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    let mut failed = 0;
+    for (path, result) in &results {
+        match result {
+            Ok(p) => {
+                let top: Vec<String> = p.top.iter().map(|(c, prob)| format!("{c} {:.1}%", 100.0 * prob)).collect();
+                println!("{}: {}", p.path, top.join(", "));
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("{}: not predicted: {e}", path.display());
+            }
+        }
+    }
+    anyhow::ensure!(failed < results.len(), "none of the {} image(s) could be read", results.len());
+    if failed > 0 {
+        eprintln!("{failed} of {} image(s) could not be read (listed above)", results.len());
     }
     Ok(())
 }

@@ -66,6 +66,19 @@ fn train_then_eval_and_predict() {
     assert_eq!(text.lines().count(), 1);
     assert_eq!(text.matches('%').count(), 2, "{text}");
 
+    // A folder and a broken file: every readable image predicted, the broken one reported.
+    let mixed = dir.path().join("mixed");
+    std::fs::create_dir(&mixed).unwrap();
+    for (i, f) in Path::new(data).join("Bag").read_dir().unwrap().take(3).enumerate() {
+        std::fs::copy(f.unwrap().path(), mixed.join(format!("{i}.jpg"))).unwrap();
+    }
+    std::fs::write(mixed.join("broken.jpg"), b"not a jpeg").unwrap();
+    let o = cli(&["predict", "--checkpoint", ckpt.to_str().unwrap(), mixed.to_str().unwrap(), image.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 4, "3 from the folder and the file");
+    let err = stderr(&o);
+    assert!(err.contains("broken.jpg: not predicted") && err.contains("1 of 5 image(s) could not be read"), "{err}");
+
     let corrupt = dir.path().join("bad.ckpt");
     let mut bytes = std::fs::read(&ckpt).unwrap();
     bytes.truncate(bytes.len() / 2);
@@ -215,4 +228,30 @@ fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
         assert!(rank1.stdout.is_empty(), "{name}: rank 1 printed {}", String::from_utf8_lossy(&rank1.stdout));
         assert!(out.join("last.ckpt").exists(), "{name}: no checkpoint");
     }
+}
+
+/// `eval --gpus 0` and `predict --gpus 0` on a GPU; without a CUDA build or a GPU, the test
+/// says so and checks the one-line answer instead.
+#[test]
+fn eval_and_predict_on_gpu_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
+    let o = cli(&["train", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "16", "--max-steps-per-epoch", "2", "--quiet", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ckpt = out.join("best.ckpt");
+    let eval = cli(&["eval", "--gpus", "0", "--checkpoint", ckpt.to_str().unwrap()]);
+    if !eval.status.success() {
+        let err = stderr(&eval);
+        assert!(err.contains("--features cuda") || err.to_lowercase().contains("gpu"), "not a device error: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        eprintln!("SKIPPED eval/predict on GPU 0: {}", err.trim());
+        return;
+    }
+    let text = String::from_utf8_lossy(&eval.stdout);
+    assert!(text.contains("on gpu 0") && text.contains("top-1"), "{text}");
+    let image = data.join("Bag");
+    let o = cli(&["predict", "--gpus", "0", "--checkpoint", ckpt.to_str().unwrap(), image.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 30, "the folder's 30 images");
 }

@@ -8,6 +8,7 @@ mod epoch;
 pub mod evaluate;
 pub mod grad_scaler;
 pub mod health;
+pub mod inference;
 pub mod metrics;
 mod outputs;
 pub mod phases;
@@ -81,7 +82,9 @@ pub fn check_gpus(ids: &[usize]) -> Result<()> {
 
 fn device_message(e: burn_ddp::Error) -> String {
     match e {
-        burn_ddp::Error::CudaNotCompiled => "--gpus needs a CUDA build: cargo run --release -p burn-vision --features cuda -- train --gpus 0 (or drop --gpus to train on the CPU)".into(),
+        burn_ddp::Error::CudaNotCompiled => {
+            "--gpus needs a CUDA build: add --features cuda (cargo run --release -p burn-vision --features cuda -- train --gpus 0), or drop --gpus to run on the CPU".into()
+        }
         other => other.to_string(),
     }
 }
