@@ -63,15 +63,25 @@ impl TcpProcessGroup {
         }
         let listener = TcpListener::bind((ip, 0)).map_err(|e| Error::io(format!("rank {rank}: listening on {ip}"), e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("listener address", e))?;
-        store.set(&format!("tcp/addr/{rank}"), addr.to_string().as_bytes())?;
+        // The port is open to anyone; only a peer that read this rank's nonce from the store
+        // (which is itself token-protected) gets in.
+        let nonce = ring_nonce(rank);
+        store.set(&format!("tcp/addr/{rank}"), format!("{addr} {nonce:016x}").as_bytes())?;
         let next_rank = (rank + 1) % world;
         let prev_rank = (rank + world - 1) % world;
         let next_key = format!("tcp/addr/{next_rank}");
         store.wait(&[&next_key], timeout).map_err(|_| Error::Timeout { op: "tcp ring setup".into(), rank, waited: timeout, missing: vec![next_rank] })?;
-        let next_addr: SocketAddr = String::from_utf8_lossy(&store.get(&next_key)?).parse().map_err(|_| Error::Store { reason: format!("bad address published by rank {next_rank}") })?;
+        let published = String::from_utf8_lossy(&store.get(&next_key)?).into_owned();
+        let bad = || Error::Store { reason: format!("bad address published by rank {next_rank}: `{published}`") };
+        let (next_addr, next_nonce) = published.split_once(' ').ok_or_else(bad)?;
+        let next_addr: SocketAddr = next_addr.parse().map_err(|_| bad())?;
+        let next_nonce = u64::from_str_radix(next_nonce, 16).map_err(|_| bad())?;
         let mut next = TcpStream::connect_timeout(&next_addr, timeout).map_err(|e| Error::io(format!("rank {rank}: connecting to rank {next_rank} at {next_addr}"), e))?;
-        next.write_all(&(rank as u64).to_le_bytes()).map_err(|e| Error::io("ring greeting", e))?;
-        let prev = accept_from(&listener, prev_rank, rank, timeout)?;
+        let mut hello = [0u8; 16];
+        hello[..8].copy_from_slice(&(rank as u64).to_le_bytes());
+        hello[8..].copy_from_slice(&next_nonce.to_le_bytes());
+        next.write_all(&hello).map_err(|e| Error::io("ring greeting", e))?;
+        let prev = accept_from(&listener, (prev_rank, nonce), rank, timeout)?;
         for s in [&next, &prev] {
             s.set_nodelay(true).map_err(|e| Error::io("socket options", e))?;
         }
@@ -179,29 +189,44 @@ impl TcpProcessGroup {
     }
 }
 
-fn accept_from(listener: &TcpListener, expected: usize, rank: usize, timeout: Duration) -> Result<TcpStream> {
+/// A per-process secret for the ring's greeting (not cryptographic: the store's token is the
+/// access control; this keeps connections that did not go through the store out of the ring).
+fn ring_nonce(rank: usize) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(rank);
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Accepts the previous rank: a connection that does not greet with (`expected` rank, this
+/// rank's nonce) is refused and logged, and the wait goes on until `timeout`.
+fn accept_from(listener: &TcpListener, (expected, nonce): (usize, u64), rank: usize, timeout: Duration) -> Result<TcpStream> {
     listener.set_nonblocking(true).map_err(|e| Error::io("listener", e))?;
     let start = Instant::now();
     loop {
         match listener.accept() {
-            Ok((mut s, _)) => {
-                s.set_nonblocking(false).and_then(|_| s.set_read_timeout(Some(timeout))).map_err(|e| Error::io("accepted socket", e))?;
-                let mut hello = [0u8; 8];
-                s.read_exact(&mut hello).map_err(|e| Error::io(format!("rank {rank}: greeting from rank {expected}"), e))?;
-                let from = u64::from_le_bytes(hello) as usize;
-                if from != expected {
-                    return Err(Error::PeerFailed { op: "tcp ring setup".into(), peer: from, reason: format!("expected rank {expected} to connect") });
+            Ok((mut s, peer)) => {
+                s.set_nonblocking(false).and_then(|_| s.set_read_timeout(Some(timeout.min(Duration::from_secs(10))))).map_err(|e| Error::io("accepted socket", e))?;
+                let mut hello = [0u8; 16];
+                let greeting = s.read_exact(&mut hello).map(|()| (u64::from_le_bytes(hello[..8].try_into().expect("8 bytes")) as usize, u64::from_le_bytes(hello[8..].try_into().expect("8 bytes"))));
+                match greeting {
+                    Ok((from, n)) if from == expected && n == nonce => {
+                        s.set_read_timeout(Some(timeout)).map_err(|e| Error::io("accepted socket", e))?;
+                        return Ok(s);
+                    }
+                    Ok((from, _)) => log::warn!("rank {rank}: refused a ring connection from {peer} (claimed rank {from}, expected rank {expected} with this job's ring nonce)"),
+                    Err(e) => log::warn!("rank {rank}: refused a ring connection from {peer}: no greeting ({e})"),
                 }
-                return Ok(s);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if start.elapsed() > timeout {
-                    return Err(Error::Timeout { op: "tcp ring setup".into(), rank, waited: start.elapsed(), missing: vec![expected] });
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(Error::io("accepting", e)),
         }
+        if start.elapsed() > timeout {
+            return Err(Error::Timeout { op: "tcp ring setup".into(), rank, waited: start.elapsed(), missing: vec![expected] });
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -335,5 +360,41 @@ mod tests {
                 assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
             }
         }
+    }
+
+    /// A stranger who connects to rank 0's ring port first (greeting as rank 1, without the
+    /// nonce) is refused; the real rank 1 still joins and the ring reduces.
+    #[test]
+    fn a_stranger_on_the_ring_port_is_refused_and_the_ring_still_forms() {
+        use super::{ProcessGroup, TcpProcessGroup};
+        use crate::process_group::{AllReduceOptions, Buffer, DType};
+        use crate::store::{Store, StoreServer, TcpStore};
+        use std::io::Write;
+        use std::time::Duration;
+        let t = Duration::from_secs(10);
+        let server = StoreServer::bind("127.0.0.1", 0, None).unwrap();
+        let port = server.local_addr().port();
+        let rank0 = std::thread::spawn(move || {
+            let store = TcpStore::connect("127.0.0.1", port, None, t).unwrap();
+            TcpProcessGroup::new(&store, "127.0.0.1".parse().unwrap(), 0, 2, t).unwrap()
+        });
+        let store = TcpStore::connect("127.0.0.1", port, None, t).unwrap();
+        store.wait(&["tcp/addr/0"], t).unwrap();
+        let published = String::from_utf8(store.get("tcp/addr/0").unwrap()).unwrap();
+        let addr = published.split(' ').next().unwrap();
+        let mut stranger = std::net::TcpStream::connect(addr).unwrap();
+        stranger.write_all(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+        let rank1 = TcpProcessGroup::new(&store, "127.0.0.1".parse().unwrap(), 1, 2, t).unwrap();
+        let rank0 = rank0.join().unwrap();
+        let reduce = |pg: TcpProcessGroup, v: f32| {
+            std::thread::spawn(move || {
+                let mut bytes = v.to_le_bytes().to_vec();
+                pg.all_reduce(Buffer::host(DType::F32, &mut bytes), &AllReduceOptions::default()).unwrap();
+                f32::from_le_bytes(bytes.try_into().unwrap())
+            })
+        };
+        let (a, b) = (reduce(rank0, 1.5), reduce(rank1, 2.0));
+        assert_eq!((a.join().unwrap(), b.join().unwrap()), (3.5, 3.5));
+        drop(server);
     }
 }
