@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 /// Most bytes the map may hold in total; a set beyond it is refused.
 pub const MAX_STORE_BYTES: usize = 1 << 30;
 
+/// The longest a peer may make a `get` or `wait` block (its own time-out is usually far shorter).
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
 #[derive(Default)]
 struct State {
     map: Mutex<HashMap<String, Vec<u8>>>,
@@ -135,7 +138,8 @@ fn handle(msg: &[u8], state: &State) -> io::Result<Vec<u8>> {
         }
         Op::Get | Op::Wait => {
             let keys = if op == Op::Get { vec![r.key()?] } else { r.keys()? };
-            let timeout = Duration::from_millis(r.u64()?);
+            // A peer's time-out is capped: `now + u64::MAX ms` would overflow (and panic).
+            let timeout = Duration::from_millis(r.u64()?).min(MAX_WAIT);
             let deadline = Instant::now() + timeout;
             let mut map = state.map.lock().expect("store poisoned");
             loop {
@@ -160,7 +164,7 @@ fn handle(msg: &[u8], state: &State) -> io::Result<Vec<u8>> {
                 None => 0,
                 Some(v) => std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()).ok_or_else(|| invalid(format!("add on non-integer key {key}")))?,
             };
-            let new = current + delta;
+            let new = current.checked_add(delta).ok_or_else(|| invalid(format!("add on {key} overflows: {current} + {delta}")))?;
             map.insert(key, new.to_string().into_bytes());
             state.changed.notify_all();
             ok.u64(new as u64).0

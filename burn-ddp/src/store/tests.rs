@@ -106,3 +106,28 @@ fn connect_times_out_when_nobody_serves() {
     assert!(matches!(TcpStore::connect("127.0.0.1", port, None, Duration::from_millis(300)), Err(Error::Timeout { .. })));
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+/// What a hostile or broken peer sends must not take the server down: a counter pushed past
+/// i64, a wait of u64::MAX milliseconds on a key that exists. The connection gets an error (or
+/// the answer), and the store keeps serving others.
+#[test]
+fn overflowing_fields_from_a_peer_do_not_take_the_server_down() {
+    let (_s, port) = server(None);
+    let c = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
+    assert_eq!(c.add("n", i64::MAX).unwrap(), i64::MAX);
+    assert!(c.add("n", 1).is_err(), "an overflowing add must be refused");
+    // The server closed that connection (a bad request ends it); others go on.
+    let c = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
+    assert_eq!(c.get("n").unwrap(), i64::MAX.to_string().as_bytes());
+    c.set("k", b"v").unwrap();
+    let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    raw.set_read_timeout(Some(T)).unwrap();
+    protocol::write_frame(&mut raw, &protocol::Writer::op(protocol::Op::Hello).u32(protocol::VERSION).bytes(b"").0).unwrap();
+    let _ = protocol::read_frame(&mut raw).unwrap();
+    let get = protocol::write_keys(protocol::Writer::op(protocol::Op::Wait), &["k"]).u64(u64::MAX);
+    protocol::write_frame(&mut raw, &get.0).unwrap();
+    let answer = protocol::read_frame(&mut raw).unwrap();
+    assert_eq!(answer[0], protocol::status::OK, "the key exists: answered at once");
+    let other = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
+    assert_eq!(other.get("k").unwrap(), b"v", "the server still serves");
+}
