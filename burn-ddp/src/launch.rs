@@ -28,11 +28,14 @@ pub struct LaunchConfig {
     pub program: Vec<String>,
     /// How long ranks get to exit after the others are told to stop.
     pub grace: Duration,
+    /// Time-out of the ranks' rendezvous and collectives (`BURN_DDP_TIMEOUT_S` for them);
+    /// `None` leaves the environment's value or the default (300 s).
+    pub timeout: Option<Duration>,
 }
 
 impl Default for LaunchConfig {
     fn default() -> Self {
-        Self { nproc_per_node: 1, nnodes: 1, node_rank: 0, master_addr: "127.0.0.1".into(), master_port: 29500, max_restarts: 0, program: Vec::new(), grace: Duration::from_secs(3) }
+        Self { nproc_per_node: 1, nnodes: 1, node_rank: 0, master_addr: "127.0.0.1".into(), master_port: 29500, max_restarts: 0, program: Vec::new(), grace: Duration::from_secs(3), timeout: None }
     }
 }
 
@@ -95,6 +98,9 @@ fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Ranks
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(t) = config.timeout {
+            cmd.env("BURN_DDP_TIMEOUT_S", t.as_secs_f64().to_string());
+        }
         #[cfg(unix)]
         {
             // Each rank leads its own process group, so stopping it stops what it started too.

@@ -43,6 +43,10 @@ enum Cmd {
         /// Seconds ranks get to exit after being told to stop.
         #[arg(long, default_value_t = 3.0)]
         grace_s: f64,
+        /// Time-out of every rank's rendezvous and collectives, in seconds: a dead or stuck
+        /// rank is reported after this long (sets BURN_DDP_TIMEOUT_S; default 300).
+        #[arg(long)]
+        timeout_s: Option<f64>,
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, required = true)]
         program: Vec<String>,
@@ -51,7 +55,11 @@ enum Cmd {
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
-    let Cmd::Launch { nproc_per_node, nnodes, node_rank, master_addr, master_port, standalone, max_restarts, grace_s, program } = Cli::parse().command;
+    let Cmd::Launch { nproc_per_node, nnodes, node_rank, master_addr, master_port, standalone, max_restarts, grace_s, timeout_s, program } = Cli::parse().command;
+    if let Some(t) = timeout_s.filter(|t| !(*t > 0.0 && t.is_finite())) {
+        eprintln!("error: --timeout-s {t}: give a positive number of seconds");
+        std::process::exit(2);
+    }
     if let Some(problem) = node_problem(nnodes, node_rank, master_addr.as_deref(), standalone) {
         eprintln!("error: {problem}");
         std::process::exit(2);
@@ -65,6 +73,7 @@ fn main() {
         max_restarts,
         program,
         grace: Duration::from_secs_f64(grace_s),
+        timeout: timeout_s.map(Duration::from_secs_f64),
     };
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();

@@ -13,13 +13,14 @@ fn launch(args: &[&str]) -> (i32, String, String, Duration) {
 
 #[test]
 fn every_rank_gets_its_environment_and_a_prefix() {
-    let script = "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR port=$MASTER_PORT";
-    let (code, out, err, _) = launch(&["--standalone", "--nproc-per-node", "3", "--", "sh", "-c", script]);
+    let script = "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR port=$MASTER_PORT timeout=$BURN_DDP_TIMEOUT_S";
+    let (code, out, err, _) = launch(&["--standalone", "--nproc-per-node", "3", "--timeout-s", "7.5", "--", "sh", "-c", script]);
     assert_eq!(code, 0, "{err}");
     for r in 0..3 {
         let line = out.lines().find(|l| l.starts_with(&format!("[rank {r}] "))).unwrap_or_else(|| panic!("no line for rank {r}: {out}"));
         assert!(line.contains(&format!("rank={r} world=3 local={r} lws=3 addr=127.0.0.1 port=")), "{line}");
-        assert!(!line.ends_with("port="), "port missing: {line}");
+        assert!(!line.contains("port= "), "port missing: {line}");
+        assert!(line.ends_with("timeout=7.5"), "--timeout-s did not reach the rank: {line}");
     }
 }
 
