@@ -107,14 +107,18 @@ pub fn param_val<B: Backend, const D: usize, const DA: usize>(param: &Param<Tens
     if !value.is_require_grad() {
         return value;
     }
-    ACTIVE.with(|a| {
+    // Outside a scope (inference, or training without DDP's overlap) the value goes back as is.
+    let hooked = ACTIVE.with(|a| {
         let a = a.borrow();
-        let Some(active) = a.as_ref() else { return value.clone() };
-        let (Some(&slot), Some(hook)) = (active.slots.get(&param.id), active.hook.downcast_ref::<HookFn<B>>()) else { return value.clone() };
+        let active = a.as_ref()?;
+        let (slot, hook) = (*active.slots.get(&param.id)?, active.hook.downcast_ref::<HookFn<B>>()?);
         active.uses.lock().unwrap_or_else(|p| p.into_inner())[slot] += 1;
-        let out = hook(value.clone().into_primitive().tensor(), anchor.clone().into_primitive().tensor(), &active.sink, slot);
-        Tensor::from_primitive(TensorPrimitive::Float(out))
-    })
+        Some(hook(value.clone().into_primitive().tensor(), anchor.clone().into_primitive().tensor(), &active.sink, slot))
+    });
+    match hooked {
+        Some(out) => Tensor::from_primitive(TensorPrimitive::Float(out)),
+        None => value,
+    }
 }
 
 struct HookState<B: Backend> {
