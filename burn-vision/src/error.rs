@@ -51,6 +51,15 @@ pub enum Error {
         /// The decoder's message.
         reason: String,
     },
+    /// A PyTorch weight file is missing, unreadable, or does not fit the model; or an export
+    /// failed.
+    #[error("weights {path}: {reason}")]
+    Weights {
+        /// The weight file.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// A checkpoint is missing, truncated, corrupt or for another model.
     #[error("checkpoint {path} is unusable: {reason}")]
     BadCheckpoint {

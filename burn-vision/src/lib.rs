@@ -5,5 +5,6 @@ pub mod data;
 pub mod error;
 pub mod model;
 pub mod train;
+pub mod weights;
 
 pub use error::{Error, Result};

@@ -91,6 +91,12 @@ impl<B: Backend> ImageClassifier<B> for Classifier<B> {
     fn sync_batch_norm(&self) -> bool {
         each_family!(self, m => m.sync_batch_norm())
     }
+    fn torch_renames(&self) -> &'static [(&'static str, &'static str)] {
+        each_family!(self, m => m.torch_renames())
+    }
+    fn head_params(&self) -> Vec<String> {
+        each_family!(self, m => m.head_params())
+    }
 }
 
 /// The model record in a checkpoint's bytes: a [`Classifier`]'s, or a bare ResNet's as

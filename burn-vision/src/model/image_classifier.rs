@@ -26,4 +26,11 @@ pub trait ImageClassifier<B: Backend>: Sized {
     fn with_sync_batch_norm(self, sync: Option<BatchNormSync>) -> Self;
     /// Whether batch norms are synchronised across ranks.
     fn sync_batch_norm(&self) -> bool;
+    /// Where PyTorch's names of this family (torchvision's, timm's) differ from ours beyond
+    /// the conventions `weights` applies to every family: `(ours, theirs)` substrings of
+    /// parameter paths.
+    fn torch_renames(&self) -> &'static [(&'static str, &'static str)];
+    /// Our paths of the classifier head's parameters (re-initialised when a weight file has
+    /// another class count), and the parameters `--freeze-layers` leaves trainable.
+    fn head_params(&self) -> Vec<String>;
 }

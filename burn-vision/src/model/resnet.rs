@@ -308,6 +308,15 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
         self.sync_bn.is_some()
     }
 
+    /// torchvision and timm keep the projection shortcut as `nn.Sequential(conv, bn)`.
+    fn torch_renames(&self) -> &'static [(&'static str, &'static str)] {
+        &[(".downsample.conv.", ".downsample.0."), (".downsample.bn.", ".downsample.1.")]
+    }
+
+    fn head_params(&self) -> Vec<String> {
+        vec!["fc.weight".into(), "fc.bias".into()]
+    }
+
     /// Class logits (f32 whatever the [`Precision`]).
     ///
     /// # Shapes
