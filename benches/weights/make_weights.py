@@ -61,6 +61,24 @@ def small_torchvision(block, classes):
     return m
 
 
+def resnet10_mini(classes):
+    """burn-vision's `resnet10-mini` as torchvision's classes build it: one BasicBlock per
+    stage, widths 16-128, the CIFAR-style 3x3 stride-1 stem without max-pool, 1 input channel
+    (for the end-to-end fine-tuning test on the bundled Fashion-MNIST images)."""
+    widths = [16, 32, 64, 128]
+    m = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=classes)
+    m.inplanes = widths[0]
+    m.conv1 = torch.nn.Conv2d(1, widths[0], kernel_size=3, stride=1, padding=1, bias=False)
+    m.bn1 = torch.nn.BatchNorm2d(widths[0])
+    m.maxpool = torch.nn.Identity()
+    m.layer1 = m._make_layer(BasicBlock, widths[0], 1)
+    m.layer2 = m._make_layer(BasicBlock, widths[1], 1, stride=2)
+    m.layer3 = m._make_layer(BasicBlock, widths[2], 1, stride=2)
+    m.layer4 = m._make_layer(BasicBlock, widths[3], 1, stride=2)
+    m.fc = torch.nn.Linear(widths[3], classes)
+    return m
+
+
 def small_timm(classes):
     """timm's ResNet class with one BasicBlock per stage. Its plain stem is always 64 wide
     (stem_width only shapes the deep stems), so the first stage is too."""
@@ -99,6 +117,8 @@ def build(arch, classes):
         return small_torchvision(Bottleneck, classes)
     if arch == "timm_small_basic":
         return small_timm(classes)
+    if arch == "resnet10-mini":
+        return resnet10_mini(classes)
     if arch == "tv_resnet50":
         return torchvision.models.resnet50(num_classes=classes)
     if arch == "timm_resnet50":
@@ -114,6 +134,7 @@ FIXTURES = {
     "tv_small_bottleneck_ddp": ("tv_small_bottleneck", 10, [2, 3, 32, 32], "tv_small_bottleneck_ddp.pth", "ddp"),
     "tv_small_bottleneck_st": ("tv_small_bottleneck", 10, [2, 3, 32, 32], "tv_small_bottleneck.safetensors", "safetensors"),
     "timm_small_basic": ("timm_small_basic", 10, [2, 3, 32, 32], "timm_small_basic.pth", "model_key"),
+    "tv_resnet10_mini": ("resnet10-mini", 10, [2, 1, 28, 28], "tv_resnet10_mini.pth", "plain"),
 }
 FULL = {
     "tv_resnet50": ("tv_resnet50", 1000, [2, 3, 224, 224], "tv_resnet50.pth", "plain"),

@@ -1,4 +1,4 @@
-//! The `burn-vision` command: `train`, `eval`, `predict`. Thin: clap arguments become a
+//! The `burn-vision` command: `train`, `eval`, `predict`, `export`, `bench`. Thin: clap arguments become a
 //! `TrainConfig` and the library does the work.
 
 use anyhow::Result;
@@ -6,7 +6,9 @@ use burn_vision::data::{DataBenchConfig, DataSource, load_source, loader_through
 use burn_vision::model::list_models;
 use burn_vision::train::bench::BenchConfig;
 use burn_vision::train::inference::{EvalRequest, evaluate_checkpoint, predict_paths};
+use burn_vision::train::predict::restore;
 use burn_vision::train::{DeviceSpec, OptimizerKind, TrainConfig, run, run_bench};
+use burn_vision::weights::{WeightFormat, export};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,8 +34,24 @@ enum Command {
     Bench(BenchArgs),
     /// Measure how fast the input pipeline alone delivers batches (prints one JSON line).
     BenchData(BenchDataArgs),
+    /// Write a checkpoint's model as PyTorch weights (torchvision / timm names), for
+    /// `model.load_state_dict(..., strict=True)`.
+    Export(ExportArgs),
     /// List the models in the registry.
     Models,
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// A checkpoint written by `train` (best.ckpt or last.ckpt).
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// `safetensors` or `pth` (torch.save's format); default: from --output's extension, else pth.
+    #[arg(long)]
+    format: Option<String>,
+    /// The file to write (default: the checkpoint's path with .pth or .safetensors).
+    #[arg(long)]
+    output: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -189,6 +207,17 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Start from PyTorch weights: a torchvision / timm state dict (.pth, .pt, .safetensors;
+    /// `state_dict`/`model` wrappers and DDP's `module.` prefix are found). The classifier head
+    /// is re-initialised when the class count differs.
+    #[arg(long)]
+    pretrained: Option<PathBuf>,
+    /// Train only the classifier head (the tutorial's option for fine-tuning).
+    #[arg(long)]
+    freeze_layers: bool,
+    /// The backbone's learning rate as a fraction of the head's, e.g. 0.1.
+    #[arg(long)]
+    backbone_lr_scale: Option<f64>,
 }
 
 #[derive(Args)]
@@ -235,7 +264,9 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = a.$field { c.$field = v; } )* };
     }
-    set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size);
+    set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale);
+    c.pretrained = a.pretrained;
+    c.freeze_layers = a.freeze_layers;
     // 28x28 IDX data gets the small-input stem unless told otherwise (`*-mini` models always have it).
     c.small_input = a.small_input.unwrap_or(matches!(c.source(), DataSource::Bundled | DataSource::FashionMnist));
     c.resume = a.resume;
@@ -392,6 +423,20 @@ fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
     Ok(())
 }
 
+fn cmd_export(a: ExportArgs) -> Result<()> {
+    let format = match (&a.format, &a.output) {
+        (Some(f), _) => f.parse()?,
+        (None, Some(out)) => WeightFormat::for_path(out),
+        (None, None) => WeightFormat::Pth,
+    };
+    let output = a.output.unwrap_or_else(|| a.checkpoint.with_extension(if format == WeightFormat::Safetensors { "safetensors" } else { "pth" }));
+    let restored = restore::<burn_flex::Flex>(&a.checkpoint, &Default::default())?;
+    let tracked = restored.meta.batches_tracked.unwrap_or(restored.meta.step as i64);
+    let n = export(&restored.model, &output, format, tracked)?;
+    println!("{}: {} tensors of {} ({} classes) written as {format:?}, num_batches_tracked {tracked}", output.display(), n, restored.meta.model, restored.meta.classes.len());
+    Ok(())
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
     let cli = Cli::parse();
@@ -402,6 +447,7 @@ fn main() {
         Command::Predict(a) => cmd_predict(a),
         Command::Bench(a) => cmd_bench(a),
         Command::BenchData(a) => cmd_bench_data(a),
+        Command::Export(a) => cmd_export(a),
         Command::Models => {
             println!("{}", list_models().join("\n"));
             Ok(())

@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
@@ -24,6 +24,9 @@ fn bad_input_gets_one_clear_line() {
         (&["predict", "--checkpoint", "/no/such.ckpt", "x.png"], "file not found"),
         (&["bench-data", "--data", "/no/such/folder"], "does not exist"),
         (&["bench-data", "--batches", "1000"], "lower --batches or --batch-size"),
+        (&["train", "--pretrained", "/no/such.pth", "--quiet"], "cannot read it"),
+        (&["train", "--freeze-layers", "--backbone-lr-scale", "0.1", "--quiet"], "drop one of them"),
+        (&["export", "--checkpoint", "/no/such.ckpt"], "file not found"),
     ];
     for (args, expected) in cases {
         let out = cli(args);

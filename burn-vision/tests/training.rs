@@ -109,3 +109,57 @@ fn corrupt_images_are_skipped_and_counted() {
     let err = run(&TrainConfig { strict_images: true, ..folder_config(strict.path(), data.path()) }).unwrap_err().to_string();
     assert!(err.contains("Bag/"), "{err}");
 }
+
+/// Parameters by path (running statistics included).
+fn named_params(model: &burn_vision::model::Classifier<Flex>) -> Vec<(String, Vec<f32>)> {
+    use burn_store::ModuleSnapshot;
+    model.collect(None, None, true).into_iter().map(|s| (s.full_path(), s.to_data().unwrap().to_vec::<f32>().unwrap())).collect()
+}
+
+/// Fine-tunes the default model from PyTorch's `resnet10-mini` weights (the fixture
+/// `tests/fixtures/weights/tv_resnet10_mini.pth`, torchvision's classes) and compares the trained
+/// checkpoint's parameters with the file's: `(path, changed)`.
+fn fine_tune(out: &Path, freeze: bool, backbone_lr_scale: f64) -> Vec<(String, bool)> {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/weights/tv_resnet10_mini.pth");
+    let config = TrainConfig {
+        out: out.to_path_buf(),
+        epochs: 1,
+        batch_size: 32,
+        max_steps_per_epoch: Some(4),
+        show_progress: false,
+        pretrained: Some(file.clone()),
+        freeze_layers: freeze,
+        backbone_lr_scale,
+        ..TrainConfig::default()
+    };
+    run(&config).unwrap();
+    let trained = restore::<Flex>(&last_path(out), &Default::default()).unwrap();
+    assert_eq!(trained.meta.batches_tracked, Some(1234 + 4), "num_batches_tracked = the file's + the steps");
+    let fresh = burn_vision::model::create::<Flex>("resnet10-mini", 10, 1, true, &Default::default()).unwrap();
+    let (loaded, _) = burn_vision::weights::load_pretrained(fresh, "resnet10-mini", &file).unwrap();
+    named_params(&trained.model).into_iter().zip(named_params(&loaded)).map(|((path, a), (_, b))| (path, a != b)).collect()
+}
+
+#[test]
+fn pretrained_weights_with_frozen_layers_train_only_the_head() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    for (path, changed) in fine_tune(dir.path(), true, 1.0) {
+        // BatchNorm running statistics follow the data in train mode, frozen or not (PyTorch too).
+        let expected = path.starts_with("fc.") || path.contains("running_");
+        assert_eq!(changed, expected, "{path}: changed={changed}");
+    }
+}
+
+#[test]
+fn a_zero_backbone_learning_rate_moves_only_the_head() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let changes = fine_tune(dir.path(), false, 0.0);
+    for (path, changed) in &changes {
+        assert_eq!(*changed, path.starts_with("fc.") || path.contains("running_"), "{path}: changed={changed}");
+    }
+    // And at the full rate the backbone moves.
+    let dir = tempfile::tempdir().unwrap();
+    assert!(fine_tune(dir.path(), false, 1.0).iter().any(|(p, changed)| p.starts_with("layer1.") && !p.contains("running_") && *changed));
+}

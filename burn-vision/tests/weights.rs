@@ -16,7 +16,8 @@ fn fixtures() -> PathBuf {
 }
 
 fn fresh(arch: &str, classes: usize) -> Classifier<Flex> {
-    arch_config(arch, classes).unwrap().init(&Default::default())
+    let channels = if arch == "resnet10-mini" { 1 } else { 3 };
+    arch_config(arch, classes, channels).unwrap().init(&Default::default())
 }
 
 fn params(model: &Classifier<Flex>) -> Vec<(String, Vec<f32>)> {

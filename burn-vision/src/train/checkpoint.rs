@@ -4,7 +4,6 @@
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"BVCKPT01";
@@ -32,6 +31,10 @@ pub struct CheckpointMeta {
     pub val_acc: f64,
     /// The training configuration, as JSON, for `--resume` consistency checks.
     pub config: serde_json::Value,
+    /// Training forward passes every BatchNorm has seen, the pretrained file's included
+    /// (PyTorch's `num_batches_tracked`, written by `export`); absent in older checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches_tracked: Option<i64>,
 }
 
 /// A checkpoint in memory.
@@ -43,32 +46,6 @@ pub struct Checkpoint {
     pub model: Vec<u8>,
     /// Optimizer record, empty when not saved.
     pub optimizer: Vec<u8>,
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of the
-/// folder. Readers see the old file or the new one, never a mix.
-///
-/// # Errors
-/// When any of those steps fails; the temporary file is removed then.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io("writing", path, e)
-    })
 }
 
 fn put_section(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -127,7 +104,7 @@ impl Checkpoint {
     /// # Errors
     /// When writing fails.
     pub fn save(&self, path: &Path) -> Result<()> {
-        write_atomic(path, &self.to_bytes())
+        crate::atomic_file::write_atomic(path, &self.to_bytes())
     }
 
     /// Reads and validates a checkpoint.
@@ -170,6 +147,7 @@ mod tests {
                 best_acc: 0.5,
                 val_acc: 0.4,
                 config: serde_json::json!({ "lr": 0.1 }),
+                batches_tracked: Some(5),
             },
             model: (0..1000u32).map(|i| i as u8).collect(),
             optimizer: vec![7; 33],
@@ -200,15 +178,5 @@ mod tests {
         std::fs::write(&path, b"hello").unwrap();
         assert!(Checkpoint::load(&path).unwrap_err().to_string().contains("wrong magic"));
         assert!(Checkpoint::load(&dir.path().join("none")).unwrap_err().to_string().contains("not found"));
-    }
-
-    #[test]
-    fn atomic_write_leaves_no_temp_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/f.bin");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1);
     }
 }

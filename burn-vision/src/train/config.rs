@@ -125,6 +125,22 @@ pub struct TrainConfig {
     /// learning-rate scaling and the log. Set by `train` from the environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<usize>,
+    /// PyTorch weights (torchvision / timm `.pth`, `.pt`, `.safetensors`) loaded before the
+    /// first step; the head is re-initialised when the file has another class count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pretrained: Option<PathBuf>,
+    /// Train only the classifier head: every other parameter keeps its value (BatchNorm
+    /// running statistics still follow the data, as in PyTorch's train mode).
+    #[serde(default)]
+    pub freeze_layers: bool,
+    /// The backbone's learning rate over the head's (PyTorch's two parameter groups); 1 trains
+    /// everything at one rate.
+    #[serde(default = "one")]
+    pub backbone_lr_scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// How several devices share the training.
@@ -182,6 +198,9 @@ impl Default for TrainConfig {
             precision: Precision::F32,
             channels_last: None,
             world: None,
+            pretrained: None,
+            freeze_layers: false,
+            backbone_lr_scale: 1.0,
         }
     }
 }
@@ -248,6 +267,12 @@ impl TrainConfig {
         }
         if self.sync_bn && self.strategy == Strategy::Dp {
             return bad("--sync-bn", "with --strategy dp".into(), "SyncBatchNorm synchronises DDP ranks; use --strategy ddp, or drop --sync-bn");
+        }
+        if !(self.backbone_lr_scale >= 0.0 && self.backbone_lr_scale.is_finite()) {
+            return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "must be a number ≥ 0 (1 = the head's rate)");
+        }
+        if self.freeze_layers && self.backbone_lr_scale != 1.0 {
+            return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "with --freeze-layers the backbone does not train; drop one of them");
         }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");

@@ -5,6 +5,7 @@
 use super::config::TrainConfig;
 use super::distributed::Dist;
 use super::evaluate::{batch_tensors, evaluate};
+use super::fine_tune::LrGroups;
 use super::grad_scaler::GradScaler;
 use super::metrics::Tally;
 use super::phases::StepPhases;
@@ -80,6 +81,9 @@ pub(super) struct Placement<'a, B: AutodiffBackend> {
 pub(super) struct Trainer<B: AutodiffBackend, O> {
     pub model: Classifier<B>,
     pub optim: O,
+    pub lr_groups: LrGroups,
+    /// BatchNorm forward passes before step 0 (a pretrained file's `num_batches_tracked`).
+    pub batches_tracked_before: i64,
     pub step: usize,
     pub scaler: Option<GradScaler>,
     pub loss_fn: CrossEntropyLoss<B>,
@@ -218,7 +222,7 @@ fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut 
     };
     if let Some(grads) = grads {
         let model = trainer.model.clone();
-        trainer.model = trainer.optim.step(schedule.lr(trainer.step), model, grads);
+        trainer.model = trainer.lr_groups.step(&mut trainer.optim, schedule.lr(trainer.step), model, grads);
     }
     phases.end(5);
     trainer.step += 1;

@@ -126,7 +126,7 @@ impl MetricsLog {
     pub fn truncate_to(&self, epochs: usize) -> Result<()> {
         let Ok(text) = std::fs::read_to_string(&self.path) else { return Ok(()) };
         let kept: String = text.lines().take(epochs).map(|l| format!("{l}\n")).collect();
-        crate::train::checkpoint::write_atomic(&self.path, kept.as_bytes())
+        crate::atomic_file::write_atomic(&self.path, kept.as_bytes())
     }
 }
 

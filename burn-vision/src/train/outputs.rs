@@ -25,6 +25,8 @@ pub(super) struct CheckpointFacts {
     pub classes: Vec<String>,
     pub in_channels: usize,
     pub image_size: u32,
+    /// BatchNorm forward passes before this run's first step (the pretrained file's).
+    pub batches_tracked_before: i64,
 }
 
 impl RunOutputs {
@@ -83,6 +85,7 @@ impl RunOutputs {
                 best_acc,
                 val_acc: record.val_acc,
                 config: serde_json::to_value(config).expect("config serialises"),
+                batches_tracked: Some(facts.batches_tracked_before + step as i64),
             },
             model: Bytes::default().record(model.clone().into_record(), ()).map_err(bad)?,
             optimizer: Bytes::default().record(optim.to_record(), ()).map_err(bad)?,

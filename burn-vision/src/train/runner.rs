@@ -6,6 +6,7 @@ use super::checkpoint::{Checkpoint, last_path};
 use super::config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 use super::distributed::{Dist, Distributed};
 use super::epoch::{EpochPlan, EpochTrained, Placement, Trainer, train_epoch, validate};
+use super::fine_tune::LrGroups;
 use super::grad_scaler::GradScaler;
 use super::metrics::{EpochRecord, Tally};
 use super::outputs::{CheckpointFacts, RunOutputs};
@@ -87,7 +88,9 @@ pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, d
 fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>, dist: Dist<'_>) -> Result<TrainSummary> {
     let data = load_source(&config.source(), config.image_size)?;
     let classes = data.dataset.classes().len();
-    let mut model = seeded_model::<B>(config, classes, data.train.channels, &devices[0])?.with_precision(config.precision).with_channels_last(config.channels_last_on());
+    let main_rank = dist.is_none_or(|d| d.rank == 0);
+    let (model, tracked) = super::fine_tune::prepare(config, seeded_model::<B>(config, classes, data.train.channels, &devices[0])?, main_rank)?;
+    let mut model = model.with_precision(config.precision).with_channels_last(config.channels_last_on());
     match dist {
         Some(d) if config.sync_bn => model = model.with_sync_batch_norm(Some(BatchNormSync::new::<B>(d.device_group.clone())?)),
         None if config.sync_bn => log::info!("--sync-bn: one process, so BatchNorm statistics are already over the whole batch"),
@@ -98,9 +101,9 @@ fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>
         OptimizerKind::Sgd => {
             let momentum = (config.momentum > 0.0).then(|| MomentumConfig::new().with_momentum(config.momentum).with_dampening(0.0));
             let optim = SgdConfig::new().with_momentum(momentum).with_weight_decay((wd > 0.0).then(|| WeightDecayConfig::new(wd))).init();
-            train_loop(config, data, model, optim, devices, dist)
+            train_loop(config, data, (model, tracked), optim, devices, dist)
         }
-        OptimizerKind::Adamw => train_loop(config, data, model, AdamWConfig::new().with_weight_decay(wd).init(), devices, dist),
+        OptimizerKind::Adamw => train_loop(config, data, (model, tracked), AdamWConfig::new().with_weight_decay(wd).init(), devices, dist),
     }
 }
 
@@ -159,6 +162,9 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
     trainer.model = trainer.model.load_record(record);
     trainer.optim = trainer.optim.load_record(optim_record);
     trainer.step = ck.meta.step;
+    if let Some(tracked) = ck.meta.batches_tracked {
+        trainer.batches_tracked_before = tracked - ck.meta.step as i64;
+    }
     Ok((trainer, ck.meta.epoch, ck.meta.best_acc))
 }
 
@@ -194,7 +200,7 @@ fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: 
 fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     config: &TrainConfig,
     data: LoadedData,
-    model: Classifier<B>,
+    (model, tracked): (Classifier<B>, i64),
     optim: O,
     devices: Vec<B::Device>,
     dist: Dist<'_>,
@@ -207,13 +213,19 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     // the initial scale, which adapts within a few steps.
     let scaler = (config.precision == Precision::F16).then(GradScaler::default);
     let loss_fn = CrossEntropyLossConfig::new().with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32)).init(&at.device);
-    let (mut trainer, start_epoch, mut best_acc) = start(config, Trainer { model, optim, step: 0, scaler, loss_fn }, &at.device, dist)?;
+    let lr_groups = LrGroups::new(config, &model);
+    let (mut trainer, start_epoch, mut best_acc) = start(config, Trainer { model, optim, lr_groups, batches_tracked_before: tracked, step: 0, scaler, loss_fn }, &at.device, dist)?;
     let mut outputs = if main_rank { Some(RunOutputs::open(config, start_epoch)?) } else { None };
     let plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
     if main_rank {
         log_start(config, &plan, &trainer.model, (at.dp.is_some(), dist.map_or(1, |d| d.world)));
     }
-    let facts = CheckpointFacts { classes: plan.dataset.classes().to_vec(), in_channels: data.train.channels, image_size: data.eval.output_size((config.image_size, config.image_size)).0 };
+    let facts = CheckpointFacts {
+        classes: plan.dataset.classes().to_vec(),
+        in_channels: data.train.channels,
+        image_size: data.eval.output_size((config.image_size, config.image_size)).0,
+        batches_tracked_before: trainer.batches_tracked_before,
+    };
     let skips = Arc::new(SkipLog::default());
     let (mut records, mut health) = (Vec::new(), Vec::new());
     let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (start_epoch + n).min(config.epochs));

@@ -7,9 +7,9 @@
 
 use super::names::ordered_torch_names;
 use super::torch_save::{self, Entry, Storage};
+use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
 use crate::model::Classifier;
-use crate::train::checkpoint::write_atomic;
 use burn::prelude::*;
 use burn::tensor::DType;
 use std::path::Path;

@@ -48,7 +48,11 @@ impl Golden {
 ///
 /// # Errors
 /// [`Error::UnknownModel`] for a tag this crate does not know.
-pub fn arch_config(arch: &str, classes: usize) -> Result<ModelConfig> {
+pub fn arch_config(arch: &str, classes: usize, in_channels: usize) -> Result<ModelConfig> {
+    Ok(family_config(arch, classes)?.with_in_channels(in_channels))
+}
+
+fn family_config(arch: &str, classes: usize) -> Result<ModelConfig> {
     let small = |block, first| Ok(ModelConfig::ResNet(ResNetConfig::new(block, [1, 1, 1, 1], classes).with_widths([first, 16, 32, 64])));
     match arch {
         "tv_small_basic" => small(BlockKind::Basic, 8),
