@@ -183,12 +183,37 @@ def check(out, files):
     sys.exit(0 if worst <= 1e-4 else 1)
 
 
+def torch_gpu(out):
+    """PyTorch's own f32 GPU logits against the float64 golden ones: what a GPU reaches with
+    TF32 off (cuDNN and matmul), with cudnn.benchmark on and off, NCHW and channels_last."""
+    manifest = json.load(open(os.path.join(out, "golden.json")))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    for name, entry in manifest["models"].items():
+        model = build(entry["arch"], entry["classes"])
+        model.load_state_dict(load_any(os.path.join(out, entry["file"])) if entry["style"] != "ddp" else {k[7:]: v for k, v in torch.load(os.path.join(out, entry["file"]), weights_only=True)["state_dict"].items()})
+        model = model.cuda().eval()
+        want = torch.tensor(entry["logits"])
+        x = formula_input(entry["input_shape"]).cuda()
+        for bench in (False, True):
+            torch.backends.cudnn.benchmark = bench
+            for cl in (False, True):
+                m = model.to(memory_format=torch.channels_last) if cl else model
+                xi = x.to(memory_format=torch.channels_last) if cl else x
+                with torch.no_grad():
+                    got = m(xi).double().cpu()
+                err = ((got - want).abs().max() / want.abs().max()).item()
+                print(f"| {name} | PyTorch GPU f32, TF32 off, benchmark={bench}, {'channels_last' if cl else 'NCHW'} | {err:.2e} |")
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "fixtures":
         make(FIXTURES, out)
     elif mode == "full":
         make(FULL, out)
+    elif mode == "torch_gpu":
+        torch_gpu(out)
     elif mode == "check":
         check(out, sys.argv[3:])
     else:

@@ -28,7 +28,7 @@ fn params(model: &Classifier<Flex>) -> Vec<(String, Vec<f32>)> {
 #[test]
 fn every_fixture_loads_and_matches_pytorchs_logits() {
     let golden = Golden::load(&fixtures()).unwrap();
-    assert_eq!(golden.models.len(), 4);
+    assert_eq!(golden.models.len(), 5);
     for (name, g) in &golden.models {
         let untouched = logits_error(&fresh(&g.arch, g.classes), g, &Default::default());
         let (model, report) = load_pretrained(fresh(&g.arch, g.classes), &g.arch, &fixtures().join(&g.file)).unwrap();
@@ -124,4 +124,32 @@ fn bad_files_get_one_line_errors() {
     let msg = one_line_error(fresh("tv_small_bottleneck", 10), "resnet-bottleneck", &fixtures().join(&g.file));
     assert!(msg.contains("missing (") && msg.contains("wrongly shaped (") && msg.contains("more"), "{msg}");
     assert!(msg.contains("layer1.0.bn3.weight"), "{msg}");
+}
+
+#[test]
+fn half_precision_files_load_as_f32() {
+    use burn::tensor::DType;
+    use burn_store::ModuleStore;
+    let golden = Golden::load(&fixtures()).unwrap();
+    let g = &golden.models["tv_small_bottleneck_st"];
+    // The fixture's tensors rewritten in f16 (as `model.half().state_dict()` would be saved).
+    let mut store = burn_store::SafetensorsStore::from_file(fixtures().join(&g.file));
+    let halves: Vec<(String, Vec<u8>, Vec<usize>, safetensors::Dtype)> = store
+        .get_all_snapshots()
+        .unwrap()
+        .iter()
+        .map(|(name, s)| {
+            let data = s.to_data().unwrap();
+            let (data, dtype) = if data.dtype == DType::F32 { (data.convert_dtype(DType::F16), safetensors::Dtype::F16) } else { (data, safetensors::Dtype::I64) };
+            (name.clone(), data.as_bytes().to_vec(), s.shape.to_vec(), dtype)
+        })
+        .collect();
+    let views: Vec<_> = halves.iter().map(|(n, b, shape, dtype)| (n.clone(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), b).unwrap())).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("half.safetensors");
+    std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+    let (model, report) = load_pretrained(fresh(&g.arch, g.classes), &g.arch, &path).unwrap();
+    assert_eq!(report.converted_from, vec!["f16".to_string()]);
+    let err = logits_error(&model, g, &Default::default());
+    assert!(err < 5e-3, "f16 weights: logits off by {err:.2e} of their scale");
 }
