@@ -22,6 +22,13 @@ fn split<B: Backend, const D: usize>(a: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B
     (hi, lo)
 }
 
+/// `x · w` as the four products of the factors' halves.
+fn split_matmul<B: Backend>(x: Tensor<B, 2>, w: Tensor<B, 2>) -> Tensor<B, 2> {
+    let (x_hi, x_lo) = split(x);
+    let (w_hi, w_lo) = split(w);
+    x_hi.clone().matmul(w_hi.clone()) + (x_hi.matmul(w_lo.clone()) + x_lo.clone().matmul(w_hi)) + x_lo.matmul(w_lo)
+}
+
 /// Whether `B`'s f32 matrix products are TF32 (burn-cuda's, with or without autodiff).
 fn tf32_matmul<B: Backend>() -> bool {
     #[cfg(feature = "cuda")]
@@ -39,11 +46,44 @@ pub fn linear_f32<B: Backend>(linear: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 
         return linear.forward(x);
     }
     let (w, b) = (param_val(&linear.weight, &x), linear.bias.as_ref().map(|b| param_val(b, &x)));
-    let (x_hi, x_lo) = split(x);
-    let (w_hi, w_lo) = split(w);
-    let y = x_hi.clone().matmul(w_hi.clone()) + (x_hi.matmul(w_lo.clone()) + x_lo.clone().matmul(w_hi)) + x_lo.matmul(w_lo);
+    let y = split_matmul(x, w);
     match b {
         Some(b) => y + b.unsqueeze(),
         None => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_flex::Flex;
+
+    #[test]
+    fn halves_add_up_exactly_and_the_high_half_is_bf16() {
+        let device = Default::default();
+        let a = Tensor::<Flex, 2>::random([16, 33], burn::tensor::Distribution::Normal(0.0, 3.0), &device);
+        let (hi, lo) = split(a.clone());
+        let again = hi.clone().cast(FloatDType::BF16).cast(FloatDType::F32);
+        assert_eq!(again.into_data().to_vec::<f32>().unwrap(), hi.clone().into_data().to_vec::<f32>().unwrap(), "hi is not bf16-representable");
+        let (a, hi, lo) = (a.into_data().to_vec::<f32>().unwrap(), hi.into_data().to_vec::<f32>().unwrap(), lo.into_data().to_vec::<f32>().unwrap());
+        for ((a, h), l) in a.iter().zip(&hi).zip(&lo) {
+            assert_eq!(h + l, *a);
+            assert!(l.abs() <= a.abs() / 128.0, "lo {l} is not small against {a}");
+        }
+    }
+
+    #[test]
+    fn the_split_product_matches_f64() {
+        let device = Default::default();
+        let x = Tensor::<Flex, 2>::random([5, 300], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<Flex, 2>::random([300, 7], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let y = split_matmul(x.clone(), w.clone()).into_data().to_vec::<f32>().unwrap();
+        let (xv, wv) = (x.into_data().to_vec::<f32>().unwrap(), w.into_data().to_vec::<f32>().unwrap());
+        for i in 0..5 {
+            for j in 0..7 {
+                let exact: f64 = (0..300).map(|k| f64::from(xv[i * 300 + k]) * f64::from(wv[k * 7 + j])).sum();
+                assert!((f64::from(y[i * 7 + j]) - exact).abs() < 1e-4, "({i},{j}): {} vs {exact}", y[i * 7 + j]);
+            }
+        }
     }
 }

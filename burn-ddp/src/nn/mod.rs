@@ -32,8 +32,8 @@ mod device_thread;
 #[cfg(feature = "cuda")]
 mod fusion_op;
 mod layers;
-pub mod linear;
 pub mod layout;
+pub mod linear;
 pub mod options;
 pub mod precision;
 pub mod profile;

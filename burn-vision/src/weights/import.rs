@@ -156,7 +156,7 @@ pub fn load_pretrained<B: Backend>(mut model: Classifier<B>, model_name: &str, p
     let head_reinitialised = (!head_skip.is_empty()).then(|| {
         let classes_in = |shape: &[usize]| shape.first().copied().unwrap_or(0);
         let bias = head_skip.iter().find(|k| k.ends_with("bias")).or(head_skip.first()).expect("not empty");
-        (classes_in(&src.tensors[bias].shape.as_slice()), classes_in(&torch_shape(&names[bias])))
+        (classes_in(src.tensors[bias].shape.as_slice()), classes_in(&torch_shape(&names[bias])))
     });
     let report = ImportReport { loaded: wanted, stripped: src.stripped.clone(), head_reinitialised, batches_tracked: largest_batches_tracked(&src), converted_from: converted };
     Ok((model, report))

@@ -33,10 +33,10 @@ fn read_all(path: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
     let safetensors = path.extension().is_some_and(|e| e == "safetensors") && !is_zip;
     let tensors = if safetensors {
         let mut store = SafetensorsStore::from_file(path);
-        store.get_all_snapshots().map(|m| m.clone()).map_err(|e| bad(path, format!("not a readable .safetensors file: {e}")))?
+        store.get_all_snapshots().cloned().map_err(|e| bad(path, format!("not a readable .safetensors file: {e}")))?
     } else {
         let mut store = PytorchStore::from_file(path).map_indices_contiguous(false);
-        store.get_all_snapshots().map(|m| m.clone()).map_err(|e| bad(path, format!("not a readable PyTorch weight file (torch.save output): {}", first_line(&e.to_string()))))?
+        store.get_all_snapshots().cloned().map_err(|e| bad(path, format!("not a readable PyTorch weight file (torch.save output): {}", first_line(&e.to_string()))))?
     };
     if tensors.is_empty() {
         return Err(bad(path, "holds no tensors; pass a state dict saved with torch.save or safetensors"));
