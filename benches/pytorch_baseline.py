@@ -23,7 +23,13 @@ torch.backends.cudnn.benchmark = True
 
 
 def resnet(name, classes, channels, small):
+    if name.startswith("timm:"):  # e.g. timm:vit_small_patch16_224
+        import timm
+
+        return timm.create_model(name[5:], pretrained=False, num_classes=classes)
     model = getattr(torchvision.models, name)(num_classes=classes)
+    if name.startswith("vit_"):  # torchvision's vit_b_16 etc.
+        return model
     if small:  # the small-input stem of burn-vision: 3x3 stride-1 conv, no max-pool
         model.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
         model.maxpool = nn.Identity()

@@ -10,7 +10,9 @@
 #       16 per GPU), r18s r18s_cl (ResNet-18 small-input stem, 28² 1-channel, b256);
 #       r50_bf16_cl_compile: PyTorch with torch.compile (the stretch anchor; compile time not
 #       counted: it is in the warm-up steps); plain_gpu: burn-ddp's plain-Burn example on GPU 0
-#       (its log names the convolution path).
+#       (its log names the convolution path); vitb16_bf16 (ViT-B/16 224² b128; PyTorch:
+#       torchvision's vit_b_16, eager and _compile) and vits16_bf16 (ViT-S/16 b256; timm's
+#       vit_small_patch16_224), bf16 autocast, SGD as for the ResNets.
 # burn-vision's bench (like train) keeps GPU activations channels-last unless told
 # --channels-first; the old binaries of calls a-b (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
@@ -40,12 +42,19 @@ torch() { # NAME MODEL BATCH PRECISION LAYOUT [SIZE CHANNELS CLASSES SMALL]
 R50="--model resnet50 --batch-size 256 --image-size 224 --classes 1000"
 R18S="--model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input"
 R34="--model resnet34 --batch-size 16 --image-size 224 --classes 1000"
+VITB="--model vit_b16 --batch-size 128 --image-size 224 --classes 1000"
+VITS="--model vit_s16 --batch-size 256 --image-size 224 --classes 1000"
 for s in ${STEPS:-$DEFAULT}; do
   case $s in
     check) step cudnn_check "${T_CHECK:-200}" "$B"/cudnn_check check ;;
     r50_bf16_cl_new) bench "$s" "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
     r50_bf16_cl_old) bench "$s" "$B"/old/burn-vision $R50 --precision bf16 --channels-last ;;
     r50_bf16_cl_compile) step "$s" 400 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 "$W" bf16 nhwc compile ;;
+    vitb16_bf16_new) bench "$s" "$B"/burn-vision $VITB --precision bf16 ;;
+    vitb16_bf16_torch) torch "$s" vit_b_16 128 bf16 nchw ;;
+    vitb16_bf16_compile) step "$s" 400 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 6 "$W" bf16 nchw compile ;;
+    vits16_bf16_new) bench "$s" "$B"/burn-vision $VITS --precision bf16 ;;
+    vits16_bf16_torch) torch "$s" timm:vit_small_patch16_224 256 bf16 nchw ;;
     plain_gpu) chmod +x "$B"/plain_burn; step "$s" 120 "$B"/plain_burn --gpu --steps 30 --channels-last ;;
     r50_bf16_cl_torch) torch "$s" resnet50 256 bf16 nhwc ;;
     r50_f32_cl_new) bench "$s" "$B"/burn-vision $R50 --channels-last ;;

@@ -87,6 +87,33 @@ def small_timm(classes):
     return tr.ResNet(tr.BasicBlock, [1, 1, 1, 1], num_classes=classes, channels=(64,) + tuple(SMALL_WIDTHS[1:]))
 
 
+def small_timm_vit(classes):
+    """timm's VisionTransformer class at 32² (patch 8, dim 32, 2 blocks, 2 heads): the key names
+    of vit_*_patch16_224. dynamic_img_size resamples the position embedding (bicubic) for other
+    input sizes, as burn-vision's ViT does."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=classes, dynamic_img_size=True)
+
+
+def small_torchvision_vit(classes):
+    """torchvision's VisionTransformer class with the same shape: vit_b_16's key names."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=128, num_classes=classes)
+
+
+def randomise_vit(model, seed):
+    """Every LayerNorm and bias away from its initial value (timm and torchvision start them at
+    1 and 0; torchvision its head at 0), so a mapping mistake shows in the logits."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("bias") or ".ln" in name or "norm" in name or name.endswith("ln.weight"):
+            p.data.copy_(p.data + torch.randn(p.shape, generator=g) * 0.1)
+        elif name.endswith("head.weight") and not p.data.any():  # torchvision starts its head at 0
+            p.data.copy_(torch.randn(p.shape, generator=g) * 0.02)
+
+
 def golden(model, shape):
     model = model.eval()
     with torch.no_grad():
@@ -119,6 +146,16 @@ def build(arch, classes):
         return small_timm(classes)
     if arch == "resnet10-mini":
         return resnet10_mini(classes)
+    if arch == "timm_small_vit":
+        return small_timm_vit(classes)
+    if arch == "tv_small_vit":
+        return small_torchvision_vit(classes)
+    if arch == "timm_vit_s16":
+        import timm
+
+        return timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=classes)
+    if arch == "tv_vit_b16":
+        return torchvision.models.vit_b_16(num_classes=classes)
     if arch == "tv_resnet50":
         return torchvision.models.resnet50(num_classes=classes)
     if arch == "timm_resnet50":
@@ -135,23 +172,33 @@ FIXTURES = {
     "tv_small_bottleneck_st": ("tv_small_bottleneck", 10, [2, 3, 32, 32], "tv_small_bottleneck.safetensors", "safetensors"),
     "timm_small_basic": ("timm_small_basic", 10, [2, 3, 32, 32], "timm_small_basic.pth", "model_key"),
     "tv_resnet10_mini": ("resnet10-mini", 10, [2, 1, 28, 28], "tv_resnet10_mini.pth", "plain"),
+    "timm_small_vit": ("timm_small_vit", 10, [2, 3, 32, 32], "timm_small_vit.pth", "plain"),
+    "timm_small_vit_48px": ("timm_small_vit", 10, [2, 3, 48, 48], "timm_small_vit.pth", "plain"),
+    "tv_small_vit": ("tv_small_vit", 10, [2, 3, 32, 32], "tv_small_vit.safetensors", "safetensors"),
 }
 FULL = {
     "tv_resnet50": ("tv_resnet50", 1000, [2, 3, 224, 224], "tv_resnet50.pth", "plain"),
     "timm_resnet50": ("timm_resnet50", 1000, [2, 3, 224, 224], "timm_resnet50.safetensors", "safetensors"),
+    "timm_vit_s16": ("timm_vit_s16", 1000, [2, 3, 224, 224], "timm_vit_s16.pth", "plain"),
+    "tv_vit_b16": ("tv_vit_b16", 1000, [2, 3, 224, 224], "tv_vit_b16.safetensors", "safetensors"),
 }
 
 
 def make(entries, out):
     os.makedirs(out, exist_ok=True)
     manifest = {"input": "sin(0.37*i + 0.11), flat NCHW index i, float32", "torch": torch.__version__, "models": {}}
+    made = {}  # file -> model: entries sharing a file (another input size) share its weights
     for seed, (name, (arch, classes, shape, file, style)) in enumerate(entries.items()):
-        torch.manual_seed(seed)
-        model = build(arch, classes)
-        randomise_batch_norms(model, seed)
-        save(model, os.path.join(out, file), style)
-        manifest["models"][name] = {"arch": arch, "classes": classes, "input_shape": shape, "file": file, "style": style, "logits": golden(model, shape)}
-        print(f"{name}: {file} ({os.path.getsize(os.path.join(out, file))} bytes, {style})")
+        if file not in made:
+            torch.manual_seed(seed)
+            model = build(arch, classes)
+            randomise_batch_norms(model, seed)
+            if "vit" in arch:
+                randomise_vit(model, seed)
+            save(model, os.path.join(out, file), style)
+            made[file] = model
+            print(f"{name}: {file} ({os.path.getsize(os.path.join(out, file))} bytes, {style})")
+        manifest["models"][name] = {"arch": arch, "classes": classes, "input_shape": shape, "file": file, "style": style, "logits": golden(made[file], shape)}
     with open(os.path.join(out, "golden.json"), "w") as f:
         json.dump(manifest, f)
 

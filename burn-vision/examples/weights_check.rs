@@ -7,17 +7,19 @@
 //! `cargo run --release -p burn-vision --example weights_check [--features cuda] -- DIR [--gpu] [--export OUT]`
 
 use burn::prelude::*;
-use burn_vision::model::{Classifier, ImageClassifier};
+use burn_vision::model::Classifier;
 use burn_vision::weights::golden::{Golden, GoldenModel, arch_config, logits_error};
-use burn_vision::weights::{WeightFormat, export, load_pretrained};
+use burn_vision::weights::{WeightFormat, export, load_pretrained, scheme_index};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-fn load<B: Backend>(dir: &Path, g: &GoldenModel, device: &B::Device) -> burn_vision::Result<Classifier<B>> {
+/// The model of `g` with its weights, and the index of the naming scheme the file used.
+fn load<B: Backend>(dir: &Path, g: &GoldenModel, device: &B::Device) -> burn_vision::Result<(Classifier<B>, usize)> {
     let model = arch_config(&g.arch, g.classes, g.input_shape[1])?.init::<B>(device);
     let (model, report) = load_pretrained(model, &g.arch, &dir.join(&g.file))?;
     println!("  {}: {report}", g.file);
-    Ok(model)
+    let scheme = scheme_index(&model, Some(report.names))?;
+    Ok((model, scheme))
 }
 
 fn row(name: &str, device: &str, err: f64, seconds: f64) -> bool {
@@ -33,7 +35,7 @@ fn gpu_rows(dir: &Path, name: &str, g: &GoldenModel) -> burn_vision::Result<bool
     let mut ok = true;
     for channels_last in [false, true] {
         let t = Instant::now();
-        let model = load::<Gpu>(dir, g, &device)?.with_channels_last(channels_last);
+        let model = burn_vision::model::ImageClassifier::with_channels_last(load::<Gpu>(dir, g, &device)?.0, channels_last);
         let err = logits_error(&model, g, &device);
         ok &= row(name, if channels_last { "GPU, channels-last" } else { "GPU, NCHW" }, err, t.elapsed().as_secs_f64());
     }
@@ -57,7 +59,7 @@ fn main() -> burn_vision::Result<()> {
     for (name, g) in &golden.models {
         let t = Instant::now();
         let device = Default::default();
-        let model = load::<burn_flex::Flex>(&dir, g, &device)?;
+        let (model, scheme) = load::<burn_flex::Flex>(&dir, g, &device)?;
         ok &= row(name, "CPU", logits_error(&model, g, &device), t.elapsed().as_secs_f64());
         if gpu {
             ok &= gpu_rows(&dir, name, g)?;
@@ -65,7 +67,7 @@ fn main() -> burn_vision::Result<()> {
         if let Some(out) = &export_to {
             for (ext, format) in [("pth", WeightFormat::Pth), ("safetensors", WeightFormat::Safetensors)] {
                 let path = out.join(format!("{name}.{ext}"));
-                let n = export(&model, &path, format, 1234)?;
+                let n = export(&model, &path, format, (1234, scheme))?;
                 println!("  exported {} ({n} tensors)", path.display());
             }
         }

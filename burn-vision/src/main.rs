@@ -8,7 +8,7 @@ use burn_vision::train::bench::BenchConfig;
 use burn_vision::train::inference::{EvalRequest, evaluate_checkpoint, predict_paths};
 use burn_vision::train::predict::restore;
 use burn_vision::train::{DeviceSpec, OptimizerKind, TrainConfig, run, run_bench};
-use burn_vision::weights::{WeightFormat, export};
+use burn_vision::weights::{WeightFormat, export, scheme_index};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,6 +52,10 @@ struct ExportArgs {
     /// The file to write (default: the checkpoint's path with .pth or .safetensors).
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Whose parameter names to write: `timm` or `torchvision` for ViTs (default: timm);
+    /// ResNets have one set (torchvision's, which timm shares).
+    #[arg(long)]
+    names: Option<String>,
 }
 
 #[derive(Args)]
@@ -432,7 +436,8 @@ fn cmd_export(a: ExportArgs) -> Result<()> {
     let output = a.output.unwrap_or_else(|| a.checkpoint.with_extension(if format == WeightFormat::Safetensors { "safetensors" } else { "pth" }));
     let restored = restore::<burn_flex::Flex>(&a.checkpoint, &Default::default())?;
     let tracked = restored.meta.batches_tracked.unwrap_or(restored.meta.step as i64);
-    let n = export(&restored.model, &output, format, tracked)?;
+    let scheme = scheme_index(&restored.model, a.names.as_deref())?;
+    let n = export(&restored.model, &output, format, (tracked, scheme))?;
     println!("{}: {} tensors of {} ({} classes) written as {format:?}, num_batches_tracked {tracked}", output.display(), n, restored.meta.model, restored.meta.classes.len());
     Ok(())
 }

@@ -134,6 +134,17 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
 /// end to end on the CPU (the same code paths as on a GPU, with burn's kernels); the run says
 /// what it does and its checkpoint evaluates.
 #[test]
+fn vit_s16_trains_with_two_cpu_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("vit");
+    let args = ["train", "--model", "vit_s16", "--nproc", "2", "--cpu", "--epochs", "1", "--max-steps-per-epoch", "2", "--batch-size", "4", "--quiet", "--out", out.to_str().unwrap()];
+    let o = cli(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("done: 1 epoch"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(out.join("last.ckpt").exists());
+}
+
+#[test]
 fn half_precision_trains_end_to_end() {
     for (flags, says) in [(&["--precision", "bf16", "--channels-last"][..], "bf16 activations, channels-last"), (&["--precision", "f16"][..], "f16 activations")] {
         let dir = tempfile::tempdir().unwrap();

@@ -163,3 +163,17 @@ fn a_zero_backbone_learning_rate_moves_only_the_head() {
     let dir = tempfile::tempdir().unwrap();
     assert!(fine_tune(dir.path(), false, 1.0).iter().any(|(p, changed)| p.starts_with("layer1.") && !p.contains("running_") && *changed));
 }
+
+#[test]
+fn vit_mini_learns_on_bundled_data() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let config = TrainConfig { model: "vit-mini".into(), out: dir.path().to_path_buf(), epochs: 1, batch_size: 32, max_steps_per_epoch: Some(60), show_progress: false, ..TrainConfig::default() };
+    let summary = run(&config).unwrap();
+    let acc = summary.epochs[0].val_acc;
+    // 10 balanced classes: chance is 10 %.
+    assert!(acc > 0.2, "ViT validation accuracy {acc} is not clearly above chance");
+    // The checkpoint restores as a ViT and predicts.
+    let restored = restore::<Flex>(&best_path(dir.path()), &Default::default()).unwrap();
+    assert_eq!(restored.meta.model, "vit-mini");
+}

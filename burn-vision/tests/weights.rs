@@ -28,7 +28,7 @@ fn params(model: &Classifier<Flex>) -> Vec<(String, Vec<f32>)> {
 #[test]
 fn every_fixture_loads_and_matches_pytorchs_logits() {
     let golden = Golden::load(&fixtures()).unwrap();
-    assert_eq!(golden.models.len(), 5);
+    assert_eq!(golden.models.len(), 8);
     for (name, g) in &golden.models {
         let untouched = logits_error(&fresh(&g.arch, g.classes), g, &Default::default());
         let (model, report) = load_pretrained(fresh(&g.arch, g.classes), &g.arch, &fixtures().join(&g.file)).unwrap();
@@ -36,7 +36,9 @@ fn every_fixture_loads_and_matches_pytorchs_logits() {
         println!("{name}: {report}; max |Δ|/max|logit| = {err:.2e} (before loading {untouched:.2e})");
         assert!(err <= 1e-4, "{name}: logits differ from PyTorch's by {err:.3e} of their scale");
         assert!(untouched > 1e-2, "{name}: a fresh model already matched ({untouched}), the test proves nothing");
-        assert_eq!(report.batches_tracked, Some(1234), "{name}");
+        // BatchNorm's num_batches_tracked (the ViTs have none).
+        let expected_tracked = (!g.arch.contains("vit")).then_some(1234);
+        assert_eq!(report.batches_tracked, expected_tracked, "{name}");
         assert_eq!(report.head_reinitialised, None);
     }
 }
@@ -55,6 +57,33 @@ fn wrappers_and_ddp_prefixes_are_found() {
 }
 
 #[test]
+fn vit_weights_load_under_timm_or_torchvision_names_and_export_back() {
+    let golden = Golden::load(&fixtures()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, names) in [("timm_small_vit", "timm"), ("tv_small_vit", "torchvision")] {
+        let g = &golden.models[name];
+        let (model, report) = load_pretrained(fresh(&g.arch, g.classes), &g.arch, &fixtures().join(&g.file)).unwrap();
+        assert_eq!(report.names, names, "{name}");
+        let scheme = burn_vision::weights::scheme_index(&model, Some(names)).unwrap();
+        let path = dir.path().join(format!("{name}.safetensors"));
+        export(&model, &path, WeightFormat::Safetensors, (0, scheme)).unwrap();
+        // Our file carries the same names as PyTorch's.
+        let mut ours = burn_store::SafetensorsStore::from_file(&path);
+        let mut theirs_keys = if g.file.ends_with(".pth") {
+            burn_store::ModuleStore::keys(&mut burn_store::PytorchStore::from_file(fixtures().join(&g.file))).unwrap()
+        } else {
+            burn_store::ModuleStore::keys(&mut burn_store::SafetensorsStore::from_file(fixtures().join(&g.file))).unwrap()
+        };
+        let mut our_keys = burn_store::ModuleStore::keys(&mut ours).unwrap();
+        our_keys.sort();
+        theirs_keys.sort();
+        assert_eq!(our_keys, theirs_keys, "{name}");
+        let (back, _) = load_pretrained(fresh(&g.arch, g.classes), &g.arch, &path).unwrap();
+        assert_eq!(params(&back), params(&model), "{name}");
+    }
+}
+
+#[test]
 fn export_then_import_gives_identical_parameters_in_both_formats() {
     let golden = Golden::load(&fixtures()).unwrap();
     let g = &golden.models["tv_small_bottleneck_ddp"];
@@ -62,7 +91,7 @@ fn export_then_import_gives_identical_parameters_in_both_formats() {
     let dir = tempfile::tempdir().unwrap();
     for (file, format) in [("out.pth", WeightFormat::Pth), ("out.safetensors", WeightFormat::Safetensors)] {
         let path = dir.path().join(file);
-        let written = export(&model, &path, format, 4321).unwrap();
+        let written = export(&model, &path, format, (4321, 0)).unwrap();
         // 5 tensors per BatchNorm with num_batches_tracked, as PyTorch's state dict.
         assert_eq!(written, golden_key_count(), "{file}");
         let (back, report) = load_pretrained(fresh(&g.arch, g.classes), &g.arch, &path).unwrap();

@@ -6,8 +6,9 @@
 //! entries here and in `registry.rs`: a variant of [`Classifier`] and of [`ModelConfig`], and
 //! its names.
 
-use super::image_classifier::ImageClassifier;
+use super::image_classifier::{ImageClassifier, NameScheme};
 use super::resnet::{ResNet, ResNetConfig, ResNetRecord};
+use super::vit::{VisionTransformer, VitConfig};
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder, RecorderError};
 use burn_ddp::BatchNormSync;
@@ -18,6 +19,8 @@ use burn_ddp::nn::{Layout, Precision};
 pub enum Classifier<B: Backend> {
     /// ResNet-10-mini/18/34/50/101/152.
     ResNet(ResNet<B>),
+    /// ViT-Ti/S/B.
+    Vit(VisionTransformer<B>),
 }
 
 /// Any model's configuration (no backend): what the registry hands out.
@@ -25,6 +28,8 @@ pub enum Classifier<B: Backend> {
 pub enum ModelConfig {
     /// A ResNet.
     ResNet(ResNetConfig),
+    /// A Vision Transformer.
+    Vit(VitConfig),
 }
 
 impl ModelConfig {
@@ -32,6 +37,7 @@ impl ModelConfig {
     pub fn with_in_channels(self, channels: usize) -> Self {
         match self {
             ModelConfig::ResNet(c) => ModelConfig::ResNet(c.with_in_channels(channels)),
+            ModelConfig::Vit(c) => ModelConfig::Vit(c.with_in_channels(channels)),
         }
     }
 
@@ -43,6 +49,10 @@ impl ModelConfig {
                 let small = c.small_input || small;
                 ModelConfig::ResNet(c.with_small_input(small))
             }
+            ModelConfig::Vit(c) => {
+                let small = c.small_input || small;
+                ModelConfig::Vit(c.with_small_input(small))
+            }
         }
     }
 
@@ -50,6 +60,7 @@ impl ModelConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> Classifier<B> {
         match self {
             ModelConfig::ResNet(c) => Classifier::ResNet(c.init(device)),
+            ModelConfig::Vit(c) => Classifier::Vit(c.init(device)),
         }
     }
 }
@@ -60,11 +71,13 @@ macro_rules! each_family {
     ($self:expr, $m:ident => $body:expr) => {
         match $self {
             Classifier::ResNet($m) => $body,
+            Classifier::Vit($m) => $body,
         }
     };
     (wrap $self:expr, $m:ident => $body:expr) => {
         match $self {
             Classifier::ResNet($m) => Classifier::ResNet($body),
+            Classifier::Vit($m) => Classifier::Vit($body),
         }
     };
 }
@@ -91,8 +104,8 @@ impl<B: Backend> ImageClassifier<B> for Classifier<B> {
     fn sync_batch_norm(&self) -> bool {
         each_family!(self, m => m.sync_batch_norm())
     }
-    fn torch_renames(&self) -> &'static [(&'static str, &'static str)] {
-        each_family!(self, m => m.torch_renames())
+    fn torch_names(&self) -> &'static [NameScheme] {
+        each_family!(self, m => m.torch_names())
     }
     fn head_params(&self) -> Vec<String> {
         each_family!(self, m => m.head_params())

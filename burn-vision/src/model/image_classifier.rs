@@ -6,6 +6,9 @@ use burn::prelude::*;
 use burn_ddp::BatchNormSync;
 use burn_ddp::nn::{Layout, Precision};
 
+/// A PyTorch naming scheme: its name and `(regex on our path, replacement)` rewrites.
+pub type NameScheme = (&'static str, &'static [(&'static str, &'static str)]);
+
 /// What the pipeline needs of an image classifier.
 pub trait ImageClassifier<B: Backend>: Sized {
     /// Class logits, f32 whatever the precision.
@@ -26,10 +29,11 @@ pub trait ImageClassifier<B: Backend>: Sized {
     fn with_sync_batch_norm(self, sync: Option<BatchNormSync>) -> Self;
     /// Whether batch norms are synchronised across ranks.
     fn sync_batch_norm(&self) -> bool;
-    /// Where PyTorch's names of this family (torchvision's, timm's) differ from ours beyond
-    /// the conventions `weights` applies to every family: `(ours, theirs)` substrings of
-    /// parameter paths.
-    fn torch_renames(&self) -> &'static [(&'static str, &'static str)];
+    /// The PyTorch naming schemes of this family (timm's, torchvision's), the export default
+    /// first: each a name and the rewrites from our parameter paths to its names beyond the
+    /// conventions `weights` applies to every family — `(regex, replacement)` pairs applied in
+    /// order. Import picks the scheme that fits the file.
+    fn torch_names(&self) -> &'static [NameScheme];
     /// Our paths of the classifier head's parameters (re-initialised when a weight file has
     /// another class count), and the parameters `--freeze-layers` leaves trainable.
     fn head_params(&self) -> Vec<String>;

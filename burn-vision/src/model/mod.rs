@@ -5,8 +5,10 @@ pub mod classifier;
 pub mod image_classifier;
 pub mod registry;
 pub mod resnet;
+pub mod vit;
 
 pub use classifier::{Classifier, ClassifierRecord, ModelConfig, load_model_record};
-pub use image_classifier::ImageClassifier;
+pub use image_classifier::{ImageClassifier, NameScheme};
 pub use registry::{create, list_models, model_config};
 pub use resnet::{Block, BlockKind, ResNet, ResNetConfig};
+pub use vit::{VisionTransformer, VitConfig};

@@ -2,19 +2,25 @@
 
 use super::classifier::{Classifier, ModelConfig};
 use super::resnet::ResNetConfig;
+use super::vit::VitConfig;
 use crate::error::{Error, Result};
 use burn::prelude::*;
 
 /// A registry entry: the model's config for a class count.
 type Constructor = fn(usize) -> ModelConfig;
 
-const MODELS: [(&str, Constructor); 6] = [
+const MODELS: [(&str, Constructor); 11] = [
     ("resnet10-mini", |n| ModelConfig::ResNet(ResNetConfig::resnet10_mini(n))),
     ("resnet18", |n| ModelConfig::ResNet(ResNetConfig::resnet18(n))),
     ("resnet34", |n| ModelConfig::ResNet(ResNetConfig::resnet34(n))),
     ("resnet50", |n| ModelConfig::ResNet(ResNetConfig::resnet50(n))),
     ("resnet101", |n| ModelConfig::ResNet(ResNetConfig::resnet101(n))),
     ("resnet152", |n| ModelConfig::ResNet(ResNetConfig::resnet152(n))),
+    ("vit-mini", |n| ModelConfig::Vit(VitConfig::new(4, 96, 6, 3, n).with_small_input(true))),
+    ("vit_ti16", |n| ModelConfig::Vit(VitConfig::tiny(16, n))),
+    ("vit_s16", |n| ModelConfig::Vit(VitConfig::small(16, n))),
+    ("vit_b16", |n| ModelConfig::Vit(VitConfig::base(16, n))),
+    ("vit_b32", |n| ModelConfig::Vit(VitConfig::base(32, n))),
 ];
 
 /// Every registered model name.

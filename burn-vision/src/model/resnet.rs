@@ -1,7 +1,7 @@
 //! ResNet-18/34/50/101/152 and small variants, with torchvision's layer names (`conv1`, `bn1`,
 //! `layer1.0.conv1`, `downsample`, `fc`) so that its weights can be mapped onto these models.
 
-use super::image_classifier::ImageClassifier;
+use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::Module;
 use burn::prelude::*;
 use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, linear_f32};
@@ -308,9 +308,10 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
         self.sync_bn.is_some()
     }
 
-    /// torchvision and timm keep the projection shortcut as `nn.Sequential(conv, bn)`.
-    fn torch_renames(&self) -> &'static [(&'static str, &'static str)] {
-        &[(".downsample.conv.", ".downsample.0."), (".downsample.bn.", ".downsample.1.")]
+    /// torchvision and timm name ResNets alike; both keep the projection shortcut as
+    /// `nn.Sequential(conv, bn)`.
+    fn torch_names(&self) -> &'static [NameScheme] {
+        &[("torchvision", &[(r"\.downsample\.conv\.", ".downsample.0."), (r"\.downsample\.bn\.", ".downsample.1.")])]
     }
 
     fn head_params(&self) -> Vec<String> {

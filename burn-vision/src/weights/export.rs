@@ -9,7 +9,7 @@ use super::names::ordered_torch_names;
 use super::torch_save::{self, Entry, Storage};
 use crate::atomic_file::write_atomic;
 use crate::error::{Error, Result};
-use crate::model::Classifier;
+use crate::model::{Classifier, ImageClassifier};
 use burn::prelude::*;
 use burn::tensor::DType;
 use std::path::Path;
@@ -54,10 +54,10 @@ fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// The model's state dict under PyTorch's names, in its order; every BatchNorm gets
 /// `num_batches_tracked = batches_tracked`.
-fn entries<B: Backend>(model: &Classifier<B>, batches_tracked: i64, path: &Path) -> Result<Vec<Entry>> {
+fn entries<B: Backend>(model: &Classifier<B>, (batches_tracked, scheme): (i64, usize), path: &Path) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     let mut running_means = Vec::new();
-    for (torch, name) in ordered_torch_names(model) {
+    for (torch, name) in ordered_torch_names(model, scheme) {
         let data = name.snapshot.to_data().map_err(|e| Error::Weights { path: path.to_path_buf(), reason: format!("reading {}: {e:?}", name.path) })?;
         let values = data.convert_dtype(DType::F32).to_vec::<f32>().expect("f32 after conversion");
         let (values, shape) = match (name.transposed, name.shape.as_slice()) {
@@ -88,13 +88,28 @@ fn safetensors_bytes(entries: &[Entry]) -> std::result::Result<Vec<u8>, safetens
     safetensors::serialize(views, Some(meta))
 }
 
-/// Writes `model` to `path` as PyTorch weights. Returns the number of tensors written.
+/// The index of the family's naming scheme `name` (`None`: the family's first).
+///
+/// # Errors
+/// [`Error::InvalidConfig`] listing the family's schemes.
+pub fn scheme_index<B: Backend>(model: &Classifier<B>, name: Option<&str>) -> Result<usize> {
+    let schemes = model.torch_names();
+    let Some(name) = name else { return Ok(0) };
+    schemes.iter().position(|(n, _)| *n == name).ok_or_else(|| Error::InvalidConfig {
+        name: "--names",
+        value: name.into(),
+        reason: format!("this model's PyTorch names are {}", schemes.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")),
+    })
+}
+
+/// Writes `model` to `path` as PyTorch weights under its family's naming scheme `scheme`
+/// ([`scheme_index`]). Returns the number of tensors written.
 ///
 /// # Errors
 /// [`Error::Weights`] when the tensors cannot be read or encoded, [`Error::Io`] when the file
 /// cannot be written (nothing is left half-written).
-pub fn export<B: Backend>(model: &Classifier<B>, path: &Path, format: WeightFormat, batches_tracked: i64) -> Result<usize> {
-    let entries = entries(model, batches_tracked, path)?;
+pub fn export<B: Backend>(model: &Classifier<B>, path: &Path, format: WeightFormat, (batches_tracked, scheme): (i64, usize)) -> Result<usize> {
+    let entries = entries(model, (batches_tracked, scheme), path)?;
     let bytes = match format {
         WeightFormat::Safetensors => safetensors_bytes(&entries).map_err(|e| e.to_string()),
         WeightFormat::Pth => torch_save::to_bytes(&entries).map_err(|e| e.to_string()),

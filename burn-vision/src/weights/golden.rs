@@ -3,7 +3,7 @@
 //! same input against PyTorch's float64 ones.
 
 use crate::error::{Error, Result};
-use crate::model::{BlockKind, ImageClassifier, ModelConfig, ResNetConfig, model_config};
+use crate::model::{BlockKind, ImageClassifier, ModelConfig, ResNetConfig, VitConfig, model_config};
 use burn::prelude::*;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -60,6 +60,10 @@ fn family_config(arch: &str, classes: usize) -> Result<ModelConfig> {
         // timm's plain stem is 64 wide whatever its stages are.
         "timm_small_basic" => small(BlockKind::Basic, 64),
         "tv_resnet50" | "timm_resnet50" => model_config("resnet50", classes),
+        // timm's / torchvision's VisionTransformer class: patch 8 at 32², dim 32, 2 blocks, 2 heads.
+        "timm_small_vit" | "tv_small_vit" => Ok(ModelConfig::Vit(VitConfig::new(8, 32, 2, 2, classes).with_image_size(32))),
+        "timm_vit_s16" => model_config("vit_s16", classes),
+        "tv_vit_b16" => model_config("vit_b16", classes),
         other => model_config(other, classes),
     }
 }

@@ -25,6 +25,8 @@ pub struct ImportReport {
     pub loaded: usize,
     /// What wrapped the state dict in the file (`"state_dict.module."`, ...), empty for none.
     pub stripped: String,
+    /// The family's naming scheme the file uses (`timm`, `torchvision`).
+    pub names: &'static str,
     /// `(file's classes, model's classes)` when the head was left at its initialisation.
     pub head_reinitialised: Option<(usize, usize)>,
     /// The largest `num_batches_tracked` in the file.
@@ -35,7 +37,7 @@ pub struct ImportReport {
 
 impl std::fmt::Display for ImportReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} tensors loaded", self.loaded)?;
+        write!(f, "{} tensors loaded ({} names)", self.loaded, self.names)?;
         if !self.stripped.is_empty() {
             write!(f, " (state dict under `{}`)", self.stripped.trim_end_matches('.'))?;
         }
@@ -124,9 +126,17 @@ fn largest_batches_tracked(src: &Source) -> Option<i64> {
 /// [`Error::Weights`] for an unreadable file, or one whose keys or shapes do not fit the model
 /// (all differences in one message), or a tensor that fails to load.
 pub fn load_pretrained<B: Backend>(mut model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
-    let names = torch_names(&model);
-    let expected: HashSet<String> = names.keys().cloned().collect();
-    let src = source::read(path, &expected)?;
+    let all = source::read_all(path)?;
+    // The family's naming scheme (timm's, torchvision's) that fits the file best.
+    let (scheme, names, src) = (0..model.torch_names().len())
+        .map(|scheme| {
+            let names = torch_names(&model, scheme);
+            let (src, found) = source::locate(&all, &names.keys().cloned().collect::<HashSet<String>>());
+            (found, scheme, names, src)
+        })
+        .fold(None, |best: Option<(usize, _, _, _)>, c| if best.as_ref().is_some_and(|b| b.0 >= c.0) { best } else { Some(c) })
+        .map(|(_, scheme, names, src)| (scheme, names, src))
+        .expect("a family has at least one naming scheme");
     let head = model.head_params();
     let (mismatch, head_skip) = compare(&src, &names, &head);
     if let Some(e) = mismatch.into_error(path, model_name) {
@@ -158,6 +168,13 @@ pub fn load_pretrained<B: Backend>(mut model: Classifier<B>, model_name: &str, p
         let bias = head_skip.iter().find(|k| k.ends_with("bias")).or(head_skip.first()).expect("not empty");
         (classes_in(src.tensors[bias].shape.as_slice()), classes_in(&torch_shape(&names[bias])))
     });
-    let report = ImportReport { loaded: wanted, stripped: src.stripped.clone(), head_reinitialised, batches_tracked: largest_batches_tracked(&src), converted_from: converted };
+    let report = ImportReport {
+        loaded: wanted,
+        stripped: src.stripped.clone(),
+        names: model.torch_names()[scheme].0,
+        head_reinitialised,
+        batches_tracked: largest_batches_tracked(&src),
+        converted_from: converted,
+    };
     Ok((model, report))
 }

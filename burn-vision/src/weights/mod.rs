@@ -12,5 +12,5 @@ pub mod names;
 pub mod source;
 pub mod torch_save;
 
-pub use export::{WeightFormat, export};
+pub use export::{WeightFormat, export, scheme_index};
 pub use import::{ImportReport, load_pretrained};

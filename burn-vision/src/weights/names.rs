@@ -1,6 +1,6 @@
-//! Our parameters under PyTorch's names (torchvision's and timm's): BatchNorm's `gamma`/`beta`
-//! are `weight`/`bias`, `Linear`'s weight is transposed, and each model family renames what
-//! its layout names differently ([`Classifier::torch_renames`]).
+//! Our parameters under PyTorch's names (torchvision's and timm's): BatchNorm's and LayerNorm's `gamma`/`beta`
+//! are `weight`/`bias`, `Linear`'s weight is transposed, and each model family rewrites what
+//! its layouts name differently ([`ImageClassifier::torch_names`]: one or more schemes).
 
 use crate::model::{Classifier, ImageClassifier};
 use burn::prelude::*;
@@ -21,14 +21,17 @@ pub struct TorchName {
     pub snapshot: TensorSnapshot,
 }
 
-/// PyTorch's name of each tensor of `model`, in the model's order of fields.
-pub fn torch_names<B: Backend>(model: &Classifier<B>) -> BTreeMap<String, TorchName> {
-    ordered_torch_names(model).into_iter().collect()
+/// PyTorch's name of each tensor of `model` under the family's naming scheme `scheme`.
+pub fn torch_names<B: Backend>(model: &Classifier<B>, scheme: usize) -> BTreeMap<String, TorchName> {
+    ordered_torch_names(model, scheme).into_iter().collect()
 }
 
 /// As [`torch_names`], in the model's order (PyTorch's `state_dict` order for our layouts).
-pub fn ordered_torch_names<B: Backend>(model: &Classifier<B>) -> Vec<(String, TorchName)> {
-    let renames = model.torch_renames();
+///
+/// # Panics
+/// If `scheme` is not one of the family's, or one of its patterns is not a regex.
+pub fn ordered_torch_names<B: Backend>(model: &Classifier<B>, scheme: usize) -> Vec<(String, TorchName)> {
+    let renames: Vec<(regex::Regex, &str)> = model.torch_names()[scheme].1.iter().map(|(re, to)| (regex::Regex::new(re).expect("a family's pattern"), *to)).collect();
     model
         .collect(None, None, true)
         .into_iter()
@@ -37,13 +40,13 @@ pub fn ordered_torch_names<B: Backend>(model: &Classifier<B>) -> Vec<(String, To
             let module = snapshot.module_type().unwrap_or_default();
             let (parent, param) = path.rsplit_once('.').unwrap_or(("", &path));
             let torch_param = match (module.as_str(), param) {
-                ("Struct:BatchNorm", "gamma") => "weight",
-                ("Struct:BatchNorm", "beta") => "bias",
+                ("Struct:BatchNorm" | "Struct:LayerNorm", "gamma") => "weight",
+                ("Struct:BatchNorm" | "Struct:LayerNorm", "beta") => "bias",
                 _ => param,
             };
             let mut torch = if parent.is_empty() { torch_param.to_string() } else { format!("{parent}.{torch_param}") };
-            for (ours, theirs) in renames {
-                torch = torch.replace(ours, theirs);
+            for (re, to) in &renames {
+                torch = re.replace(&torch, *to).into_owned();
             }
             let name = TorchName {
                 shape: snapshot.shape.to_vec(),

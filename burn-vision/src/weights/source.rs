@@ -23,7 +23,7 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 ///
 /// # Errors
 /// [`Error::Weights`] for a missing file or one neither reader accepts.
-fn read_all(path: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
+pub fn read_all(path: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
     let meta = std::fs::metadata(path).map_err(|e| bad(path, format!("cannot read it ({e}); pass an existing .pth, .pt or .safetensors file")))?;
     if meta.is_dir() {
         return Err(bad(path, "is a folder; pass a .pth, .pt or .safetensors file"));
@@ -48,13 +48,10 @@ fn first_line(s: &str) -> String {
     s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("").to_string()
 }
 
-/// Reads `path` and finds the state dict inside: the prefix (`""`, a top-level key, and/or
-/// `module.`) under which most of `expected` (PyTorch names) are found.
-///
-/// # Errors
-/// As [`read_all`].
-pub fn read(path: &Path, expected: &HashSet<String>) -> Result<Source> {
-    let all = read_all(path)?;
+/// Finds the state dict among a file's tensors (`all`, from [`read_all`]): the prefix (`""`, a
+/// top-level key, and/or `module.`) under which most of `expected` (PyTorch names) are found.
+/// Returns it with the number of expected names found.
+pub fn locate(all: &BTreeMap<String, TensorSnapshot>, expected: &HashSet<String>) -> (Source, usize) {
     let mut prefixes: Vec<String> = vec![String::new()];
     for key in all.keys() {
         if let Some((first, _)) = key.split_once('.') {
@@ -75,7 +72,7 @@ pub fn read(path: &Path, expected: &HashSet<String>) -> Result<Source> {
             best = (n, p.clone());
         }
     }
-    let stripped = best.1;
-    let tensors = all.into_iter().filter_map(|(k, v)| k.strip_prefix(stripped.as_str()).map(|rest| (rest.to_string(), v))).collect();
-    Ok(Source { tensors, stripped })
+    let (found, stripped) = best;
+    let tensors = all.iter().filter_map(|(k, v)| k.strip_prefix(stripped.as_str()).map(|rest| (rest.to_string(), v.clone()))).collect();
+    (Source { tensors, stripped }, found)
 }

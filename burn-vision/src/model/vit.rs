@@ -1,0 +1,322 @@
+//! Vision Transformers (ViT-Ti/S/B, patch 16 or 32, and a patch-4 variant for 28–64 px images)
+//! with timm's `vit_*_patch*_224` parameter names and shapes (`patch_embed.proj`, `cls_token`,
+//! `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`, `norm`,
+//! `head`), so that timm's weights load with `--pretrained`.
+//!
+//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (burn's attention
+//! operation) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
+//! token's features → head. The position embedding is learned for the grid the model was built
+//! for and resized bicubically (timm's `resample_abs_pos_embed`: `align_corners=False`) when an
+//! image has another size, so 224² weights fine-tune at 384² or 96².
+//!
+//! Precision: with bf16/f16 activations the patch embedding, attention and MLP products run in
+//! that type (PyTorch's autocast), LayerNorm and the head in f32.
+
+use super::image_classifier::{ImageClassifier, NameScheme};
+use burn::module::{Module, Param};
+use burn::prelude::*;
+use burn::tensor::FloatDType;
+use burn::tensor::module::{attention, interpolate};
+use burn::tensor::ops::{AttentionModuleOptions, InterpolateMode, InterpolateOptions};
+use burn_ddp::BatchNormSync;
+use burn_ddp::grad_ready::param_val;
+use burn_ddp::nn::{Conv2d, Layout, Precision, linear_f32};
+use burn_nn::conv::Conv2dConfig;
+use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+
+/// Our (timm's) names → torchvision's `VisionTransformer`.
+const TORCHVISION: &[(&str, &str)] = &[
+    (r"^patch_embed\.proj\.", "conv_proj."),
+    (r"^cls_token$", "class_token"),
+    (r"^pos_embed$", "encoder.pos_embedding"),
+    (r"^blocks\.(\d+)\.norm1\.", "encoder.layers.encoder_layer_$1.ln_1."),
+    (r"^blocks\.(\d+)\.norm2\.", "encoder.layers.encoder_layer_$1.ln_2."),
+    (r"^blocks\.(\d+)\.attn\.qkv\.weight$", "encoder.layers.encoder_layer_$1.self_attention.in_proj_weight"),
+    (r"^blocks\.(\d+)\.attn\.qkv\.bias$", "encoder.layers.encoder_layer_$1.self_attention.in_proj_bias"),
+    (r"^blocks\.(\d+)\.attn\.proj\.", "encoder.layers.encoder_layer_$1.self_attention.out_proj."),
+    (r"^blocks\.(\d+)\.mlp\.fc1\.", "encoder.layers.encoder_layer_$1.mlp.0."),
+    (r"^blocks\.(\d+)\.mlp\.fc2\.", "encoder.layers.encoder_layer_$1.mlp.3."),
+    (r"^norm\.", "encoder.ln."),
+    (r"^head\.", "heads.head."),
+];
+
+/// `x · W + b` in `x`'s element type (the parameters stay f32 and are cast).
+fn linear_in<B: Backend, const D: usize>(layer: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let w = param_val(&layer.weight, &x).cast(dtype);
+    let b = layer.bias.as_ref().map(|b| param_val(b, &x).cast(dtype));
+    burn::tensor::module::linear(x, w, b)
+}
+
+/// LayerNorm in f32, the result back in `x`'s type.
+fn norm_f32<B: Backend>(norm: &LayerNorm<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let dtype = x.dtype();
+    norm.forward(x.cast(FloatDType::F32)).cast(dtype)
+}
+
+/// Multi-head self-attention, timm's layout: one `qkv` projection whose outputs are ordered
+/// (q/k/v, head, head dim), then `proj`.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// `[dim] → [3·dim]`.
+    pub qkv: Linear<B>,
+    /// `[dim] → [dim]`.
+    pub proj: Linear<B>,
+    #[module(skip)]
+    heads: usize,
+}
+
+impl<B: Backend> Attention<B> {
+    /// `[n, tokens, dim]` → `[n, tokens, dim]`
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [n, t, d] = x.dims();
+        let h = self.heads;
+        let qkv = linear_in(&self.qkv, x).reshape([n, t, 3, h, d / h]).permute([2, 0, 3, 1, 4]);
+        let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, h, t, d / h]);
+        let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
+        let out = attention(part(0), part(1), part(2), None, None, options);
+        linear_in(&self.proj, out.swap_dims(1, 2).reshape([n, t, d]))
+    }
+}
+
+/// The MLP of a block: `fc1` (ratio 4) → GELU → `fc2`.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    /// `[dim] → [hidden]`.
+    pub fc1: Linear<B>,
+    /// `[hidden] → [dim]`.
+    pub fc2: Linear<B>,
+}
+
+/// A pre-norm encoder block.
+#[derive(Module, Debug)]
+pub struct EncoderBlock<B: Backend> {
+    /// Before attention.
+    pub norm1: LayerNorm<B>,
+    /// Self-attention.
+    pub attn: Attention<B>,
+    /// Before the MLP.
+    pub norm2: LayerNorm<B>,
+    /// The MLP.
+    pub mlp: Mlp<B>,
+}
+
+impl<B: Backend> EncoderBlock<B> {
+    /// `[n, tokens, dim]` → `[n, tokens, dim]`
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let x = x.clone() + self.attn.forward(norm_f32(&self.norm1, x));
+        let hidden = burn::tensor::activation::gelu(linear_in(&self.mlp.fc1, norm_f32(&self.norm2, x.clone())));
+        x + linear_in(&self.mlp.fc2, hidden)
+    }
+}
+
+/// The patch embedding: a `patch × patch` convolution of stride `patch`.
+#[derive(Module, Debug)]
+pub struct PatchEmbed<B: Backend> {
+    /// `[c_in] → [dim]` per patch.
+    pub proj: Conv2d<B>,
+}
+
+/// A Vision Transformer classifier.
+#[derive(Module, Debug)]
+pub struct VisionTransformer<B: Backend> {
+    /// Patches → tokens.
+    pub patch_embed: PatchEmbed<B>,
+    /// `[1, 1, dim]`.
+    pub cls_token: Param<Tensor<B, 3>>,
+    /// `[1, 1 + grid², dim]`, for the grid the model was built for.
+    pub pos_embed: Param<Tensor<B, 3>>,
+    /// The encoder.
+    pub blocks: Vec<EncoderBlock<B>>,
+    /// Final LayerNorm.
+    pub norm: LayerNorm<B>,
+    /// Classifier head on the class token.
+    pub head: Linear<B>,
+    #[module(skip)]
+    patch: usize,
+    #[module(skip)]
+    precision: Precision,
+}
+
+/// A ViT's shape. `init::<B>(&device)` builds it.
+#[derive(Config, Debug)]
+pub struct VitConfig {
+    /// Patch side (16 or 32; 4 for small inputs).
+    pub patch: usize,
+    /// Token width.
+    pub dim: usize,
+    /// Encoder blocks.
+    pub depth: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Classes.
+    pub num_classes: usize,
+    /// Input channels.
+    #[config(default = 3)]
+    pub in_channels: usize,
+    /// Image side the position embedding is made for (224; 32 with `small_input`).
+    #[config(default = 224)]
+    pub image_size: usize,
+    /// Patch 4 at 32² (for 28–64 px images), as the ResNets' small stem.
+    #[config(default = false)]
+    pub small_input: bool,
+}
+
+impl VitConfig {
+    /// ViT-Ti: dim 192, depth 12, 3 heads.
+    pub fn tiny(patch: usize, num_classes: usize) -> Self {
+        Self::new(patch, 192, 12, 3, num_classes)
+    }
+    /// ViT-S: dim 384, depth 12, 6 heads.
+    pub fn small(patch: usize, num_classes: usize) -> Self {
+        Self::new(patch, 384, 12, 6, num_classes)
+    }
+    /// ViT-B: dim 768, depth 12, 12 heads.
+    pub fn base(patch: usize, num_classes: usize) -> Self {
+        Self::new(patch, 768, 12, 12, num_classes)
+    }
+
+    fn layout(&self) -> (usize, usize) {
+        if self.small_input { (4, 32) } else { (self.patch, self.image_size) }
+    }
+
+    /// Builds the model with timm's initialisation (truncated-normal 0.02 for the linear layers
+    /// and the embeddings — here normal 0.02 —, zero biases, LayerNorm 1 and 0).
+    ///
+    /// # Panics
+    /// If `dim` is not a multiple of `heads`, or the image side not of the patch side.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> VisionTransformer<B> {
+        let (patch, side) = self.layout();
+        assert!(self.dim.is_multiple_of(self.heads) && side.is_multiple_of(patch) && self.depth > 0, "ViT: dim {} over {} heads, image {side} over patch {patch}", self.dim, self.heads);
+        let normal = Initializer::Normal { mean: 0.0, std: 0.02 };
+        let linear = |i: usize, o: usize| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
+        let norm = || LayerNormConfig::new(self.dim).with_epsilon(1e-6).init(device);
+        let block = || EncoderBlock {
+            norm1: norm(),
+            attn: Attention { qkv: linear(self.dim, 3 * self.dim), proj: linear(self.dim, self.dim), heads: self.heads },
+            norm2: norm(),
+            mlp: Mlp { fc1: linear(self.dim, 4 * self.dim), fc2: linear(4 * self.dim, self.dim) },
+        };
+        let tokens = 1 + (side / patch) * (side / patch);
+        let proj =
+            Conv2dConfig::new([self.in_channels, self.dim], [patch, patch]).with_stride([patch, patch]).with_initializer(Initializer::KaimingUniform { gain: 1.0 / 3f64.sqrt(), fan_out_only: false });
+        VisionTransformer {
+            patch_embed: PatchEmbed { proj: proj.init(device).into() },
+            cls_token: normal.init([1, 1, self.dim], device),
+            pos_embed: normal.init([1, tokens, self.dim], device),
+            blocks: (0..self.depth).map(|_| block()).collect(),
+            norm: norm(),
+            head: linear(self.dim, self.num_classes),
+            patch,
+            precision: Precision::F32,
+        }
+    }
+}
+
+impl<B: Backend> VisionTransformer<B> {
+    /// The position embedding for a `gh × gw` grid: the learned one, or it resized bicubically
+    /// (the class token's entry unchanged).
+    fn pos_embed_for(&self, gh: usize, gw: usize, anchor: &Tensor<B, 3>) -> Tensor<B, 3> {
+        let pos = param_val(&self.pos_embed, anchor);
+        let [_, tokens, d] = pos.dims();
+        let g = ((tokens - 1) as f64).sqrt().round() as usize;
+        if g * g + 1 != tokens || (g == gh && g == gw) {
+            return pos;
+        }
+        let cls = pos.clone().slice([0..1, 0..1]);
+        let grid = pos.slice([0..1, 1..tokens]).reshape([1, g, g, d]).permute([0, 3, 1, 2]);
+        let options = InterpolateOptions { mode: InterpolateMode::Bicubic, align_corners: false };
+        let grid = interpolate(grid, [gh, gw], options).permute([0, 2, 3, 1]).reshape([1, gh * gw, d]);
+        Tensor::cat(vec![cls, grid], 1)
+    }
+}
+
+impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
+    /// Class logits (f32 whatever the [`Precision`]).
+    ///
+    /// # Shapes
+    /// `[n, in_channels, h, w]` → `[n, num_classes]` (`h`, `w` multiples of the patch side)
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = x.cast(self.precision.dtype());
+        let tokens = self.patch_embed.proj.forward(x);
+        let [n, d, gh, gw] = tokens.dims();
+        let tokens = tokens.reshape([n, d, gh * gw]).swap_dims(1, 2);
+        let cls = param_val(&self.cls_token, &tokens).cast(tokens.dtype()).expand([n, 1, d]);
+        let pos = self.pos_embed_for(gh, gw, &tokens).cast(tokens.dtype());
+        let mut x = Tensor::cat(vec![cls, tokens], 1) + pos;
+        for block in &self.blocks {
+            x = block.forward(x);
+        }
+        let x = self.norm.forward(x.cast(FloatDType::F32));
+        let features = x.slice([0..n, 0..1]).reshape([n, d]);
+        match self.precision {
+            Precision::F32 => linear_f32(&self.head, features),
+            _ => self.head.forward(features),
+        }
+    }
+
+    fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Tokens have no channel axis: the model keeps its one layout.
+    fn with_channels_last(self, _channels_last: bool) -> Self {
+        self
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Nchw
+    }
+
+    /// A ViT has no BatchNorm (LayerNorm needs no statistics across ranks).
+    fn with_sync_batch_norm(self, sync: Option<BatchNormSync>) -> Self {
+        if sync.is_some() {
+            log::warn!("--sync-bn: a Vision Transformer has no BatchNorm (LayerNorm needs no cross-rank statistics); ignored");
+        }
+        self
+    }
+
+    fn sync_batch_norm(&self) -> bool {
+        false
+    }
+
+    /// timm's names are ours; torchvision's `vit_*` nest the blocks in `encoder.layers` and
+    /// keep the attention's input projection as raw parameters (the same `[3·dim, dim]` layout).
+    fn torch_names(&self) -> &'static [NameScheme] {
+        &[("timm", &[]), ("torchvision", TORCHVISION)]
+    }
+
+    fn head_params(&self) -> Vec<String> {
+        vec!["head.weight".into(), "head.bias".into()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_flex::Flex;
+
+    #[test]
+    fn timm_parameter_counts() {
+        // timm: sum(p.numel() for p in create_model(name).parameters()) (1000 classes).
+        let device = Default::default();
+        for (config, params) in [(VitConfig::tiny(16, 1000), 5_717_416usize), (VitConfig::small(16, 1000), 22_050_664), (VitConfig::base(16, 1000), 86_567_656)] {
+            assert_eq!(config.init::<Flex>(&device).num_params(), params, "{config:?}");
+        }
+    }
+
+    #[test]
+    fn another_image_size_resizes_the_position_embedding() {
+        let device = Default::default();
+        let model = VitConfig::new(4, 32, 2, 2, 5).with_image_size(32).init::<Flex>(&device);
+        for side in [32, 28, 48] {
+            let x = Tensor::<Flex, 4>::random([2, 3, side, side], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+            assert_eq!(model.forward(x).dims(), [2, 5], "{side}");
+        }
+    }
+}
