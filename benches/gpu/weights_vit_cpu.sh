@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# One device call on one H200: the full-size weight files (torchvision resnet50 and vit_b_16,
+# timm resnet50 and vit_small_patch16_224) against PyTorch's f64 logits on the CPU, exported,
+# and loaded back by PyTorch with strict=True; plus the CI fixtures (fixtures.tgz).
+# Binary: carry/bins.txz with weights_check (see benches/gpu/weights.sh).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; LOG=$OUT/weights-vit.log; SHOW="^\||check|rror"; SHOW_LINES=30
 source benches/gpu/lib.sh

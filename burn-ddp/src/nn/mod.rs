@@ -52,7 +52,7 @@ pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::conv2d;
 pub use layers::{BatchNorm, Conv2d};
 pub use layout::Layout;
-pub use linear::linear_f32;
+pub use linear::{attention_f32, linear_f32, matmul_f32};
 pub use options::CudnnOptions;
 pub use precision::Precision;
 pub use profile::CudnnTimes;

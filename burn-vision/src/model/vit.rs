@@ -4,7 +4,7 @@
 //! `head`), so that timm's weights load with `--pretrained`.
 //!
 //! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (burn's attention
-//! operation) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
+//! operation; f32 products kept f32-accurate on burn-cuda, `burn_ddp::nn::attention_f32`) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
 //! token's features → head. The position embedding is learned for the grid the model was built
 //! for and resized bicubically (timm's `resample_abs_pos_embed`: `align_corners=False`) when an
 //! image has another size, so 224² weights fine-tune at 384² or 96².
@@ -16,11 +16,11 @@ use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::{Module, Param};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use burn::tensor::module::{attention, interpolate};
-use burn::tensor::ops::{AttentionModuleOptions, InterpolateMode, InterpolateOptions};
+use burn::tensor::module::interpolate;
+use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, linear_f32};
+use burn_ddp::nn::{Conv2d, Layout, Precision, attention_f32, linear_f32};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -40,9 +40,13 @@ const TORCHVISION: &[(&str, &str)] = &[
     (r"^head\.", "heads.head."),
 ];
 
-/// `x · W + b` in `x`'s element type (the parameters stay f32 and are cast).
+/// `x · W + b` in `x`'s element type (the parameters stay f32 and are cast); f32-accurate for
+/// f32 activations on every backend.
 fn linear_in<B: Backend, const D: usize>(layer: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
     let dtype = x.dtype();
+    if dtype == burn::tensor::DType::F32 {
+        return linear_f32(layer, x);
+    }
     let w = param_val(&layer.weight, &x).cast(dtype);
     let b = layer.bias.as_ref().map(|b| param_val(b, &x).cast(dtype));
     burn::tensor::module::linear(x, w, b)
@@ -73,8 +77,7 @@ impl<B: Backend> Attention<B> {
         let h = self.heads;
         let qkv = linear_in(&self.qkv, x).reshape([n, t, 3, h, d / h]).permute([2, 0, 3, 1, 4]);
         let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, h, t, d / h]);
-        let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
-        let out = attention(part(0), part(1), part(2), None, None, options);
+        let out = attention_f32(part(0), part(1), part(2));
         linear_in(&self.proj, out.swap_dims(1, 2).reshape([n, t, d]))
     }
 }
