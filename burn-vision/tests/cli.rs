@@ -82,6 +82,19 @@ fn train_then_eval_and_predict() {
     let err = stderr(&o);
     assert!(err.contains("broken.jpg: not predicted") && err.contains("1 of 5 image(s) could not be read"), "{err}");
 
+    // Export as PyTorch weights, and fine-tune from the export: the names round-trip.
+    let o = cli(&["export", "--checkpoint", ckpt.to_str().unwrap(), "--format", "safetensors"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let exported = out.join("best.safetensors");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("tensors of resnet10-mini"), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = cli(&["export", "--checkpoint", ckpt.to_str().unwrap(), "--names", "timm"]);
+    assert!(stderr(&o).contains("this model's PyTorch names are torchvision"), "{}", stderr(&o));
+    let tuned = dir.path().join("tuned");
+    let args = ["train", "--data", data, "--image-size", "28", "--epochs", "1", "--max-steps-per-epoch", "1", "--batch-size", "16", "--quiet"];
+    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision")).args(args).args(["--pretrained", exported.to_str().unwrap(), "--out", tuned.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pretrained weights") && stderr(&o).contains("tensors loaded"), "{}", stderr(&o));
+
     let corrupt = dir.path().join("bad.ckpt");
     let mut bytes = std::fs::read(&ckpt).unwrap();
     bytes.truncate(bytes.len() / 2);
