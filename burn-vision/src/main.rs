@@ -222,6 +222,10 @@ struct TrainArgs {
     /// The backbone's learning rate as a fraction of the head's, e.g. 0.1.
     #[arg(long)]
     backbone_lr_scale: Option<f64>,
+    /// Clip the gradients to this global L2 norm (all parameters together, after DDP's
+    /// all-reduce; PyTorch's clip_grad_norm_, timm's --clip-grad), e.g. 1.0.
+    #[arg(long)]
+    clip_grad_norm: Option<f64>,
 }
 
 #[derive(Args)]
@@ -271,6 +275,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale);
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
+    c.clip_grad_norm = a.clip_grad_norm;
     // 28x28 IDX data gets the small-input stem unless told otherwise (`*-mini` models always have it).
     c.small_input = a.small_input.unwrap_or(matches!(c.source(), DataSource::Bundled | DataSource::FashionMnist));
     c.resume = a.resume;

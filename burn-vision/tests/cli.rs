@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
@@ -27,6 +27,7 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--pretrained", "/no/such.pth", "--quiet"], "cannot read it"),
         (&["train", "--freeze-layers", "--backbone-lr-scale", "0.1", "--quiet"], "drop one of them"),
         (&["export", "--checkpoint", "/no/such.ckpt"], "file not found"),
+        (&["train", "--clip-grad-norm", "0", "--quiet"], "--clip-grad-norm"),
     ];
     for (args, expected) in cases {
         let out = cli(args);
@@ -147,10 +148,28 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
 /// end to end on the CPU (the same code paths as on a GPU, with burn's kernels); the run says
 /// what it does and its checkpoint evaluates.
 #[test]
-fn vit_s16_trains_with_two_cpu_processes() {
+fn vit_s16_trains_with_two_cpu_processes_and_clipped_gradients() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("vit");
-    let args = ["train", "--model", "vit_s16", "--nproc", "2", "--cpu", "--epochs", "1", "--max-steps-per-epoch", "2", "--batch-size", "4", "--quiet", "--out", out.to_str().unwrap()];
+    let args = [
+        "train",
+        "--model",
+        "vit_s16",
+        "--nproc",
+        "2",
+        "--cpu",
+        "--epochs",
+        "1",
+        "--max-steps-per-epoch",
+        "2",
+        "--batch-size",
+        "4",
+        "--clip-grad-norm",
+        "1.0",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ];
     let o = cli(&args);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("done: 1 epoch"), "{}", String::from_utf8_lossy(&o.stdout));

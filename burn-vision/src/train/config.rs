@@ -137,6 +137,10 @@ pub struct TrainConfig {
     /// everything at one rate.
     #[serde(default = "one")]
     pub backbone_lr_scale: f64,
+    /// Clip the gradients to this global L2 norm (all parameters as one vector, after DDP's
+    /// all-reduce: PyTorch's `clip_grad_norm_`, timm's `--clip-grad`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_grad_norm: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -201,6 +205,7 @@ impl Default for TrainConfig {
             pretrained: None,
             freeze_layers: false,
             backbone_lr_scale: 1.0,
+            clip_grad_norm: None,
         }
     }
 }
@@ -270,6 +275,9 @@ impl TrainConfig {
         }
         if !(self.backbone_lr_scale >= 0.0 && self.backbone_lr_scale.is_finite()) {
             return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "must be a number ≥ 0 (1 = the head's rate)");
+        }
+        if let Some(c) = self.clip_grad_norm.filter(|c| !(*c > 0.0 && c.is_finite())) {
+            return bad("--clip-grad-norm", c.to_string(), "must be a positive number");
         }
         if self.freeze_layers && self.backbone_lr_scale != 1.0 {
             return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "with --freeze-layers the backbone does not train; drop one of them");

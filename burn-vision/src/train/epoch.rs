@@ -82,6 +82,8 @@ pub(super) struct Trainer<B: AutodiffBackend, O> {
     pub model: Classifier<B>,
     pub optim: O,
     pub lr_groups: LrGroups,
+    /// Global gradient-norm limit (`--clip-grad-norm`).
+    pub clip_grad_norm: Option<f64>,
     /// BatchNorm forward passes before step 0 (a pretrained file's `num_batches_tracked`).
     pub batches_tracked_before: i64,
     pub step: usize,
@@ -212,13 +214,17 @@ fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Place
     Ok(StepOut { grads: out.grads, loss_sum, correct })
 }
 
-/// Unscales the gradients (f16; every rank alike, after DDP averaged them) and steps the
-/// optimizer; a step whose scaled gradients overflowed is skipped.
+/// Unscales the gradients (f16; every rank alike, after DDP averaged them), clips their global
+/// norm when asked, and steps the optimizer; a step whose scaled gradients overflowed is skipped.
 fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut Trainer<B, O>, grads: GradientsParams, schedule: &CosineSchedule, phases: &mut StepPhases<B>) {
     phases.end(4);
     let grads = match &mut trainer.scaler {
         Some(s) => s.unscale(&trainer.model, grads),
         None => Some(grads),
+    };
+    let grads = match (grads, trainer.clip_grad_norm) {
+        (Some(g), Some(max_norm)) => Some(super::grad_clip::clip_global_norm(&trainer.model, g, max_norm).0),
+        (grads, _) => grads,
     };
     if let Some(grads) = grads {
         let model = trainer.model.clone();

@@ -7,6 +7,7 @@ pub mod distributed;
 mod epoch;
 pub mod evaluate;
 mod fine_tune;
+pub mod grad_clip;
 pub mod grad_scaler;
 pub mod health;
 pub mod inference;

@@ -214,7 +214,8 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let scaler = (config.precision == Precision::F16).then(GradScaler::default);
     let loss_fn = CrossEntropyLossConfig::new().with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32)).init(&at.device);
     let lr_groups = LrGroups::new(config, &model);
-    let (mut trainer, start_epoch, mut best_acc) = start(config, Trainer { model, optim, lr_groups, batches_tracked_before: tracked, step: 0, scaler, loss_fn }, &at.device, dist)?;
+    let (mut trainer, start_epoch, mut best_acc) =
+        start(config, Trainer { model, optim, lr_groups, clip_grad_norm: config.clip_grad_norm, batches_tracked_before: tracked, step: 0, scaler, loss_fn }, &at.device, dist)?;
     let mut outputs = if main_rank { Some(RunOutputs::open(config, start_epoch)?) } else { None };
     let plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
     if main_rank {
