@@ -1,4 +1,4 @@
-//! `Linear` at full f32 precision on every backend.
+//! `Linear`, matrix products and attention at full f32 precision on every backend.
 //!
 //! burn-cuda's f32 matrix products run on tensor cores in TF32 (cubek-matmul 0.2 turns f32
 //! inputs into tf32 stage and register types whenever the GPU supports them; there is no

@@ -16,7 +16,8 @@ pub struct FolderDataset {
     classes: Vec<String>,
 }
 
-fn is_image(path: &Path) -> bool {
+/// Whether `path` names an image file (by its extension, [`IMAGE_EXTENSIONS`]).
+pub fn is_image(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()).is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 

@@ -136,8 +136,6 @@ pub struct VisionTransformer<B: Backend> {
     /// Classifier head on the class token.
     pub head: Linear<B>,
     #[module(skip)]
-    patch: usize,
-    #[module(skip)]
     precision: Precision,
 }
 
@@ -210,7 +208,6 @@ impl VitConfig {
             blocks: (0..self.depth).map(|_| block()).collect(),
             norm: norm(),
             head: linear(self.dim, self.num_classes),
-            patch,
             precision: Precision::F32,
         }
     }

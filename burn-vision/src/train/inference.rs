@@ -7,6 +7,7 @@ use super::config::{DeviceSpec, TrainConfig};
 use super::evaluate::evaluate;
 use super::metrics::Tally;
 use super::predict::{Prediction, predict, restore};
+use crate::data::folder::is_image;
 use crate::data::{DataSource, LoaderConfig, SkipLog, load_source, split_per_class};
 use crate::error::{Error, Result};
 use crate::model::ImageClassifier;
@@ -123,11 +124,7 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             out.push(p.clone());
             continue;
         }
-        let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-            .map_err(|e| Error::io("listing", p, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|f| f.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png")))
-            .collect();
+        let mut found: Vec<PathBuf> = std::fs::read_dir(p).map_err(|e| Error::io("listing", p, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|f| is_image(f)).collect();
         found.sort();
         out.extend(found);
     }

@@ -41,36 +41,17 @@ impl WeightFormat {
     }
 }
 
-/// `[rows, cols]` row-major f32 values transposed.
-fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0.0; values.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = values[r * cols + c];
-        }
-    }
-    out
-}
-
 /// The model's state dict under PyTorch's names, in its order; every BatchNorm gets
 /// `num_batches_tracked = batches_tracked`.
 fn entries<B: Backend>(model: &Classifier<B>, (batches_tracked, scheme): (i64, usize), path: &Path) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
-    let mut running_means = Vec::new();
     for (torch, name) in ordered_torch_names(model, scheme) {
         let data = name.snapshot.to_data().map_err(|e| Error::Weights { path: path.to_path_buf(), reason: format!("reading {}: {e:?}", name.path) })?;
         let values = data.convert_dtype(DType::F32).to_vec::<f32>().expect("f32 after conversion");
-        let (values, shape) = match (name.transposed, name.shape.as_slice()) {
-            (true, &[rows, cols]) => (transpose(&values, rows, cols), vec![cols, rows]),
-            _ => (values, name.shape.clone()),
-        };
-        if name.running_mean {
-            running_means.push(torch.trim_end_matches("running_mean").to_string());
-        }
-        let bn_end = torch.strip_suffix("running_var").filter(|p| running_means.iter().any(|m| m == p)).map(str::to_string);
-        out.push(Entry { name: torch, storage: Storage::Float, shape, bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect() });
-        if let Some(prefix) = bn_end {
-            out.push(Entry { name: format!("{prefix}num_batches_tracked"), storage: Storage::Long, shape: Vec::new(), bytes: batches_tracked.to_le_bytes().to_vec() });
+        let bn_end = name.running_var.then(|| format!("{}num_batches_tracked", torch.trim_end_matches("running_var")));
+        out.push(Entry { name: torch, storage: Storage::Float, shape: name.snapshot.shape.to_vec(), bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect() });
+        if let Some(name) = bn_end {
+            out.push(Entry { name, storage: Storage::Long, shape: Vec::new(), bytes: batches_tracked.to_le_bytes().to_vec() });
         }
     }
     Ok(out)

@@ -77,15 +77,6 @@ impl Mismatch {
     }
 }
 
-/// The file's shape for our tensor (PyTorch's `Linear` weight is `[out, in]`).
-fn torch_shape(name: &TorchName) -> Vec<usize> {
-    let mut s = name.shape.clone();
-    if name.transposed {
-        s.reverse();
-    }
-    s
-}
-
 /// Compares the file with the model. Returns the head names to skip (re-initialised).
 fn compare(src: &Source, names: &BTreeMap<String, TorchName>, head: &[String]) -> (Mismatch, Vec<String>) {
     let mut m = Mismatch::default();
@@ -93,11 +84,11 @@ fn compare(src: &Source, names: &BTreeMap<String, TorchName>, head: &[String]) -
     for (torch, ours) in names {
         match src.tensors.get(torch) {
             None => m.missing.push(torch.clone()),
-            Some(t) if t.shape.as_slice() != torch_shape(ours).as_slice() => {
+            Some(t) if t.shape != ours.snapshot.shape => {
                 if head.contains(&ours.path) {
                     head_skip.push(torch.clone());
                 } else {
-                    m.shapes.push(format!("{torch}: file {:?}, model {:?}", t.shape.as_slice(), torch_shape(ours)));
+                    m.shapes.push(format!("{torch}: file {:?}, model {:?}", t.shape.as_slice(), ours.snapshot.shape.as_slice()));
                 }
             }
             Some(_) => {}
@@ -128,14 +119,14 @@ fn largest_batches_tracked(src: &Source) -> Option<i64> {
 pub fn load_pretrained<B: Backend>(mut model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
     let all = source::read_all(path)?;
     // The family's naming scheme (timm's, torchvision's) that fits the file best.
-    let (scheme, names, src) = (0..model.torch_names().len())
+    // Most names found wins; on a tie the family's first scheme.
+    let (_, scheme, names, src) = (0..model.torch_names().len())
         .map(|scheme| {
             let names = torch_names(&model, scheme);
             let (src, found) = source::locate(&all, &names.keys().cloned().collect::<HashSet<String>>());
             (found, scheme, names, src)
         })
-        .fold(None, |best: Option<(usize, _, _, _)>, c| if best.as_ref().is_some_and(|b| b.0 >= c.0) { best } else { Some(c) })
-        .map(|(_, scheme, names, src)| (scheme, names, src))
+        .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
         .expect("a family has at least one naming scheme");
     let head = model.head_params();
     let (mismatch, head_skip) = compare(&src, &names, &head);
@@ -166,7 +157,7 @@ pub fn load_pretrained<B: Backend>(mut model: Classifier<B>, model_name: &str, p
     let head_reinitialised = (!head_skip.is_empty()).then(|| {
         let classes_in = |shape: &[usize]| shape.first().copied().unwrap_or(0);
         let bias = head_skip.iter().find(|k| k.ends_with("bias")).or(head_skip.first()).expect("not empty");
-        (classes_in(src.tensors[bias].shape.as_slice()), classes_in(&torch_shape(&names[bias])))
+        (classes_in(src.tensors[bias].shape.as_slice()), classes_in(names[bias].snapshot.shape.as_slice()))
     });
     let report = ImportReport {
         loaded: wanted,

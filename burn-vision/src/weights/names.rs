@@ -1,24 +1,23 @@
-//! Our parameters under PyTorch's names (torchvision's and timm's): BatchNorm's and LayerNorm's `gamma`/`beta`
-//! are `weight`/`bias`, `Linear`'s weight is transposed, and each model family rewrites what
-//! its layouts name differently ([`ImageClassifier::torch_names`]: one or more schemes).
+//! Our parameters under PyTorch's names (torchvision's and timm's): burn-store's
+//! `BurnToPyTorchAdapter` names BatchNorm's and LayerNorm's `gamma`/`beta` `weight`/`bias` and
+//! transposes `Linear` weights to `[out, in]` (its `PyTorchToBurnAdapter` undoes both on
+//! import), and each model family rewrites what its layouts name differently
+//! ([`ImageClassifier::torch_names`]: one or more schemes).
 
 use crate::model::{Classifier, ImageClassifier};
 use burn::prelude::*;
-use burn_store::{ModuleSnapshot, TensorSnapshot};
+use burn_store::{BurnToPyTorchAdapter, ModuleAdapter, ModuleSnapshot, TensorSnapshot};
 use std::collections::BTreeMap;
 
 /// One of our tensors, as PyTorch names it.
 pub struct TorchName {
     /// Our path (`layer1.0.downsample.conv.weight`).
     pub path: String,
-    /// Our shape.
-    pub shape: Vec<usize>,
-    /// PyTorch keeps it transposed (`Linear`'s `[out, in]` weight).
-    pub transposed: bool,
-    /// A BatchNorm's running mean: PyTorch keeps a `num_batches_tracked` beside it.
-    pub running_mean: bool,
-    /// The tensor (read lazily).
+    /// The tensor in PyTorch's layout (read lazily; `shape` is PyTorch's).
     pub snapshot: TensorSnapshot,
+    /// A BatchNorm's running variance, its last buffer: PyTorch keeps a `num_batches_tracked`
+    /// after it.
+    pub running_var: bool,
 }
 
 /// PyTorch's name of each tensor of `model` under the family's naming scheme `scheme`.
@@ -35,27 +34,14 @@ pub fn ordered_torch_names<B: Backend>(model: &Classifier<B>, scheme: usize) -> 
     model
         .collect(None, None, true)
         .into_iter()
-        .map(|snapshot| {
-            let path = snapshot.full_path();
-            let module = snapshot.module_type().unwrap_or_default();
-            let (parent, param) = path.rsplit_once('.').unwrap_or(("", &path));
-            let torch_param = match (module.as_str(), param) {
-                ("Struct:BatchNorm" | "Struct:LayerNorm", "gamma") => "weight",
-                ("Struct:BatchNorm" | "Struct:LayerNorm", "beta") => "bias",
-                _ => param,
-            };
-            let mut torch = if parent.is_empty() { torch_param.to_string() } else { format!("{parent}.{torch_param}") };
+        .map(|ours| {
+            let theirs = BurnToPyTorchAdapter.adapt(&ours);
+            let mut torch = theirs.full_path();
             for (re, to) in &renames {
                 torch = re.replace(&torch, *to).into_owned();
             }
-            let name = TorchName {
-                shape: snapshot.shape.to_vec(),
-                transposed: module == "Struct:Linear" && param == "weight",
-                running_mean: module == "Struct:BatchNorm" && param == "running_mean",
-                path,
-                snapshot,
-            };
-            (torch, name)
+            let running_var = ours.module_type().as_deref() == Some("Struct:BatchNorm") && torch.ends_with(".running_var");
+            (torch, TorchName { path: ours.full_path(), snapshot: theirs, running_var })
         })
         .collect()
 }
