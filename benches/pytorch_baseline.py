@@ -14,6 +14,7 @@ Modes (each prints one JSON line prefixed with RESULT):
 """
 import gzip, json, os, sys, time
 
+T_START = time.perf_counter()  # before `import torch`: time to the first step is the user's wait
 import torch
 import torch.nn as nn
 import torchvision
@@ -38,6 +39,15 @@ def resnet(name, classes, channels, small):
     return model
 
 
+FIRST = {}  # the first step: its own seconds and the seconds since the script started
+
+
+def device_used_gib():
+    """Memory in use on the device (every process: cuMemGetInfo), as burn-vision's bench reads it."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+
 def timed_steps(model, opt, batches, warmup, steps, amp=None):
     loss_fn = nn.CrossEntropyLoss()
     model.train()
@@ -52,8 +62,11 @@ def timed_steps(model, opt, batches, warmup, steps, amp=None):
 
     it = iter(batches)
     t0 = time.perf_counter()
-    for _ in range(warmup):
+    for i in range(warmup):
         step(*next(it))
+        if i == 0:
+            torch.cuda.synchronize()
+            FIRST["step_s"], FIRST["total_s"] = time.perf_counter() - t0, time.perf_counter() - T_START
     torch.cuda.synchronize()
     warm = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -80,7 +93,9 @@ def synthetic(name, batch, size, channels, classes, small, warmup, steps, precis
     ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps, amp)
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
                                       precision=precision, layout=layout, compiled=mode == "compile",
-                                      img_per_s=ips, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
+                                      img_per_s=ips, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+                                      reserved_gib=torch.cuda.max_memory_reserved() / 2**30, device_used_gib=device_used_gib(),
+                                      first_step=FIRST, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
 
 
 def folder(path, batch, steps, layout="nchw"):

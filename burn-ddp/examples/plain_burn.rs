@@ -182,6 +182,10 @@ fn train<B: AutodiffBackend>(args: &Args, ddp: Option<&DistributedDataParallel>,
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).init();
     let args = parse_args();
+    if args.gpu {
+        // Before burn-cuda's first operation: autotune results and compiled kernels persist.
+        let _ = burn_ddp::nn::kernel_cache::configure();
+    }
     if args.steps < 10 || args.batch == 0 {
         fail("--steps must be at least 10 and --batch positive");
     }

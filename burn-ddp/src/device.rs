@@ -10,11 +10,7 @@ use crate::error::{Error, Result};
 pub fn cuda_device_count() -> Result<usize> {
     #[cfg(feature = "cuda")]
     {
-        // SAFETY: only probes whether the shared library can be opened.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(Error::Cuda { op: "loading libcuda.so".into(), reason: "no NVIDIA driver found on this machine".into() });
-        }
-        cudarc::driver::result::init().map_err(|e| Error::Cuda { op: "cuInit".into(), reason: e.to_string() })?;
+        driver()?;
         let n = cudarc::driver::result::device::get_count().map_err(|e| Error::Cuda { op: "cuDeviceGetCount".into(), reason: e.to_string() })?;
         Ok(n as usize)
     }
@@ -53,4 +49,97 @@ pub fn gpu_memory_used(ordinal: usize) -> Result<u64> {
         let _ = ordinal;
         Err(Error::CudaNotCompiled)
     }
+}
+
+/// The CUDA driver API version the bindings were generated for (cudarc's `cuda-13000`).
+pub const CUDA_BINDING_VERSION: i32 = 13000;
+
+#[cfg(feature = "cuda")]
+fn driver() -> Result<()> {
+    // SAFETY: only probes whether the shared library can be opened.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(Error::Cuda { op: "loading libcuda.so".into(), reason: "no NVIDIA driver found on this machine".into() });
+    }
+    cudarc::driver::result::init().map_err(|e| Error::Cuda { op: "cuInit".into(), reason: e.to_string() })
+}
+
+/// The driver's CUDA version as `major * 1000 + minor * 10` (13000 = 13.0).
+///
+/// # Errors
+/// [`Error::CudaNotCompiled`] without the `cuda` feature; [`Error::Cuda`] without a driver.
+pub fn driver_version() -> Result<i32> {
+    #[cfg(feature = "cuda")]
+    {
+        driver()?;
+        let mut v = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Cuda { op: "cuDriverGetVersion".into(), reason: format!("{r:?}") });
+        }
+        Ok(v)
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::CudaNotCompiled)
+}
+
+/// GPU `ordinal`'s name.
+///
+/// # Errors
+/// As [`driver_version`], or when the ordinal does not exist.
+pub fn gpu_name(ordinal: usize) -> Result<String> {
+    #[cfg(feature = "cuda")]
+    {
+        driver()?;
+        let dev = cudarc::driver::result::device::get(ordinal as i32).map_err(|e| Error::Cuda { op: format!("GPU {ordinal}"), reason: e.to_string() })?;
+        cudarc::driver::result::device::get_name(dev).map_err(|e| Error::Cuda { op: "cuDeviceGetName".into(), reason: e.to_string() })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        Err(Error::CudaNotCompiled)
+    }
+}
+
+/// Whether GPU `a` can access GPU `b`'s memory directly (NVLink or PCIe peer to peer).
+///
+/// # Errors
+/// As [`gpu_name`].
+pub fn can_access_peer(a: usize, b: usize) -> Result<bool> {
+    #[cfg(feature = "cuda")]
+    {
+        driver()?;
+        let get = |o: usize| cudarc::driver::result::device::get(o as i32).map_err(|e| Error::Cuda { op: format!("GPU {o}"), reason: e.to_string() });
+        let (da, db) = (get(a)?, get(b)?);
+        let mut ok = 0;
+        // SAFETY: writes one int; both devices exist.
+        let r = unsafe { cudarc::driver::sys::cuDeviceCanAccessPeer(&mut ok, da, db) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::Cuda { op: "cuDeviceCanAccessPeer".into(), reason: format!("{r:?}") });
+        }
+        Ok(ok != 0)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (a, b);
+        Err(Error::CudaNotCompiled)
+    }
+}
+
+/// The NCCL library's version as NCCL writes it (e.g. 22703 = 2.27.3).
+///
+/// # Errors
+/// [`Error::CudaNotCompiled`] without the `cuda` feature; [`Error::Cuda`] when libnccl cannot
+/// be loaded.
+pub fn nccl_version() -> Result<i32> {
+    #[cfg(feature = "cuda")]
+    {
+        // SAFETY: only probes whether the shared library can be opened.
+        if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+            return Err(Error::Cuda { op: "loading libnccl.so".into(), reason: "NCCL not found; install libnccl2 or point LD_LIBRARY_PATH at it".into() });
+        }
+        cudarc::nccl::result::get_nccl_version().map_err(|e| Error::Cuda { op: "ncclGetVersion".into(), reason: format!("{e:?}") })
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::CudaNotCompiled)
 }

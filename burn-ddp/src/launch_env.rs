@@ -59,6 +59,13 @@ pub fn launched(var: &dyn Fn(&str) -> Option<String>) -> bool {
     ["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"].iter().any(|v| var(v).is_some())
 }
 
+/// Which restart of the job this process belongs to (0: the first start): `burn-ddp launch`'s
+/// `BURN_DDP_RESTART_COUNT`, torchrun's `TORCHELASTIC_RESTART_COUNT`, or Slurm's
+/// `SLURM_RESTART_COUNT` (a requeued job), the first one set; malformed values count as 0.
+pub fn restart_count(var: &dyn Fn(&str) -> Option<String>) -> u64 {
+    ["BURN_DDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"].iter().find_map(|v| var(v)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
 fn parse<T: std::str::FromStr>(var: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Result<Option<T>> {
     match var(name) {
         Some(v) => v.trim().parse().map(Some).map_err(|_| Error::Env { name, reason: format!("`{v}` is not a valid value") }),
@@ -170,6 +177,15 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn restart_counts_come_from_any_launcher() {
+        assert_eq!(restart_count(&env(&[])), 0);
+        assert_eq!(restart_count(&env(&[("BURN_DDP_RESTART_COUNT", "2"), ("TORCHELASTIC_RESTART_COUNT", "5")])), 2);
+        assert_eq!(restart_count(&env(&[("TORCHELASTIC_RESTART_COUNT", "1")])), 1);
+        assert_eq!(restart_count(&env(&[("SLURM_RESTART_COUNT", "3")])), 3);
+        assert_eq!(restart_count(&env(&[("SLURM_RESTART_COUNT", "x")])), 0);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod cuda_tensor;
 pub mod data_parallel;
 pub mod ddp;
 pub mod device;
+pub mod doctor;
 pub mod error;
 pub mod grad_ready;
 pub mod launch;
@@ -22,6 +23,7 @@ pub mod store;
 pub mod sync_batch_norm;
 pub mod tensor;
 pub mod testing;
+pub mod trace;
 
 pub use data_parallel::{DataParallel, DataParallelStep};
 pub use ddp::{DdpConfig, DdpStep, DistributedDataParallel, SyncStats};

@@ -149,8 +149,13 @@ impl<B: Backend> StepReducer<B> {
         let flat = Tensor::cat(parts, 0);
         let (tx, rx) = channel();
         let pg = self.pg.clone();
+        let (params, queued) = (self.buckets[b].len(), std::time::Instant::now());
         let job = move || {
+            let started = std::time::Instant::now();
+            let bytes = flat.shape().num_elements() * 4;
             let _ = tx.send(tensor::all_reduce(&*pg, flat, ReduceOp::Sum));
+            let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
+            crate::trace::record(format!("all-reduce bucket {b}"), "comm", started, std::time::Instant::now(), args);
         };
         match &self.comm {
             Some(comm) => comm.run(Box::new(job)),

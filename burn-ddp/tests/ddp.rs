@@ -260,3 +260,42 @@ fn ddp_find_unused_parameters_counts_missing_gradients_as_zero() {
         .collect();
     assert_eq!(params[0], params[1], "both ranks step with the same averaged gradients");
 }
+
+/// After training-mode forward passes on different data, `broadcast_module` hands every rank
+/// rank 0's BatchNorm running statistics — also those burn still holds per thread (a model
+/// whose statistics were updated since they were last read).
+#[test]
+fn broadcast_module_hands_out_rank_0s_pending_batch_norm_statistics() {
+    use burn_nn::{BatchNorm, BatchNormConfig};
+    let port = burn_ddp::launch::free_port().unwrap();
+    let means: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                s.spawn(move || {
+                    let config = RendezvousConfig {
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                        rank,
+                        world_size: 2,
+                        local_rank: rank,
+                        local_world_size: 2,
+                        timeout: std::time::Duration::from_secs(60),
+                        token: None,
+                        source: burn_ddp::launch_env::EnvSource::Torchrun,
+                    };
+                    let ddp = DistributedDataParallel::new(init_process_group(CommBackend::Tcp, &config).unwrap(), DdpConfig::default());
+                    let device = Default::default();
+                    let bn: BatchNorm<B> = BatchNormConfig::new(3).init(&device);
+                    // Rank-dependent data: the running means differ before the broadcast.
+                    let x = Tensor::<B, 4>::ones([2, 3, 4, 4], &device).mul_scalar(1.0 + 10.0 * rank as f64);
+                    let _ = bn.forward(x);
+                    let bn = ddp.broadcast_module(bn).unwrap();
+                    bn.running_mean.value().into_data().to_vec::<f32>().unwrap()
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(means[0], vec![0.1; 3], "rank 0 keeps its own statistics (momentum 0.1 of mean 1)");
+    assert_eq!(means[1], means[0], "rank 1 did not get rank 0's running mean");
+}

@@ -107,3 +107,32 @@ fn wrong_node_ranks_are_one_line_errors() {
     assert!(all.contains("joined twice") || all.contains("another process is rank 0 already"), "the duplicate is not named:\n{all}");
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
 }
+
+/// `burn-ddp doctor` prints one line per check and exits 0 on a sound single-node set-up (a
+/// real loopback all-reduce among 2 local ranks included), 1 when a check fails: loopback
+/// MASTER_ADDR for two nodes, a port already taken.
+#[test]
+fn doctor_reports_one_line_per_check_and_fails_on_real_mistakes() {
+    let doctor = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_burn-ddp")).arg("doctor").args(args).env_remove("MASTER_ADDR").env_remove("MASTER_PORT").output().unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let port = burn_ddp::launch::free_port().unwrap().to_string();
+    let (code, table) = doctor(&["--nproc-per-node", "2", "--master-port", &port, "--all-reduce-mib", "4"]);
+    assert!(code == 0 || table.contains("FAIL  GPUs"), "{table}");
+    for name in ["MASTER_ADDR", "MASTER_PORT", "GPUs", "variables", "firewall", "all-reduce"] {
+        assert!(table.lines().any(|l| l.split_whitespace().nth(1) == Some(name)), "no {name} line:\n{table}");
+    }
+    assert!(table.contains("pass  all-reduce") && table.contains("sum correct") && table.contains("GB/s"), "{table}");
+
+    let (code, table) = doctor(&["--nnodes", "2", "--master-port", &port, "--all-reduce-mib", "0"]);
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("FAIL  MASTER_ADDR") && table.contains("loopback"), "{table}");
+    assert!(!table.contains("all-reduce"), "--all-reduce-mib 0 skips it:\n{table}");
+
+    let held = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let busy = held.local_addr().unwrap().port().to_string();
+    let (code, table) = doctor(&["--master-port", &busy, "--all-reduce-mib", "0"]);
+    assert_eq!(code, 1, "{table}");
+    assert!(table.contains("FAIL  MASTER_PORT"), "{table}");
+}

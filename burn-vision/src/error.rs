@@ -60,6 +60,14 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// Training curves could not be read or drawn.
+    #[error("plot {path}: {reason}")]
+    Plot {
+        /// The run folder or image concerned.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// A checkpoint is missing, truncated, corrupt or for another model.
     #[error("checkpoint {path} is unusable: {reason}")]
     BadCheckpoint {

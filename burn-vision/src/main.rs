@@ -37,8 +37,21 @@ enum Command {
     /// Write a checkpoint's model as PyTorch weights (torchvision / timm names), for
     /// `model.load_state_dict(..., strict=True)`.
     Export(ExportArgs),
+    /// Draw the training curves of one or several runs (loss, accuracy, learning rate, img/s
+    /// per epoch, from each run's metrics.jsonl) into a PNG.
+    Plot(PlotArgs),
     /// List the models in the registry.
     Models,
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// Run folders (--out of `train`), overlaid in one figure, e.g. runs/1gpu runs/2gpu.
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// The PNG to write.
+    #[arg(short, long, default_value = "curves.png")]
+    output: PathBuf,
 }
 
 #[derive(Args)]
@@ -226,6 +239,23 @@ struct TrainArgs {
     /// all-reduce; PyTorch's clip_grad_norm_, timm's --clip-grad), e.g. 1.0.
     #[arg(long)]
     clip_grad_norm: Option<f64>,
+    /// Also save last.ckpt every N optimisation steps inside an epoch, so a crash redoes at
+    /// most N steps (a resumed run continues from that step exactly).
+    #[arg(long, value_name = "N")]
+    checkpoint_every: Option<usize>,
+    /// When train starts its own ranks (--nproc N, --gpus a,b): restart all of them up to N
+    /// times after one fails, each round continuing from last.ckpt (under torchrun or
+    /// `burn-ddp launch`, pass it to the launcher: train resumes when restarted).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_restarts: usize,
+    /// Record steps A..B−1 (counted from 0) as a Chrome / Perfetto trace in OUT/trace.json
+    /// (rank 0): spans per step, phase and DDP bucket all-reduce; open it in ui.perfetto.dev.
+    #[arg(long, value_name = "A..B")]
+    profile_steps: Option<String>,
+    /// Seconds a rendezvous or collective may wait for the other ranks before this rank stops
+    /// with an error (a dead or stuck rank); default: BURN_DDP_TIMEOUT_S, else 300.
+    #[arg(long, value_name = "S")]
+    timeout_s: Option<f64>,
 }
 
 #[derive(Args)]
@@ -276,6 +306,9 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
     c.clip_grad_norm = a.clip_grad_norm;
+    c.checkpoint_every = a.checkpoint_every;
+    c.timeout_s = a.timeout_s;
+    c.profile_steps = a.profile_steps.as_deref().map(burn_vision::train::trace::parse_steps).transpose()?;
     // 28x28 IDX data gets the small-input stem unless told otherwise (`*-mini` models always have it).
     c.small_input = a.small_input.unwrap_or(matches!(c.source(), DataSource::Bundled | DataSource::FashionMnist));
     c.resume = a.resume;
@@ -308,13 +341,14 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
 }
 
 /// Several processes and not yet launched: start one per rank (this same command) and wait.
-fn launch_ranks(config: &TrainConfig) -> Result<()> {
+fn launch_ranks(config: &TrainConfig, max_restarts: usize) -> Result<()> {
     config.validate()?;
     if let DeviceSpec::Cuda(ids) = &config.device {
         burn_vision::train::check_gpus(ids)?;
     }
     let program: Vec<String> = std::env::args().collect();
-    let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.processes(), master_port: 0, program, ..Default::default() };
+    let timeout = config.timeout_s.map(std::time::Duration::from_secs_f64);
+    let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.processes(), master_port: 0, max_restarts, program, timeout, ..Default::default() };
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
@@ -326,11 +360,16 @@ fn launch_ranks(config: &TrainConfig) -> Result<()> {
 }
 
 fn cmd_train(a: TrainArgs) -> Result<()> {
+    let max_restarts = a.max_restarts;
     let config = train_config(a)?;
     // Under a launcher (ours, torchrun, srun, mpirun) this process is one rank of its world.
     let place = burn_ddp::launch_env::detect(&|k| std::env::var(k).ok())?;
-    if config.processes() > 1 && place.is_none() {
-        return launch_ranks(&config);
+    // Several ranks, or restarts asked for: this process becomes their launcher.
+    if (config.processes() > 1 || max_restarts > 0) && place.is_none() {
+        return launch_ranks(&config, max_restarts);
+    }
+    if max_restarts > 0 && place.as_ref().is_some_and(|p| p.rank == 0) {
+        log::warn!("--max-restarts is for the ranks train starts itself; under an outside launcher give it to the launcher (train continues from last.ckpt when restarted)");
     }
     let summary = run(&config)?;
     if place.is_some_and(|p| p.rank != 0) {
@@ -418,6 +457,10 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         host_input: a.host_input,
         precision: a.precision.parse()?,
         channels_last: a.channels_last || (!a.channels_first && matches!(spec, DeviceSpec::Cuda(_))),
+        gpu: match &spec {
+            DeviceSpec::Cuda(ids) => ids.first().copied(),
+            DeviceSpec::Cpu => None,
+        },
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);
@@ -448,6 +491,7 @@ fn cmd_export(a: ExportArgs) -> Result<()> {
 }
 
 fn main() {
+    burn_vision::mark_start();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
     let cli = Cli::parse();
     let command = cli.command.or_else(|| Cli::parse_from(["burn-vision", "train"]).command).expect("train parses");
@@ -458,6 +502,7 @@ fn main() {
         Command::Bench(a) => cmd_bench(a),
         Command::BenchData(a) => cmd_bench_data(a),
         Command::Export(a) => cmd_export(a),
+        Command::Plot(a) => burn_vision::plot::plot_folders(&a.runs, &a.output).map(|()| println!("wrote {} ({} run(s))", a.output.display(), a.runs.len())).map_err(Into::into),
         Command::Models => {
             println!("{}", list_models().join("\n"));
             Ok(())

@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 18] = [
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
@@ -28,6 +28,10 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--freeze-layers", "--backbone-lr-scale", "0.1", "--quiet"], "drop one of them"),
         (&["export", "--checkpoint", "/no/such.ckpt"], "file not found"),
         (&["train", "--clip-grad-norm", "0", "--quiet"], "--clip-grad-norm"),
+        (&["train", "--checkpoint-every", "0", "--quiet"], "--checkpoint-every"),
+        (&["train", "--profile-steps", "5..5", "--quiet"], "write A..B"),
+        (&["train", "--timeout-s", "0", "--quiet"], "--timeout-s"),
+        (&["plot", "/no/such/run"], "metrics.jsonl"),
     ];
     for (args, expected) in cases {
         let out = cli(args);
@@ -300,4 +304,73 @@ fn eval_and_predict_on_gpu_0() {
     let o = cli(&["predict", "--gpus", "0", "--checkpoint", ckpt.to_str().unwrap(), image.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 30, "the folder's 30 images");
+}
+
+/// `--profile-steps 2..4` on two CPU ranks: rank 0 writes a Chrome / Perfetto trace with a span
+/// per step and phase on the training thread and DDP's bucket all-reduces on its
+/// communication thread, inside the steps asked for.
+#[test]
+fn profile_steps_write_a_perfetto_trace_with_steps_phases_and_all_reduces() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let (_, stderr) = train_two_on_the_jpeg_folder(&out, &["--nproc", "2", "--cpu", "--profile-steps", "2..4"]);
+    assert!(stderr.contains("trace.json"), "{stderr}");
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let spans: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    let named = |n: &str| spans.iter().filter(|e| e["name"].as_str().is_some_and(|s| s.starts_with(n))).count();
+    assert_eq!((named("step 2"), named("step 3"), named("step ")), (1, 1, 2), "steps 2 and 3 only");
+    for phase in ["data", "upload", "forward", "backward", "optimizer"] {
+        assert_eq!(named(phase), 2, "{phase}: one span per step");
+    }
+    assert!(named("all-reduce bucket") >= 2, "no bucket all-reduce spans: {trace}");
+    let step = |n: &str| spans.iter().find(|e| e["name"] == n).unwrap();
+    let (t0, t1) = (step("step 2")["ts"].as_f64().unwrap(), step("step 3")["ts"].as_f64().unwrap() + step("step 3")["dur"].as_f64().unwrap());
+    for s in &spans {
+        let (ts, dur) = (s["ts"].as_f64().unwrap(), s["dur"].as_f64().unwrap());
+        assert!(ts >= t0 - 1.0 && ts + dur <= t1 + 1.0, "span outside the profiled steps: {s}");
+        assert!(s["tid"].is_u64() && s["pid"] == 0, "{s}");
+    }
+    let comm = spans.iter().find(|e| e["cat"] == "comm").unwrap();
+    assert!(comm["args"]["bytes"].as_u64().unwrap() > 0 && comm["args"]["backend"] == "tcp", "{comm}");
+    let thread_names: Vec<&str> = events.iter().filter(|e| e["name"] == "thread_name").filter_map(|e| e["args"]["name"].as_str()).collect();
+    assert!(thread_names.iter().any(|n| n.starts_with("burn-ddp-comm")), "{thread_names:?}");
+}
+
+/// `plot` draws two runs' curves into a PNG that decodes, has the promised size, is not blank,
+/// and shows each run in its own colour; a folder without metrics gets one line.
+#[test]
+fn plot_draws_runs_overlaid_into_a_png() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, speed) in [("1gpu", 900.0), ("2gpu", 1700.0)] {
+        let run = dir.path().join(name);
+        std::fs::create_dir_all(&run).unwrap();
+        let lines: Vec<String> = (1..=4)
+            .map(|e| {
+                let e = e as f64;
+                serde_json::json!({ "epoch": e, "train_loss": 2.0 / e, "val_loss": 2.2 / e, "train_acc": 0.2 * e, "val_acc": 0.18 * e, "lr": 0.1 / e, "img_per_s": speed + e }).to_string()
+            })
+            .collect();
+        std::fs::write(run.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+    }
+    let png = dir.path().join("curves.png");
+    let (a, b) = (dir.path().join("1gpu"), dir.path().join("2gpu"));
+    let o = cli(&["plot", a.to_str().unwrap(), b.to_str().unwrap(), "-o", png.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let img = image::open(&png).unwrap().to_rgb8();
+    assert_eq!(img.dimensions(), (1400, 900));
+    let inked = img.pixels().filter(|p| p.0.iter().any(|&c| c < 200)).count();
+    assert!(inked > 1400 * 900 / 100, "almost blank: {inked} dark pixels");
+    // Saturated pixels (lines and markers) in at least two clearly different hues.
+    let hues: std::collections::BTreeSet<u8> = img
+        .pixels()
+        .filter(|p| {
+            let (mx, mn) = (*p.0.iter().max().unwrap() as i32, *p.0.iter().min().unwrap() as i32);
+            mx - mn > 90
+        })
+        .map(|p| (p.0.iter().enumerate().max_by_key(|(_, c)| **c).unwrap().0) as u8)
+        .collect();
+    assert!(hues.len() >= 2, "the runs are not told apart by colour: {hues:?}");
+    let err = stderr(&cli(&["plot", dir.path().join("none").to_str().unwrap(), "-o", png.to_str().unwrap()]));
+    assert!(err.contains("metrics.jsonl") && err.trim().lines().count() == 1, "{err}");
 }

@@ -31,6 +31,7 @@ mod cudnn_types;
 mod device_thread;
 #[cfg(feature = "cuda")]
 mod fusion_op;
+pub mod kernel_cache;
 mod layers;
 pub mod layout;
 pub mod linear;

@@ -185,3 +185,49 @@ fn handle(msg: &[u8], state: &State) -> io::Result<Vec<u8>> {
         }
     })
 }
+
+/// The decoders under random input: whatever a peer sends, the server answers or drops the
+/// connection — it never panics, and never allocates past `MAX_FRAME` / `MAX_KEYS` × `MAX_KEY`.
+#[cfg(test)]
+mod fuzz {
+    use super::super::protocol::MAX_KEYS;
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn frames_never_panic_or_read_past_their_bound(bytes in proptest::collection::vec(any::<u8>(), 0..96), huge in any::<bool>()) {
+            let mut input = bytes.clone();
+            if huge && input.len() >= 4 {
+                input[..4].copy_from_slice(&(MAX_FRAME as u32 + 1).to_le_bytes());
+            }
+            if let Ok(frame) = read_frame(&mut &input[..]) {
+                prop_assert!(frame.len() + 4 <= input.len());
+                prop_assert_eq!(&frame[..], &input[4..4 + frame.len()]);
+            }
+        }
+
+        /// Every request but the blocking ones (get / wait on keys nobody sets), whose
+        /// decoding is the key list and the time-out, fuzzed below.
+        #[test]
+        fn requests_never_panic(op in prop_oneof![Just(0u8), Just(1), Just(2), Just(4), Just(6), Just(7), 8u8..=255], body in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let state = State::default();
+            let mut msg = vec![op];
+            msg.extend_from_slice(&body);
+            let _ = handle(&msg, &state);
+            let total: usize = state.map.lock().unwrap().values().map(Vec::len).sum();
+            prop_assert!(total <= body.len());
+        }
+
+        #[test]
+        fn key_lists_and_time_outs_never_panic(body in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let mut r = Reader(&body);
+            if let Ok(keys) = r.keys() {
+                prop_assert!(keys.len() <= MAX_KEYS && keys.iter().map(String::len).sum::<usize>() <= body.len());
+                let _ = r.u64();
+            }
+        }
+    }
+}

@@ -43,6 +43,9 @@ pub struct BenchConfig {
     /// Channels-last activations.
     #[serde(default)]
     pub channels_last: bool,
+    /// The GPU it runs on (for its memory reading); `None` on the CPU.
+    #[serde(default)]
+    pub gpu: Option<usize>,
 }
 
 /// The measurement.
@@ -56,6 +59,12 @@ pub struct BenchResult {
     pub img_per_s: f64,
     /// Seconds of the warm-up steps.
     pub warmup_seconds: f64,
+    /// Where the time to the first step went: from the process's start.
+    pub first_step: FirstStep,
+    /// GiB of device memory in use after the timed steps (every process on the GPU, as
+    /// `cuMemGetInfo` / nvidia-smi count it: burn's pools, cuDNN's workspaces, the CUDA
+    /// context); `None` on the CPU.
+    pub device_used_gib: Option<f64>,
     /// Loss of the last step (must be finite).
     pub last_loss: f64,
     /// Where the host waited during the timed steps, on the cuDNN path (all zero elsewhere).
@@ -67,6 +76,20 @@ pub struct BenchResult {
     /// CPU seconds of each of the process's threads over the timed steps, busiest first
     /// (Linux; empty elsewhere): which host thread sets the pace.
     pub threads: Vec<super::thread_clock::ThreadTime>,
+}
+
+/// Where the time to the first step went (the cold start a user waits through).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct FirstStep {
+    /// Process start → the model built and the first batch on the device.
+    pub setup_s: f64,
+    /// The first step itself, synchronised: burn's kernels compiled (NVRTC) and autotuned,
+    /// cuDNN's engines chosen, the allocator's first pools.
+    pub step_s: f64,
+    /// Of the step: seconds in cuDNN's calls (engine timing on first use, and execution).
+    pub cudnn_s: f64,
+    /// Process start → the first step finished: what the user waits for.
+    pub total_s: f64,
 }
 
 /// Where the training thread spent the timed steps. When `enqueued_s` is close to the whole
@@ -130,12 +153,19 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
         (model, loss)
     };
-    let t0 = Instant::now();
+    B::sync(device).expect("device sync");
+    let (t0, cudnn0) = (Instant::now(), CudnnTimes::now());
+    let mut first_step = FirstStep { setup_s: crate::since_start(), ..FirstStep::default() };
     let mut loss = None;
     for i in 0..config.warmup {
         let (m, l) = step(model);
         model = m;
         loss = Some(l);
+        if i == 0 {
+            B::sync(device).expect("device sync");
+            let (step_s, cudnn_s) = (t0.elapsed().as_secs_f64(), CudnnTimes::now().since(&cudnn0).cudnn_s);
+            first_step = FirstStep { step_s, cudnn_s, total_s: crate::since_start(), ..first_step };
+        }
         // Warm-up measures new shapes and compiles kernels (minutes on a fresh machine): say
         // where it is.
         B::sync(device).expect("device sync");
@@ -166,6 +196,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         seconds,
         img_per_s: (config.steps * config.batch_size) as f64 / seconds,
         warmup_seconds,
+        first_step,
+        device_used_gib: config.gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()).map(|b| b as f64 / (1u64 << 30) as f64),
         last_loss,
         cudnn,
         upload_s,

@@ -35,6 +35,22 @@ pub struct CheckpointMeta {
     /// (PyTorch's `num_batches_tracked`, written by `export`); absent in older checkpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batches_tracked: Option<i64>,
+    /// Written inside epoch `epoch + 1` (`--checkpoint-every`): how far that epoch got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<PartialEpoch>,
+}
+
+/// How far an unfinished epoch got: a run resumed from it skips the epoch's first `steps`
+/// batches (the sample order and augmentation are pure functions of the seed, epoch and
+/// sample) and adds these tallies to the rest of the epoch's.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct PartialEpoch {
+    /// Optimisation steps of the epoch done.
+    pub steps: usize,
+    /// `[loss × samples, correct, samples]` over every rank's steps so far.
+    pub sums: [f64; 3],
+    /// Seconds spent training the epoch so far.
+    pub seconds: f64,
 }
 
 /// A checkpoint in memory.
@@ -148,6 +164,7 @@ mod tests {
                 val_acc: 0.4,
                 config: serde_json::json!({ "lr": 0.1 }),
                 batches_tracked: Some(5),
+                partial: Some(PartialEpoch { steps: 7, sums: [1.5, 3.0, 4.0], seconds: 2.5 }),
             },
             model: (0..1000u32).map(|i| i as u8).collect(),
             optimizer: vec![7; 33],

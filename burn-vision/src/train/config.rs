@@ -141,6 +141,19 @@ pub struct TrainConfig {
     /// all-reduce: PyTorch's `clip_grad_norm_`, timm's `--clip-grad`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clip_grad_norm: Option<f64>,
+    /// Also write `last.ckpt` every this many optimisation steps inside an epoch (with the
+    /// position in the epoch's sample order and the epoch's tallies so far), so a crash or a
+    /// restart redoes at most this many steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every: Option<usize>,
+    /// Steps `[A, B)` (counted from 0 over the run) that rank 0 records as a Chrome / Perfetto
+    /// trace in `out/trace.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_steps: Option<[usize; 2]>,
+    /// Seconds a rendezvous or collective may take before this rank gives up (a dead or stuck
+    /// peer); `None`: `BURN_DDP_TIMEOUT_S`, else 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -206,6 +219,9 @@ impl Default for TrainConfig {
             freeze_layers: false,
             backbone_lr_scale: 1.0,
             clip_grad_norm: None,
+            checkpoint_every: None,
+            profile_steps: None,
+            timeout_s: None,
         }
     }
 }
@@ -281,6 +297,12 @@ impl TrainConfig {
         }
         if self.freeze_layers && self.backbone_lr_scale != 1.0 {
             return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "with --freeze-layers the backbone does not train; drop one of them");
+        }
+        if let Some(t) = self.timeout_s.filter(|t| !(*t > 0.0 && t.is_finite())) {
+            return bad("--timeout-s", t.to_string(), "give a positive number of seconds");
+        }
+        if self.checkpoint_every == Some(0) {
+            return bad("--checkpoint-every", "0".into(), "use at least 1 step, or drop the flag for checkpoints at epoch ends only");
         }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");

@@ -27,15 +27,19 @@ impl Distributed {
     /// single process. `local_gpus`: how many GPUs `--gpus` names on this node. With `gpus`, gradients travel over NCCL on the GPUs (set
     /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
     /// always use a TCP group beside it. `overlap`: DDP all-reduces gradient buckets while
-    /// backward runs (off with SyncBatchNorm, whose backward uses the same group).
+    /// backward runs (off with SyncBatchNorm, whose backward uses the same group). `timeout_s`
+    /// replaces `BURN_DDP_TIMEOUT_S` for the rendezvous and every collective.
     ///
     /// # Errors
     /// Rendezvous failures, NCCL set-up failures, or a local rank without a GPU in `--gpus`.
-    pub fn from_env(local_gpus: Option<usize>, overlap: bool) -> Result<Option<Self>> {
+    pub fn from_env(local_gpus: Option<usize>, overlap: bool, timeout_s: Option<f64>) -> Result<Option<Self>> {
         if !burn_ddp::launch_env::launched(&|k| std::env::var(k).ok()) {
             return Ok(None);
         }
-        let config = RendezvousConfig::from_env()?;
+        let mut config = RendezvousConfig::from_env()?;
+        if let Some(t) = timeout_s {
+            config.timeout = std::time::Duration::from_secs_f64(t);
+        }
         if let Some(n) = local_gpus.filter(|&n| config.local_rank >= n) {
             return Err(Error::InvalidConfig {
                 name: "--gpus",

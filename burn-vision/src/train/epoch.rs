@@ -2,6 +2,7 @@
 //! schedule), the steps themselves (one device, DataParallel, or one DDP rank), and
 //! validation over every rank's shard.
 
+use super::checkpoint::PartialEpoch;
 use super::config::TrainConfig;
 use super::distributed::Dist;
 use super::evaluate::{batch_tensors, evaluate};
@@ -10,6 +11,7 @@ use super::grad_scaler::GradScaler;
 use super::metrics::Tally;
 use super::phases::StepPhases;
 use super::schedule::CosineSchedule;
+use super::trace::StepTracer;
 use crate::data::source::LoadedData;
 use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, shuffle_for_epoch, split_per_class};
 use crate::error::Result;
@@ -104,6 +106,21 @@ pub(super) struct EpochTrained {
     pub phases_s: Vec<(String, f64)>,
 }
 
+/// What the run does with the state at `--checkpoint-every` steps.
+pub(super) type SaveHook<'s, B, O> = &'s mut dyn FnMut(&Trainer<B, O>, PartialEpoch) -> Result<()>;
+
+/// Where an epoch starts, and the run's hooks around its steps.
+pub(super) struct EpochStart<'s, B: AutodiffBackend, O> {
+    pub epoch: usize,
+    /// What a mid-epoch checkpoint says was done before this invocation (else nothing).
+    pub done: PartialEpoch,
+    /// Called on every rank at `--checkpoint-every` steps with the epoch so far, summed over
+    /// the ranks (rank 0 saves).
+    pub save: SaveHook<'s, B, O>,
+    /// `--profile-steps`' recorder.
+    pub tracer: &'s mut StepTracer,
+}
+
 /// The loss and hit count of one step on the device, and its gradients.
 struct StepOut<B: AutodiffBackend> {
     grads: GradientsParams,
@@ -130,14 +147,18 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     plan: &EpochPlan,
     at: &Placement<'_, B>,
     config: &TrainConfig,
-    (epoch, train_pipeline): (usize, &crate::data::Pipeline),
+    (start, train_pipeline): (EpochStart<'_, B, O>, &crate::data::Pipeline),
     skips: &Arc<SkipLog>,
 ) -> Result<EpochTrained> {
     let started = Instant::now();
-    let device = &at.device;
-    let loader = Loader::new(plan.dataset.clone(), plan.order(config.seed, epoch, at.dist), train_pipeline.clone(), epoch as u64, plan.loader.clone(), skips.clone());
+    let (device, epoch, done) = (&at.device, start.epoch, start.done);
+    // A resumed epoch skips the batches its checkpoint had trained on.
+    let order = plan.order(config.seed, epoch, at.dist);
+    let order = order[(done.steps * plan.loader.batch_size).min(order.len())..].to_vec();
+    let loader = Loader::new(plan.dataset.clone(), order, train_pipeline.clone(), epoch as u64, plan.loader.clone(), skips.clone());
     let main_rank = at.dist.is_none_or(|d| d.rank == 0);
     let bar = if main_rank { progress_bar(config, plan.steps_per_epoch, epoch) } else { ProgressBar::hidden() };
+    bar.set_position(done.steps as u64);
     let (mut loss_sum, mut correct) = (Tensor::<B::InnerBackend, 1>::zeros([1], device), Tensor::<B::InnerBackend, 1, Int>::zeros([1], device));
     let (mut seen, mut steps, mut sync_seconds, mut first_step) = (0usize, 0usize, 0.0, None);
     // The first step carries the one-time costs (kernel tuning and compilation, cuDNN's plan
@@ -145,8 +166,9 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     // steady throughput is timed after them (after the first only, in epochs of < 4 steps).
     let warmup_steps = if plan.steps_per_epoch >= 4 { 2 } else { 1 };
     let mut phases = StepPhases::<B>::new(device);
-    let mut batches = loader.take(plan.steps_per_epoch);
+    let mut batches = loader.take(plan.steps_per_epoch.saturating_sub(done.steps));
     loop {
+        start.tracer.before_step(trainer.step);
         phases.restart();
         let Some(batch) = batches.next() else { break };
         phases.end(0);
@@ -162,6 +184,11 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         apply_step(trainer, out.grads, &plan.schedule, &mut phases);
         sync_seconds += at.dist.map_or(0.0, |d| d.ddp.stats().seconds) - synced_before;
         (steps, seen) = (steps + 1, seen + n);
+        start.tracer.after_step(trainer.step - 1)?;
+        if config.checkpoint_every.is_some_and(|k| trainer.step.is_multiple_of(k)) && done.steps + steps < plan.steps_per_epoch {
+            let so_far = epoch_so_far::<B>(done, (steps, seen, started), (&loss_sum, &correct), at.dist)?;
+            (start.save)(trainer, so_far)?;
+        }
         if steps == warmup_steps {
             let _ = B::sync(device);
             first_step = Some((Instant::now(), seen));
@@ -172,10 +199,31 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         }
     }
     bar.finish_and_clear();
-    let sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
+    let mut sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
+    if main_rank {
+        // The tallies before the resume were summed over the ranks already: one rank adds them.
+        sums.iter_mut().zip(done.sums).for_each(|(s, d)| *s += d);
+    }
     // Read back above, so the device has finished the epoch's steps.
     let steady_img_per_s = first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
-    Ok(EpochTrained { sums, seconds: started.elapsed().as_secs_f64(), steady_img_per_s, sync_seconds, steps, data_wait_s: phases.seconds(0), phases_s: phases.totals() })
+    Ok(EpochTrained { sums, seconds: done.seconds + started.elapsed().as_secs_f64(), steady_img_per_s, sync_seconds, steps, data_wait_s: phases.seconds(0), phases_s: phases.totals() })
+}
+
+/// The epoch so far, summed over the ranks (a collective: every rank calls it at the same
+/// step): what was `done` before this invocation plus `steps` steps and `seen` samples since
+/// `started`, whose loss and hit sums are on the device.
+fn epoch_so_far<B: AutodiffBackend>(
+    done: PartialEpoch,
+    (steps, seen, started): (usize, usize, Instant),
+    (loss_sum, correct): (&Tensor<B::InnerBackend, 1>, &Tensor<B::InnerBackend, 1, Int>),
+    dist: Dist<'_>,
+) -> Result<PartialEpoch> {
+    let mut sums = [loss_sum.clone().into_scalar().elem::<f64>(), correct.clone().into_scalar().elem::<i64>() as f64, seen as f64];
+    if let Some(d) = dist {
+        d.sum(&mut sums)?;
+    }
+    sums.iter_mut().zip(done.sums).for_each(|(s, d)| *s += d);
+    Ok(PartialEpoch { steps: done.steps + steps, sums, seconds: done.seconds + started.elapsed().as_secs_f64() })
 }
 
 /// Forward and backward of one batch, on one device or split over DataParallel's; as a DDP

@@ -73,7 +73,7 @@ pub fn evaluate_checkpoint(r: &EvalRequest) -> Result<EvalReport> {
     let mut report = match gpu {
         None => evaluate_on::<burn_flex::Flex>(r, &Default::default(), false)?,
         #[cfg(feature = "cuda")]
-        Some(id) => evaluate_on::<burn_cuda::Cuda>(r, &burn_cuda::CudaDevice::new(id), true)?,
+        Some(id) => evaluate_on::<burn_cuda::Cuda>(r, &super::gpu(id), true)?,
         #[cfg(not(feature = "cuda"))]
         Some(_) => unreachable!("check_gpus fails without the cuda feature"),
     };
@@ -141,7 +141,7 @@ pub fn predict_paths(checkpoint: &Path, paths: &[PathBuf], top: usize, gpu: Opti
     match device_for(gpu, checkpoint)? {
         None => predict_on::<burn_flex::Flex>(checkpoint, &files, top, &Default::default()),
         #[cfg(feature = "cuda")]
-        Some(id) => predict_on::<burn_cuda::Cuda>(checkpoint, &files, top, &burn_cuda::CudaDevice::new(id)),
+        Some(id) => predict_on::<burn_cuda::Cuda>(checkpoint, &files, top, &super::gpu(id)),
         #[cfg(not(feature = "cuda"))]
         Some(_) => unreachable!("check_gpus fails without the cuda feature"),
     }

@@ -19,6 +19,7 @@ pub mod runner;
 pub mod schedule;
 pub mod tensorboard;
 pub mod thread_clock;
+pub mod trace;
 
 pub use config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 pub use runner::{TrainSummary, train, train_on, train_with};
@@ -51,10 +52,18 @@ pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench
     }
 }
 
+/// GPU `id` as burn-cuda's device, with burn-ddp's persistent kernel caches set up before its
+/// first use.
+#[cfg(feature = "cuda")]
+pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
+    let _ = burn_ddp::nn::kernel_cache::configure();
+    burn_cuda::CudaDevice::new(id)
+}
+
 #[cfg(feature = "cuda")]
 fn bench_cuda(config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::BenchResult> {
     let id = cuda_device(ids)?;
-    bench::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(config, &burn_cuda::CudaDevice::new(id))
+    bench::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(config, &gpu(id))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -95,11 +104,11 @@ fn device_message(e: burn_ddp::Error) -> String {
 fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
     check_gpus(ids)?;
     if config.strategy == Strategy::Dp {
-        return train_on::<Autodiff<burn_cuda::Cuda>>(config, ids.iter().map(|&i| burn_cuda::CudaDevice::new(i)).collect());
+        return train_on::<Autodiff<burn_cuda::Cuda>>(config, ids.iter().map(|&i| gpu(i)).collect());
     }
     let local_rank = burn_ddp::launch_env::detect(&|k| std::env::var(k).ok())?.map_or(0, |p| p.local_rank);
     let id = *ids.get(local_rank).ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
-    train::<Autodiff<burn_cuda::Cuda>>(config, burn_cuda::CudaDevice::new(id))
+    train::<Autodiff<burn_cuda::Cuda>>(config, gpu(id))
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -1,7 +1,7 @@
 //! What rank 0 writes after each epoch: the log line, `last.ckpt` (and `best.ckpt` when it
 //! improved), a `metrics.jsonl` line and the TensorBoard scalars.
 
-use super::checkpoint::{Checkpoint, CheckpointMeta, best_path, last_path};
+use super::checkpoint::{Checkpoint, CheckpointMeta, PartialEpoch, best_path, last_path};
 use super::config::TrainConfig;
 use super::metrics::{EpochRecord, MetricsLog};
 use super::tensorboard::EventWriter;
@@ -71,29 +71,11 @@ impl RunOutputs {
             record.data_wait_s,
             record.seconds
         );
-        let out = &config.out;
-        let bad = |e: burn::record::RecorderError| Error::BadCheckpoint { path: last_path(out), reason: e.to_string() };
-        let ck = Checkpoint {
-            meta: CheckpointMeta {
-                model: config.model.clone(),
-                classes: facts.classes.clone(),
-                in_channels: facts.in_channels,
-                small_input: config.small_input,
-                image_size: facts.image_size,
-                epoch: record.epoch,
-                step,
-                best_acc,
-                val_acc: record.val_acc,
-                config: serde_json::to_value(config).expect("config serialises"),
-                batches_tracked: Some(facts.batches_tracked_before + step as i64),
-            },
-            model: Bytes::default().record(model.clone().into_record(), ()).map_err(bad)?,
-            optimizer: Bytes::default().record(optim.to_record(), ()).map_err(bad)?,
-        };
+        let ck = checkpoint(config, (model, optim, step), facts, (record.epoch, best_acc, record.val_acc), None)?;
         if improved {
-            Checkpoint { optimizer: Vec::new(), ..ck.clone() }.save(&best_path(out))?;
+            Checkpoint { optimizer: Vec::new(), ..ck.clone() }.save(&best_path(&config.out))?;
         }
-        ck.save(&last_path(out))?;
+        ck.save(&last_path(&config.out))?;
         self.metrics.append(record)?;
         let scalars = [
             ("train/loss", record.train_loss),
@@ -109,4 +91,52 @@ impl RunOutputs {
         }
         self.board.flush()
     }
+
+    /// Saves `last.ckpt` inside an epoch (`--checkpoint-every`): `epoch` epochs finished,
+    /// `partial` of the next one done.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn step_saved<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+        &self,
+        config: &TrainConfig,
+        state: (&Classifier<B>, &O, usize),
+        facts: &CheckpointFacts,
+        (epoch, best_acc, val_acc): (usize, f64, f64),
+        partial: PartialEpoch,
+    ) -> Result<()> {
+        checkpoint(config, state, facts, (epoch, best_acc, val_acc), Some(partial))?.save(&last_path(&config.out))?;
+        log::debug!("saved {} at step {} ({} steps into epoch {})", last_path(&config.out).display(), state.2, partial.steps, epoch + 1);
+        Ok(())
+    }
+}
+
+/// The checkpoint of the run's state after `step` steps: `epoch` epochs finished (and
+/// `partial` of the next one), the best and the last validation top-1.
+fn checkpoint<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    config: &TrainConfig,
+    (model, optim, step): (&Classifier<B>, &O, usize),
+    facts: &CheckpointFacts,
+    (epoch, best_acc, val_acc): (usize, f64, f64),
+    partial: Option<PartialEpoch>,
+) -> Result<Checkpoint> {
+    let bad = |e: burn::record::RecorderError| Error::BadCheckpoint { path: last_path(&config.out), reason: e.to_string() };
+    Ok(Checkpoint {
+        meta: CheckpointMeta {
+            model: config.model.clone(),
+            classes: facts.classes.clone(),
+            in_channels: facts.in_channels,
+            small_input: config.small_input,
+            image_size: facts.image_size,
+            epoch,
+            step,
+            best_acc,
+            val_acc,
+            config: serde_json::to_value(config).expect("config serialises"),
+            batches_tracked: Some(facts.batches_tracked_before + step as i64),
+            partial,
+        },
+        model: Bytes::default().record(model.clone().into_record(), ()).map_err(bad)?,
+        optimizer: Bytes::default().record(optim.to_record(), ()).map_err(bad)?,
+    })
 }

@@ -1,6 +1,7 @@
 //! Where a training step's time goes: host seconds per phase, summed over an epoch and written
 //! to metrics.jsonl. With `BURN_VISION_STEP_SYNC=1` the device is synchronised at every phase
-//! boundary, so each phase also carries its device time (slower, for diagnosis only).
+//! boundary, so each phase also carries its device time (slower, for diagnosis only); so it
+//! is while `--profile-steps` records a trace, which gets a span per phase.
 
 use burn::prelude::*;
 use std::time::Instant;
@@ -25,10 +26,14 @@ impl<B: Backend> StepPhases<B> {
 
     /// Ends phase `index` (of [`PHASES`]) now; the next phase starts here.
     pub fn end(&mut self, index: usize) {
-        if self.sync {
+        let tracing = burn_ddp::trace::enabled();
+        if self.sync || tracing {
             let _ = B::sync(&self.device);
         }
         let now = Instant::now();
+        if tracing {
+            burn_ddp::trace::record(PHASES[index], "phase", self.last, now, serde_json::Value::Null);
+        }
         self.seconds[index] += (now - self.last).as_secs_f64();
         self.last = now;
     }

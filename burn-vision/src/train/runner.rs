@@ -2,14 +2,15 @@
 //! epochs — train ([`super::epoch`]), validate, reduce over the ranks, and write
 //! ([`super::outputs`]).
 
-use super::checkpoint::{Checkpoint, last_path};
+use super::checkpoint::{Checkpoint, PartialEpoch, last_path};
 use super::config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 use super::distributed::{Dist, Distributed};
-use super::epoch::{EpochPlan, EpochTrained, Placement, Trainer, train_epoch, validate};
+use super::epoch::{EpochPlan, EpochStart, EpochTrained, Placement, Trainer, train_epoch, validate};
 use super::fine_tune::LrGroups;
 use super::grad_scaler::GradScaler;
 use super::metrics::{EpochRecord, Tally};
 use super::outputs::{CheckpointFacts, RunOutputs};
+use super::trace::StepTracer;
 use crate::data::SkipLog;
 use crate::data::source::{LoadedData, load_source};
 use crate::error::{Error, Result};
@@ -69,7 +70,7 @@ pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device
         DeviceSpec::Cpu => None,
     };
     let dist = match config.strategy {
-        Strategy::Ddp => Distributed::from_env(local_gpus, !config.sync_bn)?,
+        Strategy::Ddp => Distributed::from_env(local_gpus, !config.sync_bn, config.timeout_s)?,
         Strategy::Dp => None,
     };
     // The launcher's world sets the learning-rate scaling and the log, whatever --nproc said.
@@ -121,11 +122,28 @@ fn seeded_model<B: AutodiffBackend>(config: &TrainConfig, classes: usize, channe
 /// Settings that must match between a run and its resumption for it to continue exactly.
 const RESUME_KEYS: [&str; 9] = ["data", "model", "batch_size", "seed", "val_fraction", "optimizer", "small_input", "image_size", "epochs"];
 
-/// The trainer and the epoch to start from: `last.ckpt`'s with `--resume`, else a fresh one
-/// (refusing to overwrite a run); every rank then takes rank 0's parameters and buffers.
-fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, trainer: Trainer<B, O>, device: &B::Device, dist: Dist<'_>) -> Result<(Trainer<B, O>, usize, f64)> {
+/// Where a run starts: after `epoch` finished epochs and `partial` of the next one.
+#[derive(Debug, Default)]
+struct StartPoint {
+    epoch: usize,
+    best_acc: f64,
+    /// The last finished epoch's validation top-1.
+    val_acc: f64,
+    partial: PartialEpoch,
+    /// Whether it continues a checkpoint.
+    resumed: bool,
+}
+
+/// The trainer and where to start: from `last.ckpt` with `--resume` or when a launcher
+/// restarted the job (torchrun/`burn-ddp launch --max-restarts`, a requeued Slurm job), else
+/// fresh (refusing to overwrite a run); every rank then takes rank 0's parameters and buffers.
+fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, trainer: Trainer<B, O>, device: &B::Device, dist: Dist<'_>) -> Result<(Trainer<B, O>, StartPoint)> {
     let out = &config.out;
-    let (mut trainer, epoch, best_acc) = if config.resume {
+    let restart = burn_ddp::launch_env::restart_count(&|k| std::env::var(k).ok());
+    let (mut trainer, from) = if config.resume || (restart > 0 && last_path(out).exists()) {
+        if !config.resume && dist.is_none_or(|d| d.rank == 0) {
+            log::warn!("restart {restart} of this job: continuing from {}", last_path(out).display());
+        }
         resume(config, trainer, device)?
     } else if last_path(out).exists() {
         return Err(Error::InvalidConfig {
@@ -134,15 +152,15 @@ fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfi
             reason: "it already holds a run (last.ckpt); pass --resume to continue it or choose another --out".into(),
         });
     } else {
-        (trainer, 0, 0.0)
+        (trainer, StartPoint::default())
     };
     if let Some(d) = dist {
         trainer.model = d.ddp.broadcast_module(trainer.model)?;
     }
-    Ok((trainer, epoch, best_acc))
+    Ok((trainer, from))
 }
 
-fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, mut trainer: Trainer<B, O>, device: &B::Device) -> Result<(Trainer<B, O>, usize, f64)> {
+fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, mut trainer: Trainer<B, O>, device: &B::Device) -> Result<(Trainer<B, O>, StartPoint)> {
     let path = last_path(&config.out);
     let ck = Checkpoint::load(&path)?;
     let now = serde_json::to_value(config).expect("config serialises");
@@ -158,14 +176,16 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
     }
     let record = load_model_record::<B>(&ck.model, device).map_err(|e| bad(format!("model record: {e}")))?;
     let optim_record = Bytes::default().load(ck.optimizer, device).map_err(|e| bad(format!("optimizer record: {e}")))?;
-    log::info!("resuming {} after epoch {} (step {})", path.display(), ck.meta.epoch, ck.meta.step);
+    let partial = ck.meta.partial.unwrap_or_default();
+    let within = if partial.steps > 0 { format!(" and {} steps of epoch {}", partial.steps, ck.meta.epoch + 1) } else { String::new() };
+    log::info!("resuming {} after epoch {}{within} (step {})", path.display(), ck.meta.epoch, ck.meta.step);
     trainer.model = trainer.model.load_record(record);
     trainer.optim = trainer.optim.load_record(optim_record);
     trainer.step = ck.meta.step;
     if let Some(tracked) = ck.meta.batches_tracked {
         trainer.batches_tracked_before = tracked - ck.meta.step as i64;
     }
-    Ok((trainer, ck.meta.epoch, ck.meta.best_acc))
+    Ok((trainer, StartPoint { epoch: ck.meta.epoch, best_acc: ck.meta.best_acc, val_acc: ck.meta.val_acc, partial, resumed: true }))
 }
 
 /// The run's first log line (rank 0).
@@ -214,10 +234,13 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let scaler = (config.precision == Precision::F16).then(GradScaler::default);
     let loss_fn = CrossEntropyLossConfig::new().with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32)).init(&at.device);
     let lr_groups = LrGroups::new(config, &model);
-    let (mut trainer, start_epoch, mut best_acc) =
-        start(config, Trainer { model, optim, lr_groups, clip_grad_norm: config.clip_grad_norm, batches_tracked_before: tracked, step: 0, scaler, loss_fn }, &at.device, dist)?;
-    let mut outputs = if main_rank { Some(RunOutputs::open(config, start_epoch)?) } else { None };
+    let (mut trainer, from) = start(config, Trainer { model, optim, lr_groups, clip_grad_norm: config.clip_grad_norm, batches_tracked_before: tracked, step: 0, scaler, loss_fn }, &at.device, dist)?;
+    let mut outputs = if main_rank { Some(RunOutputs::open(config, from.epoch)?) } else { None };
     let plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
+    if from.partial.steps >= plan.steps_per_epoch {
+        let reason = format!("it stopped {} steps into an epoch of {} steps; resume with the --max-steps-per-epoch it was trained with", from.partial.steps, plan.steps_per_epoch);
+        return Err(Error::BadCheckpoint { path: last_path(&config.out), reason });
+    }
     if main_rank {
         log_start(config, &plan, &trainer.model, (at.dp.is_some(), dist.map_or(1, |d| d.world)));
     }
@@ -229,19 +252,18 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     };
     let skips = Arc::new(SkipLog::default());
     let (mut records, mut health) = (Vec::new(), Vec::new());
-    let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (start_epoch + n).min(config.epochs));
-    for epoch in start_epoch..end_epoch {
+    let (mut best_acc, mut last_val, mut done) = (from.best_acc, from.val_acc, from.partial);
+    let mut tracer = StepTracer::new(config.profile_steps.filter(|_| main_rank), config.out.join("trace.json"));
+    let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (from.epoch + n).min(config.epochs));
+    for epoch in from.epoch..end_epoch {
         let epoch_start = Instant::now();
-        let trained = train_epoch(&mut trainer, &plan, &at, config, (epoch, &data.train), &skips)?;
+        let mut save = |t: &Trainer<B, O>, so_far| outputs.as_ref().map_or(Ok(()), |o| o.step_saved(config, (&t.model, &t.optim, t.step), &facts, (epoch, best_acc, last_val), so_far));
+        let start = EpochStart { epoch, done: std::mem::take(&mut done), save: &mut save, tracer: &mut tracer };
+        let trained = train_epoch(&mut trainer, &plan, &at, config, (start, &data.train), &skips)?;
         let (train, rank_img_per_s) = reduce_training(&mut trainer, &trained, dist)?;
         let (val, skipped) = validate(&trainer.model, &plan, &data.eval, &skips, &at)?;
         if let Some(d) = dist {
-            let gpu = match &config.device {
-                DeviceSpec::Cuda(ids) => ids.get(d.local_rank).copied(),
-                DeviceSpec::Cpu => None,
-            };
-            let steps = trained.steps.max(1) as f64;
-            health.push(d.gather(&super::health::row(rank_img_per_s, trained.sync_seconds / trained.seconds.max(1e-9), gpu, 1e3 * trained.sync_seconds / steps))?);
+            health.push(d.gather(&health_row(config, d, &trained, rank_img_per_s))?);
         }
         let mut record = epoch_record(epoch, &trained, &train, &val, skipped, plan.schedule.lr(trainer.step.saturating_sub(1)));
         record.seconds = epoch_start.elapsed().as_secs_f64(); // with validation
@@ -250,20 +272,32 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
             best_acc = best_acc.max(record.val_acc);
             outputs.epoch_done(config, &record, (&trainer.model, &trainer.optim, trainer.step), &facts, (best_acc, improved))?;
         }
+        last_val = record.val_acc;
         records.push(record);
     }
+    tracer.finish()?;
     if let Some(last) = health.last().filter(|_| main_rank) {
         super::health::log(last);
     }
     Ok(TrainSummary {
         epochs: records,
         best_acc,
-        resumed_after: config.resume.then_some(start_epoch),
+        resumed_after: from.resumed.then_some(from.epoch),
         skipped: skips.count(),
         first_skipped: skips.first(),
         out: config.out.clone(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// This rank's row of the health table for an epoch.
+fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained: &EpochTrained, rank_img_per_s: f64) -> [f64; super::health::FIELDS] {
+    let gpu = match &config.device {
+        DeviceSpec::Cuda(ids) => ids.get(d.local_rank).copied(),
+        DeviceSpec::Cpu => None,
+    };
+    let steps = trained.steps.max(1) as f64;
+    super::health::row(rank_img_per_s, trained.sync_seconds / trained.seconds.max(1e-9), gpu, 1e3 * trained.sync_seconds / steps)
 }
 
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every
