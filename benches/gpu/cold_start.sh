@@ -11,7 +11,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/cold-start.log; SHOW="RESULT|first_step|^(pass|WARN|FAIL|info)|trace|rror|panick"; SHOW_LINES=12
 B=${B:-carry}
-rm -f "$B"/cubecl-cache.tgz   # nothing from earlier calls: every cold run starts empty
+rm -f "$B"/cubecl-cache.tgz "$B"/kernel-cache.tgz   # nothing from earlier calls: cold runs start empty
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp
 rm -rf target/autotune /tmp/kc-*
@@ -38,3 +38,5 @@ print("trace spans:", {k: f"{len(v)} x {sum(v) / len(v):.2f} ms" for k, v in per
 EOF
 echo "=== summary" | tee -a "$LOG"
 python3 benches/gpu/cold_start_summary.py "$LOG" | tee -a "$LOG"
+# The warm caches for later calls (carry/kernel-cache.tgz).
+BURN_DDP_CACHE_DIR=/tmp/kc-a save_cache

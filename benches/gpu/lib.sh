@@ -7,8 +7,12 @@ B=${B:-carry}
 [ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
 # xz-packed binaries (smaller; Python unpacks them, so no xz tool is needed there).
 [ -f "$B"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$B"/bins.txz "$B"
-# cubecl keeps autotune results under ./target (repo root); restore the last run's.
+# cubecl keeps autotune results under ./target (repo root) for binaries before session 10;
+# since then burn-ddp's kernel caches (autotune + PTX) live in $BURN_DDP_CACHE_DIR: restore
+# the last call's (carry/kernel-cache.tgz) unless the script wants them cold.
 [ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target
+export BURN_DDP_CACHE_DIR=${BURN_DDP_CACHE_DIR:-/tmp/burn-ddp-cache}
+[ -f "$B"/kernel-cache.tgz ] && mkdir -p "$BURN_DDP_CACHE_DIR" && tar xzf "$B"/kernel-cache.tgz -C "$BURN_DDP_CACHE_DIR"
 : > "$LOG"
 step() {
   local name=$1 t=$2; shift 2
@@ -21,4 +25,5 @@ step() {
 # Cargo target directory where this runs on a development machine).
 save_cache() {
   [ -d target/autotune ] && tar czf "$OUT/cubecl-cache.tgz" -C target ./autotune 2>/dev/null
+  [ -d "$BURN_DDP_CACHE_DIR" ] && tar czf "$OUT/kernel-cache.tgz" -C "$BURN_DDP_CACHE_DIR" . 2>/dev/null
 }

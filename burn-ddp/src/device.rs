@@ -143,3 +143,59 @@ pub fn nccl_version() -> Result<i32> {
     #[cfg(not(feature = "cuda"))]
     Err(Error::CudaNotCompiled)
 }
+
+/// What NVML says about one GPU right now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuUse {
+    /// Percent of the last sample period (1/6 s to 1 s) in which a kernel ran.
+    pub utilization_pct: u32,
+    /// Bytes of the GPU's memory this process holds (`None` where NVML cannot tell, e.g. in a
+    /// container without the host's process ids).
+    pub process_bytes: Option<u64>,
+}
+
+#[cfg(feature = "cuda")]
+fn nvml() -> Option<&'static nvml_wrapper::Nvml> {
+    static NVML: std::sync::OnceLock<Option<nvml_wrapper::Nvml>> = std::sync::OnceLock::new();
+    NVML.get_or_init(|| nvml_wrapper::Nvml::init().ok()).as_ref()
+}
+
+/// GPU `ordinal`'s (CUDA's numbering, matched to NVML's by PCI bus id) utilisation and this
+/// process's memory on it, from NVML.
+///
+/// # Errors
+/// [`Error::CudaNotCompiled`] without the `cuda` feature; [`Error::Cuda`] when the driver or
+/// NVML (`libnvidia-ml.so`) is missing or fails.
+pub fn gpu_use(ordinal: usize) -> Result<GpuUse> {
+    #[cfg(feature = "cuda")]
+    {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        driver()?;
+        let fail = |op: &str, e: String| Error::Cuda { op: op.into(), reason: e };
+        let dev = cudarc::driver::result::device::get(ordinal as i32).map_err(|e| fail("cuDeviceGet", e.to_string()))?;
+        let mut bus = [0 as std::ffi::c_char; 32];
+        // SAFETY: writes at most `bus.len()` bytes, NUL-terminated.
+        let r = unsafe { cudarc::driver::sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            return Err(fail("cuDeviceGetPCIBusId", format!("{r:?}")));
+        }
+        // SAFETY: NUL-terminated by the driver.
+        let bus = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+        let nvml = nvml().ok_or_else(|| fail("loading libnvidia-ml.so", "NVML not available".into()))?;
+        let device = nvml.device_by_pci_bus_id(bus.as_str()).map_err(|e| fail("nvmlDeviceGetHandleByPciBusId", e.to_string()))?;
+        let utilization_pct = device.utilization_rates().map_err(|e| fail("nvmlDeviceGetUtilizationRates", e.to_string()))?.gpu;
+        let me = std::process::id();
+        let process_bytes = device.running_compute_processes().ok().and_then(|ps| {
+            ps.into_iter().find(|p| p.pid == me).and_then(|p| match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            })
+        });
+        Ok(GpuUse { utilization_pct, process_bytes })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = ordinal;
+        Err(Error::CudaNotCompiled)
+    }
+}

@@ -1,8 +1,11 @@
 //! The launcher (torchrun's job): start one process per local rank with the rendezvous
 //! environment, prefix their output with the rank, stop everyone when one fails (exiting with
-//! its code), restart the group up to `max_restarts` times, and stop every rank on Ctrl-C.
+//! its code), restart the group up to `max_restarts` times, and stop every rank on Ctrl-C. With
+//! several nodes, the launchers agree through [`crate::launch_agent`]: a failure anywhere ends
+//! the round everywhere, and the next round starts on every node together.
 
 use crate::error::{Error, Result};
+use crate::launch_agent::NodeLink;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -146,12 +149,22 @@ enum Outcome {
     Interrupted,
 }
 
-fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: Duration) -> Outcome {
+/// Another node's failure in this round, checked every few polls.
+fn remote_failure(link: Option<(&NodeLink, usize)>, poll: usize) -> Option<(usize, i32, usize)> {
+    link.filter(|_| poll.is_multiple_of(5)).and_then(|(l, round)| l.failure(round))
+}
+
+fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: Duration, link: Option<(&NodeLink, usize)>) -> Outcome {
     let mut done = vec![false; children.len()];
-    loop {
+    for poll in 0.. {
         if interrupted.load(Ordering::SeqCst) {
             stop_all(children, grace);
             return Outcome::Interrupted;
+        }
+        if let Some((rank, code, node)) = remote_failure(link, poll) {
+            log::error!("rank {rank} on node {node} exited with code {code}; stopping this node's ranks");
+            stop_all(children, grace);
+            return Outcome::Failed { rank, code };
         }
         for (i, (rank, c)) in children.iter_mut().enumerate() {
             if done[i] {
@@ -163,6 +176,9 @@ fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: D
                     let code = status.code().unwrap_or(128 + 9);
                     let rank = *rank;
                     log::error!("rank {rank} exited with {status}; stopping the other ranks");
+                    if let Some((l, round)) = link {
+                        l.report_failure(round, rank, code);
+                    }
                     stop_all(children, grace);
                     return Outcome::Failed { rank, code };
                 }
@@ -173,6 +189,7 @@ fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: D
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    unreachable!("polls until an outcome")
 }
 
 /// Runs the group to completion and returns the exit code the launcher should exit with: 0
@@ -188,12 +205,24 @@ pub fn launch(config: &LaunchConfig, interrupted: Arc<AtomicBool>) -> Result<i32
         return Err(Error::Env { name: "--nproc-per-node/--nnodes/--node-rank", reason: format!("got {}/{}/{}", config.nproc_per_node, config.nnodes, config.node_rank) });
     }
     let port = if config.master_port == 0 { free_port()? } else { config.master_port };
+    let link = match config.nnodes {
+        1 => None,
+        n => Some(NodeLink::join(&config.master_addr, port, (n, config.node_rank), config.timeout.unwrap_or(Duration::from_secs(300)))?),
+    };
     for attempt in 0..=config.max_restarts {
+        if let Some(l) = &link {
+            l.start_round(attempt)?;
+        }
         let (mut children, pumps) = spawn_group(config, port, attempt)?;
-        let outcome = supervise(&mut children, &interrupted, config.grace);
+        let outcome = supervise(&mut children, &interrupted, config.grace, link.as_ref().map(|l| (l, attempt)));
         drain(pumps);
         match outcome {
-            Outcome::Success => return Ok(0),
+            Outcome::Success => {
+                if let Some(l) = &link {
+                    l.finish(attempt);
+                }
+                return Ok(0);
+            }
             Outcome::Interrupted => return Ok(130),
             Outcome::Failed { rank, code } if attempt == config.max_restarts => {
                 log::error!("rank {rank} failed with exit code {code}; no restarts left");

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod error;
 pub mod grad_ready;
 pub mod launch;
+pub mod launch_agent;
 pub mod launch_env;
 pub mod nn;
 pub mod params;

@@ -39,7 +39,8 @@ struct LaunchArgs {
     /// node. Required with --nnodes > 1.
     #[arg(long)]
     master_addr: Option<String>,
-    /// Port of the rendezvous store.
+    /// Port of the rendezvous store (with --nnodes > 1 node 0's launcher also listens on the
+    /// next port, where the launchers agree on failures and restarts).
     #[arg(long, default_value_t = 29500)]
     master_port: u16,
     /// Single node on a free loopback port (overrides --master-addr/--master-port).

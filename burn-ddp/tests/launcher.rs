@@ -136,3 +136,40 @@ fn doctor_reports_one_line_per_check_and_fails_on_real_mistakes() {
     assert_eq!(code, 1, "{table}");
     assert!(table.contains("FAIL  MASTER_PORT"), "{table}");
 }
+
+/// Two launchers as two nodes (one rank each): rank 1 on node 1 fails in the first round while
+/// rank 0 on node 0 would wait a minute. Node 0's launcher hears of it through the launchers'
+/// store, stops its rank at once, and both nodes start round 2 together, which succeeds. Without
+/// restarts, both launchers exit with the failing rank's code, well before any time-out.
+#[test]
+fn a_failure_on_one_node_ends_the_round_on_every_node() {
+    let script = r#"if [ "$BURN_DDP_RESTART_COUNT" = 0 ]; then if [ "$RANK" = 1 ]; then sleep 0.5; exit 5; fi; sleep 60; fi; echo "round $BURN_DDP_RESTART_COUNT ok rank $RANK""#;
+    for restarts in ["1", "0"] {
+        let port = burn_ddp::launch::free_port().unwrap().to_string();
+        let t = Instant::now();
+        let nodes: Vec<_> = (0..2)
+            .map(|node| {
+                Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
+                    .args(["launch", "--nnodes", "2", "--node-rank", &node.to_string(), "--master-addr", "127.0.0.1", "--master-port", &port])
+                    .args(["--nproc-per-node", "1", "--grace-s", "1", "--timeout-s", "60", "--max-restarts", restarts, "--", "sh", "-c", script])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outs: Vec<_> = nodes.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+        let elapsed = t.elapsed();
+        let text = |i: usize| format!("{}{}", String::from_utf8_lossy(&outs[i].stdout), String::from_utf8_lossy(&outs[i].stderr));
+        assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}: node 0 did not hear of node 1's failure\n{}\n{}", text(0), text(1));
+        if restarts == "1" {
+            for (i, o) in outs.iter().enumerate() {
+                assert!(o.status.success(), "node {i}:\n{}", text(i));
+                assert!(text(i).contains(&format!("round 1 ok rank {i}")), "node {i} did not run round 2:\n{}", text(i));
+            }
+            assert!(text(0).contains("rank 1 on node 1 exited with code 5"), "{}", text(0));
+        } else {
+            assert_eq!((outs[0].status.code(), outs[1].status.code()), (Some(5), Some(5)), "{}\n{}", text(0), text(1));
+        }
+    }
+}

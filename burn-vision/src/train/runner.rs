@@ -8,6 +8,7 @@ use super::distributed::{Dist, Distributed};
 use super::epoch::{EpochPlan, EpochStart, EpochTrained, Placement, Trainer, train_epoch, validate};
 use super::fine_tune::LrGroups;
 use super::grad_scaler::GradScaler;
+use super::health::UtilSampler;
 use super::metrics::{EpochRecord, Tally};
 use super::outputs::{CheckpointFacts, RunOutputs};
 use super::trace::StepTracer;
@@ -259,11 +260,13 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         let epoch_start = Instant::now();
         let mut save = |t: &Trainer<B, O>, so_far| outputs.as_ref().map_or(Ok(()), |o| o.step_saved(config, (&t.model, &t.optim, t.step), &facts, (epoch, best_acc, last_val), so_far));
         let start = EpochStart { epoch, done: std::mem::take(&mut done), save: &mut save, tracer: &mut tracer };
+        let sampler = UtilSampler::start(dist.and_then(|d| local_gpu(config, d)));
         let trained = train_epoch(&mut trainer, &plan, &at, config, (start, &data.train), &skips)?;
+        let utilization = sampler.mean();
         let (train, rank_img_per_s) = reduce_training(&mut trainer, &trained, dist)?;
         let (val, skipped) = validate(&trainer.model, &plan, &data.eval, &skips, &at)?;
         if let Some(d) = dist {
-            health.push(d.gather(&health_row(config, d, &trained, rank_img_per_s))?);
+            health.push(d.gather(&health_row(config, d, &trained, (rank_img_per_s, utilization)))?);
         }
         let mut record = epoch_record(epoch, &trained, &train, &val, skipped, plan.schedule.lr(trainer.step.saturating_sub(1)));
         record.seconds = epoch_start.elapsed().as_secs_f64(); // with validation
@@ -290,14 +293,18 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     })
 }
 
-/// This rank's row of the health table for an epoch.
-fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained: &EpochTrained, rank_img_per_s: f64) -> [f64; super::health::FIELDS] {
-    let gpu = match &config.device {
+/// This rank's GPU.
+fn local_gpu(config: &TrainConfig, d: &super::distributed::Distributed) -> Option<usize> {
+    match &config.device {
         DeviceSpec::Cuda(ids) => ids.get(d.local_rank).copied(),
         DeviceSpec::Cpu => None,
-    };
+    }
+}
+
+/// This rank's row of the health table for an epoch.
+fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained: &EpochTrained, (rank_img_per_s, utilization): (f64, f64)) -> [f64; super::health::FIELDS] {
     let steps = trained.steps.max(1) as f64;
-    super::health::row(rank_img_per_s, trained.sync_seconds / trained.seconds.max(1e-9), gpu, 1e3 * trained.sync_seconds / steps)
+    super::health::row(rank_img_per_s, trained.sync_seconds / trained.seconds.max(1e-9), local_gpu(config, d), 1e3 * trained.sync_seconds / steps, utilization)
 }
 
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every
