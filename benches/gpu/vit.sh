@@ -14,13 +14,13 @@ source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
-step vits16_ours_first 300 "$B"/burn-vision bench $S
-step vits16_ours 200 "$B"/burn-vision bench $S
-step vits16_torch 120 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 3 20 bf16 nchw eager
-step vits16_compile 300 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 6 20 bf16 nchw compile
-step vitb16_ours_first 300 "$B"/burn-vision bench $BB
-step vitb16_ours 200 "$B"/burn-vision bench $BB
-step vitb16_torch 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
+step vits16_ours_first 240 "$B"/burn-vision bench $S
+step vits16_ours 120 "$B"/burn-vision bench $S
+step vits16_torch 90 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 3 20 bf16 nchw eager
+step vits16_compile 200 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 6 20 bf16 nchw compile
+step vitb16_ours_first 240 "$B"/burn-vision bench $BB
+step vitb16_ours 120 "$B"/burn-vision bench $BB
+step vitb16_torch 90 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
 echo "=== summary" | tee -a "$LOG"
 python3 benches/gpu/cold_start_summary.py "$LOG" | tee -a "$LOG"
 save_cache

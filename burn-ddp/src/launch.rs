@@ -192,6 +192,13 @@ fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: D
     unreachable!("polls until an outcome")
 }
 
+/// How long the launchers wait for each other: `--timeout-s`, else `BURN_DDP_TIMEOUT_S` (the
+/// ranks' time-out), else 300 s.
+fn agent_timeout(config: &LaunchConfig) -> Duration {
+    let env = std::env::var("BURN_DDP_TIMEOUT_S").ok().and_then(|v| v.trim().parse::<f64>().ok()).filter(|s| *s > 0.0 && s.is_finite());
+    config.timeout.unwrap_or_else(|| Duration::from_secs_f64(env.unwrap_or(300.0)))
+}
+
 /// Runs the group to completion and returns the exit code the launcher should exit with: 0
 /// when every rank succeeded, else the failing rank's code (130 after Ctrl-C).
 ///
@@ -207,7 +214,7 @@ pub fn launch(config: &LaunchConfig, interrupted: Arc<AtomicBool>) -> Result<i32
     let port = if config.master_port == 0 { free_port()? } else { config.master_port };
     let link = match config.nnodes {
         1 => None,
-        n => Some(NodeLink::join(&config.master_addr, port, (n, config.node_rank), config.timeout.unwrap_or(Duration::from_secs(300)))?),
+        n => Some(NodeLink::join(&config.master_addr, port, (n, config.node_rank), agent_timeout(config))?),
     };
     for attempt in 0..=config.max_restarts {
         if let Some(l) = &link {

@@ -30,8 +30,20 @@ impl NodeLink {
     pub fn join(master_addr: &str, port: u16, (nnodes, node_rank): (usize, usize), timeout: Duration) -> Result<Self> {
         let port = port.checked_add(1).ok_or(Error::Env { name: "--master-port", reason: "65535 leaves no port for the launchers' store (it uses --master-port + 1)".into() })?;
         let token = std::env::var("BURN_DDP_TOKEN").ok();
-        let server = if node_rank == 0 { Some(StoreServer::bind("0.0.0.0", port, token.clone())?) } else { None };
+        let server = match node_rank {
+            0 => Some(StoreServer::bind("0.0.0.0", port, token.clone()).map_err(|e| match e {
+                Error::PortInUse { .. } => Error::Env {
+                    name: "--node-rank",
+                    reason: format!("node 0's launcher store cannot listen on port {port} (--master-port + 1): another launcher is node 0 already, or another job holds the port"),
+                },
+                other => other,
+            })?),
+            _ => None,
+        };
         let store = TcpStore::connect(master_addr, port, token.as_deref(), timeout)?;
+        if store.add(&format!("burn-ddp-launch/node{node_rank}"), 1)? > 1 {
+            return Err(Error::Env { name: "--node-rank", reason: format!("node {node_rank} joined twice: give every node its own --node-rank in 0..{nnodes}") });
+        }
         Ok(Self { _server: server, store, nnodes, node_rank, timeout })
     }
 
@@ -44,7 +56,13 @@ impl NodeLink {
         if self.store.add(&key(round, "arrived"), 1)? as usize == self.nnodes {
             self.store.set(&key(round, "go"), b"1")?;
         }
-        self.store.wait(&[&key(round, "go")], self.timeout)
+        self.store.wait(&[&key(round, "go")], self.timeout).map_err(|_| {
+            let arrived = self.store.add(&key(round, "arrived"), 0).unwrap_or(0);
+            Error::Env {
+                name: "--nnodes",
+                reason: format!("{arrived} of {} nodes' launchers arrived within {:?}: start every node (same --master-addr/--master-port), or lower --nnodes", self.nnodes, self.timeout),
+            }
+        })
     }
 
     /// Tells every node that `rank` failed with `code` in round `round` (first report wins).

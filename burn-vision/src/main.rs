@@ -340,13 +340,31 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     Ok(c)
 }
 
+/// `args` without `flag VALUE` / `flag=VALUE`.
+fn without_flag(args: Vec<String>, flag: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip_value = false;
+    for a in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        if a == flag {
+            skip_value = true;
+        } else if !a.starts_with(&format!("{flag}=")) {
+            out.push(a);
+        }
+    }
+    out
+}
+
 /// Several processes and not yet launched: start one per rank (this same command) and wait.
 fn launch_ranks(config: &TrainConfig, max_restarts: usize) -> Result<()> {
     config.validate()?;
     if let DeviceSpec::Cuda(ids) = &config.device {
         burn_vision::train::check_gpus(ids)?;
     }
-    let program: Vec<String> = std::env::args().collect();
+    // The ranks run this same command, less the restarts, which are this launcher's business.
+    let program = without_flag(std::env::args().collect(), "--max-restarts");
     let timeout = config.timeout_s.map(std::time::Duration::from_secs_f64);
     let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.processes(), master_port: 0, max_restarts, program, timeout, ..Default::default() };
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -511,5 +529,18 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_flag;
+
+    #[test]
+    fn the_ranks_do_not_get_the_launchers_restarts() {
+        let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(without_flag(args("bv train --max-restarts 3 --nproc 2"), "--max-restarts"), args("bv train --nproc 2"));
+        assert_eq!(without_flag(args("bv train --max-restarts=3 --cpu"), "--max-restarts"), args("bv train --cpu"));
+        assert_eq!(without_flag(args("bv train --cpu"), "--max-restarts"), args("bv train --cpu"));
     }
 }
