@@ -107,13 +107,27 @@ impl<B: Backend> ModuleMapper<B> for Broadcast<'_> {
 type StepParts<B> = (Arc<StepReducer<B>>, HashMap<ParamId, usize>);
 
 /// The trained parameters (require a gradient) of a module, in registration order.
-struct Params(Vec<(ParamId, Vec<usize>)>);
+/// The trained parameters in registration order, with their paths in the module
+/// (`layer1.0.conv1.weight`) for error messages.
+#[derive(Default)]
+struct Params {
+    list: Vec<(ParamId, Vec<usize>)>,
+    names: Vec<String>,
+    path: Vec<String>,
+}
 
 impl<B: Backend> ModuleVisitor<B> for Params {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
         if param.val().is_require_grad() {
-            self.0.push((param.id, param.shape().dims::<D>().to_vec()));
+            self.list.push((param.id, param.shape().dims::<D>().to_vec()));
+            self.names.push(self.path.join("."));
         }
     }
 }
@@ -239,11 +253,14 @@ impl DistributedDataParallel {
 
     /// This step's reducer over `module`'s trained parameters, in the bucket order in force.
     fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<StepParts<B::InnerBackend>> {
-        let mut params = Params(Vec::new());
+        let mut params = Params::default();
         module.visit(&mut params);
         let device = module.devices().into_iter().next().ok_or_else(|| Error::Unsupported { what: "DDP on a module without parameters".into() })?;
-        let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.0.len());
-        let (slots, buckets) = plan(&params.0, self.config.bucket_bytes, order.as_deref());
+        let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.list.len());
+        let (mut slots, buckets) = plan(&params.list, self.config.bucket_bytes, order.as_deref());
+        for slot in &mut slots {
+            slot.name = std::mem::take(&mut params.names[slot.index]);
+        }
         let slot_of = slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
         let comm = (overlap).then(|| self.comm.get_or_init(|| Arc::new(CommThread::spawn(self.pg.rank()))).clone());
         Ok((Arc::new(StepReducer::new(slots, buckets, self.pg.clone(), comm, device)), slot_of))

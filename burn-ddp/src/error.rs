@@ -77,8 +77,10 @@ pub enum Error {
         dtype: String,
     },
     /// A parameter got a gradient on some ranks only (or on none).
-    #[error("parameter #{index} (shape {shape:?}) has no gradient {where_}; every rank must use every parameter in the forward pass, or set DdpConfig::find_unused_parameters (missing gradients then count as zero)", where_ = if *everywhere { "on any rank".to_string() } else { format!("on some ranks only (seen from rank {rank})") })]
+    #[error("parameter `{name}` (#{index}, shape {shape:?}) has no gradient {where_}; every rank must use every parameter in the forward pass, or set DdpConfig::find_unused_parameters (missing gradients then count as zero)", where_ = if *everywhere { "on any rank".to_string() } else { format!("on some ranks only (seen from rank {rank})") })]
     UnusedParameter {
+        /// Its path in the module, e.g. `layer1.0.conv1.weight`.
+        name: String,
         /// Index in registration order.
         index: usize,
         /// Its shape.

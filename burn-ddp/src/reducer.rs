@@ -27,6 +27,8 @@ pub(crate) struct Slot {
     pub shape: Vec<usize>,
     /// Index in registration (visiting) order, for error messages.
     pub index: usize,
+    /// Its path in the module (`layer1.0.conv1.weight`), for error messages.
+    pub name: String,
 }
 
 /// Parameters (in registration order) → slots and buckets: slots in `order` (registration
@@ -46,7 +48,7 @@ pub(crate) fn plan(params: &[(ParamId, Vec<usize>)], bucket_bytes: usize, order:
         }
         filled += bytes;
         buckets.last_mut().expect("pushed above").push(slots.len());
-        slots.push(Slot { id: *id, shape: shape.clone(), index });
+        slots.push(Slot { id: *id, shape: shape.clone(), index, name: String::new() });
     }
     (slots, buckets)
 }
@@ -190,7 +192,7 @@ impl<B: Backend> StepReducer<B> {
                 let slot = &self.slots[i];
                 let count = count.round() as usize;
                 if count < world as usize && !find_unused {
-                    return Err(Error::UnusedParameter { index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
+                    return Err(Error::UnusedParameter { name: slot.name.clone(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
                 }
                 if count > 0 {
                     out.insert(slot.id, (reduced.clone().slice([offset..offset + n]).div_scalar(world), slot.shape.clone()));

@@ -236,7 +236,7 @@ fn ddp_parameter_unused_on_one_rank_is_an_error_naming_it() {
     for (r, o) in outs.iter().enumerate() {
         let text = String::from_utf8_lossy(&o.stdout);
         // `extra` is registered last: its bias is parameter #5 (of 0..=5), shape [3].
-        assert!(text.contains("SYNC_ERROR parameter #5 (shape [3]) has no gradient on some ranks only"), "rank {r}: {text}");
+        assert!(text.contains("SYNC_ERROR parameter `extra.bias` (#5, shape [3]) has no gradient on some ranks only"), "rank {r}: {text}");
         assert!(text.contains("find_unused_parameters"), "rank {r}: the error says how to opt in: {text}");
     }
 }
