@@ -183,7 +183,7 @@ pub fn init_process_groups(backends: &[CommBackend], config: &RendezvousConfig) 
     let mut groups = Vec::with_capacity(backends.len());
     for &backend in backends {
         let inner: Box<dyn ProcessGroup> = match backend {
-            CommBackend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?),
+            CommBackend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?.with_hang_check(rdzv.store.clone())),
             CommBackend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
         };
         // Everyone has finished set-up (and used the store) before anyone may leave.

@@ -136,7 +136,7 @@ fn overlap_reports_a_parameter_unused_on_one_rank() {
         assert_all_ok(test, &outs);
         for (r, o) in outs.iter().enumerate() {
             let text = String::from_utf8_lossy(&o.stdout);
-            assert!(text.contains("SYNC_ERROR parameter #") && text.contains("has no gradient on some ranks only"), "rank {r}: {text}");
+            assert!(text.contains("SYNC_ERROR parameter `") && text.contains("has no gradient on some ranks only"), "rank {r}: {text}");
         }
         return;
     }

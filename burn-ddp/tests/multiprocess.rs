@@ -165,3 +165,25 @@ fn nccl_without_cuda_build_is_an_error() {
     #[cfg(feature = "cuda")]
     eprintln!("SKIPPED nccl_without_cuda_build_is_an_error: this build has the cuda feature");
 }
+
+/// A rank that is alive but never enters the collective (stuck in its own code): every waiting
+/// rank times out naming it — not its ring neighbour, which is waiting too.
+#[test]
+fn a_stuck_rank_is_named_by_every_rank_that_waits_for_it() {
+    const TEST: &str = "a_stuck_rank_is_named_by_every_rank_that_waits_for_it";
+    if is_worker() {
+        let pg = group();
+        if pg.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(9)); // stuck, then leaves without the collective
+            return;
+        }
+        let mut b = f32_bytes(&vec![1.0; 10_000]);
+        let t = Instant::now();
+        let err = pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(Duration::from_secs(2)) }).unwrap_err();
+        println!("ERROR rank {}: {err} after {:?}", pg.rank(), t.elapsed());
+        assert!(matches!(&err, Error::Timeout { missing, .. } if missing == &vec![1]), "rank {}: {err}", pg.rank());
+        return;
+    }
+    let outs = spawn(TEST, 3, &[0, 1, 2], &[]);
+    assert_all_ok(TEST, &outs);
+}

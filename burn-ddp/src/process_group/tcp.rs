@@ -41,7 +41,15 @@ pub struct TcpProcessGroup {
     links: Option<Mutex<Links>>,
     seq: AtomicU64,
     timeout: Duration,
+    /// Collectives entered so far (the same count on every rank that is not stuck).
+    collectives: AtomicU64,
+    /// The rendezvous store, to find out after a time-out which ranks never entered the
+    /// collective ([`TcpProcessGroup::with_hang_check`]).
+    store: Option<std::sync::Arc<dyn Store>>,
 }
+
+/// How long a rank that timed out waits for the others to say they are waiting too.
+const HANG_GRACE: Duration = Duration::from_secs(3);
 
 fn split(len: usize, parts: usize, i: usize) -> Range<usize> {
     let base = len / parts;
@@ -59,7 +67,7 @@ impl TcpProcessGroup {
     pub fn new(store: &dyn Store, ip: IpAddr, rank: usize, world: usize, timeout: Duration) -> Result<Self> {
         assert!(rank < world, "Got rank={rank}, expected < world_size={world}");
         if world == 1 {
-            return Ok(Self { rank, world, links: None, seq: AtomicU64::new(0), timeout });
+            return Ok(Self { rank, world, links: None, seq: AtomicU64::new(0), timeout, collectives: AtomicU64::new(0), store: None });
         }
         let listener = TcpListener::bind((ip, 0)).map_err(|e| Error::io(format!("rank {rank}: listening on {ip}"), e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("listener address", e))?;
@@ -85,7 +93,7 @@ impl TcpProcessGroup {
         for s in [&next, &prev] {
             s.set_nodelay(true).map_err(|e| Error::io("socket options", e))?;
         }
-        Ok(Self { rank, world, links: Some(Mutex::new(Links { next, prev })), seq: AtomicU64::new(0), timeout })
+        Ok(Self { rank, world, links: Some(Mutex::new(Links { next, prev })), seq: AtomicU64::new(0), timeout, collectives: AtomicU64::new(0), store: None })
     }
 
     fn next_prev(&self) -> usize {
@@ -96,9 +104,41 @@ impl TcpProcessGroup {
         (self.rank + 1) % self.world
     }
 
+    /// After a time-out, names the ranks that are not stuck here: with the store, every rank
+    /// that timed out in this collective leaves a mark and looks for the others' for
+    /// [`HANG_GRACE`]; a rank without a mark never entered the collective (it hangs in its own
+    /// code, or is stuck in an earlier one). Without the store, or when every rank is waiting
+    /// (a lost link), the ring neighbour this rank waited for.
+    pub fn with_hang_check(mut self, store: std::sync::Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    fn not_here(&self, neighbour: usize) -> Vec<usize> {
+        let Some(store) = &self.store else { return vec![neighbour] };
+        let collective = self.collectives.load(Ordering::Relaxed);
+        let keys: Vec<String> = (0..self.world).map(|r| format!("burn-ddp/tcp-hang/{collective}/{r}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if store.set(refs[self.rank], b"1").is_err() {
+            return vec![neighbour];
+        }
+        let deadline = Instant::now() + HANG_GRACE;
+        loop {
+            let Ok(here) = store.check(&refs) else { return vec![neighbour] };
+            let absent: Vec<usize> = (0..self.world).filter(|&r| !here[r]).collect();
+            if absent.is_empty() {
+                return vec![neighbour];
+            }
+            if Instant::now() >= deadline {
+                return absent;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     fn link_error(&self, op: Kind, peer: usize, e: io::Error, waited: Duration) -> Error {
         match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout { op: format!("{op:?}"), rank: self.rank, waited, missing: vec![peer] },
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout { op: format!("{op:?}"), rank: self.rank, waited, missing: self.not_here(peer) },
             _ => Error::PeerFailed { op: format!("{op:?}"), peer, reason: e.to_string() },
         }
     }
@@ -149,6 +189,7 @@ impl TcpProcessGroup {
 
     fn lock(&self, timeout: Option<Duration>) -> Result<std::sync::MutexGuard<'_, Links>> {
         let links = self.links.as_ref().expect("world > 1 has links").lock().expect("tcp links poisoned");
+        self.collectives.fetch_add(1, Ordering::Relaxed);
         let t = Some(timeout.unwrap_or(self.timeout));
         for s in [&links.next, &links.prev] {
             s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::io("socket time-out", e))?;
