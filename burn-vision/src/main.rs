@@ -256,6 +256,22 @@ struct TrainArgs {
     /// with an error (a dead or stuck rank); default: BURN_DDP_TIMEOUT_S, else 300.
     #[arg(long, value_name = "S")]
     timeout_s: Option<f64>,
+    /// Probability of a horizontal flip in training (default 0.5; 0 for digits, text, X-rays).
+    #[arg(long, value_name = "P")]
+    hflip: Option<f64>,
+    /// RandomResizedCrop's area range, MIN,MAX (default 0.08,1; folder data).
+    #[arg(long, value_name = "MIN,MAX")]
+    rrc_scale: Option<String>,
+    /// RandomResizedCrop's aspect-ratio range, MIN,MAX (default 0.75,1.333; folder data).
+    #[arg(long, value_name = "MIN,MAX")]
+    rrc_ratio: Option<String>,
+    /// Colour jitter strength: brightness, contrast, saturation by factors in [1−S, 1+S]
+    /// (torchvision's ColorJitter(S, S, S); default 0 = off), e.g. 0.4.
+    #[arg(long, value_name = "S")]
+    color_jitter: Option<f64>,
+    /// Probability of erasing a random rectangle (timm's --reprob; default 0), e.g. 0.25.
+    #[arg(long, value_name = "P")]
+    random_erasing: Option<f64>,
 }
 
 #[derive(Args)]
@@ -302,6 +318,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = a.$field { c.$field = v; } )* };
     }
+    augmentation(&mut c.augment, &a)?;
     set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale);
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
@@ -338,6 +355,27 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
         c.channels_last = Some(a.channels_last);
     }
     Ok(c)
+}
+
+/// The augmentation flags over the preset's augmentation.
+fn augmentation(aug: &mut burn_vision::data::Augment, a: &TrainArgs) -> Result<()> {
+    use burn_vision::data::augment::parse_pair;
+    if let Some(p) = a.hflip {
+        aug.hflip = p;
+    }
+    if let Some(r) = &a.rrc_scale {
+        aug.scale = parse_pair("--rrc-scale", r)?;
+    }
+    if let Some(r) = &a.rrc_ratio {
+        aug.ratio = parse_pair("--rrc-ratio", r)?;
+    }
+    if let Some(s) = a.color_jitter {
+        aug.color_jitter = s;
+    }
+    if let Some(p) = a.random_erasing {
+        aug.random_erasing = p;
+    }
+    Ok(())
 }
 
 /// `args` without `flag VALUE` / `flag=VALUE`.

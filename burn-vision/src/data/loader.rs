@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn batches_cover_the_order_in_sequence() {
         let order: Vec<usize> = (0..10).rev().collect();
-        let pipe = Pipeline::grayscale(4, 0.0, 1.0, true);
+        let pipe = Pipeline::grayscale(4, 0.0, 1.0, &crate::data::Augment::default());
         let loader = Loader::new(dataset(10), order.clone(), pipe.clone(), 0, config(4, false), Arc::default());
         assert_eq!(loader.len(), 3);
         let batches: Vec<Batch> = loader.map(Result::unwrap).collect();
@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn augmentation_is_reproducible_per_epoch() {
-        let pipe = Pipeline::grayscale(4, 0.0, 1.0, true);
+        let pipe = Pipeline::grayscale(4, 0.0, 1.0, &crate::data::Augment::default());
         let run = |epoch| -> Vec<f32> { Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default()).flat_map(|b| b.unwrap().images).collect() };
         assert_eq!(run(0), run(0));
         assert_ne!(run(0), run(1));

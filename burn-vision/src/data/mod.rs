@@ -1,5 +1,6 @@
 //! Datasets, the seeded per-class split, transforms and the parallel prefetching loader.
 
+pub mod augment;
 pub mod folder;
 pub mod idx;
 pub mod loader;
@@ -8,10 +9,11 @@ pub mod split;
 pub mod throughput;
 pub mod transform;
 
+pub use augment::Augment;
 pub use folder::FolderDataset;
 pub use idx::IdxDataset;
 pub use loader::{Batch, Loader, LoaderConfig, SkipLog, StageTimes};
-pub use source::{DataSource, load_source};
+pub use source::{DataSource, load_source, load_source_with};
 pub use split::{shuffle_for_epoch, split_per_class};
 pub use throughput::{DataBenchConfig, DataBenchResult, loader_throughput};
 pub use transform::{Pipeline, Step};

@@ -2,7 +2,7 @@
 //! transforms that suit it.
 
 use super::idx::FASHION_MNIST_CLASSES;
-use super::{Dataset, FolderDataset, IdxDataset, Pipeline};
+use super::{Augment, Dataset, FolderDataset, IdxDataset, Pipeline};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,10 +75,11 @@ fn classes() -> Vec<String> {
     FASHION_MNIST_CLASSES.iter().map(|s| s.to_string()).collect()
 }
 
-/// The grayscale pipelines used for MNIST-like data: padding to `size`, flips in training.
-pub fn grayscale_pipelines(size: u32) -> (Pipeline, Pipeline) {
+/// The grayscale pipelines used for MNIST-like data: padding to `size`, `aug`'s random steps in
+/// training.
+pub fn grayscale_pipelines(size: u32, aug: &Augment) -> (Pipeline, Pipeline) {
     let (mean, std) = FASHION_MNIST_MEAN_STD;
-    let train = Pipeline::grayscale(size, mean, std, true);
+    let train = Pipeline::grayscale(size, mean, std, aug);
     (train.clone(), train.deterministic())
 }
 
@@ -89,10 +90,18 @@ pub fn grayscale_pipelines(size: u32) -> (Pipeline, Pipeline) {
 /// When the folder is missing or malformed, or Fashion-MNIST is not found (the message says how
 /// to get it).
 pub fn load_source(source: &DataSource, image_size: u32) -> Result<LoadedData> {
+    load_source_with(source, image_size, &Augment::default())
+}
+
+/// [`load_source`] with the training augmentation `aug`.
+///
+/// # Errors
+/// As [`load_source`].
+pub fn load_source_with(source: &DataSource, image_size: u32, aug: &Augment) -> Result<LoadedData> {
     match source {
         DataSource::Bundled => {
             let ds = IdxDataset::from_bytes(BUNDLED_IMAGES, BUNDLED_LABELS, "bundled-fashion-mnist", classes())?;
-            idx_data(ds)
+            idx_data(ds, aug)
         }
         DataSource::FashionMnist => {
             let dir = fashion_mnist_dirs()
@@ -100,21 +109,21 @@ pub fn load_source(source: &DataSource, image_size: u32) -> Result<LoadedData> {
                 .find(|d| d.join("train-images-idx3-ubyte.gz").is_file())
                 .ok_or_else(|| Error::MissingDataDir { path: PathBuf::from("datasets/fashion-mnist (run `cargo xtask data fashion-mnist`, or `apt-get install dataset-fashion-mnist`)") })?;
             let ds = IdxDataset::open(&dir.join("train-images-idx3-ubyte.gz"), &dir.join("train-labels-idx1-ubyte.gz"), classes())?;
-            idx_data(ds)
+            idx_data(ds, aug)
         }
-        DataSource::Folder(path) => folder_data(path, image_size),
+        DataSource::Folder(path) => folder_data(path, image_size, aug),
     }
 }
 
-fn idx_data(ds: IdxDataset) -> Result<LoadedData> {
+fn idx_data(ds: IdxDataset, aug: &Augment) -> Result<LoadedData> {
     let (h, w) = ds.image_size();
-    let (train, eval) = grayscale_pipelines(h.max(w) as u32);
+    let (train, eval) = grayscale_pipelines(h.max(w) as u32, aug);
     Ok(LoadedData { dataset: Arc::new(ds), train, eval })
 }
 
-fn folder_data(path: &Path, image_size: u32) -> Result<LoadedData> {
+fn folder_data(path: &Path, image_size: u32, aug: &Augment) -> Result<LoadedData> {
     let ds = FolderDataset::open(path)?;
-    Ok(LoadedData { dataset: Arc::new(ds), train: Pipeline::imagenet_train(image_size), eval: Pipeline::imagenet_eval(image_size) })
+    Ok(LoadedData { dataset: Arc::new(ds), train: Pipeline::imagenet_train_with(image_size, aug), eval: Pipeline::imagenet_eval(image_size) })
 }
 
 #[cfg(test)]

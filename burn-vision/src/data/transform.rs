@@ -1,6 +1,7 @@
 //! Image transforms in torchvision's vocabulary and the pipeline that ends in a normalised
 //! CHW `f32` buffer.
 
+use super::augment::Augment;
 use fast_image_resize as fr;
 use image::imageops::{self, FilterType};
 use image::{DynamicImage, GenericImageView};
@@ -35,6 +36,16 @@ pub enum Step {
         /// Output side length.
         size: u32,
     },
+    /// Brightness, contrast and saturation by factors in [1 − s, 1 + s] ([`super::augment`]).
+    ColorJitter {
+        /// Strength s.
+        strength: f64,
+    },
+    /// One rectangle of random pixels with probability `p` ([`super::augment`]).
+    RandomErasing {
+        /// Probability.
+        p: f64,
+    },
 }
 
 impl Step {
@@ -62,6 +73,8 @@ impl Step {
                 if (nw, nh) == (w, h) { img } else { resize_region(&img, (0, 0, w, h), (nw, nh)) }
             }
             Step::CenterCrop { size } => center_crop(img, size),
+            Step::ColorJitter { strength } => super::augment::color_jitter(img, strength, rng),
+            Step::RandomErasing { p } => super::augment::random_erasing(img, p, rng),
         }
     }
 }
@@ -140,7 +153,29 @@ pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 impl Pipeline {
     /// ImageNet-style training: RandomResizedCrop(size), RandomHorizontalFlip(0.5).
     pub fn imagenet_train(size: u32) -> Self {
-        Self::rgb(vec![Step::random_resized_crop(size), Step::RandomHorizontalFlip { p: 0.5 }])
+        Self::imagenet_train_with(size, &Augment::default())
+    }
+
+    /// Training at `size` with `aug`: RandomResizedCrop(scale, ratio), then the flip, colour
+    /// jitter and random erasing that are on.
+    pub fn imagenet_train_with(size: u32, aug: &Augment) -> Self {
+        let crop = Step::RandomResizedCrop { size, scale: (aug.scale[0], aug.scale[1]), ratio: (aug.ratio[0], aug.ratio[1]) };
+        Self::rgb(std::iter::once(crop).chain(Self::random_steps(aug)).collect())
+    }
+
+    /// The flip, jitter and erasing steps `aug` turns on, in that order.
+    fn random_steps(aug: &Augment) -> Vec<Step> {
+        let mut steps = Vec::new();
+        if aug.hflip > 0.0 {
+            steps.push(Step::RandomHorizontalFlip { p: aug.hflip });
+        }
+        if aug.color_jitter > 0.0 {
+            steps.push(Step::ColorJitter { strength: aug.color_jitter });
+        }
+        if aug.random_erasing > 0.0 {
+            steps.push(Step::RandomErasing { p: aug.random_erasing });
+        }
+        steps
     }
 
     /// ImageNet-style evaluation: Resize(size·8/7), CenterCrop(size).
@@ -152,18 +187,16 @@ impl Pipeline {
         Self { steps, channels: 3, mean: IMAGENET_MEAN.to_vec(), std: IMAGENET_STD.to_vec() }
     }
 
-    /// Small grayscale images (MNIST-like) at `size`: centre crop / pad, optional flip.
-    pub fn grayscale(size: u32, mean: f32, std: f32, flip: bool) -> Self {
-        let mut steps = vec![Step::CenterCrop { size }];
-        if flip {
-            steps.push(Step::RandomHorizontalFlip { p: 0.5 });
-        }
+    /// Small grayscale images (MNIST-like) at `size`: centre crop / pad, then the random steps
+    /// `aug` turns on (its crop settings are for folder data).
+    pub fn grayscale(size: u32, mean: f32, std: f32, aug: &Augment) -> Self {
+        let steps = std::iter::once(Step::CenterCrop { size }).chain(Self::random_steps(aug)).collect();
         Self { steps, channels: 1, mean: vec![mean], std: vec![std] }
     }
 
     /// The same pipeline with every random step removed (for evaluation of grayscale sets).
     pub fn deterministic(&self) -> Self {
-        let steps = self.steps.iter().filter(|s| !matches!(s, Step::RandomHorizontalFlip { .. })).cloned().collect();
+        let steps = self.steps.iter().filter(|s| !matches!(s, Step::RandomHorizontalFlip { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. })).cloned().collect();
         Self { steps, ..self.clone() }
     }
 
@@ -177,7 +210,7 @@ impl Pipeline {
                     let (w, h) = size;
                     if w <= h { (s, (h as f64 * s as f64 / w as f64).round() as u32) } else { ((w as f64 * s as f64 / h as f64).round() as u32, s) }
                 }
-                Step::RandomHorizontalFlip { .. } => size,
+                Step::RandomHorizontalFlip { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. } => size,
             };
         }
         size
@@ -273,7 +306,7 @@ mod tests {
     #[test]
     fn rgba_and_gray_are_converted_to_the_model_channels() {
         let rgba = DynamicImage::ImageRgba8(RgbaImage::from_pixel(5, 5, Rgba([255, 255, 255, 0])));
-        let gray_pipe = Pipeline::grayscale(5, 0.0, 1.0, false);
+        let gray_pipe = Pipeline::grayscale(5, 0.0, 1.0, &Augment { hflip: 0.0, ..Augment::default() });
         let mut out = Vec::new();
         gray_pipe.apply_into(rgba, &mut rng(0), &mut out);
         assert_eq!(out.len(), 25);
@@ -317,7 +350,7 @@ mod tests {
     #[test]
     fn center_crop_pads_small_images() {
         let img = DynamicImage::ImageLuma8(image::GrayImage::from_pixel(28, 28, image::Luma([255])));
-        let p = Pipeline::grayscale(32, 0.0, 1.0, false);
+        let p = Pipeline::grayscale(32, 0.0, 1.0, &Augment { hflip: 0.0, ..Augment::default() });
         let mut out = Vec::new();
         assert_eq!(p.apply_into(img, &mut rng(0), &mut out), (32, 32));
         assert_eq!(out[0], 0.0);

@@ -154,6 +154,9 @@ pub struct TrainConfig {
     /// peer); `None`: `BURN_DDP_TIMEOUT_S`, else 300.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
+    /// Training augmentation (flip, crop ranges, colour jitter, random erasing).
+    #[serde(default)]
+    pub augment: crate::data::Augment,
 }
 
 fn one() -> f64 {
@@ -222,6 +225,7 @@ impl Default for TrainConfig {
             checkpoint_every: None,
             profile_steps: None,
             timeout_s: None,
+            augment: crate::data::Augment::default(),
         }
     }
 }
@@ -304,6 +308,7 @@ impl TrainConfig {
         if self.checkpoint_every == Some(0) {
             return bad("--checkpoint-every", "0".into(), "use at least 1 step, or drop the flag for checkpoints at epoch ends only");
         }
+        self.augment.validate()?;
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
         }

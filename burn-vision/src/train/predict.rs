@@ -30,7 +30,7 @@ pub fn restore<B: Backend>(path: &Path, device: &B::Device) -> Result<Restored<B
     let meta = ck.meta;
     let model = create::<B>(&meta.model, meta.classes.len(), meta.in_channels, meta.small_input, device)?;
     let record = load_model_record::<B>(&ck.model, device).map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
-    let pipeline = if meta.in_channels == 1 { grayscale_pipelines(meta.image_size).1 } else { Pipeline::imagenet_eval(meta.image_size) };
+    let pipeline = if meta.in_channels == 1 { grayscale_pipelines(meta.image_size, &crate::data::Augment::default()).1 } else { Pipeline::imagenet_eval(meta.image_size) };
     Ok(Restored { model: model.load_record(record), meta, pipeline })
 }
 

@@ -13,7 +13,7 @@ use super::metrics::{EpochRecord, Tally};
 use super::outputs::{CheckpointFacts, RunOutputs};
 use super::trace::StepTracer;
 use crate::data::SkipLog;
-use crate::data::source::{LoadedData, load_source};
+use crate::data::source::{LoadedData, load_source_with};
 use crate::error::{Error, Result};
 use crate::model::{Classifier, ImageClassifier, create, load_model_record};
 use burn::prelude::*;
@@ -88,7 +88,7 @@ pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, d
 }
 
 fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>, dist: Dist<'_>) -> Result<TrainSummary> {
-    let data = load_source(&config.source(), config.image_size)?;
+    let data = load_source_with(&config.source(), config.image_size, &config.augment)?;
     let classes = data.dataset.classes().len();
     let main_rank = dist.is_none_or(|d| d.rank == 0);
     let (model, tracked) = super::fine_tune::prepare(config, seeded_model::<B>(config, classes, data.train.channels, &devices[0])?, main_rank)?;
@@ -192,7 +192,7 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
 /// The run's first log line (rank 0).
 fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: &Classifier<B>, (data_parallel, world): (bool, usize)) {
     log::info!(
-        "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}",
+        "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}; augmentation: {}",
         config.model,
         config.data,
         plan.dataset.classes().len(),
@@ -214,7 +214,8 @@ fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: 
         },
         if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" },
         if model.precision() == Precision::F32 { String::new() } else { format!(", {} activations", model.precision()) },
-        if model.layout() == Layout::Nhwc { ", channels-last" } else { "" }
+        if model.layout() == Layout::Nhwc { ", channels-last" } else { "" },
+        config.augment.describe()
     );
 }
 

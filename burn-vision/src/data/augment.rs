@@ -1,0 +1,200 @@
+//! The training augmentation a user controls from the command line (timm's train-script flags):
+//! horizontal-flip probability, RandomResizedCrop's scale and ratio, colour jitter and random
+//! erasing — and the two image operations that torchvision's crop and flip do not cover. Every
+//! random choice comes from the per-sample RNG (a pure function of seed, epoch and sample).
+
+use crate::error::{Error, Result};
+use image::{DynamicImage, Rgb, RgbImage};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// What training does to each image. The default is torchvision's ImageNet recipe
+/// (RandomResizedCrop with scale 0.08–1 and ratio 3/4–4/3, a flip half the time, nothing else)
+/// and, for 28² IDX data, the flip alone.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Augment {
+    /// Probability of a horizontal flip (0 turns flips off: digits, text, X-rays).
+    pub hflip: f64,
+    /// RandomResizedCrop's range of the crop's area, as fractions of the image (folder data).
+    pub scale: [f64; 2],
+    /// RandomResizedCrop's range of the crop's aspect ratio (folder data).
+    pub ratio: [f64; 2],
+    /// Colour jitter strength s: brightness, contrast and saturation factors drawn from
+    /// [1 − s, 1 + s] (torchvision's `ColorJitter(s, s, s)`), in a random order; 0 is off.
+    pub color_jitter: f64,
+    /// Probability of erasing one random rectangle (2–33 % of the area, aspect 0.3–3.3) with
+    /// random pixels (timm's `--reprob` in its per-pixel mode); 0 is off.
+    pub random_erasing: f64,
+}
+
+impl Default for Augment {
+    fn default() -> Self {
+        Self { hflip: 0.5, scale: [0.08, 1.0], ratio: [3.0 / 4.0, 4.0 / 3.0], color_jitter: 0.0, random_erasing: 0.0 }
+    }
+}
+
+impl Augment {
+    /// Checks the ranges, naming the flag.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a probability outside [0, 1], an empty or non-positive
+    /// range, or a negative jitter.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, value: String, reason: &str| Err(Error::InvalidConfig { name, value, reason: reason.into() });
+        for (name, p) in [("--hflip", self.hflip), ("--random-erasing", self.random_erasing)] {
+            if !(0.0..=1.0).contains(&p) {
+                return bad(name, p.to_string(), "a probability: give a number in [0, 1]");
+            }
+        }
+        let [lo, hi] = self.scale;
+        if !(lo > 0.0 && lo <= hi && hi <= 1.0) {
+            return bad("--rrc-scale", format!("{lo},{hi}"), "give MIN,MAX with 0 < MIN ≤ MAX ≤ 1, e.g. 0.08,1");
+        }
+        let [lo, hi] = self.ratio;
+        if !(lo > 0.0 && lo <= hi && hi.is_finite()) {
+            return bad("--rrc-ratio", format!("{lo},{hi}"), "give MIN,MAX with 0 < MIN ≤ MAX, e.g. 0.75,1.333");
+        }
+        if !(0.0..=1.0).contains(&self.color_jitter) {
+            return bad("--color-jitter", self.color_jitter.to_string(), "give a strength in [0, 1], e.g. 0.4");
+        }
+        Ok(())
+    }
+
+    /// One line for the run's log.
+    pub fn describe(&self) -> String {
+        format!(
+            "flip {}, crop scale {}–{} ratio {:.3}–{:.3}, colour jitter {}, random erasing {}",
+            self.hflip, self.scale[0], self.scale[1], self.ratio[0], self.ratio[1], self.color_jitter, self.random_erasing
+        )
+    }
+}
+
+/// Parses `A,B` (a flag's range).
+///
+/// # Errors
+/// [`Error::InvalidConfig`] naming `flag`.
+pub fn parse_pair(flag: &'static str, text: &str) -> Result<[f64; 2]> {
+    let bad = || Error::InvalidConfig { name: flag, value: text.into(), reason: "give two numbers: MIN,MAX".into() };
+    let (a, b) = text.split_once(',').ok_or_else(bad)?;
+    Ok([a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?])
+}
+
+/// Brightness, contrast and saturation each scaled by a factor in [1 − s, 1 + s], in a random
+/// order (torchvision's ColorJitter without hue). Grayscale images get brightness and contrast.
+pub fn color_jitter(img: DynamicImage, strength: f64, rng: &mut ChaCha8Rng) -> DynamicImage {
+    let mut order = [0usize, 1, 2];
+    for i in (1..3).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    let factors: [f32; 3] = std::array::from_fn(|_| rng.random_range((1.0 - strength).max(0.0)..=1.0 + strength) as f32);
+    let gray = matches!(img, DynamicImage::ImageLuma8(_) | DynamicImage::ImageLuma16(_) | DynamicImage::ImageLumaA8(_) | DynamicImage::ImageLumaA16(_));
+    let mut rgb = img.into_rgb8();
+    for op in order {
+        let f = factors[op];
+        match op {
+            0 => blend(&mut rgb, f, |_| [0.0; 3]),
+            1 => {
+                let mean = rgb.pixels().map(|p| luma(p.0)).sum::<f32>() / (rgb.width() * rgb.height()).max(1) as f32;
+                blend(&mut rgb, f, |_| [mean; 3]);
+            }
+            _ if !gray => blend(&mut rgb, f, |p| [luma(p); 3]),
+            _ => {}
+        }
+    }
+    if gray { DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8()) } else { DynamicImage::ImageRgb8(rgb) }
+}
+
+fn luma(p: [u8; 3]) -> f32 {
+    0.299 * p[0] as f32 + 0.587 * p[1] as f32 + 0.114 * p[2] as f32
+}
+
+/// `pixel = other + f · (pixel − other)`, clamped to [0, 255] (torchvision's `_blend`).
+fn blend(img: &mut RgbImage, f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
+    for p in img.pixels_mut() {
+        let o = other(p.0);
+        *p = Rgb(std::array::from_fn(|c| (o[c] + f * (p.0[c] as f32 - o[c])).round().clamp(0.0, 255.0) as u8));
+    }
+}
+
+/// With probability `p`, one rectangle of random pixels (timm's RandomErasing: 10 tries at an
+/// area of 2–33 % and a log-uniform aspect of 0.3–3.3).
+pub fn random_erasing(img: DynamicImage, p: f64, rng: &mut ChaCha8Rng) -> DynamicImage {
+    if !rng.random_bool(p) {
+        return img;
+    }
+    let (w, h) = (img.width(), img.height());
+    for _ in 0..10 {
+        let area = (w * h) as f64 * rng.random_range(0.02..=1.0 / 3.0);
+        let aspect = rng.random_range(0.3f64.ln()..=(1.0f64 / 0.3).ln()).exp();
+        let (ew, eh) = ((area * aspect).sqrt().round() as u32, (area / aspect).sqrt().round() as u32);
+        if ew == 0 || eh == 0 || ew >= w || eh >= h {
+            continue;
+        }
+        let (x0, y0) = (rng.random_range(0..=w - ew), rng.random_range(0..=h - eh));
+        let gray = matches!(img, DynamicImage::ImageLuma8(_));
+        let mut rgb = img.into_rgb8();
+        for y in y0..y0 + eh {
+            for x in x0..x0 + ew {
+                let v: [u8; 3] = if gray { [rng.random::<u8>(); 3] } else { rng.random() };
+                rgb.put_pixel(x, y, Rgb(v));
+            }
+        }
+        return if gray { DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8()) } else { DynamicImage::ImageRgb8(rgb) };
+    }
+    img
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn photo() -> DynamicImage {
+        DynamicImage::ImageRgb8(RgbImage::from_fn(40, 30, |x, y| Rgb([(x * 6) as u8, (y * 8) as u8, 120])))
+    }
+
+    #[test]
+    fn defaults_are_torchvisions_recipe_and_bad_ranges_name_the_flag() {
+        let d = Augment::default();
+        assert_eq!((d.hflip, d.scale, d.color_jitter, d.random_erasing), (0.5, [0.08, 1.0], 0.0, 0.0));
+        assert!(d.validate().is_ok());
+        for (a, flag) in [
+            (Augment { hflip: 1.5, ..d }, "--hflip"),
+            (Augment { scale: [0.5, 0.1], ..d }, "--rrc-scale"),
+            (Augment { ratio: [0.0, 1.0], ..d }, "--rrc-ratio"),
+            (Augment { color_jitter: -0.1, ..d }, "--color-jitter"),
+            (Augment { random_erasing: 2.0, ..d }, "--random-erasing"),
+        ] {
+            assert!(a.validate().unwrap_err().to_string().contains(flag), "{flag}");
+        }
+        assert_eq!(parse_pair("--rrc-scale", "0.35, 1").unwrap(), [0.35, 1.0]);
+        assert!(parse_pair("--rrc-scale", "0.35").is_err());
+    }
+
+    #[test]
+    fn color_jitter_with_one_factor_is_identity_and_scales_brightness_as_torchvision() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        assert_eq!(color_jitter(photo(), 0.0, &mut rng), photo(), "strength 0 changes nothing");
+        // Brightness alone, by hand: factor f scales every value (torchvision blends with black).
+        let mut img = photo().into_rgb8();
+        blend(&mut img, 0.5, |_| [0.0; 3]);
+        assert_eq!(img.get_pixel(10, 10).0, [30, 40, 60]);
+        // A real jitter changes the image and keeps its size and kind.
+        let out = color_jitter(photo(), 0.4, &mut rng);
+        assert_ne!(out, photo());
+        assert_eq!((out.width(), out.height(), out.color()), (40, 30, image::ColorType::Rgb8));
+    }
+
+    #[test]
+    fn erasing_replaces_one_rectangle_and_is_reproducible() {
+        let erase = |seed| random_erasing(photo(), 1.0, &mut ChaCha8Rng::seed_from_u64(seed));
+        let (a, b) = (erase(3), erase(3));
+        assert_eq!(a, b, "a pure function of the sample's RNG");
+        let changed = a.to_rgb8().pixels().zip(photo().to_rgb8().pixels()).filter(|(x, y)| x != y).count();
+        let area = 40 * 30;
+        assert!(changed > area / 100 && changed <= area / 3 + 40, "{changed} of {area} pixels changed");
+        assert_eq!(random_erasing(photo(), 0.0, &mut ChaCha8Rng::seed_from_u64(3)), photo(), "p = 0 never erases");
+    }
+}
