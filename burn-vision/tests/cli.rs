@@ -406,3 +406,16 @@ fn augmentation_flags_are_used_logged_and_recorded() {
     assert_eq!(meta["config"]["augment"]["color_jitter"], 0.4, "{meta}");
     assert_eq!(meta["config"]["augment"]["hflip"], 0.0, "{meta}");
 }
+
+/// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from
+/// the process's start covers the first step, which covers its cuDNN share (none here).
+#[test]
+fn bench_reports_the_first_step_split() {
+    let o = cli(&["bench", "--model", "resnet10-mini", "--batch-size", "4", "--image-size", "28", "--channels", "1", "--classes", "10", "--small-input", "--warmup", "2", "--steps", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &r["first_step"];
+    let (setup, step, cudnn, total) = (f["setup_s"].as_f64().unwrap(), f["step_s"].as_f64().unwrap(), f["cudnn_s"].as_f64().unwrap(), f["total_s"].as_f64().unwrap());
+    assert!(step > 0.0 && cudnn == 0.0 && total >= setup + step - 1e-3, "{f}");
+    assert!(r["device_used_gib"].is_null() && r["img_per_s"].as_f64().unwrap() > 0.0, "{r}");
+}

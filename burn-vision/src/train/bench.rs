@@ -116,6 +116,33 @@ fn host_batches<B: Backend>(x: &Tensor<B, 4>) -> std::sync::mpsc::Receiver<Vec<f
     rx
 }
 
+/// The untimed warm-up steps (new shapes measured, kernels compiled: minutes on a fresh
+/// machine, so each is logged); the first one synchronised and timed from the process's start.
+/// Returns the model, the last loss, the first step's split and the warm-up's seconds.
+fn warm_up<B: AutodiffBackend>(
+    steps: usize,
+    device: &B::Device,
+    mut model: Classifier<B>,
+    step: &mut impl FnMut(Classifier<B>) -> (Classifier<B>, Tensor<B, 1>),
+) -> (Classifier<B>, Option<Tensor<B, 1>>, FirstStep, f64) {
+    B::sync(device).expect("device sync");
+    let (t0, cudnn0) = (Instant::now(), CudnnTimes::now());
+    let mut first_step = FirstStep { setup_s: crate::since_start(), ..FirstStep::default() };
+    let mut loss = None;
+    for i in 0..steps {
+        let (m, l) = step(model);
+        model = m;
+        loss = Some(l);
+        B::sync(device).expect("device sync");
+        if i == 0 {
+            let (step_s, cudnn_s) = (t0.elapsed().as_secs_f64(), CudnnTimes::now().since(&cudnn0).cudnn_s);
+            first_step = FirstStep { step_s, cudnn_s, total_s: crate::since_start(), ..first_step };
+        }
+        log::info!("bench: warm-up step {}/{steps} done at {:.1} s", i + 1, t0.elapsed().as_secs_f64());
+    }
+    (model, loss, first_step, t0.elapsed().as_secs_f64())
+}
+
 /// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
 ///
 /// # Errors
@@ -153,25 +180,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
         (model, loss)
     };
-    B::sync(device).expect("device sync");
-    let (t0, cudnn0) = (Instant::now(), CudnnTimes::now());
-    let mut first_step = FirstStep { setup_s: crate::since_start(), ..FirstStep::default() };
-    let mut loss = None;
-    for i in 0..config.warmup {
-        let (m, l) = step(model);
-        model = m;
-        loss = Some(l);
-        if i == 0 {
-            B::sync(device).expect("device sync");
-            let (step_s, cudnn_s) = (t0.elapsed().as_secs_f64(), CudnnTimes::now().since(&cudnn0).cudnn_s);
-            first_step = FirstStep { step_s, cudnn_s, total_s: crate::since_start(), ..first_step };
-        }
-        // Warm-up measures new shapes and compiles kernels (minutes on a fresh machine): say
-        // where it is.
-        B::sync(device).expect("device sync");
-        log::info!("bench: warm-up step {}/{} done at {:.1} s", i + 1, config.warmup, t0.elapsed().as_secs_f64());
-    }
-    let warmup_seconds = t0.elapsed().as_secs_f64();
+    let (m, mut loss, first_step, warmup_seconds) = warm_up::<B>(config.warmup, device, model, &mut step);
+    model = m;
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
     cuda_profiler_range(true);
