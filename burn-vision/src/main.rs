@@ -133,7 +133,9 @@ struct BenchDataArgs {
 #[derive(Args)]
 struct TrainArgs {
     /// Start from a named recipe: `tutorial` (ResNet-34, batch 16/GPU, SGD 0.9, wd 0.005,
-    /// lr 0.001 × GPUs, cosine to 0.1×, 30 epochs, 224²); flags below override it.
+    /// lr 0.001 × GPUs, cosine to 0.1×, 30 epochs, 224²) or `vit` (ViT-S/16, AdamW 5e-4, wd
+    /// 0.05, 5 warm-up epochs, label smoothing 0.1, clip 1.0, colour jitter 0.4, random erasing
+    /// 0.25, 30 epochs, 224²); flags below override it.
     #[arg(long)]
     preset: Option<String>,
     /// `bundled`, `fashion-mnist`, or a folder with one sub-folder of images per class.
@@ -313,7 +315,8 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     let mut c = match a.preset.as_deref() {
         None => TrainConfig::default(),
         Some("tutorial") => TrainConfig::tutorial(),
-        Some(other) => anyhow::bail!("unknown preset `{other}`; available: tutorial"),
+        Some("vit") => TrainConfig::vit(),
+        Some(other) => anyhow::bail!("unknown preset `{other}`; available: tutorial, vit"),
     };
     macro_rules! set {
         ($($field:ident),*) => { $( if let Some(v) = a.$field { c.$field = v; } )* };
@@ -322,7 +325,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale);
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
-    c.clip_grad_norm = a.clip_grad_norm;
+    c.clip_grad_norm = a.clip_grad_norm.or(c.clip_grad_norm);
     c.checkpoint_every = a.checkpoint_every;
     c.timeout_s = a.timeout_s;
     c.profile_steps = a.profile_steps.as_deref().map(burn_vision::train::trace::parse_steps).transpose()?;

@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 20] = [
+    let cases: [(&[&str], &str); 21] = [
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
@@ -33,6 +33,7 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--timeout-s", "0", "--quiet"], "--timeout-s"),
         (&["plot", "/no/such/run"], "metrics.jsonl"),
         (&["train", "--hflip", "2", "--quiet"], "--hflip"),
+        (&["train", "--preset", "deit", "--quiet"], "available: tutorial, vit"),
         (&["train", "--rrc-scale", "0.5", "--quiet"], "MIN,MAX"),
     ];
     for (args, expected) in cases {
