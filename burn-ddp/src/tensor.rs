@@ -21,6 +21,24 @@ fn dtype_of(d: BurnDType) -> Result<DType> {
     })
 }
 
+/// Nanoseconds spent inside all-reduce calls on tensors, process-wide.
+static COLLECTIVE_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Seconds this process has spent inside all-reduce collectives on tensors so far: the groups'
+/// own work (the transfer and reduction, NCCL's included), not the copy to the host nor the
+/// wait for the kernels that produced the tensor. The health table's sync share.
+pub fn collective_seconds() -> f64 {
+    COLLECTIVE_NANOS.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+}
+
+/// Runs one collective call, adding its time to [`collective_seconds`].
+pub(crate) fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = std::time::Instant::now();
+    let out = f();
+    COLLECTIVE_NANOS.fetch_add(started.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    out
+}
+
 fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
     match pg.memory() {
         MemoryKind::Host => Ok(()),
@@ -49,7 +67,7 @@ pub fn all_reduce<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B
         Err(t) => t,
     };
     host_only(pg)?;
-    host_round_trip(t, |buf| pg.all_reduce(buf, &AllReduceOptions { op, timeout: None }))
+    host_round_trip(t, |buf| timed(|| pg.all_reduce(buf, &AllReduceOptions { op, timeout: None })))
 }
 
 /// With a CUDA-memory group and a burn-cuda tensor, runs `f` on it (`Ok(Ok(result))`);

@@ -136,6 +136,9 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
     assert!(stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DDP, SyncBatchNorm"), "{stderr}");
     assert!(stderr.contains("peak host memory"), "health table without memory: {stderr}");
     assert!(stderr.contains("rank 1:") && stderr.contains("gradient sync"), "health table missing: {stderr}");
+    // The collectives' own share is measured (inside the all-reduce calls), beside the wait.
+    let share: f64 = stderr.split("gradient sync: collectives ").nth(1).and_then(|s| s.split('%').next()).and_then(|s| s.parse().ok()).unwrap_or(-1.0);
+    assert!(share > 0.0 && share < 100.0, "collectives' share {share}: {stderr}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 1, "one writer: {metrics}");
     let boards = std::fs::read_dir(out.join("tensorboard")).unwrap().count();

@@ -101,6 +101,8 @@ pub(super) struct EpochTrained {
     /// This rank's images per second after the warm-up steps, when there were more.
     pub steady_img_per_s: Option<f64>,
     pub sync_seconds: f64,
+    /// Seconds inside the all-reduce collectives themselves (the groups' own work).
+    pub collective_seconds: f64,
     pub steps: usize,
     pub data_wait_s: f64,
     pub phases_s: Vec<(String, f64)>,
@@ -150,7 +152,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     (start, train_pipeline): (EpochStart<'_, B, O>, &crate::data::Pipeline),
     skips: &Arc<SkipLog>,
 ) -> Result<EpochTrained> {
-    let started = Instant::now();
+    let (started, collectives_before) = (Instant::now(), burn_ddp::tensor::collective_seconds());
     let (device, epoch, done) = (&at.device, start.epoch, start.done);
     // A resumed epoch skips the batches its checkpoint had trained on.
     let order = plan.order(config.seed, epoch, at.dist);
@@ -206,7 +208,16 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     }
     // Read back above, so the device has finished the epoch's steps.
     let steady_img_per_s = first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
-    Ok(EpochTrained { sums, seconds: done.seconds + started.elapsed().as_secs_f64(), steady_img_per_s, sync_seconds, steps, data_wait_s: phases.seconds(0), phases_s: phases.totals() })
+    Ok(EpochTrained {
+        sums,
+        seconds: done.seconds + started.elapsed().as_secs_f64(),
+        steady_img_per_s,
+        sync_seconds,
+        collective_seconds: burn_ddp::tensor::collective_seconds() - collectives_before,
+        steps,
+        data_wait_s: phases.seconds(0),
+        phases_s: phases.totals(),
+    })
 }
 
 /// The epoch so far, summed over the ranks (a collective: every rank calls it at the same

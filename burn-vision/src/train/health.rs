@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Values each rank contributes, in this order.
-pub const FIELDS: usize = 6;
+pub const FIELDS: usize = 7;
 
 /// GPU utilisation sampled by NVML twice a second while an epoch trains.
 pub struct UtilSampler {
@@ -53,13 +53,28 @@ pub fn peak_host_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// One rank's row: images/s, sync share of the training time, peak host MiB, GPU MiB this
-/// process holds (NVML; the device's whole use where NVML cannot tell; 0 without a GPU),
-/// milliseconds of gradient sync per step, mean GPU utilisation in percent.
-pub fn row(img_per_s: f64, sync_share: f64, gpu: Option<usize>, sync_ms_per_step: f64, utilization_pct: f64) -> [f64; FIELDS] {
+/// What one rank measured over an epoch, for its row.
+pub struct RankEpoch {
+    /// Training images per second.
+    pub img_per_s: f64,
+    /// Share of the training time inside the all-reduce collectives themselves.
+    pub collective_share: f64,
+    /// Share of the training time the training thread waited for gradient sync (what the
+    /// overlap with backward did not hide; it includes waiting for unfinished backward work).
+    pub exposed_share: f64,
+    /// Milliseconds of that wait per step.
+    pub exposed_ms_per_step: f64,
+    /// Mean GPU utilisation in percent (0 without NVML).
+    pub utilization_pct: f64,
+}
+
+/// One rank's row: images/s, collectives' share, peak host MiB, GPU MiB this process holds
+/// (NVML; the device's whole use where NVML cannot tell; 0 without a GPU), exposed sync ms per
+/// step, GPU utilisation, exposed share.
+pub fn row(r: &RankEpoch, gpu: Option<usize>) -> [f64; FIELDS] {
     let mine = gpu.and_then(|g| burn_ddp::device::gpu_use(g).ok()).and_then(|u| u.process_bytes);
     let bytes = mine.or_else(|| gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()));
-    [img_per_s, sync_share, peak_host_mib(), bytes.map_or(0.0, |b| b as f64 / (1 << 20) as f64), sync_ms_per_step, utilization_pct]
+    [r.img_per_s, r.collective_share, peak_host_mib(), bytes.map_or(0.0, |b| b as f64 / (1 << 20) as f64), r.exposed_ms_per_step, r.utilization_pct, r.exposed_share]
 }
 
 /// Largest over smallest of the positive values (1 when fewer than two).
@@ -77,7 +92,15 @@ pub fn log(rows: &[f64]) {
     let rows: Vec<&[f64]> = rows.chunks(FIELDS).collect();
     for (r, c) in rows.iter().enumerate() {
         let util = if c[5] > 0.0 { format!(", GPU utilisation {:.0}%", c[5]) } else { String::new() };
-        log::info!("rank {r}: {:.1} img/s, gradient sync {:.1}% of training time ({:.2} ms/step), peak host memory {:.0} MiB, GPU memory {:.0} MiB{util}", c[0], 100.0 * c[1], c[4], c[2], c[3]);
+        log::info!(
+            "rank {r}: {:.1} img/s, gradient sync: collectives {:.1}% of training time, exposed wait {:.1}% ({:.2} ms/step), peak host memory {:.0} MiB, GPU memory {:.0} MiB{util}",
+            c[0],
+            100.0 * c[1],
+            100.0 * c[6],
+            c[4],
+            c[2],
+            c[3]
+        );
     }
     utilization_spread(&rows.iter().map(|c| c[5]).collect::<Vec<_>>());
     let ips: Vec<f64> = rows.iter().map(|c| c[0]).collect();

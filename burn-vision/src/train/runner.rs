@@ -303,9 +303,16 @@ fn local_gpu(config: &TrainConfig, d: &super::distributed::Distributed) -> Optio
 }
 
 /// This rank's row of the health table for an epoch.
-fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained: &EpochTrained, (rank_img_per_s, utilization): (f64, f64)) -> [f64; super::health::FIELDS] {
-    let steps = trained.steps.max(1) as f64;
-    super::health::row(rank_img_per_s, trained.sync_seconds / trained.seconds.max(1e-9), local_gpu(config, d), 1e3 * trained.sync_seconds / steps, utilization)
+fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained: &EpochTrained, (img_per_s, utilization_pct): (f64, f64)) -> [f64; super::health::FIELDS] {
+    let (steps, seconds) = (trained.steps.max(1) as f64, trained.seconds.max(1e-9));
+    let r = super::health::RankEpoch {
+        img_per_s,
+        collective_share: trained.collective_seconds / seconds,
+        exposed_share: trained.sync_seconds / seconds,
+        exposed_ms_per_step: 1e3 * trained.sync_seconds / steps,
+        utilization_pct,
+    };
+    super::health::row(&r, local_gpu(config, d))
 }
 
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every
