@@ -56,7 +56,7 @@ fn with_dense_buffer(t: Tensor<Cuda, 1>, op: impl FnOnce(Buffer<'_>) -> Result<(
 /// As [`ProcessGroup::all_reduce`], and for a tensor that is not f32.
 pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op: ReduceOp) -> Result<Tensor<Cuda, D>> {
     let opts = AllReduceOptions { op, timeout: None };
-    with_device_buffer(t, |buf| crate::tensor::timed(|| pg.all_reduce(buf, &opts)))
+    with_device_buffer(t, |buf| crate::collective_time::timed(|| pg.all_reduce(buf, &opts)))
 }
 
 /// Rank `root`'s burn-cuda tensor on every rank, with NCCL, in place.

@@ -3,6 +3,7 @@
 //! layers any Burn model can use in place of burn-nn's to get cuDNN convolutions and fast
 //! batch norms on burn-cuda.
 
+mod collective_time;
 #[cfg(feature = "cuda")]
 pub mod cuda_tensor;
 pub mod data_parallel;

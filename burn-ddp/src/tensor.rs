@@ -4,6 +4,8 @@
 //! backend. With a CUDA-memory group (nccl) and a burn-cuda tensor, `all_reduce` and
 //! `broadcast` work in place on device memory (`cuda_tensor`, behind `feature = "cuda"`).
 
+pub use crate::collective_time::collective_seconds;
+use crate::collective_time::timed;
 use crate::error::{Error, Result};
 use crate::process_group::buffer::MemoryKind;
 use crate::process_group::*;
@@ -19,24 +21,6 @@ fn dtype_of(d: BurnDType) -> Result<DType> {
         BurnDType::F16 => DType::F16,
         other => return Err(Error::Cuda { op: "collective".into(), reason: format!("element type {other:?} is not supported (f32, f64, i64, bf16, f16)") }),
     })
-}
-
-/// Nanoseconds spent inside all-reduce calls on tensors, process-wide.
-static COLLECTIVE_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Seconds this process has spent inside all-reduce collectives on tensors so far: the groups'
-/// own work (the transfer and reduction, NCCL's included), not the copy to the host nor the
-/// wait for the kernels that produced the tensor. The health table's sync share.
-pub fn collective_seconds() -> f64 {
-    COLLECTIVE_NANOS.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
-}
-
-/// Runs one collective call, adding its time to [`collective_seconds`].
-pub(crate) fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let started = std::time::Instant::now();
-    let out = f();
-    COLLECTIVE_NANOS.fetch_add(started.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-    out
 }
 
 fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
