@@ -107,16 +107,26 @@ impl<B: Backend> ModuleMapper<B> for Broadcast<'_> {
 type StepParts<B> = (Arc<StepReducer<B>>, HashMap<ParamId, usize>);
 
 /// The trained parameters (require a gradient) of a module, in registration order.
-/// The trained parameters in registration order, with their paths in the module
-/// (`layer1.0.conv1.weight`) for error messages.
+struct Params(Vec<(ParamId, Vec<usize>)>);
+
+impl<B: Backend> ModuleVisitor<B> for Params {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
+        if param.val().is_require_grad() {
+            self.0.push((param.id, param.shape().dims::<D>().to_vec()));
+        }
+    }
+}
+
+/// The trained parameters' paths in the module (`layer1.0.conv1.weight`), in the order of
+/// [`Params`]: only visited to name one in an error, off the per-step path.
 #[derive(Default)]
-struct Params {
-    list: Vec<(ParamId, Vec<usize>)>,
+struct ParamNames {
     names: Vec<String>,
     path: Vec<String>,
 }
 
-impl<B: Backend> ModuleVisitor<B> for Params {
+impl<B: Backend> ModuleVisitor<B> for ParamNames {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -124,11 +134,21 @@ impl<B: Backend> ModuleVisitor<B> for Params {
         self.path.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
         if param.val().is_require_grad() {
-            self.list.push((param.id, param.shape().dims::<D>().to_vec()));
             self.names.push(self.path.join("."));
         }
+    }
+}
+
+/// Fills in the module path of the parameter an [`Error::UnusedParameter`] names by index.
+fn name_parameter<B: Backend, M: Module<B>>(e: Error, module: &M) -> Error {
+    match e {
+        Error::UnusedParameter { index, shape, everywhere, rank, .. } => {
+            let mut names = ParamNames::default();
+            module.visit(&mut names);
+            Error::UnusedParameter { name: names.names.get(index).cloned().unwrap_or_default(), index, shape, everywhere, rank }
+        }
+        other => other,
     }
 }
 
@@ -253,14 +273,11 @@ impl DistributedDataParallel {
 
     /// This step's reducer over `module`'s trained parameters, in the bucket order in force.
     fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<StepParts<B::InnerBackend>> {
-        let mut params = Params::default();
+        let mut params = Params(Vec::new());
         module.visit(&mut params);
         let device = module.devices().into_iter().next().ok_or_else(|| Error::Unsupported { what: "DDP on a module without parameters".into() })?;
-        let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.list.len());
-        let (mut slots, buckets) = plan(&params.list, self.config.bucket_bytes, order.as_deref());
-        for slot in &mut slots {
-            slot.name = std::mem::take(&mut params.names[slot.index]);
-        }
+        let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.0.len());
+        let (slots, buckets) = plan(&params.0, self.config.bucket_bytes, order.as_deref());
         let slot_of = slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
         let comm = (overlap).then(|| self.comm.get_or_init(|| Arc::new(CommThread::spawn(self.pg.rank()))).clone());
         Ok((Arc::new(StepReducer::new(slots, buckets, self.pg.clone(), comm, device)), slot_of))
@@ -280,7 +297,7 @@ impl DistributedDataParallel {
         module.visit(&mut Hand::<B> { grads: &mut grads, slot_of, reducer, reported });
         let early = reducer.launched_early();
         let mut reduced = HashMap::new();
-        let bytes = reducer.finish(self.config.find_unused_parameters, &mut reduced)?;
+        let bytes = reducer.finish(self.config.find_unused_parameters, &mut reduced).map_err(|e| name_parameter(e, module))?;
         if reducer.overlapping() && self.order.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
             self.fix_order::<B::InnerBackend>(reducer.finish_order(), &reducer.device())?;
         }

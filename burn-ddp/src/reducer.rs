@@ -27,8 +27,6 @@ pub(crate) struct Slot {
     pub shape: Vec<usize>,
     /// Index in registration (visiting) order, for error messages.
     pub index: usize,
-    /// Its path in the module (`layer1.0.conv1.weight`), for error messages.
-    pub name: String,
 }
 
 /// Parameters (in registration order) → slots and buckets: slots in `order` (registration
@@ -48,7 +46,7 @@ pub(crate) fn plan(params: &[(ParamId, Vec<usize>)], bucket_bytes: usize, order:
         }
         filled += bytes;
         buckets.last_mut().expect("pushed above").push(slots.len());
-        slots.push(Slot { id: *id, shape: shape.clone(), index, name: String::new() });
+        slots.push(Slot { id: *id, shape: shape.clone(), index });
     }
     (slots, buckets)
 }
@@ -156,8 +154,10 @@ impl<B: Backend> StepReducer<B> {
             let started = std::time::Instant::now();
             let bytes = flat.shape().num_elements() * 4;
             let _ = tx.send(tensor::all_reduce(&*pg, flat, ReduceOp::Sum));
-            let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
-            crate::trace::record(format!("all-reduce bucket {b}"), "comm", started, std::time::Instant::now(), args);
+            if crate::trace::enabled() {
+                let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
+                crate::trace::record(format!("all-reduce bucket {b}"), "comm", started, std::time::Instant::now(), args);
+            }
         };
         match &self.comm {
             Some(comm) => comm.run(Box::new(job)),
@@ -192,7 +192,8 @@ impl<B: Backend> StepReducer<B> {
                 let slot = &self.slots[i];
                 let count = count.round() as usize;
                 if count < world as usize && !find_unused {
-                    return Err(Error::UnusedParameter { name: slot.name.clone(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
+                    // DDP, which holds the module, names it (`name_parameter`).
+                    return Err(Error::UnusedParameter { name: String::new(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
                 }
                 if count > 0 {
                     out.insert(slot.id, (reduced.clone().slice([offset..offset + n]).div_scalar(world), slot.shape.clone()));
