@@ -6,7 +6,7 @@ name = None
 for line in open(sys.argv[1]):
     if line.startswith("=== ") and ":" in line:
         name = line[4:].split(":")[0]
-    elif line.startswith("RESULT"):
+    elif line.startswith("RESULT {"):
         r = json.loads(line[7:])
         f = r.get("first_step", {})
         print(f"{name:18} pytorch {r['img_per_s']:8.1f} img/s  first step {f.get('total_s', 0):6.1f} s (step {f.get('step_s', 0):5.1f} s)"

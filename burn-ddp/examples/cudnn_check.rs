@@ -1,10 +1,11 @@
 //! On a GPU: checks the cuDNN convolution path against an f64 reference in every direction and
 //! option (TF32 on and off, and burn's own kernels for comparison) and cuDNN's batch norm against
 //! burn's on the CPU, then times every distinct
-//! ResNet-50 convolution shape (forward, and forward + backward) at batch 256.
+//! ResNet-50 convolution shape (forward, and forward + backward) at batch 256; checks cuBLAS's
+//! matrix products against f64 (`bench-gemm` times them against burn's kernels).
 //!
 //! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [bench] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
+//! `cudnn_check [check] [bench] [bench-gemm] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
 //! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
@@ -13,7 +14,7 @@ use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cudnn, options};
+use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, matmul, options};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -406,6 +407,83 @@ fn check_upload(device: &CudaDevice) -> bool {
     ok
 }
 
+/// Row-major batched product of f64 matrices: `batch` times `[m, k] · [k, n]`.
+fn mm(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; batch * m * n];
+    for t in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                c[(t * m + i) * n + j] = (0..k).map(|l| a[(t * m + i) * k + l] * b[(t * k + l) * n + j]).sum();
+            }
+        }
+    }
+    c
+}
+
+/// Each `[r, c]` matrix of the batch transposed.
+fn tr(a: &[f64], batch: usize, r: usize, c: usize) -> Vec<f64> {
+    (0..batch * r * c).map(|o| (o / (r * c), (o % (r * c)) / r, o % r)).map(|(t, j, i)| a[(t * r + i) * c + j]).collect()
+}
+
+fn leaf<const D: usize>(device: &CudaDevice, seed: u64, dims: [usize; D], dtype: FloatDType) -> (Tensor<Ad, D>, Vec<f64>) {
+    let v = round(&values(seed, dims.iter().product(), 1.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
+    let t = Tensor::<Ad, D>::from_data(TensorData::new(v.iter().map(|&a| a as f32).collect::<Vec<_>>(), dims), device).require_grad();
+    (t, v)
+}
+
+/// `nn::matmul` on cuBLAS against f64: a 2-D product of odd sizes, and attention's `q · kᵀ` with
+/// `q` a permuted view (batch axes not one stride apart: packed) and `kᵀ` a transposed view
+/// (read in place); values and both gradients, three cuBLAS products per case.
+fn check_gemm(device: &CudaDevice) -> bool {
+    let mut ok = true;
+    for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)] {
+        let before = cublas::calls();
+        let (x, xv) = leaf(device, 1, [37, 70], dtype);
+        let (w, wv) = leaf(device, 2, [70, 19], dtype);
+        let (g, gv) = leaf(device, 3, [37, 19], dtype);
+        let y = matmul(x.clone().cast(dtype), w.clone().cast(dtype));
+        let grads = (y.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
+        let e2 = [
+            max_rel_err(&to_f64(y), &mm(&xv, &wv, 1, 37, 70, 19)),
+            max_rel_err(&to_f64(x.grad(&grads).expect("dx")), &mm(&gv, &tr(&wv, 1, 70, 19), 1, 37, 19, 70)),
+            max_rel_err(&to_f64(w.grad(&grads).expect("dw")), &mm(&tr(&xv, 1, 37, 70), &gv, 1, 70, 37, 19)),
+        ];
+        let (p, _) = leaf(device, 4, [2, 29, 3, 8], dtype);
+        let (k, kv) = leaf(device, 5, [2, 3, 29, 8], dtype);
+        let (g, gv) = leaf(device, 6, [2, 3, 29, 29], dtype);
+        let q = p.clone().cast(dtype).swap_dims(1, 2);
+        let qv = to_f64(q.clone());
+        let s = matmul(q, k.clone().cast(dtype).swap_dims(2, 3));
+        let grads = (s.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
+        let dq = mm(&gv, &kv, 6, 29, 29, 8);
+        let dp = p.grad(&grads).expect("dp").swap_dims(1, 2);
+        let e4 = [max_rel_err(&to_f64(s), &mm(&qv, &tr(&kv, 6, 29, 8), 6, 29, 8, 29)), max_rel_err(&to_f64(dp), &dq), max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8))];
+        let used = cublas::calls() - before;
+        let pass = used == 6 && e2.iter().chain(&e4).all(|&e| e < bound);
+        ok &= pass;
+        let f = |e: [f64; 3]| format!("{:.1e}/{:.1e}/{:.1e}", e[0], e[1], e[2]);
+        println!("RESULT check=cublas_{} 2d(y/dx/dw)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}", dtype_name(dtype), f(e2), f(e4), if pass { "ok" } else { "FAIL" });
+    }
+    ok
+}
+
+/// Forward products at a ViT-B/16 step's shapes (batch 128), cuBLAS against burn's kernels.
+fn bench_gemm(device: &CudaDevice, iters: usize) {
+    let base = options::get();
+    let shapes: [(&str, [usize; 4], [usize; 4]); 3] = [("fc1", [1, 1, 25216, 768], [1, 1, 768, 3072]), ("fc2", [1, 1, 25216, 3072], [1, 1, 3072, 768]), ("q·kT", [128, 12, 197, 64], [128, 12, 64, 197])];
+    for (name, a, b) in shapes {
+        let normal = Distribution::Normal(0.0, 1.0);
+        let (x, y) = (Tensor::<Cuda, 4>::random(a, normal, device).cast(FloatDType::BF16), Tensor::<Cuda, 4>::random(b, normal, device).cast(FloatDType::BF16));
+        let flops = 2.0 * (a[0] * a[1] * a[2] * a[3] * b[3]) as f64;
+        for (label, on) in [("cublas", true), ("burn", false)] {
+            options::set(CudnnOptions { cublas: on, ..base.clone() });
+            let ms = time_ms(iters, device, || drop(matmul(x.clone(), y.clone())));
+            println!("RESULT bench=gemm shape={name} path={label} ms={ms:.3} tflops={:.0}", flops / ms / 1e9);
+        }
+    }
+    options::set(base);
+}
+
 fn dtype_name(dtype: FloatDType) -> &'static str {
     match dtype {
         FloatDType::BF16 => "bf16",
@@ -418,7 +496,7 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
-    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn");
+    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm");
     let device = CudaDevice::new(0);
     println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());
     let mut ok = true;
@@ -427,12 +505,16 @@ fn main() {
         ok &= check_bn(&device);
         ok &= check_fused(&device);
         ok &= check_upload(&device);
+        ok &= check_gemm(&device);
         // Unless asked to wait on the host, every cuDNN call must have been ordered on the device.
         let t = CudnnTimes::now();
         let ordered = options::get().host_sync || (t.calls > 0 && t.device_ordered == t.calls);
         println!("RESULT cuDNN calls={} ordered_on_device={} {}", t.calls, t.device_ordered, if ordered { "ok" } else { "FAIL" });
         ok &= ordered;
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
+    }
+    if args.iter().any(|a| a == "bench-gemm") {
+        bench_gemm(&device, flag("--iters", 20));
     }
     if args.iter().any(|a| a == "bench-bn") {
         let dtype = if args.iter().any(|a| a == "--f32") { FloatDType::F32 } else { FloatDType::BF16 };

@@ -178,6 +178,8 @@ pub(super) struct DeviceState {
     plans: HashMap<(Direction, ConvShape, bool, bool, bool), Plan>,
     /// Kernels that order this stream with burn's on the device (see `stream_bridge`).
     fences: Option<DeviceKernels>,
+    /// The cuBLAS handle on this stream, created on first use.
+    cublas: Option<super::cublas::Handle>,
 }
 
 type Devices = Mutex<HashMap<usize, Arc<Mutex<DeviceState>>>>;
@@ -193,7 +195,7 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
     let handle = Handle(result::create_handle().map_err(|e| fail("cudnnCreate", e))?);
     // SAFETY: a live handle and a live stream of the same context.
     unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }.map_err(|e| fail("cudnnSetStream", e))?;
-    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, plans: HashMap::new(), fences: None }));
+    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, plans: HashMap::new(), fences: None, cublas: None }));
     map.insert(device, state.clone());
     Ok(state)
 }
@@ -252,6 +254,14 @@ impl DeviceState {
     /// The raw cuDNN handle (bound to this state's stream).
     pub(super) fn raw(&self) -> sys::cudnnHandle_t {
         self.handle.0
+    }
+
+    /// The cuBLAS handle on this state's stream, created on first use (the context must be bound).
+    pub(super) fn cublas(&mut self) -> Result<&super::cublas::Handle> {
+        if self.cublas.is_none() {
+            self.cublas = Some(super::cublas::Handle::new(&self.stream)?);
+        }
+        Ok(self.cublas.as_ref().expect("created above"))
     }
 
     /// The device-side fence kernels, loaded on first use (the context must be bound).

@@ -1,16 +1,14 @@
-//! `Linear`, matrix products and attention at full f32 precision on every backend.
+//! `Linear`, matrix products and attention, fast and f32-accurate on every backend.
 //!
-//! burn-cuda's f32 matrix products run on tensor cores in TF32 (cubek-matmul 0.2 turns f32
-//! inputs into tf32 stage and register types whenever the GPU supports them; there is no
-//! switch), leaving relative errors near 1e-4 — where PyTorch's default for matrix products
-//! (`torch.backends.cuda.matmul.allow_tf32 = False`) is full f32. On burn-cuda [`linear_f32`]
-//! splits both factors, `a = a_hi + a_lo` with `a_hi` rounded to bf16 (exact in TF32) and
-//! `a_lo = a − a_hi` (exact in f32, 2⁻⁸ of `a`), and adds the four TF32 products: each factor
-//! TF32 rounds is at most 2⁻⁸ of its whole, so the result is good to about 2⁻¹⁸ relative. The
-//! four products of a classifier head are a rounding error of a ResNet's step; for a ViT's
-//! f32 training they cost about what PyTorch's strict-f32 products cost (f32 FMA runs at a
-//! quarter of TF32's rate). [`attention_f32`] does the same for attention's two products. On
-//! every other backend, and for other element types, they are burn's own operations.
+//! On burn-cuda the products run on cuBLAS ([`super::cublas_matmul`]) with f32 accumulation:
+//! strict f32 for f32 tensors (PyTorch's default, `torch.backends.cuda.matmul.allow_tf32 =
+//! False`), tensor cores for bf16/f16 — about six times burn-cuda's own matmul kernels on an
+//! H200. Where cuBLAS is switched off or missing, burn-cuda's kernels run; their f32 products
+//! are TF32 (cubek-matmul 0.2 turns f32 inputs into tf32 stage and register types whenever the
+//! GPU supports them; there is no switch), leaving relative errors near 1e-4, so there each
+//! f32 factor is split, `a = a_hi + a_lo` with `a_hi` rounded to bf16 (exact in TF32) and
+//! `a_lo = a − a_hi` (exact in f32, 2⁻⁸ of `a`), and the four TF32 products are added: good to
+//! about 2⁻¹⁸ relative. On every other backend they are burn's own operations.
 
 use crate::grad_ready::param_val;
 use burn::prelude::*;
@@ -39,29 +37,38 @@ fn tf32_matmul<B: Backend>() -> bool {
     false
 }
 
-/// Whether products of `x`'s type need the split on `B` to be f32-accurate.
-fn needs_split<B: Backend, const D: usize>(x: &Tensor<B, D>) -> bool {
-    tf32_matmul::<B>() && x.dtype() == burn::tensor::DType::F32
+/// Whether `B`'s products run on cuBLAS.
+fn cublas<B: Backend>() -> bool {
+    #[cfg(feature = "cuda")]
+    return super::cublas_matmul::enabled::<B>();
+    #[cfg(not(feature = "cuda"))]
+    false
 }
 
-/// `a · b` (batched over the leading axes) with f32 accuracy for f32 tensors on every backend.
-pub fn matmul_f32<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> Tensor<B, D> {
-    if needs_split(&a) { split_matmul(a, b) } else { a.matmul(b) }
+/// `a · b`, batched over the leading axes (broadcast as burn's `matmul` does), in the inputs'
+/// element type with f32 accumulation; f32-accurate for f32 tensors on every backend.
+pub fn matmul<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(feature = "cuda")]
+    let (a, b) = match super::cublas_matmul::try_matmul(a, b) {
+        Ok(c) => return c,
+        Err(inputs) => inputs,
+    };
+    if tf32_matmul::<B>() && a.dtype() == burn::tensor::DType::F32 { split_matmul(a, b) } else { a.matmul(b) }
 }
 
-/// `x · W + b` with f32 accuracy (see the module documentation).
+/// `x · W + b` in `x`'s element type (the parameters are cast to it; they stay f32 in the
+/// module), through [`matmul`].
 ///
 /// # Shapes
 /// `[..., d_input]` → `[..., d_output]`
-pub fn linear_f32<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
-    let (w, b) = (param_val(&linear.weight, &x), linear.bias.as_ref().map(|b| param_val(b, &x)));
-    if !needs_split(&x) {
-        return burn::tensor::module::linear(x, w, b);
-    }
+pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let dtype = x.dtype();
+    let w = param_val(&linear.weight, &x).cast(dtype);
+    let b = linear.bias.as_ref().map(|b| param_val(b, &x).cast(dtype));
     let dims = x.dims();
     let d_in = dims[D - 1];
-    let rows = x.shape().num_elements() / d_in;
-    let y = split_matmul(x.reshape([rows, d_in]), w);
+    let rows = x.shape().num_elements() / d_in.max(1);
+    let y = matmul(x.reshape([rows, d_in]), w);
     let y = match b {
         Some(b) => y + b.unsqueeze(),
         None => y,
@@ -71,17 +78,18 @@ pub fn linear_f32<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D
     y.reshape(out)
 }
 
-/// Scaled dot-product attention, `softmax(q·kᵀ/√d)·v` over `[batch, heads, tokens, head_dim]`,
-/// with f32-accurate products for f32 tensors on burn-cuda; burn's attention operation
-/// otherwise (and for bf16/f16).
-pub fn attention_f32<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Tensor<B, 4> {
-    if !needs_split(&q) {
+/// Scaled dot-product attention, `softmax(q·kᵀ/√d)·v` over `[batch, heads, tokens, head_dim]`:
+/// both products through [`matmul`] (`kᵀ` read in place) where they run on cuBLAS or must be
+/// split for f32 accuracy; burn's attention operation otherwise.
+pub fn attention<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) -> Tensor<B, 4> {
+    let split = tf32_matmul::<B>() && q.dtype() == burn::tensor::DType::F32;
+    if !cublas::<B>() && !split {
         let options = burn::tensor::ops::AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
         return burn::tensor::module::attention(q, k, v, None, None, options);
     }
     let scale = 1.0 / (q.dims()[3] as f64).sqrt();
-    let scores = split_matmul(q, k.swap_dims(2, 3)).mul_scalar(scale);
-    split_matmul(burn::tensor::activation::softmax(scores, 3), v)
+    let scores = matmul(q, k.swap_dims(2, 3)).mul_scalar(scale);
+    matmul(burn::tensor::activation::softmax(scores, 3), v)
 }
 
 #[cfg(test)]
@@ -114,6 +122,48 @@ mod tests {
             for j in 0..7 {
                 let exact: f64 = (0..300).map(|k| f64::from(xv[i * 300 + k]) * f64::from(wv[k * 7 + j])).sum();
                 assert!((f64::from(y[i * 7 + j]) - exact).abs() < 1e-4, "({i},{j}): {} vs {exact}", y[i * 7 + j]);
+            }
+        }
+    }
+    fn vals<const D: usize>(t: Tensor<Flex, D>) -> Vec<f64> {
+        t.into_data().to_vec::<f32>().unwrap().into_iter().map(f64::from).collect()
+    }
+
+    #[test]
+    fn linear_on_a_3d_input_matches_f64() {
+        let device = Default::default();
+        let layer = burn_nn::LinearConfig::new(6, 4).init::<Flex>(&device);
+        let x = Tensor::<Flex, 3>::random([2, 3, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let y = vals(linear(&layer, x.clone()));
+        let (xv, w, b) = (vals(x), vals(layer.weight.val()), vals(layer.bias.as_ref().unwrap().val()));
+        for r in 0..6 {
+            for o in 0..4 {
+                let exact = b[o] + (0..6).map(|i| xv[r * 6 + i] * w[i * 4 + o]).sum::<f64>();
+                assert!((y[r * 4 + o] - exact).abs() < 1e-5, "({r},{o}): {} vs {exact}", y[r * 4 + o]);
+            }
+        }
+    }
+
+    #[test]
+    fn attention_matches_f64_softmax_of_scaled_scores() {
+        let device = Default::default();
+        let (n, h, t, d) = (2, 3, 5, 4);
+        let r = || Tensor::<Flex, 4>::random([n, h, t, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let (q, k, v) = (r(), r(), r());
+        let out = vals(attention(q.clone(), k.clone(), v.clone()));
+        let (q, k, v) = (vals(q), vals(k), vals(v));
+        for bh in 0..n * h {
+            let at = |m: &[f64], i: usize, j: usize| m[(bh * t + i) * d + j];
+            for i in 0..t {
+                let s: Vec<f64> = (0..t).map(|j| (0..d).map(|c| at(&q, i, c) * at(&k, j, c)).sum::<f64>() / (d as f64).sqrt()).collect();
+                let max = s.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for c in 0..d {
+                    let exact: f64 = (0..t).map(|j| e[j] / z * at(&v, j, c)).sum();
+                    let got = out[(bh * t + i) * d + c];
+                    assert!((got - exact).abs() < 1e-5, "[{bh}, {i}, {c}]: {got} vs {exact}");
+                }
             }
         }
     }

@@ -12,6 +12,10 @@ mod bn_nhwc_cuda;
 mod bn_nhwc_kernels;
 pub mod conv;
 #[cfg(feature = "cuda")]
+pub mod cublas;
+#[cfg(feature = "cuda")]
+mod cublas_matmul;
+#[cfg(feature = "cuda")]
 pub mod cudnn;
 #[cfg(feature = "cuda")]
 pub mod cudnn_bn;
@@ -53,7 +57,7 @@ pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::conv2d;
 pub use layers::{BatchNorm, Conv2d};
 pub use layout::Layout;
-pub use linear::{attention_f32, linear_f32, matmul_f32};
+pub use linear::{attention, linear, matmul};
 pub use options::CudnnOptions;
 pub use precision::Precision;
 pub use profile::CudnnTimes;

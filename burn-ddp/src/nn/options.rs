@@ -11,6 +11,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_CUDNN_TF32=0` | [`allow_tf32`](Self::allow_tf32) | on (PyTorch's default) |
 /// | `BURN_DDP_CUDNN_DETERMINISTIC=1` | [`deterministic`](Self::deterministic) | off |
 /// | `BURN_DDP_CUDNN_WORKSPACE_MIB=N` | [`workspace_limit`](Self::workspace_limit) | 512 MiB |
+/// | `BURN_DDP_CUBLAS=0` | [`cublas`](Self::cublas) | on |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `cudnn_check` and the GPU scripts do).
@@ -48,6 +49,10 @@ pub struct CudnnOptions {
     /// (`false` uses the legacy `cudnnConvolution*` entry points, which
     /// cost several times the host time per call).
     pub graph_api: bool,
+    /// Run matrix products (`nn::matmul`, `nn::linear`, `nn::attention`) on cuBLAS with f32
+    /// accumulation (`false` runs burn's own matmul kernels: for f32 tensors split into four
+    /// TF32 products to stay f32-accurate).
+    pub cublas: bool,
 }
 
 impl Default for CudnnOptions {
@@ -63,6 +68,7 @@ impl Default for CudnnOptions {
             fuse_conv_bn: true,
             nhwc_bn_kernels: true,
             graph_api: true,
+            cublas: true,
         }
     }
 }
@@ -77,7 +83,7 @@ impl CudnnOptions {
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let mut o = Self::default();
         let flag = |name: &str| var(name).map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
-        for (name, field) in [("BURN_DDP_CUDNN", &mut o.enabled), ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32), ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic)] {
+        for (name, field) in [("BURN_DDP_CUDNN", &mut o.enabled), ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32), ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic), ("BURN_DDP_CUBLAS", &mut o.cublas)] {
             if let Some(v) = flag(name) {
                 *field = v;
             }
@@ -120,9 +126,10 @@ mod tests {
 
     #[test]
     fn environment_sets_the_user_settings_only() {
-        let vars = [("BURN_DDP_CUDNN", "0"), ("BURN_DDP_CUDNN_TF32", "off"), ("BURN_DDP_CUDNN_DETERMINISTIC", "1"), ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"), ("BURN_VISION_CUDNN_GRAPH", "0")];
+        let vars = [("BURN_DDP_CUDNN", "0"), ("BURN_DDP_CUDNN_TF32", "off"), ("BURN_DDP_CUDNN_DETERMINISTIC", "1"), ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"), ("BURN_DDP_CUBLAS", "off"), ("BURN_VISION_CUDNN_GRAPH", "0")];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
-        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api);
+        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas);
         assert_eq!(o.workspace_limit, 64 << 20);
+        assert!(CudnnOptions::default().cublas);
     }
 }

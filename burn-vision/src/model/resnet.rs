@@ -4,7 +4,7 @@
 use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::Module;
 use burn::prelude::*;
-use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, linear_f32};
+use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, linear};
 use burn_ddp::{BatchNormSync, sync_batch_norm};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -347,7 +347,7 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
         };
         // f32 models keep PyTorch's full-f32 head on burn-cuda too (its f32 matmul is TF32).
         match self.precision {
-            Precision::F32 => linear_f32(&self.fc, pooled),
+            Precision::F32 => linear(&self.fc, pooled),
             _ => self.fc.forward(pooled),
         }
     }

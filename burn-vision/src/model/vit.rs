@@ -3,8 +3,8 @@
 //! `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`, `norm`,
 //! `head`), so that timm's weights load with `--pretrained`.
 //!
-//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (burn's attention
-//! operation; f32 products kept f32-accurate on burn-cuda, `burn_ddp::nn::attention_f32`) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
+//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (`burn_ddp::nn::attention`:
+//! cuBLAS products on burn-cuda, f32-accurate for f32) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
 //! token's features → head. The position embedding is learned for the grid the model was built
 //! for and resized bicubically (timm's `resample_abs_pos_embed`: `align_corners=False`) when an
 //! image has another size, so 224² weights fine-tune at 384² or 96².
@@ -20,7 +20,7 @@ use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, attention_f32, linear_f32};
+use burn_ddp::nn::{Conv2d, Layout, Precision, attention, linear};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -39,18 +39,6 @@ const TORCHVISION: &[(&str, &str)] = &[
     (r"^norm\.", "encoder.ln."),
     (r"^head\.", "heads.head."),
 ];
-
-/// `x · W + b` in `x`'s element type (the parameters stay f32 and are cast); f32-accurate for
-/// f32 activations on every backend.
-fn linear_in<B: Backend, const D: usize>(layer: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
-    let dtype = x.dtype();
-    if dtype == burn::tensor::DType::F32 {
-        return linear_f32(layer, x);
-    }
-    let w = param_val(&layer.weight, &x).cast(dtype);
-    let b = layer.bias.as_ref().map(|b| param_val(b, &x).cast(dtype));
-    burn::tensor::module::linear(x, w, b)
-}
 
 /// LayerNorm in f32, the result back in `x`'s type.
 fn norm_f32<B: Backend>(norm: &LayerNorm<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
@@ -75,10 +63,10 @@ impl<B: Backend> Attention<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
         let h = self.heads;
-        let qkv = linear_in(&self.qkv, x).reshape([n, t, 3, h, d / h]).permute([2, 0, 3, 1, 4]);
+        let qkv = linear(&self.qkv, x).reshape([n, t, 3, h, d / h]).permute([2, 0, 3, 1, 4]);
         let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, h, t, d / h]);
-        let out = attention_f32(part(0), part(1), part(2));
-        linear_in(&self.proj, out.swap_dims(1, 2).reshape([n, t, d]))
+        let out = attention(part(0), part(1), part(2));
+        linear(&self.proj, out.swap_dims(1, 2).reshape([n, t, d]))
     }
 }
 
@@ -108,8 +96,8 @@ impl<B: Backend> EncoderBlock<B> {
     /// `[n, tokens, dim]` → `[n, tokens, dim]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let x = x.clone() + self.attn.forward(norm_f32(&self.norm1, x));
-        let hidden = burn::tensor::activation::gelu(linear_in(&self.mlp.fc1, norm_f32(&self.norm2, x.clone())));
-        x + linear_in(&self.mlp.fc2, hidden)
+        let hidden = burn::tensor::activation::gelu(linear(&self.mlp.fc1, norm_f32(&self.norm2, x.clone())));
+        x + linear(&self.mlp.fc2, hidden)
     }
 }
 
@@ -249,10 +237,7 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
         }
         let x = self.norm.forward(x.cast(FloatDType::F32));
         let features = x.slice([0..n, 0..1]).reshape([n, d]);
-        match self.precision {
-            Precision::F32 => linear_f32(&self.head, features),
-            _ => self.head.forward(features),
-        }
+        linear(&self.head, features)
     }
 
     fn with_precision(mut self, precision: Precision) -> Self {

@@ -1,0 +1,225 @@
+//! Matrix products of burn-cuda tensors on cuBLAS, as an autodiff operation whose forward and
+//! backward are operations of burn-fusion's stream ([`super::fusion_op`]), ordered with burn's
+//! stream on the device like the convolutions ([`launch`]).
+//!
+//! burn-cuda's own matmul kernels reach about a sixth of cuBLAS's rate on an H200 for a ViT's
+//! products (`benches/results/2026-12-01-s11-*`). Operands are read where they lie: a
+//! transposed view (`kᵀ` in attention, `Bᵀ` and `Aᵀ` in the backward) becomes cuBLAS's
+//! transpose flag, not a copy; only buffers whose batch axes cannot be walked with one stride
+//! are packed first. When cuBLAS refuses or fails, burn's kernels run on the same buffers, with
+//! one warning per cause.
+
+use super::cublas::{self, Gemm, GemmType, Operand};
+use super::cudnn;
+use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, cuda_backend, empty, launch, warn_once};
+use super::fusion_op::{self, Cube, packed};
+use crate::error::{Error, Result};
+use burn::prelude::*;
+use burn::tensor::ops::FloatTensorOps;
+use burn::tensor::{DType, TensorPrimitive};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_cuda::Cuda;
+
+/// Whether `B`'s products run on cuBLAS: burn-cuda (with or without autodiff), the switch on,
+/// and libcublas and libcudnn (whose stream and device ordering it shares) loadable.
+pub(super) fn enabled<B: Backend>() -> bool {
+    cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && super::options::get().cublas && cublas::available()
+}
+
+/// `a · b` (batched over equal leading axes) on cuBLAS when [`enabled`] and the tensors suit it
+/// (f32, bf16 or f16, one type, rank ≥ 2, equal batch axes); otherwise the inputs come back.
+pub(super) fn try_matmul<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> std::result::Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
+    if !enabled::<B>() || describe(&a.shape(), &b.shape(), a.dtype(), b.dtype()).is_err() {
+        return Err((a, b));
+    }
+    super::device_thread::check_failure();
+    if cuda_backend::<B>() == Some(true) {
+        let (aa, ba): (Tensor<Ad, D>, Tensor<Ad, D>) = (cast(a), cast(b));
+        return Ok(cast(autodiff_matmul(aa, ba)));
+    }
+    let (ac, bc): (Tensor<Cuda, D>, Tensor<Cuda, D>) = (cast(a), cast(b));
+    let c = forward(ac.into_primitive().tensor(), bc.into_primitive().tensor());
+    Ok(cast(Tensor::<Cuda, D>::from_primitive(TensorPrimitive::Float(c))))
+}
+
+/// The product's output shape, or why cuBLAS does not take it.
+fn describe(a: &Shape, b: &Shape, ta: DType, tb: DType) -> Result<Shape> {
+    let (da, db) = (a.as_slice(), b.as_slice());
+    let bad = |reason: String| Err(Error::Cudnn { op: "cuBLAS matrix product", reason });
+    if ta != tb || gemm_type(ta).is_none() {
+        return bad(format!("element types {ta:?} and {tb:?}: needs one of f32, bf16, f16"));
+    }
+    let r = da.len();
+    if r < 2 || da[..r - 2] != db[..r - 2] || da[r - 1] != db[r - 2] {
+        return bad(format!("shapes {da:?} · {db:?}: needs rank ≥ 2, equal batch axes and chained inner sizes"));
+    }
+    let mut out = da.to_vec();
+    out[r - 1] = db[r - 1];
+    Ok(Shape::from(out))
+}
+
+fn gemm_type(dtype: DType) -> Option<GemmType> {
+    match dtype {
+        DType::F32 => Some(GemmType::F32),
+        DType::BF16 => Some(GemmType::Bf16),
+        DType::F16 => Some(GemmType::F16),
+        _ => None,
+    }
+}
+
+#[derive(Debug)]
+struct CublasMatmul;
+
+/// The forward pass's inputs, for the backward pass.
+#[derive(Debug, Clone)]
+struct Saved {
+    a: Prim,
+    b: Prim,
+}
+
+impl Backward<Cuda, 2> for CublasMatmul {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let [node_a, node_b] = ops.parents;
+        let dc = grads.consume::<Cuda>(&ops.node);
+        let (da, db) = backward(ops.state.a, ops.state.b, dc, node_a.is_some(), node_b.is_some());
+        for (node, grad) in [(node_a, da), (node_b, db)] {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<Cuda>(node.id, grad);
+            }
+        }
+    }
+}
+
+fn autodiff_matmul<const D: usize>(a: Tensor<Ad, D>, b: Tensor<Ad, D>) -> Tensor<Ad, D> {
+    let (a, b) = (a.into_primitive().tensor(), b.into_primitive().tensor());
+    let c = forward(a.primitive.clone(), b.primitive.clone());
+    let out = match CublasMatmul.prepare::<NoCheckpointing>([a.node.clone(), b.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(Saved { a: a.primitive, b: b.primitive }, c),
+        OpsKind::UnTracked(prep) => prep.finish(c),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+/// Queues `a · b` (shapes checked by [`describe`]).
+fn forward(a: Prim, b: Prim) -> Prim {
+    let shape = describe(&a.shape, &b.shape, a.dtype, b.dtype).expect("checked by try_matmul");
+    let outputs = [(shape, a.dtype)];
+    let mut out = fusion_op::queue("cublas_matmul", vec![a, b], &outputs, move |ins| {
+        let [a, b]: [Cube; 2] = ins.try_into().expect("two inputs");
+        vec![product(a, false, b, false)]
+    });
+    out.pop().expect("one output")
+}
+
+/// Queues the gradients the graph needs: `da = dc · bᵀ`, `db = aᵀ · dc` (both read in place).
+fn backward(a: Prim, b: Prim, dc: Prim, need_a: bool, need_b: bool) -> (Option<Prim>, Option<Prim>) {
+    if !need_a && !need_b {
+        return (None, None);
+    }
+    let outputs: Vec<_> = [(need_a, fusion_op::like(&a)), (need_b, fusion_op::like(&b))].into_iter().filter_map(|(need, o)| need.then_some(o)).collect();
+    let mut out = fusion_op::queue("cublas_matmul_backward", vec![a, b, dc], &outputs, move |ins| {
+        let [a, b, dc]: [Cube; 3] = ins.try_into().expect("three inputs");
+        let da = need_a.then(|| product(dc.clone(), false, b, true));
+        let db = need_b.then(|| product(a, true, dc, false));
+        da.into_iter().chain(db).collect()
+    })
+    .into_iter();
+    let da = need_a.then(|| out.next().expect("declared"));
+    (da, need_b.then(|| out.next().expect("declared")))
+}
+
+/// `op(a) · op(b)`, `op` the transpose of the last two axes where asked, into a new packed
+/// buffer: on cuBLAS, or on burn's kernels when cuBLAS cannot.
+fn product(a: Cube, ta: bool, b: Cube, tb: bool) -> Cube {
+    cublas_product(a.clone(), ta, b.clone(), tb).unwrap_or_else(|e| {
+        warn_once("cuBLAS matrix product", &e, BURN_RUNS);
+        let t = |x: Cube, yes: bool| {
+            let r = x.meta.shape().num_dims();
+            if yes { <Inner as FloatTensorOps<Inner>>::float_swap_dims(x, r - 2, r - 1) } else { x }
+        };
+        <Inner as FloatTensorOps<Inner>>::float_matmul(t(a, ta), t(b, tb))
+    })
+}
+
+fn cublas_product(a: Cube, ta: bool, b: Cube, tb: bool) -> Result<Cube> {
+    let dtype = gemm_type(a.dtype).ok_or_else(|| Error::Cudnn { op: "cuBLAS matrix product", reason: format!("{:?} tensors", a.dtype) })?;
+    let (a, oa) = operand(a);
+    let (b, ob) = operand(b);
+    let (oa, ob) = (if ta { oa.t() } else { oa }, if tb { ob.t() } else { ob });
+    let mut dims = a.meta.shape().as_slice().to_vec();
+    let r = dims.len();
+    (dims[r - 2], dims[r - 1]) = (oa.rows, ob.cols);
+    let batch = dims[..r - 2].iter().product();
+    let c = empty(&a, &dims);
+    let (_, oc) = operand(c.clone());
+    let gemm = Gemm { dtype, a: oa, b: ob, c: oc, batch };
+    gemm.validate()?;
+    let device = a.device.index;
+    // SAFETY: `launch` orders the product after the buffers' producers and before their next
+    // users; their extents match `gemm` (read off the buffers themselves); `c` is fresh.
+    launch(&[&a, &b, &c], ("gemm", gemm), move |p, order| unsafe { cudnn::with_handle(device, order, |s| s.cublas()?.gemm(&gemm, p[0], p[1], p[2])) })?;
+    Ok(c)
+}
+
+/// The buffer as a cuBLAS operand: as it lies when its matrices are row- or column-major and
+/// its batches one stride apart, else packed first.
+fn operand(t: Cube) -> (Cube, Operand) {
+    if let Some(o) = as_operand(&t) {
+        return (t, o);
+    }
+    let t = packed(t);
+    let o = as_operand(&t).expect("a packed buffer is row-major with one batch stride");
+    (t, o)
+}
+
+fn as_operand(t: &Cube) -> Option<Operand> {
+    let (dims, strides) = (t.meta.shape().as_slice(), t.meta.strides());
+    let r = dims.len();
+    let o = Operand { rows: dims[r - 2], cols: dims[r - 1], row_stride: strides[r - 2], col_stride: strides[r - 1], batch_stride: batch_stride(&dims[..r - 2], &strides[..r - 2])? };
+    o.is_readable().then_some(o)
+}
+
+/// The one stride between consecutive matrices of the batch axes `dims` (row-major batch
+/// order), or `None` when the axes cannot be walked with one stride.
+fn batch_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
+    let (mut step, mut next) = (None, None);
+    for (&d, &s) in dims.iter().zip(strides).rev().filter(|(d, _)| **d != 1) {
+        match next {
+            None => step = Some(s),
+            Some(n) if n == s => {}
+            Some(_) => return None,
+        }
+        next = Some(s * d);
+    }
+    Some(step.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_axes_walk_with_one_stride_only_when_nested() {
+        assert_eq!(batch_stride(&[], &[]), Some(0));
+        assert_eq!(batch_stride(&[4, 12], &[12 * 50, 50]), Some(50));
+        assert_eq!(batch_stride(&[4, 1, 12], &[600, 7, 50]), Some(50));
+        assert_eq!(batch_stride(&[1, 1], &[9, 9]), Some(0));
+        // q of a ViT's qkv projection viewed [n, h, t, d]: heads are d apart, images 3·h·d·t.
+        assert_eq!(batch_stride(&[4, 12], &[197 * 3 * 768, 64]), None);
+    }
+
+    #[test]
+    fn shapes_cuBLAS_takes() {
+        let s = |v: &[usize]| Shape::from(v.to_vec());
+        assert_eq!(describe(&s(&[2, 3, 4]), &s(&[2, 4, 5]), DType::BF16, DType::BF16).unwrap(), s(&[2, 3, 5]));
+        assert!(describe(&s(&[2, 3, 4]), &s(&[1, 4, 5]), DType::F32, DType::F32).is_err(), "broadcast batch");
+        assert!(describe(&s(&[3, 4]), &s(&[5, 6]), DType::F32, DType::F32).is_err(), "inner sizes");
+        assert!(describe(&s(&[3, 4]), &s(&[4, 6]), DType::F32, DType::BF16).is_err(), "mixed types");
+        assert!(describe(&s(&[4]), &s(&[4]), DType::F32, DType::F32).is_err(), "rank 1");
+    }
+}
