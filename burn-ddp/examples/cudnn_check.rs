@@ -14,7 +14,7 @@ use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, matmul, options};
+use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, linear, matmul, options};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -431,22 +431,27 @@ fn leaf<const D: usize>(device: &CudaDevice, seed: u64, dims: [usize; D], dtype:
     (t, v)
 }
 
-/// `nn::matmul` on cuBLAS against f64: a 2-D product of odd sizes, and attention's `q · kᵀ` with
+/// `nn::linear` and `nn::matmul` on cuBLAS against f64: a linear layer of odd sizes with bias
+/// (its gradient: row sums on cuBLAS), and attention's `q · kᵀ` with
 /// `q` a permuted view (batch axes not one stride apart: packed) and `kᵀ` a transposed view
-/// (read in place); values and both gradients, three cuBLAS products per case.
+/// (read in place); values and all gradients.
 fn check_gemm(device: &CudaDevice) -> bool {
     let mut ok = true;
     for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)] {
         let before = cublas::calls();
         let (x, xv) = leaf(device, 1, [37, 70], dtype);
-        let (w, wv) = leaf(device, 2, [70, 19], dtype);
         let (g, gv) = leaf(device, 3, [37, 19], dtype);
-        let y = matmul(x.clone().cast(dtype), w.clone().cast(dtype));
+        let layer = burn_nn::LinearConfig::new(70, 19).init::<Ad>(device);
+        let (wv, bv) = (round(&to_f64(layer.weight.val()), dtype), round(&to_f64(layer.bias.as_ref().expect("bias").val()), dtype));
+        let y = linear(&layer, x.clone().cast(dtype));
         let grads = (y.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
+        let y_ref: Vec<f64> = mm(&xv, &wv, 1, 37, 70, 19).iter().enumerate().map(|(i, v)| v + bv[i % 19]).collect();
+        let db_ref: Vec<f64> = (0..19).map(|j| (0..37).map(|i| gv[i * 19 + j]).sum()).collect();
         let e2 = [
-            max_rel_err(&to_f64(y), &mm(&xv, &wv, 1, 37, 70, 19)),
+            max_rel_err(&to_f64(y), &y_ref),
             max_rel_err(&to_f64(x.grad(&grads).expect("dx")), &mm(&gv, &tr(&wv, 1, 70, 19), 1, 37, 19, 70)),
-            max_rel_err(&to_f64(w.grad(&grads).expect("dw")), &mm(&tr(&xv, 1, 37, 70), &gv, 1, 70, 37, 19)),
+            max_rel_err(&to_f64(layer.weight.grad(&grads).expect("dw")), &mm(&tr(&xv, 1, 37, 70), &gv, 1, 70, 37, 19)),
+            max_rel_err(&to_f64(layer.bias.as_ref().expect("bias").grad(&grads).expect("db")), &db_ref),
         ];
         let (p, _) = leaf(device, 4, [2, 29, 3, 8], dtype);
         let (k, kv) = leaf(device, 5, [2, 3, 29, 8], dtype);
@@ -457,12 +462,13 @@ fn check_gemm(device: &CudaDevice) -> bool {
         let grads = (s.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
         let dq = mm(&gv, &kv, 6, 29, 29, 8);
         let dp = p.grad(&grads).expect("dp").swap_dims(1, 2);
-        let e4 = [max_rel_err(&to_f64(s), &mm(&qv, &tr(&kv, 6, 29, 8), 6, 29, 8, 29)), max_rel_err(&to_f64(dp), &dq), max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8))];
+        let e3 = [max_rel_err(&to_f64(s), &mm(&qv, &tr(&kv, 6, 29, 8), 6, 29, 8, 29)), max_rel_err(&to_f64(dp), &dq), max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8))];
         let used = cublas::calls() - before;
-        let pass = used == 6 && e2.iter().chain(&e4).all(|&e| e < bound);
+        // linear: forward, dx, dw, db (row sums); attention: forward, dq, dk.
+        let pass = used == 7 && e2.iter().chain(&e3).all(|&e| e < bound);
         ok &= pass;
-        let f = |e: [f64; 3]| format!("{:.1e}/{:.1e}/{:.1e}", e[0], e[1], e[2]);
-        println!("RESULT check=cublas_{} 2d(y/dx/dw)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}", dtype_name(dtype), f(e2), f(e4), if pass { "ok" } else { "FAIL" });
+        let f = |e: &[f64]| e.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/");
+        println!("RESULT check=cublas_{} linear(y/dx/dw/db)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}", dtype_name(dtype), f(&e2), f(&e3), if pass { "ok" } else { "FAIL" });
     }
     ok
 }

@@ -70,12 +70,22 @@ pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -
     let rows = x.shape().num_elements() / d_in.max(1);
     let y = matmul(x.reshape([rows, d_in]), w);
     let y = match b {
-        Some(b) => y + b.unsqueeze(),
+        Some(b) => add_bias(y, b),
         None => y,
     };
     let mut out = dims;
     out[D - 1] = y.dims()[1];
     y.reshape(out)
+}
+
+/// `y + b` over `y`'s rows; on cuBLAS's path the backward sums `dy`'s rows there too.
+fn add_bias<B: Backend>(y: Tensor<B, 2>, b: Tensor<B, 1>) -> Tensor<B, 2> {
+    #[cfg(feature = "cuda")]
+    let (y, b) = match super::cublas_matmul::try_bias_add(y, b) {
+        Ok(sum) => return sum,
+        Err(inputs) => inputs,
+    };
+    y + b.unsqueeze()
 }
 
 /// Scaled dot-product attention, `softmax(q·kᵀ/√d)·v` over `[batch, heads, tokens, head_dim]`:
