@@ -462,7 +462,11 @@ fn check_gemm(device: &CudaDevice) -> bool {
         let grads = (s.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
         let dq = mm(&gv, &kv, 6, 29, 29, 8);
         let dp = p.grad(&grads).expect("dp").swap_dims(1, 2);
-        let e3 = [max_rel_err(&to_f64(s), &mm(&qv, &tr(&kv, 6, 29, 8), 6, 29, 8, 29)), max_rel_err(&to_f64(dp), &dq), max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8))];
+        let e3 = [
+            max_rel_err(&to_f64(s), &mm(&qv, &tr(&kv, 6, 29, 8), 6, 29, 8, 29)),
+            max_rel_err(&to_f64(dp), &dq),
+            max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8)),
+        ];
         let used = cublas::calls() - before;
         // linear: forward, dx, dw, db (row sums); attention: forward, dq, dk.
         let pass = used == 7 && e2.iter().chain(&e3).all(|&e| e < bound);
@@ -476,7 +480,8 @@ fn check_gemm(device: &CudaDevice) -> bool {
 /// Forward products at a ViT-B/16 step's shapes (batch 128), cuBLAS against burn's kernels.
 fn bench_gemm(device: &CudaDevice, iters: usize) {
     let base = options::get();
-    let shapes: [(&str, [usize; 4], [usize; 4]); 3] = [("fc1", [1, 1, 25216, 768], [1, 1, 768, 3072]), ("fc2", [1, 1, 25216, 3072], [1, 1, 3072, 768]), ("q·kT", [128, 12, 197, 64], [128, 12, 64, 197])];
+    let shapes: [(&str, [usize; 4], [usize; 4]); 3] =
+        [("fc1", [1, 1, 25216, 768], [1, 1, 768, 3072]), ("fc2", [1, 1, 25216, 3072], [1, 1, 3072, 768]), ("q·kT", [128, 12, 197, 64], [128, 12, 64, 197])];
     for (name, a, b) in shapes {
         let normal = Distribution::Normal(0.0, 1.0);
         let (x, y) = (Tensor::<Cuda, 4>::random(a, normal, device).cast(FloatDType::BF16), Tensor::<Cuda, 4>::random(b, normal, device).cast(FloatDType::BF16));

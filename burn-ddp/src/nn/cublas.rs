@@ -1,15 +1,13 @@
 //! cuBLAS matrix products on raw device addresses: one handle per device, bound to the stream
 //! cuDNN's work runs on (`cudnn::DeviceState` owns it), with its own workspace.
 //!
-//! Products are described row-major, as burn's tensors are: `C[M, N] = A[M, K] · B[K, N]` per
-//! batch, each operand either row-major (`col_stride == 1`) or column-major (`row_stride == 1`,
-//! a transposed view), with one stride between batches. cuBLAS is column-major: it computes
-//! `Cᵀ = Bᵀ · Aᵀ`, and a row-major matrix read column-major is its transpose, so no data moves.
-//! Accumulation is f32 for every element type (`CUBLAS_COMPUTE_32F`: strict f32 for f32
+//! Products are described row-major ([`Gemm`], see `gemm_layout`); cuBLAS, column-major,
+//! computes `Cᵀ = Bᵀ · Aᵀ` on the same memory. Accumulation is f32 for every element type (`CUBLAS_COMPUTE_32F`: strict f32 for f32
 //! operands, no TF32).
 
 use super::cudnn_types::fail;
-use crate::error::{Error, Result};
+use super::gemm_layout::{Gemm, GemmType, Operand};
+use crate::error::Result;
 use cudarc::cublas::{result, sys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use std::ffi::c_void;
@@ -30,80 +28,6 @@ pub fn available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: opening a shared library by name; the handle is dropped again.
     *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
-}
-
-/// The element type of all three matrices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GemmType {
-    F32,
-    Bf16,
-    F16,
-}
-
-/// One operand as stored: `rows × cols` per batch, element `(i, j)` at
-/// `batch · batch_stride + i · row_stride + j · col_stride` (elements, not bytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Operand {
-    pub rows: usize,
-    pub cols: usize,
-    pub row_stride: usize,
-    pub col_stride: usize,
-    pub batch_stride: usize,
-}
-
-impl Operand {
-    /// The same memory read as the transposed matrix.
-    pub fn t(self) -> Self {
-        Operand { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
-    }
-
-    /// Whether cuBLAS reads it as it lies (row- or column-major, no gaps inside a row).
-    pub fn is_readable(&self) -> bool {
-        self.column_major_transpose().is_some()
-    }
-
-    /// cuBLAS's operation and leading dimension for this operand read column-major as its
-    /// transpose (see the module documentation), or `None` when neither layout fits.
-    fn column_major_transpose(&self) -> Option<(sys::cublasOperation_t, usize)> {
-        if self.col_stride == 1 && self.row_stride >= self.cols.max(1) {
-            Some((sys::cublasOperation_t::CUBLAS_OP_N, self.row_stride))
-        } else if self.row_stride == 1 && self.col_stride >= self.rows.max(1) {
-            Some((sys::cublasOperation_t::CUBLAS_OP_T, self.col_stride))
-        } else {
-            None
-        }
-    }
-}
-
-/// `C = A · B` for `batch` matrices; `c` must be row-major.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Gemm {
-    pub dtype: GemmType,
-    pub a: Operand,
-    pub b: Operand,
-    pub c: Operand,
-    pub batch: usize,
-}
-
-impl Gemm {
-    /// Errors unless the shapes chain, every operand has a layout cuBLAS reads, and every size
-    /// fits cuBLAS's 32-bit arguments.
-    pub fn validate(&self) -> Result<()> {
-        let (a, b, c) = (self.a, self.b, self.c);
-        let bad = |reason: String| Err(Error::Cudnn { op: "cuBLAS matrix product", reason });
-        if a.cols != b.rows || c.rows != a.rows || c.cols != b.cols {
-            return bad(format!("shapes {}x{} · {}x{} → {}x{} do not chain", a.rows, a.cols, b.rows, b.cols, c.rows, c.cols));
-        }
-        if c.col_stride != 1 || a.column_major_transpose().is_none() || b.column_major_transpose().is_none() {
-            return bad(format!("unsupported strides {a:?} {b:?} {c:?}"));
-        }
-        let fits = |v: usize| v <= i32::MAX as usize;
-        let all = [a.rows, a.cols, b.cols, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride, self.batch];
-        if !all.into_iter().all(fits) || [a.batch_stride, b.batch_stride, c.batch_stride].iter().any(|&s| s > i64::MAX as usize) {
-            return bad(format!("sizes beyond cuBLAS's 32-bit arguments: {self:?}"));
-        }
-        Ok(())
-    }
 }
 
 /// A cuBLAS handle bound to one stream, with its workspace.
@@ -152,8 +76,8 @@ impl Handle {
     /// run the product.
     pub unsafe fn gemm(&self, gemm: &Gemm, a: u64, b: u64, c: u64) -> Result<()> {
         gemm.validate()?;
-        let (op_b, ld_b) = gemm.b.column_major_transpose().expect("validated");
-        let (op_a, ld_a) = gemm.a.column_major_transpose().expect("validated");
+        let (op_b, ld_b) = op(gemm.b);
+        let (op_a, ld_a) = op(gemm.a);
         let ty = match gemm.dtype {
             GemmType::F32 => sys::cudaDataType::CUDA_R_32F,
             GemmType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
@@ -195,29 +119,10 @@ impl Handle {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row_major(rows: usize, cols: usize) -> Operand {
-        Operand { rows, cols, row_stride: cols, col_stride: 1, batch_stride: rows * cols }
-    }
-
-    #[test]
-    fn a_transposed_view_is_read_with_op_t_and_no_copy() {
-        let a = row_major(3, 5);
-        assert_eq!(a.column_major_transpose(), Some((sys::cublasOperation_t::CUBLAS_OP_N, 5)));
-        assert_eq!(a.t().column_major_transpose(), Some((sys::cublasOperation_t::CUBLAS_OP_T, 5)));
-        assert_eq!(a.t().t(), a);
-    }
-
-    #[test]
-    fn shapes_that_do_not_chain_or_strided_columns_are_refused() {
-        let g = Gemm { dtype: GemmType::Bf16, a: row_major(4, 8), b: row_major(8, 2), c: row_major(4, 2), batch: 1 };
-        assert!(g.validate().is_ok());
-        assert!(Gemm { b: row_major(7, 2), ..g }.validate().is_err());
-        let gappy = Operand { col_stride: 2, row_stride: 16, ..row_major(4, 8) };
-        assert!(Gemm { a: gappy, ..g }.validate().is_err());
-        assert!(Gemm { c: row_major(4, 2).t().t(), ..g }.validate().is_ok());
+/// cuBLAS's operation and leading dimension for a validated operand.
+fn op(o: Operand) -> (sys::cublasOperation_t, usize) {
+    match o.column_major().expect("validated") {
+        (false, ld) => (sys::cublasOperation_t::CUBLAS_OP_N, ld),
+        (true, ld) => (sys::cublasOperation_t::CUBLAS_OP_T, ld),
     }
 }

@@ -9,14 +9,15 @@
 //! are packed first. When cuBLAS refuses or fails, burn's kernels run on the same buffers, with
 //! one warning per cause.
 
-use super::cublas::{self, Gemm, GemmType, Operand};
+use super::cublas;
 use super::cudnn;
 use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, cuda_backend, empty, launch, warn_once};
 use super::fusion_op::{self, Cube, packed};
+use super::gemm_layout::{Gemm, Operand, batch_stride, describe, gemm_type};
 use crate::error::{Error, Result};
 use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensorOps;
-use burn::tensor::{DType, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
@@ -43,31 +44,6 @@ pub(super) fn try_matmul<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<
     let (ac, bc): (Tensor<Cuda, D>, Tensor<Cuda, D>) = (cast(a), cast(b));
     let c = forward(ac.into_primitive().tensor(), bc.into_primitive().tensor());
     Ok(cast(Tensor::<Cuda, D>::from_primitive(TensorPrimitive::Float(c))))
-}
-
-/// The product's output shape, or why cuBLAS does not take it.
-fn describe(a: &Shape, b: &Shape, ta: DType, tb: DType) -> Result<Shape> {
-    let (da, db) = (a.as_slice(), b.as_slice());
-    let bad = |reason: String| Err(Error::Cudnn { op: "cuBLAS matrix product", reason });
-    if ta != tb || gemm_type(ta).is_none() {
-        return bad(format!("element types {ta:?} and {tb:?}: needs one of f32, bf16, f16"));
-    }
-    let r = da.len();
-    if r < 2 || da[..r - 2] != db[..r - 2] || da[r - 1] != db[r - 2] {
-        return bad(format!("shapes {da:?} · {db:?}: needs rank ≥ 2, equal batch axes and chained inner sizes"));
-    }
-    let mut out = da.to_vec();
-    out[r - 1] = db[r - 1];
-    Ok(Shape::from(out))
-}
-
-fn gemm_type(dtype: DType) -> Option<GemmType> {
-    match dtype {
-        DType::F32 => Some(GemmType::F32),
-        DType::BF16 => Some(GemmType::Bf16),
-        DType::F16 => Some(GemmType::F16),
-        _ => None,
-    }
 }
 
 #[derive(Debug)]
@@ -234,44 +210,4 @@ fn as_operand(t: &Cube) -> Option<Operand> {
     let r = dims.len();
     let o = Operand { rows: dims[r - 2], cols: dims[r - 1], row_stride: strides[r - 2], col_stride: strides[r - 1], batch_stride: batch_stride(&dims[..r - 2], &strides[..r - 2])? };
     o.is_readable().then_some(o)
-}
-
-/// The one stride between consecutive matrices of the batch axes `dims` (row-major batch
-/// order), or `None` when the axes cannot be walked with one stride.
-fn batch_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
-    let (mut step, mut next) = (None, None);
-    for (&d, &s) in dims.iter().zip(strides).rev().filter(|(d, _)| **d != 1) {
-        match next {
-            None => step = Some(s),
-            Some(n) if n == s => {}
-            Some(_) => return None,
-        }
-        next = Some(s * d);
-    }
-    Some(step.unwrap_or(0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_axes_walk_with_one_stride_only_when_nested() {
-        assert_eq!(batch_stride(&[], &[]), Some(0));
-        assert_eq!(batch_stride(&[4, 12], &[12 * 50, 50]), Some(50));
-        assert_eq!(batch_stride(&[4, 1, 12], &[600, 7, 50]), Some(50));
-        assert_eq!(batch_stride(&[1, 1], &[9, 9]), Some(0));
-        // q of a ViT's qkv projection viewed [n, h, t, d]: heads are d apart, images 3·h·d·t.
-        assert_eq!(batch_stride(&[4, 12], &[197 * 3 * 768, 64]), None);
-    }
-
-    #[test]
-    fn shapes_cuBLAS_takes() {
-        let s = |v: &[usize]| Shape::from(v.to_vec());
-        assert_eq!(describe(&s(&[2, 3, 4]), &s(&[2, 4, 5]), DType::BF16, DType::BF16).unwrap(), s(&[2, 3, 5]));
-        assert!(describe(&s(&[2, 3, 4]), &s(&[1, 4, 5]), DType::F32, DType::F32).is_err(), "broadcast batch");
-        assert!(describe(&s(&[3, 4]), &s(&[5, 6]), DType::F32, DType::F32).is_err(), "inner sizes");
-        assert!(describe(&s(&[3, 4]), &s(&[4, 6]), DType::F32, DType::BF16).is_err(), "mixed types");
-        assert!(describe(&s(&[4]), &s(&[4]), DType::F32, DType::F32).is_err(), "rank 1");
-    }
 }

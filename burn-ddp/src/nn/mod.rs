@@ -35,6 +35,7 @@ mod cudnn_types;
 mod device_thread;
 #[cfg(feature = "cuda")]
 mod fusion_op;
+pub mod gemm_layout;
 pub mod kernel_cache;
 mod layers;
 pub mod layout;

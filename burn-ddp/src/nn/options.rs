@@ -83,7 +83,9 @@ impl CudnnOptions {
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let mut o = Self::default();
         let flag = |name: &str| var(name).map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
-        for (name, field) in [("BURN_DDP_CUDNN", &mut o.enabled), ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32), ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic), ("BURN_DDP_CUBLAS", &mut o.cublas)] {
+        for (name, field) in
+            [("BURN_DDP_CUDNN", &mut o.enabled), ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32), ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic), ("BURN_DDP_CUBLAS", &mut o.cublas)]
+        {
             if let Some(v) = flag(name) {
                 *field = v;
             }
@@ -126,7 +128,14 @@ mod tests {
 
     #[test]
     fn environment_sets_the_user_settings_only() {
-        let vars = [("BURN_DDP_CUDNN", "0"), ("BURN_DDP_CUDNN_TF32", "off"), ("BURN_DDP_CUDNN_DETERMINISTIC", "1"), ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"), ("BURN_DDP_CUBLAS", "off"), ("BURN_VISION_CUDNN_GRAPH", "0")];
+        let vars = [
+            ("BURN_DDP_CUDNN", "0"),
+            ("BURN_DDP_CUDNN_TF32", "off"),
+            ("BURN_DDP_CUDNN_DETERMINISTIC", "1"),
+            ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"),
+            ("BURN_DDP_CUBLAS", "off"),
+            ("BURN_VISION_CUDNN_GRAPH", "0"),
+        ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
         assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas);
         assert_eq!(o.workspace_limit, 64 << 20);
