@@ -274,6 +274,21 @@ struct TrainArgs {
     /// Probability of erasing a random rectangle (timm's --reprob; default 0), e.g. 0.25.
     #[arg(long, value_name = "P")]
     random_erasing: Option<f64>,
+    /// Mixup's α: batches mixed with their reversed partner by λ ~ Beta(α, α), soft targets
+    /// (timm's --mixup; default 0 = off, --preset vit 0.8).
+    #[arg(long, value_name = "ALPHA")]
+    mixup: Option<f64>,
+    /// CutMix's α: a box of area ≈ 1 − λ pasted from the partner (timm's --cutmix; default 0,
+    /// --preset vit 1.0).
+    #[arg(long, value_name = "ALPHA")]
+    cutmix: Option<f64>,
+    /// Probability that a batch is mixed at all (timm's --mixup-prob; default 1).
+    #[arg(long, value_name = "P")]
+    mixup_prob: Option<f64>,
+    /// With mixup and cutmix both on, the probability of cutmix (timm's --mixup-switch-prob;
+    /// default 0.5).
+    #[arg(long, value_name = "P")]
+    mixup_switch_prob: Option<f64>,
 }
 
 #[derive(Args)]
@@ -322,6 +337,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
         ($($field:ident),*) => { $( if let Some(v) = a.$field { c.$field = v; } )* };
     }
     augmentation(&mut c.augment, &a)?;
+    mixing(&mut c.mixup, &a);
     set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale);
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
@@ -379,6 +395,15 @@ fn augmentation(aug: &mut burn_vision::data::Augment, a: &TrainArgs) -> Result<(
         aug.random_erasing = p;
     }
     Ok(())
+}
+
+/// The mixup / cutmix flags over the preset's.
+fn mixing(m: &mut burn_vision::train::mixup::MixupConfig, a: &TrainArgs) {
+    for (flag, field) in [(a.mixup, &mut m.mixup_alpha), (a.cutmix, &mut m.cutmix_alpha), (a.mixup_prob, &mut m.prob), (a.mixup_switch_prob, &mut m.switch_prob)] {
+        if let Some(v) = flag {
+            *field = v;
+        }
+    }
 }
 
 /// `args` without `flag VALUE` / `flag=VALUE`.

@@ -158,7 +158,7 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
 /// end to end on the CPU (the same code paths as on a GPU, with burn's kernels); the run says
 /// what it does and its checkpoint evaluates.
 #[test]
-fn vit_s16_trains_with_two_cpu_processes_and_clipped_gradients() {
+fn vit_s16_trains_with_two_cpu_processes_mixup_and_clipped_gradients() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("vit");
     let args = [
@@ -175,6 +175,11 @@ fn vit_s16_trains_with_two_cpu_processes_and_clipped_gradients() {
         "--batch-size",
         "4",
         "--clip-grad-norm",
+        "1.0",
+        // Each rank mixes its own shard (its own draws), as timm's Mixup does.
+        "--mixup",
+        "0.8",
+        "--cutmix",
         "1.0",
         "--quiet",
         "--out",
@@ -409,6 +414,19 @@ fn augmentation_flags_are_used_logged_and_recorded() {
     let meta: serde_json::Value = serde_json::from_slice(&bytes[20..20 + len]).unwrap();
     assert_eq!(meta["config"]["augment"]["color_jitter"], 0.4, "{meta}");
     assert_eq!(meta["config"]["augment"]["hflip"], 0.0, "{meta}");
+    // Mixup / cutmix: logged, recorded, changes training, and reproducible (pure draws).
+    let mix = ["--mixup", "0.8", "--cutmix", "1.0", "--mixup-switch-prob", "0.5"];
+    let (log, mixed_loss, out) = run("mixed", &mix);
+    assert!(log.contains("mixup α 0.8 cutmix α 1 (p 1, switch 0.5)"), "{log}");
+    assert_ne!(mixed_loss, default_loss, "mixing changed nothing");
+    let (_, mixed_again, _) = run("mixed-again", &mix);
+    assert_eq!(mixed_loss, mixed_again, "the same seed mixes the same way");
+    let bytes = std::fs::read(out.join("last.ckpt")).unwrap();
+    let len = u64::from_le_bytes(bytes[12..20].try_into().unwrap()) as usize;
+    let meta: serde_json::Value = serde_json::from_slice(&bytes[20..20 + len]).unwrap();
+    assert_eq!(meta["config"]["mixup"]["cutmix_alpha"], 1.0, "{meta}");
+    let bad = stderr(&cli(&["train", "--mixup-prob", "2", "--out", dir.path().join("bad").to_str().unwrap()]));
+    assert!(bad.contains("--mixup-prob") && bad.trim().lines().count() == 1, "{bad}");
 }
 
 /// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from

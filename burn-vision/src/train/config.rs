@@ -157,6 +157,9 @@ pub struct TrainConfig {
     /// Training augmentation (flip, crop ranges, colour jitter, random erasing).
     #[serde(default)]
     pub augment: crate::data::Augment,
+    /// Mixup / CutMix of training batches (off by default).
+    #[serde(default)]
+    pub mixup: super::mixup::MixupConfig,
 }
 
 fn one() -> f64 {
@@ -226,6 +229,7 @@ impl Default for TrainConfig {
             profile_steps: None,
             timeout_s: None,
             augment: crate::data::Augment::default(),
+            mixup: super::mixup::MixupConfig::default(),
         }
     }
 }
@@ -258,8 +262,8 @@ impl TrainConfig {
     /// A Vision Transformer fine-tuning recipe after DeiT / timm's: ViT-S/16, AdamW (lr 5e-4 per
     /// device for batch 64, weight decay 0.05), 5 warm-up epochs then cosine to 1 %, label
     /// smoothing 0.1, gradient clipping at global norm 1, colour jitter 0.4, random erasing
-    /// 0.25, 30 epochs at 224². (timm's mixup/cutmix, RandAugment and stochastic depth are not
-    /// built yet.)
+    /// 0.25, mixup α 0.8 / cutmix α 1.0 (switch 0.5), 30 epochs at 224². (timm's RandAugment and
+    /// stochastic depth are not built yet.)
     pub fn vit() -> Self {
         Self {
             model: "vit_s16".into(),
@@ -274,6 +278,7 @@ impl TrainConfig {
             small_input: false,
             clip_grad_norm: Some(1.0),
             augment: crate::data::Augment { color_jitter: 0.4, random_erasing: 0.25, ..crate::data::Augment::default() },
+            mixup: super::mixup::MixupConfig { mixup_alpha: 0.8, cutmix_alpha: 1.0, ..Default::default() },
             ..Self::default()
         }
     }
@@ -332,6 +337,7 @@ impl TrainConfig {
             return bad("--checkpoint-every", "0".into(), "use at least 1 step, or drop the flag for checkpoints at epoch ends only");
         }
         self.augment.validate()?;
+        self.mixup.validate()?;
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
         }

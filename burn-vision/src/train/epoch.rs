@@ -9,6 +9,7 @@ use super::evaluate::{batch_tensors, evaluate};
 use super::fine_tune::LrGroups;
 use super::grad_scaler::GradScaler;
 use super::metrics::Tally;
+use super::mixup::soft_cross_entropy;
 use super::phases::StepPhases;
 use super::schedule::CosineSchedule;
 use super::trace::StepTracer;
@@ -176,7 +177,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         phases.end(0);
         let batch = batch?;
         let n = batch.shape[0];
-        let tensors = batch_tensors::<B>(batch, device);
+        let tensors = mixed_batch::<B>(batch, config, (epoch, trainer.step, at.dist.map_or(0, |d| d.rank)), plan.dataset.classes().len(), device);
         phases.end(1);
         let synced_before = at.dist.map_or(0.0, |d| d.ddp.stats().seconds);
         let out = step_gradients(trainer, at, tensors, &mut phases)?;
@@ -220,6 +221,22 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     })
 }
 
+/// The batch on the device: images, labels, and — when this batch is mixed (mixup / cutmix,
+/// a pure function of the seed, epoch, step and rank) — the mixed images and soft targets.
+fn mixed_batch<B: AutodiffBackend>(batch: crate::data::Batch, config: &TrainConfig, key: (usize, usize, usize), classes: usize, device: &B::Device) -> StepBatch<B> {
+    let mix = config.mixup.draw(config.seed, key, (batch.shape[2], batch.shape[3]));
+    let targets = mix.map(|m| super::mixup::soft_targets(&batch.labels, classes, m.lam, config.label_smoothing));
+    let n = batch.shape[0];
+    let (x, y) = batch_tensors::<B>(batch, device);
+    match (mix, targets) {
+        (Some(m), Some(t)) => (super::mixup::mix_images(x, &m), y, Some(Tensor::from_data(TensorData::new(t, [n, classes]), device))),
+        _ => (x, y, None),
+    }
+}
+
+/// Images, labels, and soft targets when the batch is mixed.
+type StepBatch<B> = (Tensor<B, 4>, Tensor<B, 1, Int>, Option<Tensor<B, 2>>);
+
 /// The epoch so far, summed over the ranks (a collective: every rank calls it at the same
 /// step): what was `done` before this invocation plus `steps` steps and `seen` samples since
 /// `started`, whose loss and hit sums are on the device.
@@ -239,14 +256,17 @@ fn epoch_so_far<B: AutodiffBackend>(
 
 /// Forward and backward of one batch, on one device or split over DataParallel's; as a DDP
 /// rank, the gradients come back averaged over the ranks (all-reduced while backward runs).
-fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y): (Tensor<B, 4>, Tensor<B, 1, Int>), phases: &mut StepPhases<B>) -> Result<StepOut<B>> {
+fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y, soft): StepBatch<B>, phases: &mut StepPhases<B>) -> Result<StepOut<B>> {
     let n = x.dims()[0];
     let loss_scale = trainer.scaler.as_ref().map_or(1.0, GradScaler::scale);
     let loss_fn = &trainer.loss_fn;
     let Some(dp) = &at.dp else {
         let ddp_step = at.dist.map(|d| d.ddp.step(&trainer.model)).transpose()?;
         let logits = trainer.model.forward(x);
-        let loss = loss_fn.forward(logits.clone(), y.clone());
+        let loss = match soft {
+            Some(t) => soft_cross_entropy(logits.clone(), t),
+            None => loss_fn.forward(logits.clone(), y.clone()),
+        };
         let loss_sum = loss.clone().inner().mul_scalar(n as f64);
         let correct = logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
         phases.end(2);
@@ -257,14 +277,18 @@ fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Place
         };
         return Ok(StepOut { grads, loss_sum, correct });
     };
-    let (xs, ys) = (dp.scatter(x), dp.scatter(y));
+    let (xs, ys, ts) = (dp.scatter(x), dp.scatter(y), soft.map(|t| dp.scatter(t)));
     let model = trainer.model.clone();
     let out = dp.step(model, n, |replica: Classifier<B>, i, _dev| {
         let (x, y) = (xs[i].clone(), ys[i].clone());
         let k = x.dims()[0];
         let logits = replica.forward(x);
         let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
-        (loss_fn.forward(logits, y).mul_scalar(loss_scale), hits)
+        let loss = match &ts {
+            Some(ts) => soft_cross_entropy(logits, ts[i].clone()),
+            None => loss_fn.forward(logits, y),
+        };
+        (loss.mul_scalar(loss_scale), hits)
     });
     trainer.model = out.model;
     let device = &at.device;

@@ -12,6 +12,7 @@ pub mod grad_scaler;
 pub mod health;
 pub mod inference;
 pub mod metrics;
+pub mod mixup;
 mod outputs;
 pub mod phases;
 pub mod predict;

@@ -192,7 +192,7 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
 /// The run's first log line (rank 0).
 fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: &Classifier<B>, (data_parallel, world): (bool, usize)) {
     log::info!(
-        "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}; augmentation: {}",
+        "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}; augmentation: {}, {}",
         config.model,
         config.data,
         plan.dataset.classes().len(),
@@ -215,7 +215,8 @@ fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: 
         if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" },
         if model.precision() == Precision::F32 { String::new() } else { format!(", {} activations", model.precision()) },
         if model.layout() == Layout::Nhwc { ", channels-last" } else { "" },
-        config.augment.describe()
+        config.augment.describe(),
+        config.mixup.describe()
     );
 }
 
