@@ -4,6 +4,7 @@
 
 mod common;
 
+use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::{flat_values, max_relative_diff};
@@ -14,6 +15,7 @@ use burn_optim::decay::WeightDecayConfig;
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
 use common::mlp::Mlp;
+use common::vit_block::VitBlock;
 use common::{assert_all_ok, is_worker, spawn};
 
 type B = Autodiff<Flex>;
@@ -24,14 +26,38 @@ fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Ten
     common::mlp::batch::<B>(rows, device)
 }
 
+/// A classifier of the rows of `common::mlp::batch`: the MLP, or a ViT block.
+trait RowModel: AutodiffModule<B> + 'static {
+    fn init(device: &burn::tensor::Device<B>) -> Self;
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2>;
+}
+
+impl RowModel for Mlp<B> {
+    fn init(device: &burn::tensor::Device<B>) -> Self {
+        Mlp::new(device)
+    }
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.forward(x)
+    }
+}
+
+impl RowModel for VitBlock<B> {
+    fn init(device: &burn::tensor::Device<B>) -> Self {
+        VitBlock::new(device)
+    }
+    fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.forward(x)
+    }
+}
+
 /// Trains `STEPS` steps; `rows_of(step)` picks this process's rows; `sync` averages gradients.
-fn train(mut model: Mlp<B>, rows_of: impl Fn(usize) -> std::ops::Range<usize>, sync: impl Fn(&Mlp<B>, GradientsParams) -> GradientsParams) -> Mlp<B> {
+fn train<M: RowModel>(mut model: M, rows_of: impl Fn(usize) -> std::ops::Range<usize>, sync: impl Fn(&M, GradientsParams) -> GradientsParams) -> M {
     let device = Default::default();
-    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, Mlp<B>>();
+    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, M>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     for step in 0..STEPS {
         let (x, y) = batch(rows_of(step), &device);
-        let loss = loss_fn.forward(model.forward(x), y);
+        let loss = loss_fn.forward(model.logits(x), y);
         let grads = sync(&model, GradientsParams::from_grads(loss.backward(), &model));
         model = optim.step(0.1, model, grads);
     }
@@ -57,14 +83,14 @@ fn assert_ranks_match(outs: &[std::process::Output], single: &[f32]) {
 
 static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn equivalence(test: &str, world: usize) {
+fn equivalence<M: RowModel>(test: &str, world: usize) {
     let device = Default::default();
     if is_worker() {
         let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
         let (rank, w) = (pg.rank(), pg.world_size());
         B::seed(&device, 1000 + rank as u64); // deliberately different initialisations
         let ddp = DistributedDataParallel::new(pg, DdpConfig { bucket_bytes: 256, ..DdpConfig::default() });
-        let model = ddp.broadcast_module(Mlp::<B>::new(&device)).unwrap();
+        let model = ddp.broadcast_module(M::init(&device)).unwrap();
         let global = w * PER_RANK;
         let model = train(model, |s| s * global + rank * PER_RANK..s * global + (rank + 1) * PER_RANK, |m, g| ddp.sync_gradients(m, g).unwrap());
         let stats = ddp.stats();
@@ -80,10 +106,10 @@ fn equivalence(test: &str, world: usize) {
     let _init = INIT.lock().unwrap_or_else(|e| e.into_inner());
     B::seed(&device, 1000);
     let global = world * PER_RANK;
-    let single = flat_values(&train(Mlp::<B>::new(&device), |s| s * global..(s + 1) * global, |_, g| g));
+    let single = flat_values(&train(M::init(&device), |s| s * global..(s + 1) * global, |_, g| g));
     let initial = {
         B::seed(&device, 1000);
-        flat_values(&Mlp::<B>::new(&device))
+        flat_values(&M::init(&device))
     };
     assert!(max_relative_diff(&single, &initial, 1e-6) > 1e-3, "training must move the parameters");
     assert_ranks_match(&outs, &single);
@@ -140,7 +166,7 @@ fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
 fn ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch() {
     let test = "ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch";
     if is_worker() {
-        return equivalence(test, 4);
+        return equivalence::<Mlp<B>>(test, 4);
     }
     let port = burn_ddp::launch::free_port().unwrap().to_string();
     let exe = std::env::current_exe().unwrap();
@@ -176,12 +202,19 @@ fn ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch() {
 
 #[test]
 fn ddp_2_ranks_equals_one_process_with_the_global_batch() {
-    equivalence("ddp_2_ranks_equals_one_process_with_the_global_batch", 2);
+    equivalence::<Mlp<B>>("ddp_2_ranks_equals_one_process_with_the_global_batch", 2);
+}
+
+/// A ViT block (LayerNorm, attention through `nn::attention`, GELU MLP, `nn::linear`): DDP
+/// is exact for it as for the MLP.
+#[test]
+fn ddp_2_ranks_of_a_vit_block_equal_one_process_with_the_global_batch() {
+    equivalence::<VitBlock<B>>("ddp_2_ranks_of_a_vit_block_equal_one_process_with_the_global_batch", 2);
 }
 
 #[test]
 fn ddp_3_ranks_equals_one_process_with_the_global_batch() {
-    equivalence("ddp_3_ranks_equals_one_process_with_the_global_batch", 3);
+    equivalence::<Mlp<B>>("ddp_3_ranks_equals_one_process_with_the_global_batch", 3);
 }
 
 /// The MLP with an extra head that only some ranks use.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod mlp;
+pub mod vit_block;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
