@@ -433,7 +433,8 @@ fn leaf<const D: usize>(device: &CudaDevice, seed: u64, dims: [usize; D], dtype:
 
 /// `nn::linear` and `nn::matmul` on cuBLAS against f64: a linear layer of odd sizes with bias
 /// (its gradient: row sums on cuBLAS), and attention's `q · kᵀ` with
-/// `q` a permuted view (batch axes not one stride apart: packed) and `kᵀ` a transposed view
+/// `q` a sliced, permuted view (batch axes not one stride apart: an array of addresses, at an
+/// offset into its buffer) and `kᵀ` a transposed view
 /// (read in place); values and all gradients.
 fn check_gemm(device: &CudaDevice) -> bool {
     let mut ok = true;
@@ -453,15 +454,17 @@ fn check_gemm(device: &CudaDevice) -> bool {
             max_rel_err(&to_f64(layer.weight.grad(&grads).expect("dw")), &mm(&tr(&xv, 1, 37, 70), &gv, 1, 70, 37, 19)),
             max_rel_err(&to_f64(layer.bias.as_ref().expect("bias").grad(&grads).expect("db")), &db_ref),
         ];
-        let (p, _) = leaf(device, 4, [2, 29, 3, 8], dtype);
+        let (p, _) = leaf(device, 4, [2, 29, 2, 3, 8], dtype);
         let (k, kv) = leaf(device, 5, [2, 3, 29, 8], dtype);
         let (g, gv) = leaf(device, 6, [2, 3, 29, 29], dtype);
-        let q = p.clone().cast(dtype).swap_dims(1, 2);
+        // As a ViT's q out of its qkv projection: part 1 of [n, t, parts, h, d], viewed [n, h, t, d].
+        let part = |t: Tensor<Ad, 5>| t.permute([2, 0, 3, 1, 4]).slice([1..2]).reshape([2, 3, 29, 8]);
+        let q = part(p.clone().cast(dtype));
         let qv = to_f64(q.clone());
         let s = matmul(q, k.clone().cast(dtype).swap_dims(2, 3));
         let grads = (s.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
         let dq = mm(&gv, &kv, 6, 29, 29, 8);
-        let dp = p.grad(&grads).expect("dp").swap_dims(1, 2);
+        let dp = part(Tensor::from_inner(p.grad(&grads).expect("dp")));
         let e3 = [
             max_rel_err(&to_f64(s), &mm(&qv, &tr(&kv, 6, 29, 8), 6, 29, 8, 29)),
             max_rel_err(&to_f64(dp), &dq),

@@ -9,7 +9,7 @@ use super::cudnn_types::fail;
 use super::gemm_layout::{Gemm, GemmType, Operand};
 use crate::error::Result;
 use cudarc::cublas::{result, sys};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
@@ -33,6 +33,10 @@ pub fn available() -> bool {
 /// A cuBLAS handle bound to one stream, with its workspace.
 pub struct Handle {
     raw: sys::cublasHandle_t,
+    stream: Arc<CudaStream>,
+    /// Device memory for the pointer arrays of [`Handle::gemm_pointers`], grown as needed
+    /// (reused call after call: each upload is ordered after the previous product on the stream).
+    pointers: Option<CudaSlice<u64>>,
     /// Kept alive as long as the handle may use it.
     workspace: CudaSlice<u8>,
 }
@@ -56,7 +60,7 @@ impl Handle {
         }
         let workspace = stream.alloc_zeros::<u8>(WORKSPACE_BYTES).map_err(|e| fail("allocating the cuBLAS workspace", e))?;
         let raw = result::create_handle().map_err(|e| fail("cublasCreate", e))?;
-        let mut handle = Handle { raw, workspace };
+        let mut handle = Handle { raw, stream: stream.clone(), pointers: None, workspace };
         let (ptr, sync) = handle.workspace.device_ptr_mut(stream);
         // SAFETY: a live handle, a live stream of the bound context and a live allocation of
         // WORKSPACE_BYTES that the handle keeps.
@@ -78,11 +82,7 @@ impl Handle {
         gemm.validate()?;
         let (op_b, ld_b) = op(gemm.b);
         let (op_a, ld_a) = op(gemm.a);
-        let ty = match gemm.dtype {
-            GemmType::F32 => sys::cudaDataType::CUDA_R_32F,
-            GemmType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-            GemmType::F16 => sys::cudaDataType::CUDA_R_16F,
-        };
+        let ty = data_type(gemm.dtype);
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (m, n, k) = (gemm.c.cols as i32, gemm.c.rows as i32, gemm.a.cols as i32);
         // SAFETY: sizes validated; the pointers are the caller's promise.
@@ -116,6 +116,69 @@ impl Handle {
         .map_err(|e| fail("cublasGemmStridedBatchedEx", e))?;
         GEMMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Enqueues `gemm` with each matrix's address given (`a[i]`, `b[i]`, `c[i]` for the
+    /// `gemm.batch` matrices; the operands' batch strides are ignored): for batches whose axes
+    /// cannot be walked with one stride, such as attention's q, k, v viewed out of one qkv
+    /// projection. The addresses go to the device on the handle's stream.
+    ///
+    /// # Safety
+    /// As [`Handle::gemm`], for every matrix.
+    pub unsafe fn gemm_pointers(&mut self, gemm: &Gemm, a: &[u64], b: &[u64], c: &[u64]) -> Result<()> {
+        gemm.validate()?;
+        let n = gemm.batch;
+        assert!(a.len() == n && b.len() == n && c.len() == n, "one address per matrix");
+        // cuBLAS's first operand is our b (see the module documentation).
+        let host: Vec<u64> = b.iter().chain(a).chain(c).copied().collect();
+        if self.pointers.as_ref().is_none_or(|p| p.len() < host.len()) {
+            self.pointers = None;
+            self.pointers = Some(self.stream.alloc_zeros::<u64>(host.len().next_power_of_two()).map_err(|e| fail("allocating cuBLAS's pointer arrays", e))?);
+        }
+        let buf = self.pointers.as_mut().expect("allocated above");
+        self.stream.memcpy_htod(&host, buf).map_err(|e| fail("uploading cuBLAS's pointer arrays", e))?;
+        let (base, sync) = buf.device_ptr(&self.stream);
+        let ((op_b, ld_b), (op_a, ld_a), ty) = (op(gemm.b), op(gemm.a), data_type(gemm.dtype));
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (m, rows, k) = (gemm.c.cols as i32, gemm.c.rows as i32, gemm.a.cols as i32);
+        let array = |i: u64| (base + i * 8 * n as u64) as *const *const c_void;
+        // SAFETY: sizes validated; the arrays hold `n` live addresses each (the caller's promise).
+        let status = unsafe {
+            sys::cublasGemmBatchedEx(
+                self.raw,
+                op_b,
+                op_a,
+                m,
+                rows,
+                k,
+                (&alpha as *const f32).cast(),
+                array(0),
+                ty,
+                ld_b as i32,
+                array(1),
+                ty,
+                ld_a as i32,
+                (&beta as *const f32).cast(),
+                array(2) as *const *mut c_void,
+                ty,
+                gemm.c.row_stride as i32,
+                n as i32,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        drop(sync);
+        status.result().map_err(|e| fail("cublasGemmBatchedEx", e))?;
+        GEMMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn data_type(dtype: GemmType) -> sys::cudaDataType {
+    match dtype {
+        GemmType::F32 => sys::cudaDataType::CUDA_R_32F,
+        GemmType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+        GemmType::F16 => sys::cudaDataType::CUDA_R_16F,
     }
 }
 

@@ -5,15 +5,16 @@
 //! burn-cuda's own matmul kernels reach about a sixth of cuBLAS's rate on an H200 for a ViT's
 //! products (`benches/results/2026-12-01-s11-*`). Operands are read where they lie: a
 //! transposed view (`kᵀ` in attention, `Bᵀ` and `Aᵀ` in the backward) becomes cuBLAS's
-//! transpose flag, not a copy; only buffers whose batch axes cannot be walked with one stride
-//! are packed first. When cuBLAS refuses or fails, burn's kernels run on the same buffers, with
+//! transpose flag, not a copy, and batches whose axes cannot be walked with one stride (q, k, v
+//! viewed out of one qkv projection) go to cuBLAS as arrays of addresses; only matrices with
+//! gaps inside their rows are packed first. When cuBLAS refuses or fails, burn's kernels run on the same buffers, with
 //! one warning per cause.
 
 use super::cublas;
 use super::cudnn;
 use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, cuda_backend, empty, launch, warn_once};
 use super::fusion_op::{self, Cube, packed};
-use super::gemm_layout::{Gemm, Operand, batch_stride, describe, gemm_type};
+use super::gemm_layout::{Gemm, Operand, batch_offsets, batch_stride, describe, gemm_type};
 use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -176,38 +177,51 @@ fn product(a: Cube, ta: bool, b: Cube, tb: bool) -> Cube {
 
 fn cublas_product(a: Cube, ta: bool, b: Cube, tb: bool) -> Result<Cube> {
     let dtype = gemm_type(a.dtype).ok_or_else(|| Error::Cudnn { op: "cuBLAS matrix product", reason: format!("{:?} tensors", a.dtype) })?;
-    let (a, oa) = operand(a);
-    let (b, ob) = operand(b);
+    let (a, oa, a_offsets) = operand(a);
+    let (b, ob, b_offsets) = operand(b);
     let (oa, ob) = (if ta { oa.t() } else { oa }, if tb { ob.t() } else { ob });
     let mut dims = a.meta.shape().as_slice().to_vec();
     let r = dims.len();
     (dims[r - 2], dims[r - 1]) = (oa.rows, ob.cols);
     let batch = dims[..r - 2].iter().product();
     let c = empty(&a, &dims);
-    let (_, oc) = operand(c.clone());
+    let (_, oc, _) = operand(c.clone());
     let gemm = Gemm { dtype, a: oa, b: ob, c: oc, batch };
     gemm.validate()?;
     let device = a.device.index;
-    // SAFETY: `launch` orders the product after the buffers' producers and before their next
-    // users; their extents match `gemm` (read off the buffers themselves); `c` is fresh.
-    launch(&[&a, &b, &c], ("gemm", gemm), move |p, order| unsafe { cudnn::with_handle(device, order, |s| s.cublas()?.gemm(&gemm, p[0], p[1], p[2])) })?;
+    if a_offsets.is_none() && b_offsets.is_none() {
+        // SAFETY: `launch` orders the product after the buffers' producers and before their
+        // next users; their extents match `gemm` (read off the buffers themselves); `c` is fresh.
+        launch(&[&a, &b, &c], ("gemm", gemm), move |p, order| unsafe { cudnn::with_handle(device, order, |s| s.cublas()?.gemm(&gemm, p[0], p[1], p[2])) })?;
+        return Ok(c);
+    }
+    let bytes = a.dtype.size() as u64;
+    let offsets = |given: Option<Vec<usize>>, stride: usize| given.unwrap_or_else(|| (0..batch).map(|i| i * stride).collect());
+    let all = [offsets(a_offsets, oa.batch_stride), offsets(b_offsets, ob.batch_stride), offsets(None, oc.batch_stride)];
+    // SAFETY: as above, for every matrix: each offset lies inside its buffer (read off its own
+    // shape and strides).
+    launch(&[&a, &b, &c], ("gemm_pointers", gemm), move |p, order| unsafe {
+        let [pa, pb, pc] = [0, 1, 2].map(|i| all[i].iter().map(|&o| p[i] + o as u64 * bytes).collect::<Vec<u64>>());
+        cudnn::with_handle(device, order, |s| s.cublas()?.gemm_pointers(&gemm, &pa, &pb, &pc))
+    })?;
     Ok(c)
 }
 
-/// The buffer as a cuBLAS operand: as it lies when its matrices are row- or column-major and
-/// its batches one stride apart, else packed first.
-fn operand(t: Cube) -> (Cube, Operand) {
-    if let Some(o) = as_operand(&t) {
-        return (t, o);
-    }
-    let t = packed(t);
-    let o = as_operand(&t).expect("a packed buffer is row-major with one batch stride");
-    (t, o)
-}
-
-fn as_operand(t: &Cube) -> Option<Operand> {
-    let (dims, strides) = (t.meta.shape().as_slice(), t.meta.strides());
+/// The buffer as a cuBLAS operand, as it lies when its matrices are row- or column-major (else
+/// packed first), and each matrix's element offset when its batch axes cannot be walked with one
+/// stride (`None` when they can: the operand's batch stride).
+fn operand(t: Cube) -> (Cube, Operand, Option<Vec<usize>>) {
+    let (dims, strides) = (t.meta.shape().as_slice().to_vec(), t.meta.strides().to_vec());
     let r = dims.len();
-    let o = Operand { rows: dims[r - 2], cols: dims[r - 1], row_stride: strides[r - 2], col_stride: strides[r - 1], batch_stride: batch_stride(&dims[..r - 2], &strides[..r - 2])? };
-    o.is_readable().then_some(o)
+    let o = Operand { rows: dims[r - 2], cols: dims[r - 1], row_stride: strides[r - 2], col_stride: strides[r - 1], batch_stride: 0 };
+    if !o.is_readable() {
+        let t = packed(t);
+        let (t, o, offsets) = operand(t);
+        assert!(offsets.is_none(), "a packed buffer's batches are one stride apart");
+        return (t, o, None);
+    }
+    match batch_stride(&dims[..r - 2], &strides[..r - 2]) {
+        Some(s) => (t, Operand { batch_stride: s, ..o }, None),
+        None => (t, o, Some(batch_offsets(&dims[..r - 2], &strides[..r - 2]))),
+    }
 }

@@ -257,11 +257,11 @@ impl DeviceState {
     }
 
     /// The cuBLAS handle on this state's stream, created on first use (the context must be bound).
-    pub(super) fn cublas(&mut self) -> Result<&super::cublas::Handle> {
+    pub(super) fn cublas(&mut self) -> Result<&mut super::cublas::Handle> {
         if self.cublas.is_none() {
             self.cublas = Some(super::cublas::Handle::new(&self.stream)?);
         }
-        Ok(self.cublas.as_ref().expect("created above"))
+        Ok(self.cublas.as_mut().expect("created above"))
     }
 
     /// The device-side fence kernels, loaded on first use (the context must be bound).

@@ -127,6 +127,16 @@ pub fn batch_stride(dims: &[usize], strides: &[usize]) -> Option<usize> {
     Some(step.unwrap_or(0))
 }
 
+/// The element offset of each matrix of the batch axes `dims` (row-major batch order), for
+/// batches that cannot be walked with one stride (cuBLAS then gets an array of pointers).
+pub fn batch_offsets(dims: &[usize], strides: &[usize]) -> Vec<usize> {
+    let mut offsets = vec![0];
+    for (&d, &s) in dims.iter().zip(strides) {
+        offsets = offsets.iter().flat_map(|&o| (0..d).map(move |i| o + i * s)).collect();
+    }
+    offsets
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +171,14 @@ mod tests {
         assert_eq!(batch_stride(&[1, 1], &[9, 9]), Some(0));
         // q of a ViT's qkv projection viewed [n, h, t, d]: heads are d apart, images 3·h·d·t.
         assert_eq!(batch_stride(&[4, 12], &[197 * 3 * 768, 64]), None);
+    }
+
+    #[test]
+    fn batch_offsets_walk_the_batch_axes_in_row_major_order() {
+        assert_eq!(batch_offsets(&[], &[]), vec![0]);
+        assert_eq!(batch_offsets(&[2, 3], &[100, 7]), vec![0, 7, 14, 100, 107, 114]);
+        // Where one stride does, the offsets are its multiples.
+        assert_eq!(batch_offsets(&[2, 3], &[30, 10]), (0..6).map(|i| i * 10).collect::<Vec<_>>());
     }
 
     #[test]
