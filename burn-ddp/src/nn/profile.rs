@@ -1,5 +1,7 @@
 //! Where the host's time goes around the cuDNN path: a few process-wide counters, cheap enough
-//! to be always on (two clock reads per phase), read by `burn-vision bench`.
+//! to be always on (two clock reads per phase), read by `burn-vision bench`. cuBLAS's products
+//! go through the same ordered launch and are counted with cuDNN's calls (`calls`, and the
+//! `cudnn` phase is the library call either way).
 //!
 //! With host-side ordering (`CudnnOptions::host_sync`) each call drains burn's stream
 //! before cuDNN runs and cuDNN's after, so `wait_burn` is (roughly) the device time of burn's own
