@@ -10,7 +10,10 @@
 //!    `MASTER_ADDR` defaults to 127.0.0.1 only when every rank is on this node.
 //!
 //! `MASTER_ADDR` and `MASTER_PORT` set by the user always win; under Slurm and MPI the port
-//! defaults to 29500 (torchrun's). Environment variables only: no sockets, no processes.
+//! defaults to 29500 (torchrun's). Under torchrun's agent store (`TORCHELASTIC_USE_AGENT_STORE=True`,
+//! as `torchrun --standalone` and its c10d rendezvous set it) PyTorch's own TCPStore already
+//! listens on `MASTER_PORT`, so our store takes the port after it (seen on the GPU machine:
+//! rank 0 found `MASTER_PORT` busy). Environment variables only: no sockets, no processes.
 
 use crate::error::{Error, Result};
 
@@ -93,7 +96,8 @@ pub fn detect(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<JobPlace>> 
         let world_size: usize = required(var, "WORLD_SIZE", "RANK is set, so WORLD_SIZE must be too")?;
         let master_addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
         let (local_rank, local_world_size) = (parse(var, "LOCAL_RANK")?.unwrap_or(rank), parse(var, "LOCAL_WORLD_SIZE")?.unwrap_or(world_size));
-        return Ok(Some(JobPlace { source: EnvSource::Torchrun, rank, world_size, local_rank, local_world_size, master_addr, master_port: port(None)? }));
+        let master_port = beside_agent_store(var, port(None)?)?;
+        return Ok(Some(JobPlace { source: EnvSource::Torchrun, rank, world_size, local_rank, local_world_size, master_addr, master_port }));
     }
     if var("SLURM_PROCID").is_some() {
         return slurm(var, port(Some(29500))?).map(Some);
@@ -102,6 +106,14 @@ pub fn detect(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<JobPlace>> 
         return open_mpi(var, port(Some(29500))?).map(Some);
     }
     Ok(None)
+}
+
+/// `port`, or the port after it when torchrun's agent hosts its TCPStore on `port`.
+fn beside_agent_store(var: &dyn Fn(&str) -> Option<String>, port: u16) -> Result<u16> {
+    if !var("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(port);
+    }
+    port.checked_add(1).ok_or(Error::Env { name: "MASTER_PORT", reason: "65535 is torchrun's store; our store needs the port after it: give torchrun a lower --master-port".into() })
 }
 
 fn slurm(var: &dyn Fn(&str) -> Option<String>, master_port: u16) -> Result<JobPlace> {
@@ -206,6 +218,17 @@ mod tests {
         assert_eq!((p.source, p.rank, p.world_size, p.local_rank, p.local_world_size, p.master_addr.as_str(), p.master_port), (EnvSource::Torchrun, 3, 4, 1, 2, "h0", 29400));
         let missing_port = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap_err().to_string();
         assert!(missing_port.contains("MASTER_PORT"), "{missing_port}");
+    }
+
+    #[test]
+    fn under_torchruns_agent_store_our_store_takes_the_next_port() {
+        let base = [("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "36039")];
+        let with = |extra: (&'static str, &'static str)| detect(&env(&[base[0], base[1], base[2], extra])).map(|p| p.unwrap().master_port);
+        assert_eq!(with(("TORCHELASTIC_USE_AGENT_STORE", "True")).unwrap(), 36040);
+        assert_eq!(with(("TORCHELASTIC_USE_AGENT_STORE", "False")).unwrap(), 36039);
+        assert_eq!(with(("LOCAL_RANK", "0")).unwrap(), 36039);
+        let top = detect(&env(&[base[0], base[1], ("MASTER_PORT", "65535"), ("TORCHELASTIC_USE_AGENT_STORE", "True")])).unwrap_err().to_string();
+        assert!(top.contains("--master-port"), "{top}");
     }
 
     #[test]

@@ -16,11 +16,9 @@ use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::{Module, Param};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
-use burn::tensor::module::interpolate;
-use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, attention, linear};
+use burn_ddp::nn::{Conv2d, Layout, Precision, attention, linear, matmul};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -212,11 +210,39 @@ impl<B: Backend> VisionTransformer<B> {
             return pos;
         }
         let cls = pos.clone().slice([0..1, 0..1]);
-        let grid = pos.slice([0..1, 1..tokens]).reshape([1, g, g, d]).permute([0, 3, 1, 2]);
-        let options = InterpolateOptions { mode: InterpolateMode::Bicubic, align_corners: false };
-        let grid = interpolate(grid, [gh, gw], options).permute([0, 2, 3, 1]).reshape([1, gh * gw, d]);
-        Tensor::cat(vec![cls, grid], 1)
+        let grid = resize_bicubic(pos.slice([0..1, 1..tokens]).reshape([g, g * d]), (g, g), (gh, gw), d);
+        Tensor::cat(vec![cls, grid.reshape([1, gh * gw, d])], 1)
     }
+}
+
+/// PyTorch's bicubic weights (`align_corners=False`, A = −0.75, edge taps clamped) taking `from`
+/// samples to `to`, as a `[to, from]` row-major matrix.
+fn bicubic_matrix(from: usize, to: usize) -> Vec<f32> {
+    const A: f64 = -0.75;
+    let near = |x: f64| ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0;
+    let far = |x: f64| ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A;
+    let mut m = vec![0f32; to * from];
+    for i in 0..to {
+        let src = (i as f64 + 0.5) * from as f64 / to as f64 - 0.5;
+        let (i0, t) = (src.floor(), src - src.floor());
+        for (k, w) in [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)].into_iter().enumerate() {
+            let j = (i0 as i64 + k as i64 - 1).clamp(0, from as i64 - 1) as usize;
+            m[i * from + j] += w as f32;
+        }
+    }
+    m
+}
+
+/// A `[rows · cols, d]` grid (row-major `[rows, cols, d]` as `[rows, cols · d]`) resized
+/// bicubically to `to`, as two products with weight matrices — so its gradient exists on every
+/// backend (burn-cuda has no bicubic backward) — through `burn_ddp::nn::matmul` (f32-exact on
+/// burn-cuda). Returns `[to.0, to.1, d]`.
+fn resize_bicubic<B: Backend>(grid: Tensor<B, 2>, from: (usize, usize), to: (usize, usize), d: usize) -> Tensor<B, 3> {
+    let device = grid.device();
+    let weights = |f: usize, t: usize| Tensor::<B, 2>::from_data(TensorData::new(bicubic_matrix(f, t), [t, f]), &device);
+    let rows = matmul(weights(from.0, to.0), grid).reshape([to.0, from.1, d]);
+    let cols = weights(from.1, to.1).unsqueeze_dim::<3>(0).expand([to.0, to.1, from.1]);
+    matmul(cols, rows)
 }
 
 impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
@@ -284,7 +310,28 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::tensor::module::interpolate;
+    use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
     use burn_flex::Flex;
+
+    /// The two weight products equal burn's bicubic interpolation (PyTorch's semantics), up and
+    /// down, square and not; and the weights of each output sample add up to 1.
+    #[test]
+    fn the_bicubic_resize_by_products_equals_bicubic_interpolation() {
+        let device = Default::default();
+        for (from, to) in [((4, 4), (7, 7)), ((14, 14), (6, 6)), ((8, 8), (5, 12)), ((2, 2), (2, 3))] {
+            let d = 3;
+            let grid = Tensor::<Flex, 3>::random([from.0, from.1, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+            let ours = resize_bicubic(grid.clone().reshape([from.0, from.1 * d]), from, to, d).into_data().to_vec::<f32>().unwrap();
+            let options = InterpolateOptions { mode: InterpolateMode::Bicubic, align_corners: false };
+            let burn = interpolate(grid.permute([2, 0, 1]).unsqueeze_dim::<4>(0), [to.0, to.1], options).squeeze_dim::<3>(0).permute([1, 2, 0]).into_data().to_vec::<f32>().unwrap();
+            let err = ours.iter().zip(&burn).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err < 1e-5, "{from:?} → {to:?}: max difference {err}");
+        }
+        for row in bicubic_matrix(5, 9).chunks(5) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{row:?}");
+        }
+    }
 
     #[test]
     fn timm_parameter_counts() {
