@@ -333,6 +333,27 @@ mod tests {
         }
     }
 
+    /// The resize has a gradient (what burn-cuda's bicubic interpolation lacks): for
+    /// `out = Ry · grid · Rxᵀ` (per feature), `d grid = Ryᵀ · g · Rx`, against f64.
+    #[test]
+    fn the_resized_position_grid_has_its_gradient() {
+        type Ad = burn_autodiff::Autodiff<Flex>;
+        let device = Default::default();
+        let ((fh, fw), (th, tw)) = ((4, 3), (6, 5));
+        let grid = Tensor::<Ad, 2>::random([fh, fw], burn::tensor::Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let g = Tensor::<Ad, 3>::random([th, tw, 1], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let gv: Vec<f64> = g.clone().into_data().to_vec::<f32>().unwrap().into_iter().map(f64::from).collect();
+        let grads = (resize_bicubic(grid.clone(), (fh, fw), (th, tw), 1) * g).sum().backward();
+        let got = grid.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+        let (ry, rx) = (bicubic_matrix(fh, th), bicubic_matrix(fw, tw));
+        for a in 0..fh {
+            for b in 0..fw {
+                let want: f64 = (0..th).flat_map(|i| (0..tw).map(move |j| (i, j))).map(|(i, j)| f64::from(ry[i * fh + a]) * gv[i * tw + j] * f64::from(rx[j * fw + b])).sum();
+                assert!((f64::from(got[a * fw + b]) - want).abs() < 1e-5, "({a},{b}): {} vs {want}", got[a * fw + b]);
+            }
+        }
+    }
+
     #[test]
     fn timm_parameter_counts() {
         // timm: sum(p.numel() for p in create_model(name).parameters()) (1000 classes).
