@@ -289,6 +289,11 @@ struct TrainArgs {
     /// default 0.5).
     #[arg(long, value_name = "P")]
     mixup_switch_prob: Option<f64>,
+    /// Stochastic depth: the deepest block's residual branches are skipped per sample with
+    /// this probability, earlier ones linearly less (ViTs; timm's --drop-path; default 0,
+    /// --preset vit 0.1).
+    #[arg(long, value_name = "RATE")]
+    drop_path: Option<f64>,
 }
 
 #[derive(Args)]
@@ -338,7 +343,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     }
     augmentation(&mut c.augment, &a)?;
     mixing(&mut c.mixup, &a);
-    set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale);
+    set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale, drop_path);
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
     c.clip_grad_norm = a.clip_grad_norm.or(c.clip_grad_norm);

@@ -181,6 +181,8 @@ fn vit_s16_trains_with_two_cpu_processes_mixup_and_clipped_gradients() {
         "0.8",
         "--cutmix",
         "1.0",
+        "--drop-path",
+        "0.1",
         "--quiet",
         "--out",
         out.to_str().unwrap(),
@@ -427,6 +429,8 @@ fn augmentation_flags_are_used_logged_and_recorded() {
     assert_eq!(meta["config"]["mixup"]["cutmix_alpha"], 1.0, "{meta}");
     let bad = stderr(&cli(&["train", "--mixup-prob", "2", "--out", dir.path().join("bad").to_str().unwrap()]));
     assert!(bad.contains("--mixup-prob") && bad.trim().lines().count() == 1, "{bad}");
+    let bad = stderr(&cli(&["train", "--drop-path", "0.1", "--out", dir.path().join("bad2").to_str().unwrap()]));
+    assert!(bad.contains("--drop-path") && bad.contains("no stochastic depth") && bad.trim().lines().count() == 1, "{bad}");
 }
 
 /// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from

@@ -110,6 +110,15 @@ impl<B: Backend> ImageClassifier<B> for Classifier<B> {
     fn head_params(&self) -> Vec<String> {
         each_family!(self, m => m.head_params())
     }
+    fn with_drop_path(self, rate: f64) -> Option<Self> {
+        match self {
+            Classifier::ResNet(m) => m.with_drop_path(rate).map(Classifier::ResNet),
+            Classifier::Vit(m) => m.with_drop_path(rate).map(Classifier::Vit),
+        }
+    }
+    fn set_draw_key(&self, key: u64) {
+        each_family!(self, m => m.set_draw_key(key))
+    }
 }
 
 /// The model record in a checkpoint's bytes: a [`Classifier`]'s, or a bare ResNet's as

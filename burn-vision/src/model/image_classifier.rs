@@ -37,4 +37,15 @@ pub trait ImageClassifier<B: Backend>: Sized {
     /// Our paths of the classifier head's parameters (re-initialised when a weight file has
     /// another class count), and the parameters `--freeze-layers` leaves trainable.
     fn head_params(&self) -> Vec<String>;
+    /// Stochastic depth at `rate` for the deepest block (timm's `drop_path_rate`), or `None`
+    /// when the family has none (the caller reports it).
+    fn with_drop_path(self, rate: f64) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        (rate == 0.0).then_some(self)
+    }
+    /// The key of the next training step's random draws (stochastic depth): a pure function of
+    /// seed, epoch, step and rank, so a resumed run draws as the uninterrupted one.
+    fn set_draw_key(&self, _key: u64) {}
 }

@@ -93,9 +93,46 @@ pub struct EncoderBlock<B: Backend> {
 impl<B: Backend> EncoderBlock<B> {
     /// `[n, tokens, dim]` → `[n, tokens, dim]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attn.forward(norm_f32(&self.norm1, x));
+        self.forward_dropping(x, None)
+    }
+
+    /// [`forward`](Self::forward) with each residual branch (attention, MLP) multiplied by its
+    /// per-sample `[n, 1, 1]` stochastic-depth factor.
+    pub fn forward_dropping(&self, x: Tensor<B, 3>, drop: Option<&[Tensor<B, 3>; 2]>) -> Tensor<B, 3> {
+        let scaled = |t: Tensor<B, 3>, k: usize| match drop {
+            Some(m) => t * m[k].clone(),
+            None => t,
+        };
+        let x = x.clone() + scaled(self.attn.forward(norm_f32(&self.norm1, x)), 0);
         let hidden = burn::tensor::activation::gelu(linear(&self.mlp.fc1, norm_f32(&self.norm2, x.clone())));
-        x + linear(&self.mlp.fc2, hidden)
+        x + scaled(linear(&self.mlp.fc2, hidden), 1)
+    }
+}
+
+/// Stochastic depth (timm's `DropPath`): in training, each sample skips block `i`'s residual
+/// branches with probability `rate · i / (depth − 1)` (each branch drawn apart), kept ones scaled
+/// by `1 / (1 − p)`. The draws are a pure function of the step's key (set by the trainer) and
+/// block, branch and sample; clones of the model share the key.
+#[derive(Clone, Debug, Default)]
+pub struct DropPath {
+    rate: f64,
+    key: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl DropPath {
+    /// Block `block`'s two `[n, 1, 1]` factors, or `None` when it drops nothing.
+    fn factors<B: Backend>(&self, block: usize, depth: usize, n: usize, like: &Tensor<B, 3>) -> Option<[Tensor<B, 3>; 2]> {
+        let p = if depth > 1 { self.rate * block as f64 / (depth - 1) as f64 } else { self.rate };
+        if p <= 0.0 || !B::ad_enabled(&like.device()) {
+            return None;
+        }
+        let key = self.key.load(std::sync::atomic::Ordering::Relaxed);
+        Some([0, 1].map(|branch| {
+            use rand::{Rng, SeedableRng};
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key ^ ((block as u64) << 48) ^ ((branch as u64) << 56));
+            let f: Vec<f32> = (0..n).map(|_| if rng.random::<f64>() < p { 0.0 } else { (1.0 / (1.0 - p)) as f32 }).collect();
+            Tensor::<B, 3>::from_data(TensorData::new(f, [n, 1, 1]), &like.device()).cast(like.dtype())
+        }))
     }
 }
 
@@ -123,6 +160,8 @@ pub struct VisionTransformer<B: Backend> {
     pub head: Linear<B>,
     #[module(skip)]
     precision: Precision,
+    #[module(skip)]
+    drop_path: DropPath,
 }
 
 /// A ViT's shape. `init::<B>(&device)` builds it.
@@ -195,6 +234,7 @@ impl VitConfig {
             norm: norm(),
             head: linear(self.dim, self.num_classes),
             precision: Precision::F32,
+            drop_path: DropPath::default(),
         }
     }
 }
@@ -258,8 +298,10 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
         let cls = param_val(&self.cls_token, &tokens).cast(tokens.dtype()).expand([n, 1, d]);
         let pos = self.pos_embed_for(gh, gw, &tokens).cast(tokens.dtype());
         let mut x = Tensor::cat(vec![cls, tokens], 1) + pos;
-        for block in &self.blocks {
-            x = block.forward(x);
+        let depth = self.blocks.len();
+        for (i, block) in self.blocks.iter().enumerate() {
+            let drop = self.drop_path.factors(i, depth, n, &x);
+            x = block.forward_dropping(x, drop.as_ref());
         }
         let x = self.norm.forward(x.cast(FloatDType::F32));
         let features = x.slice([0..n, 0..1]).reshape([n, d]);
@@ -305,11 +347,21 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
     fn head_params(&self) -> Vec<String> {
         vec!["head.weight".into(), "head.bias".into()]
     }
+
+    fn with_drop_path(mut self, rate: f64) -> Option<Self> {
+        self.drop_path.rate = rate;
+        Some(self)
+    }
+
+    fn set_draw_key(&self, key: u64) {
+        self.drop_path.key.store(key, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::module::AutodiffModule;
     use burn::tensor::module::interpolate;
     use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
     use burn_flex::Flex;
@@ -331,6 +383,36 @@ mod tests {
         for row in bicubic_matrix(5, 9).chunks(5) {
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{row:?}");
         }
+    }
+
+    /// Stochastic depth: reproducible per key, different across keys, off outside autodiff
+    /// (evaluation), none in block 0, and each branch dropped with the block's probability.
+    #[test]
+    fn drop_path_draws_per_key_in_training_only() {
+        type Ad = burn_autodiff::Autodiff<Flex>;
+        let device = Default::default();
+        let model = VitConfig::new(4, 32, 3, 2, 5).with_image_size(32).init::<Ad>(&device);
+        let x = Tensor::<Ad, 4>::random([6, 3, 32, 32], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let v = |t: Tensor<Ad, 2>| t.into_data().to_vec::<f32>().unwrap();
+        let dropping = model.with_drop_path(0.5).unwrap();
+        dropping.set_draw_key(1);
+        let a = v(dropping.forward(x.clone()));
+        // Cloned after the first forward: lazily initialised parameters are drawn by then.
+        let plain = v(dropping.clone().with_drop_path(0.0).unwrap().forward(x.clone()));
+        assert_eq!(a, v(dropping.forward(x.clone())), "the same key draws the same");
+        dropping.set_draw_key(2);
+        assert_ne!(a, v(dropping.forward(x.clone())), "another key draws anew");
+        assert_ne!(a, plain, "rate 0.5 drops something in 6 samples × 4 branches");
+        let eval = dropping.valid().forward(x.inner()).into_data().to_vec::<f32>().unwrap();
+        let close = eval.iter().zip(&plain).all(|(e, p)| (e - p).abs() < 1e-5);
+        assert!(close, "evaluation must not drop: {:?} vs {:?}", &eval[..4], &plain[..4]);
+        let d = DropPath { rate: 0.3, key: Default::default() };
+        let like = Tensor::<Ad, 3>::zeros([1, 1, 1], &device);
+        assert!(d.factors(0, 4, 8, &like).is_none(), "block 0 keeps everything");
+        let f = d.factors(3, 4, 4000, &like).unwrap()[1].clone().into_data().to_vec::<f32>().unwrap();
+        let dropped = f.iter().filter(|&&v| v == 0.0).count() as f64 / 4000.0;
+        assert!((dropped - 0.3).abs() < 0.03, "dropped {dropped}");
+        assert!(f.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.7).abs() < 1e-6));
     }
 
     /// The resize has a gradient (what burn-cuda's bicubic interpolation lacks): for

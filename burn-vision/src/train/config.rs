@@ -160,6 +160,9 @@ pub struct TrainConfig {
     /// Mixup / CutMix of training batches (off by default).
     #[serde(default)]
     pub mixup: super::mixup::MixupConfig,
+    /// Stochastic depth of the deepest block (ViTs; timm's `--drop-path`); 0 is off.
+    #[serde(default)]
+    pub drop_path: f64,
 }
 
 fn one() -> f64 {
@@ -230,6 +233,7 @@ impl Default for TrainConfig {
             timeout_s: None,
             augment: crate::data::Augment::default(),
             mixup: super::mixup::MixupConfig::default(),
+            drop_path: 0.0,
         }
     }
 }
@@ -262,8 +266,8 @@ impl TrainConfig {
     /// A Vision Transformer fine-tuning recipe after DeiT / timm's: ViT-S/16, AdamW (lr 5e-4 per
     /// device for batch 64, weight decay 0.05), 5 warm-up epochs then cosine to 1 %, label
     /// smoothing 0.1, gradient clipping at global norm 1, colour jitter 0.4, random erasing
-    /// 0.25, mixup α 0.8 / cutmix α 1.0 (switch 0.5), 30 epochs at 224². (timm's RandAugment and
-    /// stochastic depth are not built yet.)
+    /// 0.25, mixup α 0.8 / cutmix α 1.0 (switch 0.5), stochastic depth 0.1, 30 epochs at 224².
+    /// (timm's RandAugment is not built yet.)
     pub fn vit() -> Self {
         Self {
             model: "vit_s16".into(),
@@ -279,6 +283,7 @@ impl TrainConfig {
             clip_grad_norm: Some(1.0),
             augment: crate::data::Augment { color_jitter: 0.4, random_erasing: 0.25, ..crate::data::Augment::default() },
             mixup: super::mixup::MixupConfig { mixup_alpha: 0.8, cutmix_alpha: 1.0, ..Default::default() },
+            drop_path: 0.1,
             ..Self::default()
         }
     }
@@ -338,6 +343,9 @@ impl TrainConfig {
         }
         self.augment.validate()?;
         self.mixup.validate()?;
+        if !(0.0..1.0).contains(&self.drop_path) {
+            return bad("--drop-path", self.drop_path.to_string(), "must be in [0, 1)");
+        }
         if self.image_size < 8 {
             return bad("--image-size", self.image_size.to_string(), "must be at least 8");
         }

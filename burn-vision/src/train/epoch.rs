@@ -177,7 +177,9 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         phases.end(0);
         let batch = batch?;
         let n = batch.shape[0];
-        let tensors = mixed_batch::<B>(batch, config, (epoch, trainer.step, at.dist.map_or(0, |d| d.rank)), plan.dataset.classes().len(), device);
+        let key = (epoch, trainer.step, at.dist.map_or(0, |d| d.rank));
+        let tensors = mixed_batch::<B>(batch, config, key, plan.dataset.classes().len(), device);
+        trainer.model.set_draw_key(draw_key(config.seed, key));
         phases.end(1);
         let synced_before = at.dist.map_or(0.0, |d| d.ddp.stats().seconds);
         let out = step_gradients(trainer, at, tensors, &mut phases)?;
@@ -232,6 +234,12 @@ fn mixed_batch<B: AutodiffBackend>(batch: crate::data::Batch, config: &TrainConf
         (Some(m), Some(t)) => (super::mixup::mix_images(x, &m), y, Some(Tensor::from_data(TensorData::new(t, [n, classes]), device))),
         _ => (x, y, None),
     }
+}
+
+/// The key of a step's random draws in the model (stochastic depth): seed, epoch, step, rank.
+fn draw_key(seed: u64, (epoch, step, rank): (usize, usize, usize)) -> u64 {
+    use rand::{RngCore, SeedableRng};
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ ((epoch as u64) << 40) ^ ((rank as u64) << 32) ^ step as u64).next_u64()
 }
 
 /// Images, labels, and soft targets when the batch is mixed.

@@ -92,7 +92,12 @@ fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>
     let classes = data.dataset.classes().len();
     let main_rank = dist.is_none_or(|d| d.rank == 0);
     let (model, tracked) = super::fine_tune::prepare(config, seeded_model::<B>(config, classes, data.train.channels, &devices[0])?, main_rank)?;
-    let mut model = model.with_precision(config.precision).with_channels_last(config.channels_last_on());
+    let model = model.with_precision(config.precision).with_channels_last(config.channels_last_on());
+    let mut model = model.with_drop_path(config.drop_path).ok_or_else(|| Error::InvalidConfig {
+        name: "--drop-path",
+        value: config.drop_path.to_string(),
+        reason: format!("{} has no stochastic depth (ViTs have); leave it at 0", config.model),
+    })?;
     match dist {
         Some(d) if config.sync_bn => model = model.with_sync_batch_norm(Some(BatchNormSync::new::<B>(d.device_group.clone())?)),
         None if config.sync_bn => log::info!("--sync-bn: one process, so BatchNorm statistics are already over the whole batch"),
@@ -192,7 +197,7 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
 /// The run's first log line (rank 0).
 fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: &Classifier<B>, (data_parallel, world): (bool, usize)) {
     log::info!(
-        "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}; augmentation: {}, {}",
+        "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}; augmentation: {}, {}{}",
         config.model,
         config.data,
         plan.dataset.classes().len(),
@@ -216,7 +221,8 @@ fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: 
         if model.precision() == Precision::F32 { String::new() } else { format!(", {} activations", model.precision()) },
         if model.layout() == Layout::Nhwc { ", channels-last" } else { "" },
         config.augment.describe(),
-        config.mixup.describe()
+        config.mixup.describe(),
+        if config.drop_path > 0.0 { format!(", stochastic depth {}", config.drop_path) } else { String::new() }
     );
 }
 
