@@ -73,6 +73,16 @@ fn single_rank_group_works_without_peers() {
     assert_all_ok("single_rank", &spawn("single_rank_group_works_without_peers", 1, &[0], &[]));
 }
 
+/// An all-reduce of `len` ones that must fail within `timeout`: the error (printed, for the
+/// parent's checks) and how long it took.
+fn failed_all_reduce(pg: &dyn ProcessGroup, len: usize, timeout: Duration) -> (Error, Duration) {
+    let mut b = f32_bytes(&vec![1.0; len]);
+    let t = Instant::now();
+    let err = pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(timeout) }).unwrap_err();
+    println!("ERROR rank {}: {err} after {:?}", pg.rank(), t.elapsed());
+    (err, t.elapsed())
+}
+
 #[test]
 fn dead_rank_mid_collective_is_an_error_not_a_hang() {
     const TEST: &str = "dead_rank_mid_collective_is_an_error_not_a_hang";
@@ -81,11 +91,8 @@ fn dead_rank_mid_collective_is_an_error_not_a_hang() {
         if pg.rank() == 2 {
             std::process::exit(3); // dies before the collective
         }
-        let mut b = f32_bytes(&vec![1.0; 100_000]);
-        let t = Instant::now();
-        let err = pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(Duration::from_secs(10)) }).unwrap_err();
-        println!("ERROR rank {}: {err} after {:?}", pg.rank(), t.elapsed());
-        assert!(t.elapsed() < Duration::from_secs(15));
+        let (err, took) = failed_all_reduce(&*pg, 100_000, Duration::from_secs(10));
+        assert!(took < Duration::from_secs(15));
         if pg.rank() == 0 {
             // Rank 0 receives from rank 2: the dead rank is named.
             assert!(matches!(err, Error::PeerFailed { peer: 2, .. } | Error::Timeout { .. }), "{err}");
@@ -177,10 +184,7 @@ fn a_stuck_rank_is_named_by_every_rank_that_waits_for_it() {
             std::thread::sleep(Duration::from_secs(9)); // stuck, then leaves without the collective
             return;
         }
-        let mut b = f32_bytes(&vec![1.0; 10_000]);
-        let t = Instant::now();
-        let err = pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(Duration::from_secs(2)) }).unwrap_err();
-        println!("ERROR rank {}: {err} after {:?}", pg.rank(), t.elapsed());
+        let (err, _) = failed_all_reduce(&*pg, 10_000, Duration::from_secs(2));
         assert!(matches!(&err, Error::Timeout { missing, .. } if missing == &vec![1]), "rank {}: {err}", pg.rank());
         return;
     }
