@@ -79,34 +79,29 @@ impl Handle {
     /// `gemm` describes, and `c` must not be read or written by anyone else until the stream has
     /// run the product.
     pub unsafe fn gemm(&self, gemm: &Gemm, a: u64, b: u64, c: u64) -> Result<()> {
-        gemm.validate()?;
-        let (op_b, ld_b) = op(gemm.b);
-        let (op_a, ld_a) = op(gemm.a);
-        let ty = data_type(gemm.dtype);
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let (m, n, k) = (gemm.c.cols as i32, gemm.c.rows as i32, gemm.a.cols as i32);
+        let x = Args::of(gemm)?;
         // SAFETY: sizes validated; the pointers are the caller's promise.
         unsafe {
             result::gemm_strided_batched_ex(
                 self.raw,
-                op_b,
-                op_a,
-                m,
-                n,
-                k,
-                (&alpha as *const f32).cast(),
+                x.op_b,
+                x.op_a,
+                x.m,
+                x.n,
+                x.k,
+                (&ONE as *const f32).cast(),
                 b as *const c_void,
-                ty,
-                ld_b as i32,
+                x.ty,
+                x.ld_b,
                 gemm.b.batch_stride as i64,
                 a as *const c_void,
-                ty,
-                ld_a as i32,
+                x.ty,
+                x.ld_a,
                 gemm.a.batch_stride as i64,
-                (&beta as *const f32).cast(),
+                (&ZERO as *const f32).cast(),
                 c as *mut c_void,
-                ty,
-                gemm.c.row_stride as i32,
+                x.ty,
+                x.ld_c,
                 gemm.c.batch_stride as i64,
                 gemm.batch as i32,
                 sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -126,7 +121,7 @@ impl Handle {
     /// # Safety
     /// As [`Handle::gemm`], for every matrix.
     pub unsafe fn gemm_pointers(&mut self, gemm: &Gemm, a: &[u64], b: &[u64], c: &[u64]) -> Result<()> {
-        gemm.validate()?;
+        let x = Args::of(gemm)?;
         let n = gemm.batch;
         assert!(a.len() == n && b.len() == n && c.len() == n, "one address per matrix");
         // cuBLAS's first operand is our b (see the module documentation).
@@ -138,30 +133,27 @@ impl Handle {
         let buf = self.pointers.as_mut().expect("allocated above");
         self.stream.memcpy_htod(&host, buf).map_err(|e| fail("uploading cuBLAS's pointer arrays", e))?;
         let (base, sync) = buf.device_ptr(&self.stream);
-        let ((op_b, ld_b), (op_a, ld_a), ty) = (op(gemm.b), op(gemm.a), data_type(gemm.dtype));
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let (m, rows, k) = (gemm.c.cols as i32, gemm.c.rows as i32, gemm.a.cols as i32);
         let array = |i: u64| (base + i * 8 * n as u64) as *const *const c_void;
         // SAFETY: sizes validated; the arrays hold `n` live addresses each (the caller's promise).
         let status = unsafe {
             sys::cublasGemmBatchedEx(
                 self.raw,
-                op_b,
-                op_a,
-                m,
-                rows,
-                k,
-                (&alpha as *const f32).cast(),
+                x.op_b,
+                x.op_a,
+                x.m,
+                x.n,
+                x.k,
+                (&ONE as *const f32).cast(),
                 array(0),
-                ty,
-                ld_b as i32,
+                x.ty,
+                x.ld_b,
                 array(1),
-                ty,
-                ld_a as i32,
-                (&beta as *const f32).cast(),
+                x.ty,
+                x.ld_a,
+                (&ZERO as *const f32).cast(),
                 array(2) as *const *mut c_void,
-                ty,
-                gemm.c.row_stride as i32,
+                x.ty,
+                x.ld_c,
                 n as i32,
                 sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
@@ -174,11 +166,35 @@ impl Handle {
     }
 }
 
-fn data_type(dtype: GemmType) -> sys::cudaDataType {
-    match dtype {
-        GemmType::F32 => sys::cudaDataType::CUDA_R_32F,
-        GemmType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-        GemmType::F16 => sys::cudaDataType::CUDA_R_16F,
+/// `alpha` and `beta` of every product: `C = 1 · op(B)ᵀ·op(A)ᵀ + 0 · C`.
+const ONE: f32 = 1.0;
+const ZERO: f32 = 0.0;
+
+/// cuBLAS's arguments for a validated product (its first operand is our `b`: see the module
+/// documentation): operations, leading dimensions, element type, and `m, n, k` of `Cᵀ`.
+struct Args {
+    op_b: sys::cublasOperation_t,
+    ld_b: i32,
+    op_a: sys::cublasOperation_t,
+    ld_a: i32,
+    ld_c: i32,
+    ty: sys::cudaDataType,
+    m: i32,
+    n: i32,
+    k: i32,
+}
+
+impl Args {
+    fn of(gemm: &Gemm) -> Result<Self> {
+        gemm.validate()?;
+        let ((op_b, ld_b), (op_a, ld_a)) = (op(gemm.b), op(gemm.a));
+        let ty = match gemm.dtype {
+            GemmType::F32 => sys::cudaDataType::CUDA_R_32F,
+            GemmType::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+            GemmType::F16 => sys::cudaDataType::CUDA_R_16F,
+        };
+        let (m, n, k) = (gemm.c.cols as i32, gemm.c.rows as i32, gemm.a.cols as i32);
+        Ok(Args { op_b, ld_b: ld_b as i32, op_a, ld_a: ld_a as i32, ld_c: gemm.c.row_stride as i32, ty, m, n, k })
     }
 }
 

@@ -177,9 +177,9 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         phases.end(0);
         let batch = batch?;
         let n = batch.shape[0];
-        let key = (epoch, trainer.step, at.dist.map_or(0, |d| d.rank));
+        let key = super::mixup::step_key(config.seed, (epoch, trainer.step, at.dist.map_or(0, |d| d.rank)));
         let tensors = mixed_batch::<B>(batch, config, key, plan.dataset.classes().len(), device);
-        trainer.model.set_draw_key(draw_key(config.seed, key));
+        trainer.model.set_draw_key(key);
         phases.end(1);
         let synced_before = at.dist.map_or(0.0, |d| d.ddp.stats().seconds);
         let out = step_gradients(trainer, at, tensors, &mut phases)?;
@@ -223,23 +223,17 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     })
 }
 
-/// The batch on the device: images, labels, and — when this batch is mixed (mixup / cutmix,
-/// a pure function of the seed, epoch, step and rank) — the mixed images and soft targets.
-fn mixed_batch<B: AutodiffBackend>(batch: crate::data::Batch, config: &TrainConfig, key: (usize, usize, usize), classes: usize, device: &B::Device) -> StepBatch<B> {
-    let mix = config.mixup.draw(config.seed, key, (batch.shape[2], batch.shape[3]));
-    let targets = mix.map(|m| super::mixup::soft_targets(&batch.labels, classes, m.lam, config.label_smoothing));
+/// The batch on the device: images, labels, and — when this step's draws (`key`) mix it
+/// (mixup / cutmix) — the mixed images and soft targets.
+fn mixed_batch<B: AutodiffBackend>(batch: crate::data::Batch, config: &TrainConfig, key: u64, classes: usize, device: &B::Device) -> StepBatch<B> {
+    let Some(mix) = config.mixup.draw(key, (batch.shape[2], batch.shape[3])) else {
+        let (x, y) = batch_tensors::<B>(batch, device);
+        return (x, y, None);
+    };
+    let targets = super::mixup::soft_targets(&batch.labels, classes, mix.lam, config.label_smoothing);
     let n = batch.shape[0];
     let (x, y) = batch_tensors::<B>(batch, device);
-    match (mix, targets) {
-        (Some(m), Some(t)) => (super::mixup::mix_images(x, &m), y, Some(Tensor::from_data(TensorData::new(t, [n, classes]), device))),
-        _ => (x, y, None),
-    }
-}
-
-/// The key of a step's random draws in the model (stochastic depth): seed, epoch, step, rank.
-fn draw_key(seed: u64, (epoch, step, rank): (usize, usize, usize)) -> u64 {
-    use rand::{RngCore, SeedableRng};
-    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ ((epoch as u64) << 40) ^ ((rank as u64) << 32) ^ step as u64).next_u64()
+    (super::mixup::mix_images(x, &mix), y, Some(Tensor::from_data(TensorData::new(targets, [n, classes]), device)))
 }
 
 /// Images, labels, and soft targets when the batch is mixed.

@@ -4,7 +4,7 @@
 //! pastes a box of area ≈ (1 − λ) from the partner image and λ becomes the exact share left.
 //! Targets are the partners' (label-smoothed) one-hot vectors mixed by λ, each row summing to 1;
 //! the loss is the soft-target cross-entropy. Every draw is a pure function of (seed, epoch,
-//! step, rank), so a resumed run mixes exactly as the uninterrupted one.
+//! step, rank) ([`step_key`]), so a resumed run mixes exactly as the uninterrupted one.
 //!
 //! Training accuracy still counts the unmixed labels (timm reports none while mixing).
 
@@ -74,14 +74,14 @@ impl MixupConfig {
         format!("mixup α {} cutmix α {} (p {}, switch {})", self.mixup_alpha, self.cutmix_alpha, self.prob, self.switch_prob)
     }
 
-    /// The mix of the batch trained at `(epoch, step)` on `rank`, for `h × w` images, or `None`
-    /// when this batch is not mixed.
-    pub fn draw(&self, seed: u64, (epoch, step, rank): (usize, usize, usize), (h, w): (usize, usize)) -> Option<MixDraw> {
+    /// The mix of the batch whose step has the draw key `key` ([`step_key`]), for `h × w`
+    /// images, or `None` when this batch is not mixed.
+    pub fn draw(&self, key: u64, (h, w): (usize, usize)) -> Option<MixDraw> {
         if !self.enabled() {
             return None;
         }
-        let key = seed ^ 0x6d69_7875_7000_0000 ^ ((epoch as u64) << 40) ^ ((rank as u64) << 32) ^ step as u64;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key);
+        // Salted: the model's draws (stochastic depth) start from the same key.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key ^ 0x6d69_7875_7000_0000);
         if rng.random::<f64>() >= self.prob {
             return None;
         }
@@ -98,6 +98,14 @@ impl MixupConfig {
         let area = ((cut[1] - cut[0]) * (cut[3] - cut[2])) as f64;
         Some(MixDraw { lam: 1.0 - area / (h * w) as f64, cut: Some(cut) })
     }
+}
+
+/// The key of every random draw of one training step (mixup here, stochastic depth in the
+/// model): a pure function of the seed, epoch, step and rank, so a resumed run draws as the
+/// uninterrupted one and ranks draw apart.
+pub fn step_key(seed: u64, (epoch, step, rank): (usize, usize, usize)) -> u64 {
+    use rand::RngCore;
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ ((epoch as u64) << 40) ^ ((rank as u64) << 32) ^ step as u64).next_u64()
 }
 
 /// timm's `rand_bbox`: a box with sides `√(1 − λ)` of the image's, centred anywhere, clipped.
@@ -172,8 +180,8 @@ mod tests {
         let c = both();
         let (mut cut, mut mix) = (0, 0);
         for step in 0..200 {
-            let d = c.draw(7, (1, step, 0), (32, 24)).expect("prob 1 mixes every batch");
-            assert_eq!(Some(d), c.draw(7, (1, step, 0), (32, 24)), "a pure function of its key");
+            let d = c.draw(step_key(7, (1, step, 0)), (32, 24)).expect("prob 1 mixes every batch");
+            assert_eq!(Some(d), c.draw(step_key(7, (1, step, 0)), (32, 24)), "a pure function of its key");
             assert!((0.0..=1.0).contains(&d.lam));
             match d.cut {
                 Some([y0, y1, x0, x1]) => {
@@ -185,9 +193,9 @@ mod tests {
             }
         }
         assert!(cut > 60 && mix > 60, "switch prob 0.5: {cut} cutmix, {mix} mixup");
-        assert_ne!(c.draw(7, (1, 0, 0), (32, 24)), c.draw(7, (1, 0, 1), (32, 24)), "ranks draw apart");
-        assert_eq!(MixupConfig::default().draw(7, (0, 0, 0), (8, 8)), None);
-        assert_eq!(MixupConfig { prob: 0.0, ..both() }.draw(7, (0, 0, 0), (8, 8)), None);
+        assert_ne!(c.draw(step_key(7, (1, 0, 0)), (32, 24)), c.draw(step_key(7, (1, 0, 1)), (32, 24)), "ranks draw apart");
+        assert_eq!(MixupConfig::default().draw(step_key(7, (0, 0, 0)), (8, 8)), None);
+        assert_eq!(MixupConfig { prob: 0.0, ..both() }.draw(step_key(7, (0, 0, 0)), (8, 8)), None);
     }
 
     #[test]
