@@ -2,10 +2,11 @@
 //! option (TF32 on and off, and burn's own kernels for comparison) and cuDNN's batch norm against
 //! burn's on the CPU, then times every distinct
 //! ResNet-50 convolution shape (forward, and forward + backward) at batch 256; checks cuBLAS's
-//! matrix products against f64 (`bench-gemm` times them against burn's kernels).
+//! matrix products against f64 (`bench-gemm` times them against burn's kernels) and cuDNN's fused
+//! attention (`bench-sdpa` times it against the unfused path at ViT-B/16's shape).
 //!
 //! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [bench] [bench-gemm] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
+//! `cudnn_check [check] [check-sdpa] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
 //! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
@@ -14,7 +15,7 @@ use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
-use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, linear, matmul, options};
+use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, cudnn_sdpa, linear, matmul, options, self_attention};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -498,6 +499,88 @@ fn bench_gemm(device: &CudaDevice, iters: usize) {
     options::set(base);
 }
 
+/// Self-attention in f64 of a qkv buffer `[n, t, 3, h, d]` (values `x`) with output gradient
+/// `g` (`[n, t, h, d]`): the output and the qkv gradient, from the textbook formulas
+/// (`p = softmax(q·kᵀ/√d)`, `dv = pᵀ·g`, `ds = p ∘ (g·vᵀ − rowsum(g ∘ o))/√d`, `dq = ds·k`,
+/// `dk = dsᵀ·q`).
+fn attention_f64(x: &[f64], g: &[f64], [n, t, h, d]: [usize; 4]) -> (Vec<f64>, Vec<f64>) {
+    let (mut o, mut dx) = (vec![0.0; n * t * h * d], vec![0.0; x.len()]);
+    let xi = |b: usize, tok: usize, part: usize, head: usize| (((b * t + tok) * 3 + part) * h + head) * d;
+    let oi = |b: usize, tok: usize, head: usize| ((b * t + tok) * h + head) * d;
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(u, v)| u * v).sum::<f64>();
+    let scale = 1.0 / (d as f64).sqrt();
+    for (b, head) in (0..n).flat_map(|b| (0..h).map(move |hh| (b, hh))) {
+        let row = |tok: usize, part: usize| &x[xi(b, tok, part, head)..xi(b, tok, part, head) + d];
+        let grad = |tok: usize| &g[oi(b, tok, head)..oi(b, tok, head) + d];
+        let p: Vec<Vec<f64>> = (0..t)
+            .map(|i| {
+                let s: Vec<f64> = (0..t).map(|j| dot(row(i, 0), row(j, 1)) * scale).collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
+                s.iter().map(|v| (v - m).exp() / z).collect()
+            })
+            .collect();
+        for i in 0..t {
+            for c in 0..d {
+                o[oi(b, i, head) + c] = (0..t).map(|j| p[i][j] * row(j, 2)[c]).sum();
+            }
+        }
+        for i in 0..t {
+            let r = dot(grad(i), &o[oi(b, i, head)..oi(b, i, head) + d]);
+            let ds: Vec<f64> = (0..t).map(|j| p[i][j] * (dot(grad(i), row(j, 2)) - r) * scale).collect();
+            for j in 0..t {
+                for c in 0..d {
+                    dx[xi(b, i, 0, head) + c] += ds[j] * row(j, 1)[c];
+                    dx[xi(b, j, 1, head) + c] += ds[j] * row(i, 0)[c];
+                    dx[xi(b, j, 2, head) + c] += p[i][j] * grad(i)[c];
+                }
+            }
+        }
+    }
+    (o, dx)
+}
+
+/// `nn::self_attention` on cuDNN's fused flash attention against f64: the output and the qkv
+/// gradient (dq, dk, dv in one buffer), bf16 and f16, token counts that are not multiples of a
+/// tile (197, 50, 65), head dims 64 and 32; the fused path must have run (two calls per case).
+fn check_sdpa(device: &CudaDevice) -> bool {
+    let mut ok = true;
+    for (dtype, bound) in [(FloatDType::BF16, 2e-2), (FloatDType::F16, 4e-3)] {
+        for dims in [[2, 197, 3, 64], [3, 50, 2, 64], [2, 65, 4, 32]] {
+            let [n, t, h, d] = dims;
+            let before = cudnn_sdpa::calls();
+            let xv = round(&values(21, n * t * 3 * h * d, 6.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
+            let gv = round(&values(22, n * t * h * d, 2.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
+            let x = Tensor::<Ad, 5>::from_data(TensorData::new(xv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, 3, h, d]), device).require_grad();
+            let g = Tensor::<Ad, 4>::from_data(TensorData::new(gv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, h, d]), device);
+            let o = self_attention(x.clone().cast(dtype));
+            let grads = (o.clone().cast(FloatDType::F32) * g).sum().backward();
+            let (o_ref, dx_ref) = attention_f64(&xv, &gv, dims);
+            let e = [max_rel_err(&to_f64(o), &o_ref), max_rel_err(&to_f64(x.grad(&grads).expect("dqkv")), &dx_ref)];
+            let used = cudnn_sdpa::calls() - before;
+            let pass = used == 2 && e.iter().all(|&v| v < bound);
+            ok &= pass;
+            println!("RESULT check=sdpa_{} shape={dims:?} o={:.1e} dqkv={:.1e} bound={bound:.0e} sdpa_calls={used} {}", dtype_name(dtype), e[0], e[1], if pass { "ok" } else { "FAIL" });
+        }
+    }
+    ok
+}
+
+/// Attention forward + backward at ViT-B/16's shape (batch 128, 12 heads, 197 tokens, head dim
+/// 64, bf16): cuDNN's fused attention against the unfused path (two products and a softmax);
+/// `o.sum().backward()`, as `benches/pytorch_sdpa.py` does with PyTorch's.
+fn bench_sdpa(device: &CudaDevice, iters: usize) {
+    let base = options::get();
+    let qkv = Tensor::<Ad, 5>::random([128, 197, 3, 12, 64], Distribution::Normal(0.0, 1.0), device).cast(FloatDType::BF16).detach().require_grad();
+    for (label, on) in [("cudnn_fused", true), ("unfused", false)] {
+        options::set(CudnnOptions { fused_attention: on, ..base.clone() });
+        let fwd = time_ms(iters, device, || drop(self_attention(qkv.clone().inner())));
+        let both = time_ms(iters, device, || drop(self_attention(qkv.clone()).sum().backward()));
+        println!("RESULT bench=sdpa shape=[128,197,12,64] path={label} forward_ms={fwd:.3} forward_backward_ms={both:.3}");
+    }
+    options::set(base);
+}
+
 fn dtype_name(dtype: FloatDType) -> &'static str {
     match dtype {
         FloatDType::BF16 => "bf16",
@@ -510,7 +593,7 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
-    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm");
+    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm" || a == "bench-sdpa" || a == "check-sdpa");
     let device = CudaDevice::new(0);
     println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());
     let mut ok = true;
@@ -520,12 +603,20 @@ fn main() {
         ok &= check_fused(&device);
         ok &= check_upload(&device);
         ok &= check_gemm(&device);
+        ok &= check_sdpa(&device);
         // Unless asked to wait on the host, every cuDNN call must have been ordered on the device.
         let t = CudnnTimes::now();
         let ordered = options::get().host_sync || (t.calls > 0 && t.device_ordered == t.calls);
         println!("RESULT cuDNN calls={} ordered_on_device={} {}", t.calls, t.device_ordered, if ordered { "ok" } else { "FAIL" });
         ok &= ordered;
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
+    }
+    if args.iter().any(|a| a == "check-sdpa") {
+        ok &= check_sdpa(&device);
+        println!("RESULT cudnn_check_sdpa={}", if ok { "ok" } else { "FAIL" });
+    }
+    if args.iter().any(|a| a == "bench-sdpa") {
+        bench_sdpa(&device, flag("--iters", 20));
     }
     if args.iter().any(|a| a == "bench-gemm") {
         bench_gemm(&device, flag("--iters", 20));

@@ -143,6 +143,18 @@ pub(super) unsafe fn with_handle<T>(device: usize, order: Order, f: impl FnOnce(
     Ok(out)
 }
 
+/// Runs `f` with `device`'s cuDNN state (its context bound to this thread) and nothing
+/// ordered: for work that enqueues nothing on the stream, such as building execution plans.
+pub(super) fn with_state<T>(device: usize, f: impl FnOnce(&mut DeviceState) -> Result<T>) -> Result<T> {
+    if !available() {
+        return Err(fail("loading libcudnn", "not found on the library path"));
+    }
+    let state = device_state(device)?;
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    f(&mut s)
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Algo {
     Forward(sys::cudnnConvolutionFwdAlgo_t),
@@ -272,7 +284,8 @@ impl DeviceState {
         Ok(self.fences.as_ref().expect("loaded above"))
     }
 
-    fn workspace_ptr(&mut self, bytes: usize) -> Result<(u64, usize)> {
+    /// The device's workspace, grown to at least `bytes` (its address and length).
+    pub(super) fn workspace_ptr(&mut self, bytes: usize) -> Result<(u64, usize)> {
         if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
             self.workspace = None; // free the old one first
             let ws = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;

@@ -10,6 +10,7 @@
 //! Everything here sees raw descriptors and device addresses only; `cudnn.rs` decides when a
 //! plan is built and falls back to the legacy entry points when none can be.
 
+use super::cudnn_backend::{Desc, configs, operation_graph, plan};
 use super::cudnn_types::{ConvShape, DataType, Direction, Pointers, fail};
 use super::options::CudnnOptions;
 use crate::error::Result;
@@ -25,56 +26,6 @@ const RUNS: usize = 2;
 /// What the plan promises about every buffer's address (checked on each call).
 const ALIGNMENT: i64 = 16;
 const UIDS: [i64; 3] = [b'x' as i64, b'w' as i64, b'y' as i64];
-
-/// A backend descriptor, destroyed on drop.
-struct Desc(sys::cudnnBackendDescriptor_t);
-
-// SAFETY: descriptors are plain heap objects, used under the device's mutex.
-unsafe impl Send for Desc {}
-
-impl Drop for Desc {
-    fn drop(&mut self) {
-        // SAFETY: created by `new`, destroyed once here.
-        let _ = unsafe { sys::cudnnBackendDestroyDescriptor(self.0) };
-    }
-}
-
-impl Desc {
-    fn new(kind: D) -> Result<Self> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
-        unsafe { sys::cudnnBackendCreateDescriptor(kind, &mut raw) }.result().map_err(|e| fail("cudnnBackendCreateDescriptor", e))?;
-        Ok(Self(raw))
-    }
-
-    /// Sets attribute `name` to `values` of type `ty`.
-    ///
-    /// # Safety
-    /// `V` must be the C type cuDNN reads for `ty`.
-    unsafe fn set<V>(&self, name: A, ty: T, values: &[V]) -> Result<()> {
-        // SAFETY: `values` holds `len` elements of the type `ty` names (caller's contract).
-        unsafe { sys::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr() as *const c_void) }
-            .result()
-            .map_err(|e| fail("cudnnBackendSetAttribute", format!("{name:?}: {e:?}")))
-    }
-
-    fn i64s(&self, name: A, values: &[i64]) -> Result<()> {
-        // SAFETY: INT64 attributes read i64.
-        unsafe { self.set(name, T::CUDNN_TYPE_INT64, values) }
-    }
-
-    fn descs(&self, name: A, values: &[&Desc]) -> Result<()> {
-        let raw: Vec<sys::cudnnBackendDescriptor_t> = values.iter().map(|d| d.0).collect();
-        // SAFETY: BACKEND_DESCRIPTOR attributes read descriptor handles.
-        unsafe { self.set(name, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw) }
-    }
-
-    fn finalize(self) -> Result<Self> {
-        // SAFETY: a live descriptor whose required attributes were set.
-        unsafe { sys::cudnnBackendFinalize(self.0) }.result().map_err(|e| fail("cudnnBackendFinalize", e))?;
-        Ok(self)
-    }
-}
 
 /// A finalized plan and everything it was built from (kept alive with it).
 pub(super) struct GraphPlan {
@@ -158,35 +109,7 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
         op.set(beta, T::CUDNN_TYPE_FLOAT, &[0f32])?;
     }
     let op = op.finalize()?;
-    let g = Desc::new(D::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-    // SAFETY: HANDLE attributes read cudnnHandle_t.
-    unsafe { g.set(A::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, T::CUDNN_TYPE_HANDLE, &[handle])? };
-    g.descs(A::CUDNN_ATTR_OPERATIONGRAPH_OPS, &[&op])?;
-    Ok((g.finalize()?, vec![x, w, y, conv, op]))
-}
-
-/// The engine configurations heuristics `mode` proposes for `graph`, best first.
-fn configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t) -> Result<(Desc, Vec<Desc>)> {
-    let heur = Desc::new(D::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
-    heur.descs(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[graph])?;
-    // SAFETY: HEUR_MODE attributes read cudnnBackendHeurMode_t.
-    unsafe { heur.set(A::CUDNN_ATTR_ENGINEHEUR_MODE, T::CUDNN_TYPE_HEUR_MODE, &[mode])? };
-    let heur = heur.finalize()?;
-    let mut count = 0i64;
-    // SAFETY: a count query (no elements requested).
-    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &mut count, std::ptr::null_mut()) }
-        .result()
-        .map_err(|e| fail("engine heuristics", e))?;
-    let cfgs = (0..count.clamp(0, CANDIDATES as i64)).map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)).collect::<Result<Vec<_>>>()?;
-    let mut raw: Vec<sys::cudnnBackendDescriptor_t> = cfgs.iter().map(|d| d.0).collect();
-    let mut got = 0i64;
-    // SAFETY: `raw` holds `len` engine-config descriptors cuDNN fills in.
-    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, raw.len() as i64, &mut got, raw.as_mut_ptr() as *mut c_void) }
-        .result()
-        .map_err(|e| fail("engine heuristics", e))?;
-    let mut cfgs = cfgs;
-    cfgs.truncate(got.max(0) as usize);
-    Ok((heur, cfgs))
+    Ok((operation_graph(handle, &[&op])?, vec![x, w, y, conv, op]))
 }
 
 /// Whether `cfg`'s engine may run under `opts` for `shape`: no TF32 tensor cores for f32 when
@@ -211,20 +134,6 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
     Ok(!forbidden)
 }
 
-fn plan(handle: sys::cudnnHandle_t, cfg: &Desc) -> Result<(Desc, usize)> {
-    let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-    // SAFETY: HANDLE attributes read cudnnHandle_t.
-    unsafe { plan.set(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, T::CUDNN_TYPE_HANDLE, &[handle])? };
-    plan.descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])?;
-    let plan = plan.finalize()?;
-    let (mut n, mut bytes) = (0i64, 0i64);
-    // SAFETY: one INT64.
-    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, T::CUDNN_TYPE_INT64, 1, &mut n, &mut bytes as *mut i64 as *mut c_void) }
-        .result()
-        .map_err(|e| fail("plan workspace size", e))?;
-    Ok((plan, bytes.max(0) as usize))
-}
-
 /// Runs `plan` once on cuDNN's stream.
 ///
 /// # Safety
@@ -238,18 +147,14 @@ pub(super) unsafe fn execute(handle: sys::cudnnHandle_t, plan: &GraphPlan, p: Po
     unsafe { run(handle, &plan.plan, p, workspace) }
 }
 
+/// Runs one convolution `plan` with its three buffers.
+///
+/// # Safety
+/// As [`super::cudnn_backend::run`].
 unsafe fn run(handle: sys::cudnnHandle_t, plan: &Desc, p: Pointers, workspace: u64) -> Result<()> {
-    let pack = Desc::new(D::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
     let ptrs = [p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void];
-    pack.i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &UIDS)?;
-    // SAFETY: VOID_PTR attributes read pointers.
-    unsafe {
-        pack.set(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, T::CUDNN_TYPE_VOID_PTR, &ptrs)?;
-        pack.set(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, T::CUDNN_TYPE_VOID_PTR, &[workspace as *mut c_void])?;
-    }
-    let pack = pack.finalize()?;
-    // SAFETY: a finalized plan and variant pack; buffers as the caller guarantees.
-    unsafe { sys::cudnnBackendExecute(handle, plan.0, pack.0) }.result().map_err(|e| fail("cudnnBackendExecute", e))
+    // SAFETY: as this function's contract.
+    unsafe { super::cudnn_backend::run(handle, plan, &UIDS, &ptrs, workspace) }
 }
 
 /// Builds the plan for `dir` on `shape`: the fastest, on these buffers, of the first
@@ -268,7 +173,7 @@ pub(super) unsafe fn build(handle: sys::cudnnHandle_t, stream: &Arc<CudaStream>,
     let mut best: Option<(Desc, usize, f32, Desc)> = None;
     let mut tried = Vec::new();
     for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK] {
-        let Ok((_heur, cfgs)) = configs(&graph, mode) else { continue };
+        let Ok((_heur, cfgs)) = configs(&graph, mode, CANDIDATES) else { continue };
         for cfg in cfgs {
             if !allowed(&cfg, shape, opts).unwrap_or(false) {
                 continue;

@@ -102,10 +102,52 @@ pub fn attention<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) 
     matmul(burn::tensor::activation::softmax(scores, 3), v)
 }
 
+/// Multi-head self-attention of one qkv projection's output, `[batch, tokens, 3, heads,
+/// head_dim]` (q, k, v in that order: timm's and torchvision's layout) → `softmax(q·kᵀ/√d)·v` as
+/// `[batch, tokens, heads, head_dim]` (reshape it to `[batch, tokens, heads·head_dim]` for the
+/// out projection).
+///
+/// On burn-cuda with bf16/f16 activations it runs as cuDNN's fused flash-attention forward
+/// and backward (no token × token matrix in memory; `CudnnOptions::fused_attention`); elsewhere as
+/// [`attention`] on q, k and v sliced out of `qkv`.
+pub fn self_attention<B: Backend>(qkv: Tensor<B, 5>) -> Tensor<B, 4> {
+    #[cfg(feature = "cuda")]
+    let qkv = match super::cudnn_attention::try_self_attention(qkv) {
+        Ok(out) => return out,
+        Err(qkv) => qkv,
+    };
+    let [n, t, _, h, d] = qkv.dims();
+    let qkv = qkv.permute([2, 0, 3, 1, 4]);
+    let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, h, t, d]);
+    attention(part(0), part(1), part(2)).swap_dims(1, 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use burn_flex::Flex;
+
+    #[test]
+    fn self_attention_matches_f64_softmax_attention_in_the_qkv_layout() {
+        let device = Default::default();
+        let [n, t, h, d] = [2, 5, 3, 4];
+        let qkv = Tensor::<Flex, 5>::random([n, t, 3, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let x: Vec<f64> = qkv.clone().into_data().to_vec::<f32>().unwrap().into_iter().map(f64::from).collect();
+        let out = self_attention(qkv).into_data();
+        assert_eq!(out.shape.to_vec(), vec![n, t, h, d]);
+        let out = out.to_vec::<f32>().unwrap();
+        let at = |b: usize, tok: usize, part: usize, head: usize, i: usize| x[(((b * t + tok) * 3 + part) * h + head) * d + i];
+        for (b, head, qi) in (0..n).flat_map(|b| (0..h).flat_map(move |hh| (0..t).map(move |q| (b, hh, q)))) {
+            let s: Vec<f64> = (0..t).map(|k| (0..d).map(|i| at(b, qi, 0, head, i) * at(b, k, 1, head, i)).sum::<f64>() / (d as f64).sqrt()).collect();
+            let m = s.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
+            for i in 0..d {
+                let want: f64 = (0..t).map(|k| (s[k] - m).exp() / z * at(b, k, 2, head, i)).sum();
+                let got = f64::from(out[((b * t + qi) * h + head) * d + i]);
+                assert!((got - want).abs() < 1e-5, "({b},{head},{qi},{i}): {got} vs {want}");
+            }
+        }
+    }
 
     #[test]
     fn halves_add_up_exactly_and_the_high_half_is_bf16() {

@@ -18,6 +18,10 @@ mod cublas_matmul;
 #[cfg(feature = "cuda")]
 pub mod cudnn;
 #[cfg(feature = "cuda")]
+mod cudnn_attention;
+#[cfg(feature = "cuda")]
+mod cudnn_backend;
+#[cfg(feature = "cuda")]
 pub mod cudnn_bn;
 #[cfg(feature = "cuda")]
 mod cudnn_bn_burn;
@@ -29,6 +33,8 @@ mod cudnn_conv;
 mod cudnn_conv_bn;
 #[cfg(feature = "cuda")]
 mod cudnn_graph;
+#[cfg(feature = "cuda")]
+pub mod cudnn_sdpa;
 #[cfg(feature = "cuda")]
 mod cudnn_types;
 #[cfg(feature = "cuda")]
@@ -58,7 +64,7 @@ pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::conv2d;
 pub use layers::{BatchNorm, Conv2d};
 pub use layout::Layout;
-pub use linear::{attention, linear, matmul};
+pub use linear::{attention, linear, matmul, self_attention};
 pub use options::CudnnOptions;
 pub use precision::Precision;
 pub use profile::CudnnTimes;

@@ -12,6 +12,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_CUDNN_DETERMINISTIC=1` | [`deterministic`](Self::deterministic) | off |
 /// | `BURN_DDP_CUDNN_WORKSPACE_MIB=N` | [`workspace_limit`](Self::workspace_limit) | 512 MiB |
 /// | `BURN_DDP_CUBLAS=0` | [`cublas`](Self::cublas) | on |
+/// | `BURN_DDP_SDPA=0` | [`fused_attention`](Self::fused_attention) | on |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `cudnn_check` and the GPU scripts do).
@@ -53,6 +54,9 @@ pub struct CudnnOptions {
     /// accumulation (`false` runs burn's own matmul kernels: for f32 tensors split into four
     /// TF32 products to stay f32-accurate).
     pub cublas: bool,
+    /// Run bf16/f16 self-attention (`nn::self_attention`) as cuDNN's fused flash-attention
+    /// forward and backward (`false`: two products and a softmax, the scores in memory).
+    pub fused_attention: bool,
 }
 
 impl Default for CudnnOptions {
@@ -69,6 +73,7 @@ impl Default for CudnnOptions {
             nhwc_bn_kernels: true,
             graph_api: true,
             cublas: true,
+            fused_attention: true,
         }
     }
 }
@@ -83,9 +88,13 @@ impl CudnnOptions {
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let mut o = Self::default();
         let flag = |name: &str| var(name).map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
-        for (name, field) in
-            [("BURN_DDP_CUDNN", &mut o.enabled), ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32), ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic), ("BURN_DDP_CUBLAS", &mut o.cublas)]
-        {
+        for (name, field) in [
+            ("BURN_DDP_CUDNN", &mut o.enabled),
+            ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32),
+            ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic),
+            ("BURN_DDP_CUBLAS", &mut o.cublas),
+            ("BURN_DDP_SDPA", &mut o.fused_attention),
+        ] {
             if let Some(v) = flag(name) {
                 *field = v;
             }
@@ -134,11 +143,12 @@ mod tests {
             ("BURN_DDP_CUDNN_DETERMINISTIC", "1"),
             ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"),
             ("BURN_DDP_CUBLAS", "off"),
+            ("BURN_DDP_SDPA", "0"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
-        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas);
+        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas && !o.fused_attention);
         assert_eq!(o.workspace_limit, 64 << 20);
-        assert!(CudnnOptions::default().cublas);
+        assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);
     }
 }

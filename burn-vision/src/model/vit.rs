@@ -3,8 +3,9 @@
 //! `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`, `norm`,
 //! `head`), so that timm's weights load with `--pretrained`.
 //!
-//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (`burn_ddp::nn::attention`:
-//! cuBLAS products on burn-cuda, f32-accurate for f32) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
+//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (`burn_ddp::nn::self_attention`
+//! on the qkv projection's output: cuDNN's fused flash attention for bf16/f16 on burn-cuda, cuBLAS
+//! products and a softmax otherwise, f32-accurate for f32) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
 //! token's features → head. The position embedding is learned for the grid the model was built
 //! for and resized bicubically (timm's `resample_abs_pos_embed`: `align_corners=False`) when an
 //! image has another size, so 224² weights fine-tune at 384² or 96².
@@ -18,7 +19,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, attention, linear, matmul};
+use burn_ddp::nn::{Conv2d, Layout, Precision, linear, matmul, self_attention};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -61,10 +62,8 @@ impl<B: Backend> Attention<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [n, t, d] = x.dims();
         let h = self.heads;
-        let qkv = linear(&self.qkv, x).reshape([n, t, 3, h, d / h]).permute([2, 0, 3, 1, 4]);
-        let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, h, t, d / h]);
-        let out = attention(part(0), part(1), part(2));
-        linear(&self.proj, out.swap_dims(1, 2).reshape([n, t, d]))
+        let qkv = linear(&self.qkv, x).reshape([n, t, 3, h, d / h]);
+        linear(&self.proj, self_attention(qkv).reshape([n, t, d]))
     }
 }
 

@@ -1,0 +1,477 @@
+//! Scaled dot-product attention, forward and backward, as cuDNN operation graphs that its fused
+//! flash-attention engines run (cuDNN ≥ 9 on Ampere and newer): `softmax(q·kᵀ·scale)·v` without
+//! the token × token matrix in memory, the row log-sum-exp saved for the backward, bf16/f16
+//! inputs with f32 accumulation. The graphs are the ones cuDNN's frontend builds for its
+//! composite SDPA nodes (matmul, pointwise and reduction operations that the engines match as a
+//! whole), written with the backend API here so that no C++ is needed.
+//!
+//! q, k, v, o and the gradients may be strided views (`[batch, head, token, dim]`, dim stride 1):
+//! a ViT's q, k and v are read where its qkv projection left them and dq, dk, dv written into
+//! one buffer of the same layout. Raw descriptors and device addresses only; plans are built
+//! once per shape and device and cached for the process.
+
+use super::cudnn::{self, DeviceState};
+use super::cudnn_backend::{Desc, configs, operation_graph, plan, run};
+use super::cudnn_types::{DataType, fail};
+use crate::error::Result;
+use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// What every buffer's address must be a multiple of (bytes).
+pub const ALIGNMENT: u64 = 16;
+/// Largest workspace a plan may ask for (bytes), beside the backward's own f32 scratch.
+const WORKSPACE_LIMIT: usize = 256 << 20;
+const F32: sys::cudnnDataType_t = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many attention computations (forward or backward) cuDNN has run in this process.
+pub fn calls() -> u64 {
+    CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// One attention problem: `heads` heads of `tokens` queries and keys of `head_dim` each, per
+/// batch entry, with the element strides of q, k and v (and of dq, dk, dv) and of o (and do)
+/// as `[batch, head, token, dim]` views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttnShape {
+    /// bf16 or f16.
+    pub dtype: DataType,
+    /// Batch entries.
+    pub batch: i64,
+    /// Heads.
+    pub heads: i64,
+    /// Tokens (queries = keys).
+    pub tokens: i64,
+    /// Dimension per head.
+    pub head_dim: i64,
+    /// Strides of q, k, v, dq, dk and dv.
+    pub qkv_strides: [i64; 4],
+    /// Strides of o and do.
+    pub o_strides: [i64; 4],
+    /// The softmax scale's f32 bits (usually `1/√head_dim`).
+    pub scale_bits: u32,
+}
+
+impl AttnShape {
+    fn dims(&self) -> [i64; 4] {
+        [self.batch, self.heads, self.tokens, self.head_dim]
+    }
+
+    /// Bytes of f32 scratch the backward keeps in front of the plan's workspace: the row sums
+    /// of `do ∘ o` and dq's f32 accumulator.
+    fn backward_scratch(&self) -> (usize, usize) {
+        let rows = (self.batch * self.heads * self.tokens) as usize * 4;
+        let sums = rows.next_multiple_of(256);
+        (sums, sums + (rows * self.head_dim as usize).next_multiple_of(256))
+    }
+}
+
+/// The device addresses of one forward (`o`, `stats` written) or backward (`d*` written).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnPointers {
+    /// q, k and v.
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    /// The output `[batch, head, token, dim]` view.
+    pub o: u64,
+    /// The rows' log-sum-exp of the scaled scores, f32 `[batch, head, token]` packed.
+    pub stats: u64,
+    /// do, dq, dk, dv (backward only).
+    pub d_o: u64,
+    pub dq: u64,
+    pub dk: u64,
+    pub dv: u64,
+}
+
+/// A finalized plan and the descriptors it was built from.
+struct Built {
+    plan: Desc,
+    workspace: usize,
+    _parts: Vec<Desc>,
+}
+
+struct Plans {
+    forward: Built,
+    backward: Built,
+}
+
+type Shared = Arc<Mutex<Plans>>;
+type Cache = Mutex<HashMap<(usize, AttnShape), std::result::Result<Shared, String>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Builds (once per device and shape) the forward and backward plans, or says why cuDNN has
+/// none (the answer is cached too: the caller then takes another path).
+pub(super) fn prepare(device: usize, shape: &AttnShape) -> Result<()> {
+    let key = (device, *shape);
+    if let Some(known) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return known.as_ref().map(|_| ()).map_err(|e| fail("cuDNN attention", e));
+    }
+    let built = cudnn::with_state(device, |s| Ok(Plans { forward: build(s.raw(), shape, false)?, backward: build(s.raw(), shape, true)? })).map(|p| Arc::new(Mutex::new(p))).map_err(|e| e.to_string());
+    if let Ok(p) = &built {
+        let p = p.lock().unwrap_or_else(|p| p.into_inner());
+        log::info!("cuDNN attention {shape:?}: workspace forward {} B, backward {} B", p.forward.workspace, p.backward.workspace);
+    }
+    let out = built.as_ref().map(|_| ()).map_err(|e| fail("cuDNN attention", e));
+    cache().lock().unwrap_or_else(|p| p.into_inner()).insert(key, built);
+    out
+}
+
+fn plans(device: usize, shape: &AttnShape) -> Result<Shared> {
+    prepare(device, shape)?;
+    let cache = cache().lock().unwrap_or_else(|p| p.into_inner());
+    Ok(cache[&(device, *shape)].as_ref().expect("prepared").clone())
+}
+
+/// Enqueues the forward (`o`, `stats`) on `s`'s stream (inside `cudnn::with_handle`).
+///
+/// # Safety
+/// The pointers must be live device buffers of `shape`'s extents, q/k/v readable and o/stats
+/// writable until the work has finished.
+pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &AttnShape, p: &AttnPointers) -> Result<()> {
+    let plans = plans(device, shape)?;
+    let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
+    let scale = f32::from_bits(shape.scale_bits);
+    let (ws, _) = s.workspace_ptr(plans.forward.workspace)?;
+    let ptrs = [p.q, p.k, p.v, p.o, p.stats].map(|a| a as *mut c_void);
+    check_aligned(&[p.q, p.k, p.v, p.o, p.stats, ws])?;
+    let mut all = ptrs.to_vec();
+    all.push(&scale as *const f32 as *mut c_void);
+    // SAFETY: the plan was built for `shape`; the caller vouches for the buffers; the scale is
+    // read during the call.
+    unsafe { run(s.raw(), &plans.forward.plan, &[Q, K, V, O, STATS, SCALE], &all, ws) }?;
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// Enqueues the backward (`dq`, `dk`, `dv` from q, k, v, o, stats and do) on `s`'s stream.
+///
+/// # Safety
+/// As [`forward`], with do readable and dq/dk/dv writable.
+pub(super) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &AttnShape, p: &AttnPointers) -> Result<()> {
+    let plans = plans(device, shape)?;
+    let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
+    let scale = f32::from_bits(shape.scale_bits);
+    let one = 1f32;
+    let (sums_end, scratch) = shape.backward_scratch();
+    let (ws, _) = s.workspace_ptr(scratch + plans.backward.workspace)?;
+    check_aligned(&[p.q, p.k, p.v, p.o, p.stats, p.d_o, p.dq, p.dk, p.dv, ws])?;
+    let (sums, accum) = (ws, ws + sums_end as u64);
+    if cudnn::version().unwrap_or(0) < 90600 {
+        // Before cuDNN 9.6 the engine adds into dq's accumulator without clearing it first.
+        // SAFETY: inside the workspace just obtained, on its stream.
+        unsafe { cudarc::driver::sys::cuMemsetD8Async(accum, 0, scratch - sums_end, s.stream().cu_stream()) }.result().map_err(|e| fail("clearing dq's accumulator", e))?;
+    }
+    let device_ptrs = [p.q, p.k, p.v, p.o, p.stats, p.d_o, p.dq, p.dk, p.dv, sums, accum].map(|a| a as *mut c_void);
+    let mut all = device_ptrs.to_vec();
+    all.extend([&scale as *const f32 as *mut c_void, &one as *const f32 as *mut c_void]);
+    let uids = [Q, K, V, O, STATS, DO, DQ, DK, DV, SUMS, DQ_ACCUM, SCALE, ONE];
+    // SAFETY: as `forward`; the scratch lies inside the workspace, in front of the plan's part.
+    unsafe { run(s.raw(), &plans.backward.plan, &uids, &all, ws + scratch as u64) }?;
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+fn check_aligned(addresses: &[u64]) -> Result<()> {
+    match addresses.iter().find(|&&a| a % ALIGNMENT != 0) {
+        Some(a) => Err(fail("cuDNN attention", format!("a buffer at {a:#x} is not {ALIGNMENT}-byte aligned"))),
+        None => Ok(()),
+    }
+}
+
+const Q: i64 = 1;
+const K: i64 = 2;
+const V: i64 = 3;
+const O: i64 = 4;
+const STATS: i64 = 5;
+const DO: i64 = 6;
+const DQ: i64 = 7;
+const DK: i64 = 8;
+const DV: i64 = 9;
+const SUMS: i64 = 10;
+const DQ_ACCUM: i64 = 11;
+const SCALE: i64 = 12;
+const ONE: i64 = 13;
+
+/// How a tensor of the graph is bound.
+#[derive(Clone, Copy, PartialEq)]
+enum Bind {
+    /// A device buffer in the variant pack.
+    Buffer,
+    /// Produced and consumed inside the fused kernels.
+    Virtual,
+    /// A host scalar handed over by value.
+    Value,
+}
+
+/// Collects a graph's descriptors; hands out the unique ids of its virtual tensors.
+struct Graph {
+    parts: Vec<Desc>,
+    ops: Vec<usize>,
+    next_virtual: i64,
+}
+
+/// A tensor of the graph, by its index in `Graph::parts`.
+#[derive(Clone, Copy)]
+struct Tn(usize);
+
+/// `[b, h, s, d]` with the last two axes swapped (a transposed view of the same memory).
+fn swap(v: [i64; 4]) -> [i64; 4] {
+    [v[0], v[1], v[3], v[2]]
+}
+
+/// Packed strides of `dims`.
+fn packed(d: [i64; 4]) -> [i64; 4] {
+    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
+}
+
+impl Graph {
+    fn new() -> Self {
+        Self { parts: Vec::new(), ops: Vec::new(), next_virtual: 100 }
+    }
+
+    fn tensor(&mut self, uid: Option<i64>, dtype: sys::cudnnDataType_t, dims: [i64; 4], strides: [i64; 4]) -> Result<Tn> {
+        let bind = match uid {
+            None => Bind::Virtual,
+            Some(SCALE | ONE) => Bind::Value,
+            Some(_) => Bind::Buffer,
+        };
+        let uid = uid.unwrap_or_else(|| {
+            self.next_virtual += 1;
+            self.next_virtual
+        });
+        let t = Desc::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+        t.data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dtype)?;
+        t.i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
+        t.i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
+        t.i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
+        t.i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[ALIGNMENT as i64])?;
+        // SAFETY: BOOLEAN attributes read a C bool.
+        unsafe {
+            t.set(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, T::CUDNN_TYPE_BOOLEAN, &[bind == Bind::Virtual])?;
+            t.set(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, T::CUDNN_TYPE_BOOLEAN, &[bind == Bind::Value])?;
+        }
+        Ok(self.keep(t.finalize()?))
+    }
+
+    /// A virtual f32 tensor of `dims`, packed.
+    fn virt(&mut self, dims: [i64; 4]) -> Result<Tn> {
+        self.tensor(None, F32, dims, packed(dims))
+    }
+
+    fn keep(&mut self, d: Desc) -> Tn {
+        self.parts.push(d);
+        Tn(self.parts.len() - 1)
+    }
+
+    fn op(&mut self, d: Desc) {
+        self.parts.push(d);
+        self.ops.push(self.parts.len() - 1);
+    }
+
+    fn d(&self, t: Tn) -> &Desc {
+        &self.parts[t.0]
+    }
+
+    /// `y = mode(x[, b])` elementwise (b broadcast where its axes are 1), computed in f32.
+    fn pointwise(&mut self, mode: sys::cudnnPointwiseMode_t, x: Tn, b: Option<Tn>, y: Tn) -> Result<()> {
+        let pw = Desc::new(D::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
+        // SAFETY: POINTWISE_MODE attributes read cudnnPointwiseMode_t.
+        unsafe { pw.set(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, &[mode])? };
+        pw.data_type(A::CUDNN_ATTR_POINTWISE_MATH_PREC, F32)?;
+        let pw = self.keep(pw.finalize()?);
+        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)?;
+        op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &[self.d(pw)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &[self.d(x)])?;
+        if let Some(b) = b {
+            op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_BDESC, &[self.d(b)])?;
+        }
+        op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[self.d(y)])?;
+        let op = op.finalize()?;
+        self.op(op);
+        Ok(())
+    }
+
+    /// `y = reduce(x)` over the axes where `y` has extent 1, in f32.
+    fn reduction(&mut self, mode: sys::cudnnReduceTensorOp_t, x: Tn, y: Tn) -> Result<()> {
+        let r = Desc::new(D::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
+        // SAFETY: REDUCTION_OPERATOR_TYPE attributes read cudnnReduceTensorOp_t.
+        unsafe { r.set(A::CUDNN_ATTR_REDUCTION_OPERATOR, T::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &[mode])? };
+        r.data_type(A::CUDNN_ATTR_REDUCTION_COMP_TYPE, F32)?;
+        let r = self.keep(r.finalize()?);
+        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)?;
+        op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_XDESC, &[self.d(x)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &[self.d(y)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &[self.d(r)])?;
+        let op = op.finalize()?;
+        self.op(op);
+        Ok(())
+    }
+
+    /// `c = a · b` over the last two axes, batched over the first two, f32 accumulation.
+    fn matmul(&mut self, a: Tn, b: Tn, c: Tn) -> Result<()> {
+        let m = Desc::new(D::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
+        m.data_type(A::CUDNN_ATTR_MATMUL_COMP_TYPE, F32)?;
+        let m = self.keep(m.finalize()?);
+        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
+        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &[self.d(a)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &[self.d(b)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &[self.d(c)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_DESC, &[self.d(m)])?;
+        let op = op.finalize()?;
+        self.op(op);
+        Ok(())
+    }
+
+    /// `y` as another view (dims/strides) of `x`'s values.
+    fn reshape(&mut self, x: Tn, y: Tn) -> Result<()> {
+        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;
+        op.descs(A::CUDNN_ATTR_OPERATION_RESHAPE_XDESC, &[self.d(x)])?;
+        op.descs(A::CUDNN_ATTR_OPERATION_RESHAPE_YDESC, &[self.d(y)])?;
+        let op = op.finalize()?;
+        self.op(op);
+        Ok(())
+    }
+
+    /// Finalizes the operation graph and the first execution plan the heuristics (mode A, then
+    /// the fallback list) offer that builds and fits [`WORKSPACE_LIMIT`].
+    fn finish(mut self, handle: sys::cudnnHandle_t) -> Result<Built> {
+        let ops: Vec<&Desc> = self.ops.iter().map(|&i| &self.parts[i]).collect();
+        let graph = operation_graph(handle, &ops)?;
+        let mut tried = Vec::new();
+        for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK] {
+            let cfgs = match configs(&graph, mode, 8) {
+                Ok((_heur, cfgs)) => cfgs,
+                Err(e) => {
+                    tried.push(format!("{mode:?}: {e}"));
+                    continue;
+                }
+            };
+            for cfg in cfgs {
+                match plan(handle, &cfg) {
+                    Ok((p, bytes)) if bytes <= WORKSPACE_LIMIT => {
+                        self.parts.extend([graph, cfg]);
+                        return Ok(Built { plan: p, workspace: bytes, _parts: self.parts });
+                    }
+                    Ok((_, bytes)) => tried.push(format!("needs {bytes} B of workspace")),
+                    Err(e) => tried.push(e.to_string()),
+                }
+            }
+        }
+        Err(fail("cuDNN attention plan", format!("no engine ({})", if tried.is_empty() { "none proposed".to_string() } else { tried.join("; ") })))
+    }
+}
+
+fn build(handle: sys::cudnnHandle_t, shape: &AttnShape, backward: bool) -> Result<Built> {
+    let mut g = Graph::new();
+    if backward {
+        backward_graph(&mut g, shape)?
+    } else {
+        forward_graph(&mut g, shape)?
+    };
+    g.finish(handle)
+}
+
+/// The row statistics' layout, `[b, h, s, 1]` f32 packed.
+fn row_dims(shape: &AttnShape) -> [i64; 4] {
+    [shape.batch, shape.heads, shape.tokens, 1]
+}
+
+fn scores_dims(shape: &AttnShape) -> [i64; 4] {
+    [shape.batch, shape.heads, shape.tokens, shape.tokens]
+}
+
+/// `o = softmax(q·kᵀ·scale)·v`, `stats = max + ln Σ exp(· − max)` per row.
+fn forward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
+    use sys::cudnnPointwiseMode_t::*;
+    use sys::cudnnReduceTensorOp_t::*;
+    let (io, dims, qs) = (shape.dtype.raw(), shape.dims(), shape.qkv_strides);
+    let (rows, scores) = (row_dims(shape), scores_dims(shape));
+    let q = g.tensor(Some(Q), io, dims, qs)?;
+    let kt = g.tensor(Some(K), io, swap(dims), swap(qs))?;
+    let v = g.tensor(Some(V), io, dims, qs)?;
+    let o = g.tensor(Some(O), io, dims, shape.o_strides)?;
+    let stats = g.tensor(Some(STATS), F32, rows, packed(rows))?;
+    let scale = g.tensor(Some(SCALE), F32, [1; 4], [1; 4])?;
+    let s = g.virt(scores)?;
+    g.matmul(q, kt, s)?;
+    let scaled = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_MUL, s, Some(scale), scaled)?;
+    let max = g.virt(rows)?;
+    g.reduction(CUDNN_REDUCE_TENSOR_MAX, scaled, max)?;
+    let shifted = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_SUB, scaled, Some(max), shifted)?;
+    let e = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_EXP, shifted, None, e)?;
+    let sum = g.virt(rows)?;
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum)?;
+    let log = g.virt(rows)?;
+    g.pointwise(CUDNN_POINTWISE_LOG, sum, None, log)?;
+    g.pointwise(CUDNN_POINTWISE_ADD, max, Some(log), stats)?;
+    let p = g.tensor(None, io, scores, packed(scores))?;
+    g.pointwise(CUDNN_POINTWISE_DIV, e, Some(sum), p)?;
+    g.matmul(p, v, o)
+}
+
+/// dq, dk, dv of [`forward_graph`] from q, k, v, o, do and the saved stats (the scores are
+/// recomputed in the fused kernels): with `p = exp(s·scale − stats)` and `r = rowsum(do ∘ o)`,
+/// `dv = pᵀ·do`, `ds = p ∘ (do·vᵀ − r)·scale`, `dk = dsᵀ·q`, `dq = ds·k`.
+fn backward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
+    use sys::cudnnPointwiseMode_t::*;
+    let (io, dims, qs) = (shape.dtype.raw(), shape.dims(), shape.qkv_strides);
+    let (rows, scores) = (row_dims(shape), scores_dims(shape));
+    let q = g.tensor(Some(Q), io, dims, qs)?;
+    let kt = g.tensor(Some(K), io, swap(dims), swap(qs))?;
+    let vt = g.tensor(Some(V), io, swap(dims), swap(qs))?;
+    let o = g.tensor(Some(O), io, dims, shape.o_strides)?;
+    let d_o = g.tensor(Some(DO), io, dims, shape.o_strides)?;
+    let stats = g.tensor(Some(STATS), F32, rows, packed(rows))?;
+    let scale = g.tensor(Some(SCALE), F32, [1; 4], [1; 4])?;
+    let one = g.tensor(Some(ONE), F32, [1; 4], [1; 4])?;
+    // r = rowsum(do ∘ o), kept (f32) in the workspace for the fused kernels.
+    let prod = g.virt(dims)?;
+    g.pointwise(CUDNN_POINTWISE_MUL, d_o, Some(o), prod)?;
+    let r = g.virt(rows)?;
+    g.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, prod, r)?;
+    let sums = g.tensor(Some(SUMS), F32, rows, packed(rows))?;
+    g.pointwise(CUDNN_POINTWISE_MUL, r, Some(one), sums)?;
+    // p = exp(q·kᵀ·scale − stats); dv = pᵀ·do.
+    let s = g.virt(scores)?;
+    g.matmul(q, kt, s)?;
+    let scaled = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_MUL, s, Some(scale), scaled)?;
+    let shifted = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_SUB, scaled, Some(stats), shifted)?;
+    let p = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_EXP, shifted, None, p)?;
+    let pt = g.tensor(None, io, swap(scores), swap(packed(scores)))?;
+    g.reshape(p, pt)?;
+    let dv = g.tensor(Some(DV), io, dims, qs)?;
+    g.matmul(pt, d_o, dv)?;
+    // ds = p ∘ (do·vᵀ − r)·scale; dk = dsᵀ·q; dq = ds·k (accumulated in f32).
+    let dp = g.virt(scores)?;
+    g.matmul(d_o, vt, dp)?;
+    let centred = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_SUB, dp, Some(sums), centred)?;
+    let weighted = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_MUL, centred, Some(p), weighted)?;
+    let ds = g.virt(scores)?;
+    g.pointwise(CUDNN_POINTWISE_MUL, weighted, Some(scale), ds)?;
+    let dst = g.tensor(None, io, swap(scores), swap(packed(scores)))?;
+    g.reshape(ds, dst)?;
+    let dk = g.tensor(Some(DK), io, dims, qs)?;
+    g.matmul(dst, q, dk)?;
+    let k = g.tensor(None, io, dims, qs)?;
+    g.reshape(kt, k)?;
+    let accum = g.tensor(Some(DQ_ACCUM), F32, dims, packed(dims))?;
+    g.matmul(ds, k, accum)?;
+    let dq = g.tensor(Some(DQ), io, dims, qs)?;
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, accum, None, dq)
+}
