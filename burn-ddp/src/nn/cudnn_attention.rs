@@ -14,7 +14,7 @@ use super::cudnn;
 use super::cudnn_burn::{Ad, Prim, cast, cuda_backend, empty, empty_f32, launch};
 use super::cudnn_sdpa::{self, AttnPointers, AttnShape};
 use super::cudnn_types::DataType;
-use super::fusion_op::{self, Cube, packed};
+use super::fusion_op::{self, Cube, dense};
 use burn::prelude::*;
 use burn::tensor::{DType, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
@@ -105,15 +105,6 @@ fn autodiff_attention(qkv: Tensor<Ad, 5>, shape: AttnShape) -> Tensor<Ad, 4> {
 fn qkv_pointers(base: u64, shape: &AttnShape) -> (u64, u64, u64) {
     let part = (shape.heads * shape.head_dim) as u64 * 2; // bf16/f16: two bytes
     (base, base + part, base + 2 * part)
-}
-
-/// A packed buffer (checked: the plans were built for packed strides).
-fn dense(t: Cube) -> Cube {
-    let t = packed(t);
-    let dims = t.meta.shape().as_slice().to_vec();
-    let expect: Vec<usize> = (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect();
-    assert_eq!(t.meta.strides().to_vec(), expect, "a packed buffer has row-major strides");
-    t
 }
 
 /// Queues the forward: the output `[n, t, h, d]` and the rows' log-sum-exp `[n, h, t, 1]` (f32).

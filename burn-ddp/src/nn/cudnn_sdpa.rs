@@ -11,19 +11,15 @@
 //! once per shape and device and cached for the process.
 
 use super::cudnn::{self, DeviceState};
-use super::cudnn_backend::{Desc, configs, operation_graph, plan, run};
+use super::cudnn_backend::run;
+use super::cudnn_ops::{ALIGNMENT, Bind, Built, F32, Graph, Pair, PlanCache, packed};
 use super::cudnn_types::{DataType, fail};
 use crate::error::Result;
-use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
-use std::collections::HashMap;
+use cudarc::cudnn::sys;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock};
 
-/// What every buffer's address must be a multiple of (bytes).
-pub const ALIGNMENT: u64 = 16;
 /// Largest workspace a plan may ask for (bytes), beside the backward's own f32 scratch.
 const WORKSPACE_LIMIT: usize = 256 << 20;
-const F32: sys::cudnnDataType_t = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
 
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -87,47 +83,12 @@ pub struct AttnPointers {
     pub dv: u64,
 }
 
-/// A finalized plan and the descriptors it was built from.
-struct Built {
-    plan: Desc,
-    workspace: usize,
-    _parts: Vec<Desc>,
-}
-
-struct Plans {
-    forward: Built,
-    backward: Built,
-}
-
-type Shared = Arc<Mutex<Plans>>;
-type Cache = Mutex<HashMap<(usize, AttnShape), std::result::Result<Shared, String>>>;
-
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
-}
+static PLANS: PlanCache<AttnShape> = PlanCache::new();
 
 /// Builds (once per device and shape) the forward and backward plans, or says why cuDNN has
 /// none (the answer is cached too: the caller then takes another path).
 pub(super) fn prepare(device: usize, shape: &AttnShape) -> Result<()> {
-    let key = (device, *shape);
-    if let Some(known) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return known.as_ref().map(|_| ()).map_err(|e| fail("cuDNN attention", e));
-    }
-    let built = cudnn::with_state(device, |s| Ok(Plans { forward: build(s.raw(), shape, false)?, backward: build(s.raw(), shape, true)? })).map(|p| Arc::new(Mutex::new(p))).map_err(|e| e.to_string());
-    if let Ok(p) = &built {
-        let p = p.lock().unwrap_or_else(|p| p.into_inner());
-        log::info!("cuDNN attention {shape:?}: workspace forward {} B, backward {} B", p.forward.workspace, p.backward.workspace);
-    }
-    let out = built.as_ref().map(|_| ()).map_err(|e| fail("cuDNN attention", e));
-    cache().lock().unwrap_or_else(|p| p.into_inner()).insert(key, built);
-    out
-}
-
-fn plans(device: usize, shape: &AttnShape) -> Result<Shared> {
-    prepare(device, shape)?;
-    let cache = cache().lock().unwrap_or_else(|p| p.into_inner());
-    Ok(cache[&(device, *shape)].as_ref().expect("prepared").clone())
+    PLANS.prepare(device, *shape, "cuDNN attention", |h| Ok(Pair { forward: build(h, shape, false)?, backward: build(h, shape, true)? }))
 }
 
 /// Enqueues the forward (`o`, `stats`) on `s`'s stream (inside `cudnn::with_handle`).
@@ -136,7 +97,7 @@ fn plans(device: usize, shape: &AttnShape) -> Result<Shared> {
 /// The pointers must be live device buffers of `shape`'s extents, q/k/v readable and o/stats
 /// writable until the work has finished.
 pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &AttnShape, p: &AttnPointers) -> Result<()> {
-    let plans = plans(device, shape)?;
+    let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
     let scale = f32::from_bits(shape.scale_bits);
     let (ws, _) = s.workspace_ptr(plans.forward.workspace)?;
@@ -156,7 +117,7 @@ pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &AttnSha
 /// # Safety
 /// As [`forward`], with do readable and dq/dk/dv writable.
 pub(super) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &AttnShape, p: &AttnPointers) -> Result<()> {
-    let plans = plans(device, shape)?;
+    let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
     let scale = f32::from_bits(shape.scale_bits);
     let one = 1f32;
@@ -200,173 +161,9 @@ const DQ_ACCUM: i64 = 11;
 const SCALE: i64 = 12;
 const ONE: i64 = 13;
 
-/// How a tensor of the graph is bound.
-#[derive(Clone, Copy, PartialEq)]
-enum Bind {
-    /// A device buffer in the variant pack.
-    Buffer,
-    /// Produced and consumed inside the fused kernels.
-    Virtual,
-    /// A host scalar handed over by value.
-    Value,
-}
-
-/// Collects a graph's descriptors; hands out the unique ids of its virtual tensors.
-struct Graph {
-    parts: Vec<Desc>,
-    ops: Vec<usize>,
-    next_virtual: i64,
-}
-
-/// A tensor of the graph, by its index in `Graph::parts`.
-#[derive(Clone, Copy)]
-struct Tn(usize);
-
 /// `[b, h, s, d]` with the last two axes swapped (a transposed view of the same memory).
 fn swap(v: [i64; 4]) -> [i64; 4] {
     [v[0], v[1], v[3], v[2]]
-}
-
-/// Packed strides of `dims`.
-fn packed(d: [i64; 4]) -> [i64; 4] {
-    [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
-}
-
-impl Graph {
-    fn new() -> Self {
-        Self { parts: Vec::new(), ops: Vec::new(), next_virtual: 100 }
-    }
-
-    fn tensor(&mut self, uid: Option<i64>, dtype: sys::cudnnDataType_t, dims: [i64; 4], strides: [i64; 4]) -> Result<Tn> {
-        let bind = match uid {
-            None => Bind::Virtual,
-            Some(SCALE | ONE) => Bind::Value,
-            Some(_) => Bind::Buffer,
-        };
-        let uid = uid.unwrap_or_else(|| {
-            self.next_virtual += 1;
-            self.next_virtual
-        });
-        let t = Desc::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
-        t.data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dtype)?;
-        t.i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
-        t.i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
-        t.i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
-        t.i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[ALIGNMENT as i64])?;
-        // SAFETY: BOOLEAN attributes read a C bool.
-        unsafe {
-            t.set(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, T::CUDNN_TYPE_BOOLEAN, &[bind == Bind::Virtual])?;
-            t.set(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, T::CUDNN_TYPE_BOOLEAN, &[bind == Bind::Value])?;
-        }
-        Ok(self.keep(t.finalize()?))
-    }
-
-    /// A virtual f32 tensor of `dims`, packed.
-    fn virt(&mut self, dims: [i64; 4]) -> Result<Tn> {
-        self.tensor(None, F32, dims, packed(dims))
-    }
-
-    fn keep(&mut self, d: Desc) -> Tn {
-        self.parts.push(d);
-        Tn(self.parts.len() - 1)
-    }
-
-    fn op(&mut self, d: Desc) {
-        self.parts.push(d);
-        self.ops.push(self.parts.len() - 1);
-    }
-
-    fn d(&self, t: Tn) -> &Desc {
-        &self.parts[t.0]
-    }
-
-    /// `y = mode(x[, b])` elementwise (b broadcast where its axes are 1), computed in f32.
-    fn pointwise(&mut self, mode: sys::cudnnPointwiseMode_t, x: Tn, b: Option<Tn>, y: Tn) -> Result<()> {
-        let pw = Desc::new(D::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
-        // SAFETY: POINTWISE_MODE attributes read cudnnPointwiseMode_t.
-        unsafe { pw.set(A::CUDNN_ATTR_POINTWISE_MODE, T::CUDNN_TYPE_POINTWISE_MODE, &[mode])? };
-        pw.data_type(A::CUDNN_ATTR_POINTWISE_MATH_PREC, F32)?;
-        let pw = self.keep(pw.finalize()?);
-        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)?;
-        op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &[self.d(pw)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &[self.d(x)])?;
-        if let Some(b) = b {
-            op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_BDESC, &[self.d(b)])?;
-        }
-        op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[self.d(y)])?;
-        let op = op.finalize()?;
-        self.op(op);
-        Ok(())
-    }
-
-    /// `y = reduce(x)` over the axes where `y` has extent 1, in f32.
-    fn reduction(&mut self, mode: sys::cudnnReduceTensorOp_t, x: Tn, y: Tn) -> Result<()> {
-        let r = Desc::new(D::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
-        // SAFETY: REDUCTION_OPERATOR_TYPE attributes read cudnnReduceTensorOp_t.
-        unsafe { r.set(A::CUDNN_ATTR_REDUCTION_OPERATOR, T::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &[mode])? };
-        r.data_type(A::CUDNN_ATTR_REDUCTION_COMP_TYPE, F32)?;
-        let r = self.keep(r.finalize()?);
-        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)?;
-        op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_XDESC, &[self.d(x)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &[self.d(y)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &[self.d(r)])?;
-        let op = op.finalize()?;
-        self.op(op);
-        Ok(())
-    }
-
-    /// `c = a · b` over the last two axes, batched over the first two, f32 accumulation.
-    fn matmul(&mut self, a: Tn, b: Tn, c: Tn) -> Result<()> {
-        let m = Desc::new(D::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
-        m.data_type(A::CUDNN_ATTR_MATMUL_COMP_TYPE, F32)?;
-        let m = self.keep(m.finalize()?);
-        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
-        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &[self.d(a)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &[self.d(b)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &[self.d(c)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_DESC, &[self.d(m)])?;
-        let op = op.finalize()?;
-        self.op(op);
-        Ok(())
-    }
-
-    /// `y` as another view (dims/strides) of `x`'s values.
-    fn reshape(&mut self, x: Tn, y: Tn) -> Result<()> {
-        let op = Desc::new(D::CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)?;
-        op.descs(A::CUDNN_ATTR_OPERATION_RESHAPE_XDESC, &[self.d(x)])?;
-        op.descs(A::CUDNN_ATTR_OPERATION_RESHAPE_YDESC, &[self.d(y)])?;
-        let op = op.finalize()?;
-        self.op(op);
-        Ok(())
-    }
-
-    /// Finalizes the operation graph and the first execution plan the heuristics (mode A, then
-    /// the fallback list) offer that builds and fits [`WORKSPACE_LIMIT`].
-    fn finish(mut self, handle: sys::cudnnHandle_t) -> Result<Built> {
-        let ops: Vec<&Desc> = self.ops.iter().map(|&i| &self.parts[i]).collect();
-        let graph = operation_graph(handle, &ops)?;
-        let mut tried = Vec::new();
-        for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK] {
-            let cfgs = match configs(&graph, mode, 8) {
-                Ok((_heur, cfgs)) => cfgs,
-                Err(e) => {
-                    tried.push(format!("{mode:?}: {e}"));
-                    continue;
-                }
-            };
-            for cfg in cfgs {
-                match plan(handle, &cfg) {
-                    Ok((p, bytes)) if bytes <= WORKSPACE_LIMIT => {
-                        self.parts.extend([graph, cfg]);
-                        return Ok(Built { plan: p, workspace: bytes, _parts: self.parts });
-                    }
-                    Ok((_, bytes)) => tried.push(format!("needs {bytes} B of workspace")),
-                    Err(e) => tried.push(e.to_string()),
-                }
-            }
-        }
-        Err(fail("cuDNN attention plan", format!("no engine ({})", if tried.is_empty() { "none proposed".to_string() } else { tried.join("; ") })))
-    }
 }
 
 fn build(handle: sys::cudnnHandle_t, shape: &AttnShape, backward: bool) -> Result<Built> {
@@ -376,7 +173,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &AttnShape, backward: bool) -> Resul
     } else {
         forward_graph(&mut g, shape)?
     };
-    g.finish(handle)
+    g.finish(handle, "cuDNN attention plan", WORKSPACE_LIMIT)
 }
 
 /// The row statistics' layout, `[b, h, s, 1]` f32 packed.
@@ -394,12 +191,12 @@ fn forward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
     use sys::cudnnReduceTensorOp_t::*;
     let (io, dims, qs) = (shape.dtype.raw(), shape.dims(), shape.qkv_strides);
     let (rows, scores) = (row_dims(shape), scores_dims(shape));
-    let q = g.tensor(Some(Q), io, dims, qs)?;
-    let kt = g.tensor(Some(K), io, swap(dims), swap(qs))?;
-    let v = g.tensor(Some(V), io, dims, qs)?;
-    let o = g.tensor(Some(O), io, dims, shape.o_strides)?;
-    let stats = g.tensor(Some(STATS), F32, rows, packed(rows))?;
-    let scale = g.tensor(Some(SCALE), F32, [1; 4], [1; 4])?;
+    let q = g.tensor(Bind::Buffer(Q), io, dims, qs)?;
+    let kt = g.tensor(Bind::Buffer(K), io, swap(dims), swap(qs))?;
+    let v = g.tensor(Bind::Buffer(V), io, dims, qs)?;
+    let o = g.tensor(Bind::Buffer(O), io, dims, shape.o_strides)?;
+    let stats = g.tensor(Bind::Buffer(STATS), F32, rows, packed(rows))?;
+    let scale = g.tensor(Bind::Value(SCALE), F32, [1; 4], [1; 4])?;
     let s = g.virt(scores)?;
     g.matmul(q, kt, s)?;
     let scaled = g.virt(scores)?;
@@ -415,7 +212,7 @@ fn forward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
     let log = g.virt(rows)?;
     g.pointwise(CUDNN_POINTWISE_LOG, sum, None, log)?;
     g.pointwise(CUDNN_POINTWISE_ADD, max, Some(log), stats)?;
-    let p = g.tensor(None, io, scores, packed(scores))?;
+    let p = g.tensor(Bind::Virtual, io, scores, packed(scores))?;
     g.pointwise(CUDNN_POINTWISE_DIV, e, Some(sum), p)?;
     g.matmul(p, v, o)
 }
@@ -427,20 +224,20 @@ fn backward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
     use sys::cudnnPointwiseMode_t::*;
     let (io, dims, qs) = (shape.dtype.raw(), shape.dims(), shape.qkv_strides);
     let (rows, scores) = (row_dims(shape), scores_dims(shape));
-    let q = g.tensor(Some(Q), io, dims, qs)?;
-    let kt = g.tensor(Some(K), io, swap(dims), swap(qs))?;
-    let vt = g.tensor(Some(V), io, swap(dims), swap(qs))?;
-    let o = g.tensor(Some(O), io, dims, shape.o_strides)?;
-    let d_o = g.tensor(Some(DO), io, dims, shape.o_strides)?;
-    let stats = g.tensor(Some(STATS), F32, rows, packed(rows))?;
-    let scale = g.tensor(Some(SCALE), F32, [1; 4], [1; 4])?;
-    let one = g.tensor(Some(ONE), F32, [1; 4], [1; 4])?;
+    let q = g.tensor(Bind::Buffer(Q), io, dims, qs)?;
+    let kt = g.tensor(Bind::Buffer(K), io, swap(dims), swap(qs))?;
+    let vt = g.tensor(Bind::Buffer(V), io, swap(dims), swap(qs))?;
+    let o = g.tensor(Bind::Buffer(O), io, dims, shape.o_strides)?;
+    let d_o = g.tensor(Bind::Buffer(DO), io, dims, shape.o_strides)?;
+    let stats = g.tensor(Bind::Buffer(STATS), F32, rows, packed(rows))?;
+    let scale = g.tensor(Bind::Value(SCALE), F32, [1; 4], [1; 4])?;
+    let one = g.tensor(Bind::Value(ONE), F32, [1; 4], [1; 4])?;
     // r = rowsum(do ∘ o), kept (f32) in the workspace for the fused kernels.
     let prod = g.virt(dims)?;
     g.pointwise(CUDNN_POINTWISE_MUL, d_o, Some(o), prod)?;
     let r = g.virt(rows)?;
     g.reduction(sys::cudnnReduceTensorOp_t::CUDNN_REDUCE_TENSOR_ADD, prod, r)?;
-    let sums = g.tensor(Some(SUMS), F32, rows, packed(rows))?;
+    let sums = g.tensor(Bind::Buffer(SUMS), F32, rows, packed(rows))?;
     g.pointwise(CUDNN_POINTWISE_MUL, r, Some(one), sums)?;
     // p = exp(q·kᵀ·scale − stats); dv = pᵀ·do.
     let s = g.virt(scores)?;
@@ -451,9 +248,9 @@ fn backward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
     g.pointwise(CUDNN_POINTWISE_SUB, scaled, Some(stats), shifted)?;
     let p = g.virt(scores)?;
     g.pointwise(CUDNN_POINTWISE_EXP, shifted, None, p)?;
-    let pt = g.tensor(None, io, swap(scores), swap(packed(scores)))?;
+    let pt = g.tensor(Bind::Virtual, io, swap(scores), swap(packed(scores)))?;
     g.reshape(p, pt)?;
-    let dv = g.tensor(Some(DV), io, dims, qs)?;
+    let dv = g.tensor(Bind::Buffer(DV), io, dims, qs)?;
     g.matmul(pt, d_o, dv)?;
     // ds = p ∘ (do·vᵀ − r)·scale; dk = dsᵀ·q; dq = ds·k (accumulated in f32).
     let dp = g.virt(scores)?;
@@ -464,14 +261,14 @@ fn backward_graph(g: &mut Graph, shape: &AttnShape) -> Result<()> {
     g.pointwise(CUDNN_POINTWISE_MUL, centred, Some(p), weighted)?;
     let ds = g.virt(scores)?;
     g.pointwise(CUDNN_POINTWISE_MUL, weighted, Some(scale), ds)?;
-    let dst = g.tensor(None, io, swap(scores), swap(packed(scores)))?;
+    let dst = g.tensor(Bind::Virtual, io, swap(scores), swap(packed(scores)))?;
     g.reshape(ds, dst)?;
-    let dk = g.tensor(Some(DK), io, dims, qs)?;
+    let dk = g.tensor(Bind::Buffer(DK), io, dims, qs)?;
     g.matmul(dst, q, dk)?;
-    let k = g.tensor(None, io, dims, qs)?;
+    let k = g.tensor(Bind::Virtual, io, dims, qs)?;
     g.reshape(kt, k)?;
-    let accum = g.tensor(Some(DQ_ACCUM), F32, dims, packed(dims))?;
+    let accum = g.tensor(Bind::Buffer(DQ_ACCUM), F32, dims, packed(dims))?;
     g.matmul(ds, k, accum)?;
-    let dq = g.tensor(Some(DQ), io, dims, qs)?;
+    let dq = g.tensor(Bind::Buffer(DQ), io, dims, qs)?;
     g.pointwise(CUDNN_POINTWISE_IDENTITY, accum, None, dq)
 }

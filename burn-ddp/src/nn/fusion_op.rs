@@ -72,6 +72,15 @@ pub(super) fn packed(t: Cube) -> Cube {
     burn_cubecl::kernel::into_contiguous(t)
 }
 
+/// The buffer packed, checked to be row-major (what plans built for packed strides need).
+pub(super) fn dense(t: Cube) -> Cube {
+    let t = packed(t);
+    let dims = t.meta.shape().as_slice().to_vec();
+    let expect: Vec<usize> = (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect();
+    assert_eq!(t.meta.strides().to_vec(), expect, "a packed buffer has row-major strides");
+    t
+}
+
 /// `(shape, dtype)` of a tensor, for [`queue`]'s outputs.
 pub(super) fn like(t: &Prim) -> (Shape, DType) {
     (t.shape.clone(), t.dtype)

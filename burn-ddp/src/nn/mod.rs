@@ -34,6 +34,12 @@ mod cudnn_conv_bn;
 #[cfg(feature = "cuda")]
 mod cudnn_graph;
 #[cfg(feature = "cuda")]
+pub mod cudnn_ln;
+#[cfg(feature = "cuda")]
+mod cudnn_ln_burn;
+#[cfg(feature = "cuda")]
+mod cudnn_ops;
+#[cfg(feature = "cuda")]
 pub mod cudnn_sdpa;
 #[cfg(feature = "cuda")]
 mod cudnn_types;
@@ -43,6 +49,7 @@ mod device_thread;
 mod fusion_op;
 pub mod gemm_layout;
 pub mod kernel_cache;
+pub mod layer_norm;
 mod layers;
 pub mod layout;
 pub mod linear;
@@ -62,6 +69,7 @@ pub use batch_norm_nhwc::batch_norm_nhwc;
 #[cfg(feature = "cuda")]
 pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::conv2d;
+pub use layer_norm::layer_norm;
 pub use layers::{BatchNorm, Conv2d};
 pub use layout::Layout;
 pub use linear::{attention, linear, matmul, self_attention};

@@ -13,6 +13,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_CUDNN_WORKSPACE_MIB=N` | [`workspace_limit`](Self::workspace_limit) | 512 MiB |
 /// | `BURN_DDP_CUBLAS=0` | [`cublas`](Self::cublas) | on |
 /// | `BURN_DDP_SDPA=0` | [`fused_attention`](Self::fused_attention) | on |
+/// | `BURN_DDP_CUDNN_LN=0` | [`layer_norm`](Self::layer_norm) | on |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `cudnn_check` and the GPU scripts do).
@@ -57,6 +58,9 @@ pub struct CudnnOptions {
     /// Run bf16/f16 self-attention (`nn::self_attention`) as cuDNN's fused flash-attention
     /// forward and backward (`false`: two products and a softmax, the scores in memory).
     pub fused_attention: bool,
+    /// Run bf16/f16 layer norms (`nn::layer_norm`) on cuDNN, one pass each way in the
+    /// activations' type with f32 statistics (`false`: burn's operations on an f32 copy).
+    pub layer_norm: bool,
 }
 
 impl Default for CudnnOptions {
@@ -74,6 +78,7 @@ impl Default for CudnnOptions {
             graph_api: true,
             cublas: true,
             fused_attention: true,
+            layer_norm: true,
         }
     }
 }
@@ -94,6 +99,7 @@ impl CudnnOptions {
             ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic),
             ("BURN_DDP_CUBLAS", &mut o.cublas),
             ("BURN_DDP_SDPA", &mut o.fused_attention),
+            ("BURN_DDP_CUDNN_LN", &mut o.layer_norm),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -144,10 +150,11 @@ mod tests {
             ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"),
             ("BURN_DDP_CUBLAS", "off"),
             ("BURN_DDP_SDPA", "0"),
+            ("BURN_DDP_CUDNN_LN", "0"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
-        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas && !o.fused_attention);
+        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas && !o.fused_attention && !o.layer_norm);
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);
     }

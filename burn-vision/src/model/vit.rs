@@ -11,7 +11,9 @@
 //! image has another size, so 224² weights fine-tune at 384² or 96².
 //!
 //! Precision: with bf16/f16 activations the patch embedding, attention and MLP products run in
-//! that type (PyTorch's autocast), LayerNorm and the head in f32.
+//! that type (PyTorch's autocast), the final LayerNorm and the head in f32; the blocks' LayerNorms
+//! (`burn_ddp::nn::layer_norm`) keep the activations' type with f32 statistics (one cuDNN pass
+//! each way on burn-cuda).
 
 use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::{Module, Param};
@@ -19,7 +21,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, linear, matmul, self_attention};
+use burn_ddp::nn::{Conv2d, Layout, Precision, layer_norm, linear, matmul, self_attention};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -39,11 +41,8 @@ const TORCHVISION: &[(&str, &str)] = &[
     (r"^head\.", "heads.head."),
 ];
 
-/// LayerNorm in f32, the result back in `x`'s type.
-fn norm_f32<B: Backend>(norm: &LayerNorm<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let dtype = x.dtype();
-    norm.forward(x.cast(FloatDType::F32)).cast(dtype)
-}
+/// The LayerNorms' ε (timm's ViTs).
+const NORM_EPS: f64 = 1e-6;
 
 /// Multi-head self-attention, timm's layout: one `qkv` projection whose outputs are ordered
 /// (q/k/v, head, head dim), then `proj`.
@@ -102,8 +101,8 @@ impl<B: Backend> EncoderBlock<B> {
             Some(m) => t * m[k].clone(),
             None => t,
         };
-        let x = x.clone() + scaled(self.attn.forward(norm_f32(&self.norm1, x)), 0);
-        let hidden = burn::tensor::activation::gelu(linear(&self.mlp.fc1, norm_f32(&self.norm2, x.clone())));
+        let x = x.clone() + scaled(self.attn.forward(layer_norm(&self.norm1, x, NORM_EPS)), 0);
+        let hidden = burn::tensor::activation::gelu(linear(&self.mlp.fc1, layer_norm(&self.norm2, x.clone(), NORM_EPS)));
         x + scaled(linear(&self.mlp.fc2, hidden), 1)
     }
 }
@@ -215,7 +214,7 @@ impl VitConfig {
         assert!(self.dim.is_multiple_of(self.heads) && side.is_multiple_of(patch) && self.depth > 0, "ViT: dim {} over {} heads, image {side} over patch {patch}", self.dim, self.heads);
         let normal = Initializer::Normal { mean: 0.0, std: 0.02 };
         let linear = |i: usize, o: usize| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
-        let norm = || LayerNormConfig::new(self.dim).with_epsilon(1e-6).init(device);
+        let norm = || LayerNormConfig::new(self.dim).with_epsilon(NORM_EPS).init(device);
         let block = || EncoderBlock {
             norm1: norm(),
             attn: Attention { qkv: linear(self.dim, 3 * self.dim), proj: linear(self.dim, self.dim), heads: self.heads },
@@ -302,9 +301,9 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
             let drop = self.drop_path.factors(i, depth, n, &x);
             x = block.forward_dropping(x, drop.as_ref());
         }
-        let x = self.norm.forward(x.cast(FloatDType::F32));
-        let features = x.slice([0..n, 0..1]).reshape([n, d]);
-        linear(&self.head, features)
+        // The final LayerNorm acts per token: only the class token's is needed.
+        let cls = x.slice([0..n, 0..1]).reshape([n, d]);
+        linear(&self.head, self.norm.forward(cls.cast(FloatDType::F32)))
     }
 
     fn with_precision(mut self, precision: Precision) -> Self {
