@@ -271,6 +271,11 @@ struct TrainArgs {
     /// (torchvision's ColorJitter(S, S, S); default 0 = off), e.g. 0.4.
     #[arg(long, value_name = "S")]
     color_jitter: Option<f64>,
+    /// RandAugment: N operations per image at magnitude M of 0–30 (torchvision's
+    /// RandAugment(N, M); timm's rand-mM-nN), e.g. 2,9; 0 turns it off (default off,
+    /// --preset vit 2,9).
+    #[arg(long, value_name = "N,M")]
+    randaugment: Option<String>,
     /// Probability of erasing a random rectangle (timm's --reprob; default 0), e.g. 0.25.
     #[arg(long, value_name = "P")]
     random_erasing: Option<f64>,
@@ -396,10 +401,24 @@ fn augmentation(aug: &mut burn_vision::data::Augment, a: &TrainArgs) -> Result<(
     if let Some(s) = a.color_jitter {
         aug.color_jitter = s;
     }
+    if let Some(r) = &a.randaugment {
+        (aug.rand_augment_ops, aug.rand_augment_magnitude) = parse_rand_augment(r, aug.rand_augment_magnitude)?;
+    }
     if let Some(p) = a.random_erasing {
         aug.random_erasing = p;
     }
     Ok(())
+}
+
+/// `--randaugment N,M` (or `0`: off; `N` alone keeps magnitude `magnitude`).
+fn parse_rand_augment(text: &str, magnitude: u32) -> Result<(u32, u32)> {
+    let bad =
+        || burn_vision::error::Error::InvalidConfig { name: "--randaugment", value: text.into(), reason: "give N,M: N operations (e.g. 2) at magnitude M of 0–30 (e.g. 9), or 0 for off".into() };
+    let (n, m) = match text.split_once(',') {
+        Some((n, m)) => (n.trim().parse().map_err(|_| bad())?, m.trim().parse().map_err(|_| bad())?),
+        None => (text.trim().parse().map_err(|_| bad())?, magnitude),
+    };
+    Ok((n, m))
 }
 
 /// The mixup / cutmix flags over the preset's.

@@ -389,7 +389,7 @@ fn plot_draws_runs_overlaid_into_a_png() {
 }
 
 /// The augmentation flags reach the pipeline: the first log line and the checkpoint say what
-/// was used, and turning flips off, jitter and erasing on changes what the model sees (the same
+/// was used, and turning flips off, jitter, erasing or RandAugment on changes what the model sees (the same
 /// seed otherwise gives bit-identical runs).
 #[test]
 fn augmentation_flags_are_used_logged_and_recorded() {
@@ -416,6 +416,12 @@ fn augmentation_flags_are_used_logged_and_recorded() {
     let meta: serde_json::Value = serde_json::from_slice(&bytes[20..20 + len]).unwrap();
     assert_eq!(meta["config"]["augment"]["color_jitter"], 0.4, "{meta}");
     assert_eq!(meta["config"]["augment"]["hflip"], 0.0, "{meta}");
+    // RandAugment: logged, changes training, a bad value is one line naming the flag.
+    let (log, rand_loss, _) = run("randaugment", &["--randaugment", "2,9"]);
+    assert!(log.contains("RandAugment 2 ops at magnitude 9"), "{log}");
+    assert_ne!(rand_loss, default_loss, "RandAugment changed nothing");
+    let bad = stderr(&cli(&["train", "--randaugment", "2,31", "--out", dir.path().join("bad0").to_str().unwrap()]));
+    assert!(bad.contains("--randaugment") && bad.trim().lines().count() == 1, "{bad}");
     // Mixup / cutmix: logged, recorded, changes training, and reproducible (pure draws).
     let mix = ["--mixup", "0.8", "--cutmix", "1.0", "--mixup-switch-prob", "0.5"];
     let (log, mixed_loss, out) = run("mixed", &mix);

@@ -197,7 +197,10 @@ type Shared = Arc<Mutex<Pair>>;
 /// looked up where they run ([`PlanCache::get`], which never builds: it runs inside the device's
 /// lock). A problem cuDNN has no plan for is remembered too, so the caller's other path is taken
 /// at once the next time.
-pub(super) struct PlanCache<K>(Mutex<Option<HashMap<(usize, K), std::result::Result<Shared, String>>>>);
+pub(super) struct PlanCache<K>(Mutex<Option<Known<K>>>);
+
+/// Per (device, problem): the pair, or why cuDNN has none.
+type Known<K> = HashMap<(usize, K), std::result::Result<Shared, String>>;
 
 impl<K: std::hash::Hash + Eq + Copy + std::fmt::Debug> PlanCache<K> {
     pub(super) const fn new() -> Self {

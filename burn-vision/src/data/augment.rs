@@ -1,6 +1,7 @@
 //! The training augmentation a user controls from the command line (timm's train-script flags):
 //! horizontal-flip probability, RandomResizedCrop's scale and ratio, colour jitter and random
-//! erasing — and the two image operations that torchvision's crop and flip do not cover. Every
+//! erasing, RandAugment (its operations in a file of their own) — and the two image operations that torchvision's
+//! crop and flip do not cover. Every
 //! random choice comes from the per-sample RNG (a pure function of seed, epoch and sample).
 
 use crate::error::{Error, Result};
@@ -8,6 +9,9 @@ use image::{DynamicImage, Rgb, RgbImage};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+/// RandAugment's magnitude bins (torchvision's default): magnitudes run 0..=30.
+pub const RAND_AUGMENT_BINS: u32 = 31;
 
 /// What training does to each image. The default is torchvision's ImageNet recipe
 /// (RandomResizedCrop with scale 0.08–1 and ratio 3/4–4/3, a flip half the time, nothing else)
@@ -27,11 +31,15 @@ pub struct Augment {
     /// Probability of erasing one random rectangle (2–33 % of the area, aspect 0.3–3.3) with
     /// random pixels (timm's `--reprob` in its per-pixel mode); 0 is off.
     pub random_erasing: f64,
+    /// RandAugment's number of operations per image (torchvision's `num_ops`); 0 is off.
+    pub rand_augment_ops: u32,
+    /// RandAugment's magnitude, 0–30 of 31 bins (torchvision's default 9).
+    pub rand_augment_magnitude: u32,
 }
 
 impl Default for Augment {
     fn default() -> Self {
-        Self { hflip: 0.5, scale: [0.08, 1.0], ratio: [3.0 / 4.0, 4.0 / 3.0], color_jitter: 0.0, random_erasing: 0.0 }
+        Self { hflip: 0.5, scale: [0.08, 1.0], ratio: [3.0 / 4.0, 4.0 / 3.0], color_jitter: 0.0, random_erasing: 0.0, rand_augment_ops: 0, rand_augment_magnitude: 9 }
     }
 }
 
@@ -56,6 +64,10 @@ impl Augment {
         if !(lo > 0.0 && lo <= hi && hi.is_finite()) {
             return bad("--rrc-ratio", format!("{lo},{hi}"), "give MIN,MAX with 0 < MIN ≤ MAX, e.g. 0.75,1.333");
         }
+        if self.rand_augment_magnitude >= RAND_AUGMENT_BINS || self.rand_augment_ops > 16 {
+            let value = format!("{},{}", self.rand_augment_ops, self.rand_augment_magnitude);
+            return bad("--randaugment", value, "give N,M: N operations (0–16, e.g. 2) at magnitude M (0–30, e.g. 9)");
+        }
         if !(0.0..=1.0).contains(&self.color_jitter) {
             return bad("--color-jitter", self.color_jitter.to_string(), "give a strength in [0, 1], e.g. 0.4");
         }
@@ -65,8 +77,15 @@ impl Augment {
     /// One line for the run's log.
     pub fn describe(&self) -> String {
         format!(
-            "flip {}, crop scale {}–{} ratio {:.3}–{:.3}, colour jitter {}, random erasing {}",
-            self.hflip, self.scale[0], self.scale[1], self.ratio[0], self.ratio[1], self.color_jitter, self.random_erasing
+            "flip {}, crop scale {}–{} ratio {:.3}–{:.3}, RandAugment {}, colour jitter {}, random erasing {}",
+            self.hflip,
+            self.scale[0],
+            self.scale[1],
+            self.ratio[0],
+            self.ratio[1],
+            if self.rand_augment_ops == 0 { "off".to_string() } else { format!("{} ops at magnitude {}", self.rand_augment_ops, self.rand_augment_magnitude) },
+            self.color_jitter,
+            self.random_erasing
         )
     }
 }
@@ -106,12 +125,12 @@ pub fn color_jitter(img: DynamicImage, strength: f64, rng: &mut ChaCha8Rng) -> D
     if gray { DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8()) } else { DynamicImage::ImageRgb8(rgb) }
 }
 
-fn luma(p: [u8; 3]) -> f32 {
+pub(super) fn luma(p: [u8; 3]) -> f32 {
     0.299 * p[0] as f32 + 0.587 * p[1] as f32 + 0.114 * p[2] as f32
 }
 
 /// `pixel = other + f · (pixel − other)`, clamped to [0, 255] (torchvision's `_blend`).
-fn blend(img: &mut RgbImage, f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
+pub(super) fn blend(img: &mut RgbImage, f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
     for p in img.pixels_mut() {
         let o = other(p.0);
         *p = Rgb(std::array::from_fn(|c| (o[c] + f * (p.0[c] as f32 - o[c])).round().clamp(0.0, 255.0) as u8));

@@ -4,6 +4,7 @@ pub mod augment;
 pub mod folder;
 pub mod idx;
 pub mod loader;
+pub mod rand_augment;
 pub mod source;
 pub mod split;
 pub mod throughput;

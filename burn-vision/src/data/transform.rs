@@ -36,6 +36,13 @@ pub enum Step {
         /// Output side length.
         size: u32,
     },
+    /// `ops` RandAugment operations at `magnitude` ([`super::rand_augment`]).
+    RandAugment {
+        /// Operations per image.
+        ops: u32,
+        /// Magnitude bin, 0–30.
+        magnitude: u32,
+    },
     /// Brightness, contrast and saturation by factors in [1 − s, 1 + s] ([`super::augment`]).
     ColorJitter {
         /// Strength s.
@@ -73,6 +80,7 @@ impl Step {
                 if (nw, nh) == (w, h) { img } else { resize_region(&img, (0, 0, w, h), (nw, nh)) }
             }
             Step::CenterCrop { size } => center_crop(img, size),
+            Step::RandAugment { ops, magnitude } => super::rand_augment::rand_augment(img, ops, magnitude, rng),
             Step::ColorJitter { strength } => super::augment::color_jitter(img, strength, rng),
             Step::RandomErasing { p } => super::augment::random_erasing(img, p, rng),
         }
@@ -163,11 +171,14 @@ impl Pipeline {
         Self::rgb(std::iter::once(crop).chain(Self::random_steps(aug)).collect())
     }
 
-    /// The flip, jitter and erasing steps `aug` turns on, in that order.
+    /// The flip, RandAugment, jitter and erasing steps `aug` turns on, in that order.
     fn random_steps(aug: &Augment) -> Vec<Step> {
         let mut steps = Vec::new();
         if aug.hflip > 0.0 {
             steps.push(Step::RandomHorizontalFlip { p: aug.hflip });
+        }
+        if aug.rand_augment_ops > 0 {
+            steps.push(Step::RandAugment { ops: aug.rand_augment_ops, magnitude: aug.rand_augment_magnitude });
         }
         if aug.color_jitter > 0.0 {
             steps.push(Step::ColorJitter { strength: aug.color_jitter });
@@ -196,7 +207,7 @@ impl Pipeline {
 
     /// The same pipeline with every random step removed (for evaluation of grayscale sets).
     pub fn deterministic(&self) -> Self {
-        let steps = self.steps.iter().filter(|s| !matches!(s, Step::RandomHorizontalFlip { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. })).cloned().collect();
+        let steps = self.steps.iter().filter(|s| !matches!(s, Step::RandomHorizontalFlip { .. } | Step::RandAugment { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. })).cloned().collect();
         Self { steps, ..self.clone() }
     }
 
@@ -210,7 +221,7 @@ impl Pipeline {
                     let (w, h) = size;
                     if w <= h { (s, (h as f64 * s as f64 / w as f64).round() as u32) } else { ((w as f64 * s as f64 / h as f64).round() as u32, s) }
                 }
-                Step::RandomHorizontalFlip { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. } => size,
+                Step::RandomHorizontalFlip { .. } | Step::RandAugment { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. } => size,
             };
         }
         size

@@ -265,9 +265,9 @@ impl TrainConfig {
 
     /// A Vision Transformer fine-tuning recipe after DeiT / timm's: ViT-S/16, AdamW (lr 5e-4 per
     /// device for batch 64, weight decay 0.05), 5 warm-up epochs then cosine to 1 %, label
-    /// smoothing 0.1, gradient clipping at global norm 1, colour jitter 0.4, random erasing
-    /// 0.25, mixup α 0.8 / cutmix α 1.0 (switch 0.5), stochastic depth 0.1, 30 epochs at 224².
-    /// (timm's RandAugment is not built yet.)
+    /// smoothing 0.1, gradient clipping at global norm 1, RandAugment 2 operations at magnitude
+    /// 9, colour jitter 0.4, random erasing 0.25, mixup α 0.8 / cutmix α 1.0 (switch 0.5),
+    /// stochastic depth 0.1, 30 epochs at 224².
     pub fn vit() -> Self {
         Self {
             model: "vit_s16".into(),
@@ -281,7 +281,7 @@ impl TrainConfig {
             label_smoothing: 0.1,
             small_input: false,
             clip_grad_norm: Some(1.0),
-            augment: crate::data::Augment { color_jitter: 0.4, random_erasing: 0.25, ..crate::data::Augment::default() },
+            augment: crate::data::Augment { color_jitter: 0.4, random_erasing: 0.25, rand_augment_ops: 2, rand_augment_magnitude: 9, ..crate::data::Augment::default() },
             mixup: super::mixup::MixupConfig { mixup_alpha: 0.8, cutmix_alpha: 1.0, ..Default::default() },
             drop_path: 0.1,
             ..Self::default()
