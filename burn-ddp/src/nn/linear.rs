@@ -149,6 +149,47 @@ mod tests {
         }
     }
 
+    /// The qkv gradient of `self_attention` (burn's autodiff on the CPU) against the textbook
+    /// f64 formulas: `dv = pᵀ·g`, `ds = p ∘ (g·vᵀ − rowsum(g ∘ o))/√d`, `dq = ds·k`, `dk = dsᵀ·q`.
+    #[test]
+    fn self_attention_gradients_match_f64() {
+        type Ad = burn_autodiff::Autodiff<Flex>;
+        let device = Default::default();
+        let [n, t, h, d] = [2, 5, 2, 4];
+        let qkv = Tensor::<Ad, 5>::random([n, t, 3, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let g = Tensor::<Ad, 4>::random([n, t, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+        let f64s = |v: TensorData| v.to_vec::<f32>().unwrap().into_iter().map(f64::from).collect::<Vec<_>>();
+        let (x, gv) = (f64s(qkv.to_data()), f64s(g.to_data()));
+        let grads = (self_attention(qkv.clone()) * g).sum().backward();
+        let got = f64s(qkv.grad(&grads).expect("qkv gradient").into_data());
+        let at = |b: usize, tok: usize, part: usize, head: usize| (((b * t + tok) * 3 + part) * h + head) * d;
+        let gat = |b: usize, tok: usize, head: usize| ((b * t + tok) * h + head) * d;
+        let dot = |a: usize, b: usize, xs: &[f64], ys: &[f64]| (0..d).map(|i| xs[a + i] * ys[b + i]).sum::<f64>();
+        let mut want = vec![0.0; x.len()];
+        let scale = 1.0 / (d as f64).sqrt();
+        for (b, head) in (0..n).flat_map(|b| (0..h).map(move |hh| (b, hh))) {
+            for i in 0..t {
+                let s: Vec<f64> = (0..t).map(|j| dot(at(b, i, 0, head), at(b, j, 1, head), &x, &x) * scale).collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
+                let p: Vec<f64> = s.iter().map(|v| (v - m).exp() / z).collect();
+                let o: Vec<f64> = (0..d).map(|c| (0..t).map(|j| p[j] * x[at(b, j, 2, head) + c]).sum()).collect();
+                let r: f64 = (0..d).map(|c| gv[gat(b, i, head) + c] * o[c]).sum();
+                for j in 0..t {
+                    let ds = p[j] * (dot(gat(b, i, head), at(b, j, 2, head), &gv, &x) - r) * scale;
+                    for c in 0..d {
+                        want[at(b, i, 0, head) + c] += ds * x[at(b, j, 1, head) + c];
+                        want[at(b, j, 1, head) + c] += ds * x[at(b, i, 0, head) + c];
+                        want[at(b, j, 2, head) + c] += p[j] * gv[gat(b, i, head) + c];
+                    }
+                }
+            }
+        }
+        for (k, (a, w)) in got.iter().zip(&want).enumerate() {
+            assert!((a - w).abs() < 1e-5, "element {k}: {a} vs {w}");
+        }
+    }
+
     #[test]
     fn halves_add_up_exactly_and_the_high_half_is_bf16() {
         let device = Default::default();
