@@ -37,7 +37,8 @@ fn shape_of(dims: &[usize], dtype: DType, eps: f64) -> Option<LnShape> {
 /// `x` comes back.
 pub(super) fn try_layer_norm<B: Backend, const D: usize>(norm: &LayerNorm<B>, x: Tensor<B, D>, eps: f64) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
     let opts = super::options::get();
-    let on = cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && opts.layer_norm && norm.beta.is_some() && norm.gamma.val().dtype() == DType::F32;
+    // Off in deterministic mode: the backward sums dγ and dβ across blocks of rows.
+    let on = cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && opts.layer_norm && !opts.deterministic && norm.beta.is_some() && norm.gamma.val().dtype() == DType::F32;
     let Some(shape) = on.then(|| shape_of(&x.dims(), x.dtype(), eps)).flatten() else { return Err(x) };
     let device = if cuda_backend::<B>() == Some(true) { cast::<_, Tensor<Ad, D>>(x.clone()).device().index } else { cast::<_, Tensor<Cuda, D>>(x.clone()).device().index };
     if let Err(e) = cudnn_ln::prepare(device, &shape) {

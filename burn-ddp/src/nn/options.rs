@@ -56,10 +56,12 @@ pub struct CudnnOptions {
     /// TF32 products to stay f32-accurate).
     pub cublas: bool,
     /// Run bf16/f16 self-attention (`nn::self_attention`) as cuDNN's fused flash-attention
-    /// forward and backward (`false`: two products and a softmax, the scores in memory).
+    /// forward and backward (`false`, or [`deterministic`](Self::deterministic): two products
+    /// and a softmax, the scores in memory).
     pub fused_attention: bool,
     /// Run bf16/f16 layer norms (`nn::layer_norm`) on cuDNN, one pass each way in the
-    /// activations' type with f32 statistics (`false`: burn's operations on an f32 copy).
+    /// activations' type with f32 statistics (`false`, or [`deterministic`](Self::deterministic):
+    /// burn's operations on an f32 copy).
     pub layer_norm: bool,
 }
 
