@@ -15,6 +15,13 @@ source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/cudnn_check
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
+# Where a ViT-B/16 step's device time goes: every kernel of a warm-up step and a timed step.
+ncu_vitb16() {
+  step vitb16_ncu_run 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
+    --log-file "$OUT/ncu_vitb16.csv" "$B"/burn-vision bench $(echo $BB | sed 's/--warmup 3 --steps 20/--warmup 1 --steps 1/')
+  SHOW_LINES=40 step vitb16_ncu 30 python3 benches/gpu/ncu_summary.py "$OUT/ncu_vitb16.csv" 40 burn-vitb16-2steps
+  xz -9 "$OUT/ncu_vitb16.csv"
+}
 if [ "${PART:-1}" = 4 ]; then
   # What the cuDNN layer norm alone gains (PART=3's BURN_DDP_CUDNN_LN=0 run was not honoured:
   # the variable was missing from the parser), and ResNet-50 after the graph plumbing moved.
@@ -34,10 +41,7 @@ elif [ "${PART:-1}" = 3 ]; then
   step vitb16_torch 90 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
   step vits16_ln 120 "$B"/burn-vision bench $S
   step vits16_torch 90 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 3 20 bf16 nchw eager
-  step vitb16_ncu_run 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
-    --log-file "$OUT/ncu_vitb16.csv" "$B"/burn-vision bench $(echo $BB | sed 's/--warmup 3 --steps 20/--warmup 1 --steps 1/')
-  SHOW_LINES=40 step vitb16_ncu 30 python3 benches/gpu/ncu_summary.py "$OUT/ncu_vitb16.csv" 40 burn-vitb16-2steps
-  xz -9 "$OUT/ncu_vitb16.csv"
+  ncu_vitb16
   step vitb16_compile 200 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 6 20 bf16 nchw compile
 elif [ "${PART:-1}" = 1 ]; then
   SHOW_LINES=24 step check 400 "$B"/cudnn_check check
@@ -52,10 +56,7 @@ else
   step vits16_torch 90 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 3 20 bf16 nchw eager
   rm -rf /tmp/vit-gpu-run
   step vit_cli_gpu 150 "$B"/burn-vision train --gpus 0 --model vit-mini --precision bf16 --epochs 1 --mixup 0.8 --cutmix 1.0 --drop-path 0.1 --out /tmp/vit-gpu-run
-  step vitb16_ncu_run 200 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
-    --log-file "$OUT/ncu_vitb16.csv" "$B"/burn-vision bench $(echo $BB | sed 's/--warmup 3 --steps 20/--warmup 1 --steps 1/')
-  SHOW_LINES=40 step vitb16_ncu 30 python3 benches/gpu/ncu_summary.py "$OUT/ncu_vitb16.csv" 40 burn-vitb16-2steps
-  xz -9 "$OUT/ncu_vitb16.csv"
+  ncu_vitb16
 fi
 echo "=== summary" | tee -a "$LOG"
 python3 benches/gpu/cold_start_summary.py "$LOG" | tee -a "$LOG"

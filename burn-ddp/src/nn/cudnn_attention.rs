@@ -11,7 +11,7 @@
 //! rows' log-sum-exp (f32, `batch · heads · tokens`), never the token × token scores.
 
 use super::cudnn;
-use super::cudnn_burn::{Ad, Prim, cast, cuda_backend, empty, empty_f32, launch};
+use super::cudnn_burn::{Ad, Prim, cast, cuda_backend, device_index, empty, empty_f32, launch};
 use super::cudnn_sdpa::{self, AttnPointers, AttnShape};
 use super::cudnn_types::DataType;
 use super::fusion_op::{self, Cube, dense};
@@ -52,7 +52,7 @@ pub(super) fn try_self_attention<B: Backend>(qkv: Tensor<B, 5>) -> std::result::
     let opts = super::options::get();
     let on = cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && opts.fused_attention && !opts.deterministic;
     let Some(shape) = on.then(|| shape_of(qkv.dims(), qkv.dtype())).flatten() else { return Err(qkv) };
-    let device = if cuda_backend::<B>() == Some(true) { cast::<_, Tensor<Ad, 5>>(qkv.clone()).device().index } else { cast::<_, Tensor<Cuda, 5>>(qkv.clone()).device().index };
+    let device = device_index(&qkv);
     if let Err(e) = cudnn_sdpa::prepare(device, &shape) {
         super::cudnn_burn::warn_once("cuDNN fused attention", &e, "two products and a softmax run instead");
         return Err(qkv);

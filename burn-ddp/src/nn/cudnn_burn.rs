@@ -53,6 +53,16 @@ pub(super) fn cuda_backend<B: Backend>() -> Option<bool> {
     (ad || TypeId::of::<B>() == TypeId::of::<Cuda>()).then_some(ad)
 }
 
+/// The CUDA device index of a tensor of `B`, a burn-cuda backend (checked by [`cuda_backend`]:
+/// with or without autodiff, its device is burn-cuda's).
+pub(super) fn device_index<B: Backend, const D: usize>(t: &Tensor<B, D>) -> usize {
+    cast::<B::Device, burn_cuda::CudaDevice>(t.device()).index
+}
+
+// Both burn-cuda backends' device type is `CudaDevice` (the compiler checks it here), so
+// `device_index`'s cast cannot fail for a backend `cuda_backend` accepts.
+const _: fn(burn::tensor::Device<Ad>, burn::tensor::Device<Cuda>) -> (burn_cuda::CudaDevice, burn_cuda::CudaDevice) = |a, c| (a, c);
+
 /// Whether the cuDNN path is switched on and libcudnn can be loaded.
 pub(super) fn path_enabled() -> bool {
     super::options::get().enabled && cudnn::available()

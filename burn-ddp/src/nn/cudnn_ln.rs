@@ -6,12 +6,11 @@
 //! built once per device and shape.
 
 use super::cudnn::DeviceState;
-use super::cudnn_backend::{Desc, run};
-use super::cudnn_ops::{ALIGNMENT, Bind, Built, F32, Graph, Pair, PlanCache, Tn};
-use super::cudnn_types::{DataType, fail};
+use super::cudnn_backend::Desc;
+use super::cudnn_ops::{Bind, Built, F32, Graph, Pair, PlanCache, Tn, execute};
+use super::cudnn_types::DataType;
 use crate::error::Result;
 use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
-use std::ffi::c_void;
 
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -78,13 +77,9 @@ pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &LnShape
     let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
     let (ws, _) = s.workspace_ptr(plans.forward.workspace)?;
-    check_aligned(&[p.x, p.scale, p.bias, p.mean, p.inv_var, p.y, ws])?;
-    let eps = f32::from_bits(shape.eps_bits);
-    let mut ptrs: Vec<*mut c_void> = [p.x, p.scale, p.bias, p.mean, p.inv_var, p.y].iter().map(|&a| a as *mut c_void).collect();
-    ptrs.push(&eps as *const f32 as *mut c_void);
-    // SAFETY: the plan was built for `shape`; the caller vouches for the buffers; ε is read
-    // during the call.
-    unsafe { run(s.raw(), &plans.forward.plan, &[X, SCALE, BIAS, MEAN, INV_VAR, Y, EPS], &ptrs, ws) }?;
+    let buffers = [(X, p.x), (SCALE, p.scale), (BIAS, p.bias), (MEAN, p.mean), (INV_VAR, p.inv_var), (Y, p.y)];
+    // SAFETY: the plan was built for `shape`; the caller vouches for the buffers.
+    unsafe { execute(s, "cuDNN layer norm", &plans.forward.plan, &buffers, &[(EPS, f32::from_bits(shape.eps_bits))], ws) }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
@@ -97,19 +92,11 @@ pub(super) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &LnShap
     let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
     let (ws, _) = s.workspace_ptr(plans.backward.workspace)?;
-    check_aligned(&[p.x, p.scale, p.mean, p.inv_var, p.dy, p.dx, p.dscale, p.dbias, ws])?;
-    let ptrs: Vec<*mut c_void> = [p.x, p.scale, p.mean, p.inv_var, p.dy, p.dx, p.dscale, p.dbias].iter().map(|&a| a as *mut c_void).collect();
+    let buffers = [(X, p.x), (SCALE, p.scale), (MEAN, p.mean), (INV_VAR, p.inv_var), (DY, p.dy), (DX, p.dx), (DSCALE, p.dscale), (DBIAS, p.dbias)];
     // SAFETY: as `forward`.
-    unsafe { run(s.raw(), &plans.backward.plan, &[X, SCALE, MEAN, INV_VAR, DY, DX, DSCALE, DBIAS], &ptrs, ws) }?;
+    unsafe { execute(s, "cuDNN layer norm", &plans.backward.plan, &buffers, &[], ws) }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
-}
-
-fn check_aligned(addresses: &[u64]) -> Result<()> {
-    match addresses.iter().find(|&&a| a % ALIGNMENT != 0) {
-        Some(a) => Err(fail("cuDNN layer norm", format!("a buffer at {a:#x} is not {ALIGNMENT}-byte aligned"))),
-        None => Ok(()),
-    }
 }
 
 /// The tensors both graphs share: x (and y, dy, dx) `[rows, features, 1, 1]` row-major, the

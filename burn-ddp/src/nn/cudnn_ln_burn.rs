@@ -5,7 +5,7 @@
 //! intermediate.
 
 use super::cudnn;
-use super::cudnn_burn::{Ad, Prim, cast, cuda_backend, empty, empty_f32, launch};
+use super::cudnn_burn::{Ad, Prim, cast, cuda_backend, device_index, empty, empty_f32, launch};
 use super::cudnn_ln::{self, LnPointers, LnShape};
 use super::cudnn_types::DataType;
 use super::fusion_op::{self, Cube, dense};
@@ -40,7 +40,7 @@ pub(super) fn try_layer_norm<B: Backend, const D: usize>(norm: &LayerNorm<B>, x:
     // Off in deterministic mode: the backward sums dγ and dβ across blocks of rows.
     let on = cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && opts.layer_norm && !opts.deterministic && norm.beta.is_some() && norm.gamma.val().dtype() == DType::F32;
     let Some(shape) = on.then(|| shape_of(&x.dims(), x.dtype(), eps)).flatten() else { return Err(x) };
-    let device = if cuda_backend::<B>() == Some(true) { cast::<_, Tensor<Ad, D>>(x.clone()).device().index } else { cast::<_, Tensor<Cuda, D>>(x.clone()).device().index };
+    let device = device_index(&x);
     if let Err(e) = cudnn_ln::prepare(device, &shape) {
         super::cudnn_burn::warn_once("cuDNN layer norm", &e, "burn's operations run instead, in f32");
         return Err(x);

@@ -3,7 +3,8 @@
 //! the first execution plan the heuristics offer for the whole graph. The fused graphs
 //! (`cudnn_sdpa`'s attention, `cudnn_ln`'s layer norm) are written with it. Raw descriptors only.
 
-use super::cudnn_backend::{Desc, configs, operation_graph, plan};
+use super::cudnn::DeviceState;
+use super::cudnn_backend::{Desc, configs, operation_graph, plan, run};
 use super::cudnn_types::fail;
 use crate::error::Result;
 use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
@@ -235,4 +236,22 @@ impl<K: std::hash::Hash + Eq + Copy + std::fmt::Debug> PlanCache<K> {
             None => Err(fail("cuDNN plan", format!("{key:?} was not prepared on device {device}"))),
         }
     }
+}
+
+/// Runs `plan` on `s`'s stream (inside `cudnn::with_handle`) with the device buffers `buffers`
+/// (unique id, address) and the f32 scalars `values` (unique id, value) handed over by value;
+/// every address, the workspace's included, must be [`ALIGNMENT`]-aligned (`what` names the
+/// computation in the error).
+///
+/// # Safety
+/// Each address must be live device memory matching its tensor in the plan, the workspace at
+/// least the plan's size, until the work has finished.
+pub(super) unsafe fn execute(s: &DeviceState, what: &'static str, plan: &Desc, buffers: &[(i64, u64)], values: &[(i64, f32)], workspace: u64) -> Result<()> {
+    if let Some(a) = buffers.iter().map(|&(_, a)| a).chain([workspace]).find(|a| a % ALIGNMENT != 0) {
+        return Err(fail(what, format!("a buffer at {a:#x} is not {ALIGNMENT}-byte aligned")));
+    }
+    let uids: Vec<i64> = buffers.iter().map(|&(u, _)| u).chain(values.iter().map(|&(u, _)| u)).collect();
+    let ptrs: Vec<*mut std::ffi::c_void> = buffers.iter().map(|&(_, a)| a as *mut std::ffi::c_void).chain(values.iter().map(|(_, v)| v as *const f32 as *mut std::ffi::c_void)).collect();
+    // SAFETY: as this function's contract; the scalars live in `values`, read during the call.
+    unsafe { run(s.raw(), plan, &uids, &ptrs, workspace) }
 }

@@ -11,12 +11,10 @@
 //! once per shape and device and cached for the process.
 
 use super::cudnn::{self, DeviceState};
-use super::cudnn_backend::run;
-use super::cudnn_ops::{ALIGNMENT, Bind, Built, F32, Graph, Pair, PlanCache, packed};
+use super::cudnn_ops::{Bind, Built, F32, Graph, Pair, PlanCache, execute, packed};
 use super::cudnn_types::{DataType, fail};
 use crate::error::Result;
 use cudarc::cudnn::sys;
-use std::ffi::c_void;
 
 /// Largest workspace a plan may ask for (bytes), beside the backward's own f32 scratch.
 const WORKSPACE_LIMIT: usize = 256 << 20;
@@ -99,15 +97,10 @@ pub(super) fn prepare(device: usize, shape: &AttnShape) -> Result<()> {
 pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &AttnShape, p: &AttnPointers) -> Result<()> {
     let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
-    let scale = f32::from_bits(shape.scale_bits);
     let (ws, _) = s.workspace_ptr(plans.forward.workspace)?;
-    let ptrs = [p.q, p.k, p.v, p.o, p.stats].map(|a| a as *mut c_void);
-    check_aligned(&[p.q, p.k, p.v, p.o, p.stats, ws])?;
-    let mut all = ptrs.to_vec();
-    all.push(&scale as *const f32 as *mut c_void);
-    // SAFETY: the plan was built for `shape`; the caller vouches for the buffers; the scale is
-    // read during the call.
-    unsafe { run(s.raw(), &plans.forward.plan, &[Q, K, V, O, STATS, SCALE], &all, ws) }?;
+    let buffers = [(Q, p.q), (K, p.k), (V, p.v), (O, p.o), (STATS, p.stats)];
+    // SAFETY: the plan was built for `shape`; the caller vouches for the buffers.
+    unsafe { execute(s, "cuDNN attention", &plans.forward.plan, &buffers, &[(SCALE, f32::from_bits(shape.scale_bits))], ws) }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
@@ -119,32 +112,20 @@ pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &AttnSha
 pub(super) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &AttnShape, p: &AttnPointers) -> Result<()> {
     let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
-    let scale = f32::from_bits(shape.scale_bits);
-    let one = 1f32;
     let (sums_end, scratch) = shape.backward_scratch();
     let (ws, _) = s.workspace_ptr(scratch + plans.backward.workspace)?;
-    check_aligned(&[p.q, p.k, p.v, p.o, p.stats, p.d_o, p.dq, p.dk, p.dv, ws])?;
     let (sums, accum) = (ws, ws + sums_end as u64);
     if cudnn::version().unwrap_or(0) < 90600 {
         // Before cuDNN 9.6 the engine adds into dq's accumulator without clearing it first.
         // SAFETY: inside the workspace just obtained, on its stream.
         unsafe { cudarc::driver::sys::cuMemsetD8Async(accum, 0, scratch - sums_end, s.stream().cu_stream()) }.result().map_err(|e| fail("clearing dq's accumulator", e))?;
     }
-    let device_ptrs = [p.q, p.k, p.v, p.o, p.stats, p.d_o, p.dq, p.dk, p.dv, sums, accum].map(|a| a as *mut c_void);
-    let mut all = device_ptrs.to_vec();
-    all.extend([&scale as *const f32 as *mut c_void, &one as *const f32 as *mut c_void]);
-    let uids = [Q, K, V, O, STATS, DO, DQ, DK, DV, SUMS, DQ_ACCUM, SCALE, ONE];
+    let buffers = [(Q, p.q), (K, p.k), (V, p.v), (O, p.o), (STATS, p.stats), (DO, p.d_o), (DQ, p.dq), (DK, p.dk), (DV, p.dv), (SUMS, sums), (DQ_ACCUM, accum)];
+    let values = [(SCALE, f32::from_bits(shape.scale_bits)), (ONE, 1.0)];
     // SAFETY: as `forward`; the scratch lies inside the workspace, in front of the plan's part.
-    unsafe { run(s.raw(), &plans.backward.plan, &uids, &all, ws + scratch as u64) }?;
+    unsafe { execute(s, "cuDNN attention", &plans.backward.plan, &buffers, &values, ws + scratch as u64) }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
-}
-
-fn check_aligned(addresses: &[u64]) -> Result<()> {
-    match addresses.iter().find(|&&a| a % ALIGNMENT != 0) {
-        Some(a) => Err(fail("cuDNN attention", format!("a buffer at {a:#x} is not {ALIGNMENT}-byte aligned"))),
-        None => Ok(()),
-    }
 }
 
 const Q: i64 = 1;
