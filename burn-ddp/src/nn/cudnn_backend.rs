@@ -105,12 +105,43 @@ pub(super) fn plan(handle: sys::cudnnHandle_t, cfg: &Desc) -> Result<(Desc, usiz
     unsafe { plan.set(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, T::CUDNN_TYPE_HANDLE, &[handle])? };
     plan.descs(A::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[cfg])?;
     let plan = plan.finalize()?;
+    let bytes = workspace_size(&plan)?;
+    Ok((plan, bytes))
+}
+
+fn workspace_size(plan: &Desc) -> Result<usize> {
     let (mut n, mut bytes) = (0i64, 0i64);
     // SAFETY: one INT64.
     unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, T::CUDNN_TYPE_INT64, 1, &mut n, &mut bytes as *mut i64 as *mut c_void) }
         .result()
         .map_err(|e| fail("plan workspace size", e))?;
-    Ok((plan, bytes.max(0) as usize))
+    Ok(bytes.max(0) as usize)
+}
+
+/// A finalized plan's serialized form (cuDNN's JSON, which carries a runtime-compiled engine's
+/// kernels); `None` for engines cuDNN cannot serialize.
+pub(super) fn plan_json(plan: &Desc) -> Option<String> {
+    let mut n = 0i64;
+    // SAFETY: a length query (no elements requested).
+    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, T::CUDNN_TYPE_CHAR, 0, &mut n, std::ptr::null_mut()) }.result().ok()?;
+    let mut text = vec![0u8; usize::try_from(n).ok().filter(|&n| n > 0)?];
+    // SAFETY: `text` holds `n` chars for cuDNN to fill.
+    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, T::CUDNN_TYPE_CHAR, n, &mut n, text.as_mut_ptr() as *mut c_void) }.result().ok()?;
+    text.truncate(text.iter().position(|&c| c == 0).unwrap_or(text.len()));
+    String::from_utf8(text).ok()
+}
+
+/// A plan restored from [`plan_json`]'s text on `handle`'s device, and its workspace bytes.
+pub(super) fn plan_from_json(handle: sys::cudnnHandle_t, json: &str) -> Result<(Desc, usize)> {
+    let plan = Desc::new(D::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+    // SAFETY: HANDLE attributes read cudnnHandle_t; CHAR attributes read bytes.
+    unsafe {
+        plan.set(A::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, T::CUDNN_TYPE_HANDLE, &[handle])?;
+        plan.set(A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, T::CUDNN_TYPE_CHAR, json.as_bytes())?;
+    }
+    let plan = plan.finalize()?;
+    let bytes = workspace_size(&plan)?;
+    Ok((plan, bytes))
 }
 
 /// Runs `plan` once on the handle's stream with `ptrs[i]` bound to tensor `uids[i]`.

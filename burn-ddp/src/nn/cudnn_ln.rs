@@ -143,7 +143,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
         for (name, t) in set {
             op.descs(name, &[g.d(t)])?;
         }
-        op
+        (op, format!("norm backward {mode:?} {:?}", set.map(|(name, t)| (name, t.index()))))
     } else {
         let op = Desc::new(D::CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR)?;
         // SAFETY: NORM_MODE / NORM_FWD_PHASE attributes read their enums.
@@ -166,8 +166,8 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
         for (name, t) in set {
             op.descs(name, &[g.d(t)])?;
         }
-        op
+        (op, format!("norm forward {mode:?} training {:?}", set.map(|(name, t)| (name, t.index()))))
     };
-    g.op(op.finalize()?);
+    g.op(op.0.finalize()?, &op.1);
     g.finish(handle, "cuDNN layer-norm plan", 64 << 20)
 }

@@ -5,6 +5,7 @@
 
 use super::cudnn::DeviceState;
 use super::cudnn_backend::{Desc, configs, operation_graph, plan, run};
+use super::cudnn_plan_store as plan_store;
 use super::cudnn_types::fail;
 use crate::error::Result;
 use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
@@ -24,7 +25,7 @@ pub(super) struct Built {
 }
 
 /// How a tensor of the graph is bound.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 pub(super) enum Bind {
     /// A device buffer in the variant pack, by its unique id.
     Buffer(i64),
@@ -34,16 +35,25 @@ pub(super) enum Bind {
     Value(i64),
 }
 
-/// Collects a graph's descriptors; hands out the unique ids of its virtual tensors.
+/// Collects a graph's descriptors; hands out the unique ids of its virtual tensors; writes down
+/// what it was built from (its recipe: the plan's name in the plan cache on disk).
 pub(super) struct Graph {
     parts: Vec<Desc>,
     ops: Vec<usize>,
     next_virtual: i64,
+    recipe: String,
 }
 
 /// A tensor of the graph, by its index in `Graph::parts`.
 #[derive(Clone, Copy)]
 pub(super) struct Tn(usize);
+
+impl Tn {
+    /// Its index among the graph's descriptors (how recipes name it).
+    pub(super) fn index(self) -> usize {
+        self.0
+    }
+}
 
 /// Packed strides of `dims`.
 pub(super) fn packed(d: [i64; 4]) -> [i64; 4] {
@@ -52,7 +62,7 @@ pub(super) fn packed(d: [i64; 4]) -> [i64; 4] {
 
 impl Graph {
     pub(super) fn new() -> Self {
-        Self { parts: Vec::new(), ops: Vec::new(), next_virtual: 100 }
+        Self { parts: Vec::new(), ops: Vec::new(), next_virtual: 100, recipe: String::new() }
     }
 
     /// A tensor of `dims` with `strides` (elements), bound as `bind`.
@@ -70,6 +80,7 @@ impl Graph {
         t.i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
         t.i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
         t.i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[ALIGNMENT as i64])?;
+        self.recipe += &format!("tensor {uid} {bind:?} {dtype:?} {dims:?} {strides:?}\n");
         // SAFETY: BOOLEAN attributes read a C bool.
         unsafe {
             t.set(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, T::CUDNN_TYPE_BOOLEAN, &[bind == Bind::Virtual])?;
@@ -88,7 +99,11 @@ impl Graph {
         Tn(self.parts.len() - 1)
     }
 
-    pub(super) fn op(&mut self, d: Desc) {
+    /// Adds operation `d`; `recipe` says what it computes from which tensors (the builders
+    /// below write their own).
+    pub(super) fn op(&mut self, d: Desc, recipe: &str) {
+        self.recipe += recipe;
+        self.recipe.push('\n');
         self.parts.push(d);
         self.ops.push(self.parts.len() - 1);
     }
@@ -112,7 +127,7 @@ impl Graph {
         }
         op.descs(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[self.d(y)])?;
         let op = op.finalize()?;
-        self.op(op);
+        self.op(op, &format!("pointwise {mode:?} {} {:?} {}", x.0, b.map(|b| b.0), y.0));
         Ok(())
     }
 
@@ -128,7 +143,7 @@ impl Graph {
         op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &[self.d(y)])?;
         op.descs(A::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &[self.d(r)])?;
         let op = op.finalize()?;
-        self.op(op);
+        self.op(op, &format!("reduction {mode:?} {} {}", x.0, y.0));
         Ok(())
     }
 
@@ -143,7 +158,7 @@ impl Graph {
         op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &[self.d(c)])?;
         op.descs(A::CUDNN_ATTR_OPERATION_MATMUL_DESC, &[self.d(m)])?;
         let op = op.finalize()?;
-        self.op(op);
+        self.op(op, &format!("matmul {} {} {}", a.0, b.0, c.0));
         Ok(())
     }
 
@@ -153,13 +168,18 @@ impl Graph {
         op.descs(A::CUDNN_ATTR_OPERATION_RESHAPE_XDESC, &[self.d(x)])?;
         op.descs(A::CUDNN_ATTR_OPERATION_RESHAPE_YDESC, &[self.d(y)])?;
         let op = op.finalize()?;
-        self.op(op);
+        self.op(op, &format!("reshape {} {}", x.0, y.0));
         Ok(())
     }
 
     /// Finalizes the operation graph and the first execution plan the heuristics (mode A, then
-    /// the fallback list) offer that builds and needs at most `workspace_limit` bytes.
+    /// the fallback list) offer that builds and needs at most `workspace_limit` bytes; or the
+    /// plan an earlier process built from the same recipe, restored from the plan cache on disk.
     pub(super) fn finish(mut self, handle: sys::cudnnHandle_t, what: &'static str, workspace_limit: usize) -> Result<Built> {
+        self.recipe += &format!("workspace limit {workspace_limit}\n");
+        if let Some((plan, workspace)) = plan_store::load(handle, &self.recipe).filter(|&(_, bytes)| bytes <= workspace_limit) {
+            return Ok(Built { plan, workspace, _parts: self.parts });
+        }
         let ops: Vec<&Desc> = self.ops.iter().map(|&i| &self.parts[i]).collect();
         let graph = operation_graph(handle, &ops)?;
         let mut tried = Vec::new();
@@ -174,6 +194,7 @@ impl Graph {
             for cfg in cfgs {
                 match plan(handle, &cfg) {
                     Ok((p, bytes)) if bytes <= workspace_limit => {
+                        plan_store::save(&self.recipe, &p);
                         self.parts.extend([graph, cfg]);
                         return Ok(Built { plan: p, workspace: bytes, _parts: self.parts });
                     }

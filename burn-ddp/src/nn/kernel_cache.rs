@@ -7,6 +7,8 @@
 //! [`configure`] must run before burn-cuda's first operation (first thing in `main`). A
 //! `cubecl.toml` / `burn.toml` in the working directory or above wins, as cubecl documents;
 //! `BURN_DDP_CACHE_DIR` moves the directory, `BURN_DDP_CACHE_DIR=off` leaves cubecl's defaults.
+//! cuDNN's finalized plans are kept there too (`cudnn-plans/`). [`configure`] also chooses
+//! cubecl's allocator ([`exact_sizes`], `BURN_DDP_ALLOCATOR`).
 
 use std::path::{Path, PathBuf};
 
@@ -31,51 +33,100 @@ fn cubecl_config_file(dir: &Path) -> Option<PathBuf> {
     dir.ancestors().flat_map(|d| ["cubecl.toml", "CubeCL.toml", "burn.toml", "Burn.toml"].map(|f| d.join(f))).find(|p| p.is_file())
 }
 
+static DONE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
+/// The directory [`configure`] chose, once it has run (`None` before, or when caches are off).
+pub fn dir() -> Option<PathBuf> {
+    DONE.get().cloned().flatten()
+}
+
 /// Points cubecl's autotune and PTX caches at `cache_root()/device_key()` (GPU 0's model)
-/// and returns that directory; `None` (cubecl's defaults) without CUDA, without a driver,
-/// when turned off, or when a cubecl configuration file decides. Call it once, before
+/// and returns that directory, and sets cubecl's allocator ([`exact_sizes`]); `None` (cubecl's
+/// default caches) without CUDA, without a driver, when turned off, or when a cubecl
+/// configuration file decides (then it decides the allocator too). Call it once, before
 /// burn-cuda's first operation; later calls return the first answer.
 pub fn configure() -> Option<PathBuf> {
-    static DONE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
         let var = |k: &str| std::env::var(k).ok();
         if let Some(file) = std::env::current_dir().ok().and_then(|d| cubecl_config_file(&d)) {
-            log::info!("kernel caches: as {} says", file.display());
+            log::info!("kernel caches and allocator: as {} says", file.display());
             return None;
         }
-        let dir = cache_root(&var)?.join(device_key(&crate::device::gpu_name(0).ok()?, crate::device::driver_version().ok()?));
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            log::warn!("kernel caches off: cannot create {} ({e})", dir.display());
+        let device = crate::device::gpu_name(0).ok().zip(crate::device::driver_version().ok())?;
+        let dir = cache_root(&var).map(|root| root.join(device_key(&device.0, device.1))).filter(|dir| match std::fs::create_dir_all(dir) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("kernel caches off: cannot create {} ({e})", dir.display());
+                false
+            }
+        });
+        let exact = exact_sizes(&var);
+        if !set_cubecl_config(dir.as_deref(), exact) {
             return None;
         }
-        let set = set_cubecl_caches(&dir);
-        if set {
-            log::info!("kernel caches (autotune, PTX) in {}", dir.display());
+        match &dir {
+            Some(d) => log::info!("kernel caches (autotune, PTX, cuDNN plans) in {}", d.display()),
+            None => log::info!("kernel caches off"),
         }
-        set.then_some(dir)
+        log::debug!("allocator: {}", if exact { "exact-size blocks" } else { "cubecl's sub-allocated pages" });
+        dir
     })
     .clone()
 }
 
+/// Whether burn-cuda allocates exact-size blocks reused by size (the default): cubecl's
+/// sub-allocated pages (`BURN_DDP_ALLOCATOR=pages`) reserve memory in steps of up to a quarter
+/// of the device's, which on a large GPU left 2–5 GiB more reserved than a step holds
+/// (docs/benchmarks.md, 2026-12-02). A batch of a new size gets blocks of its own, so training
+/// hands the unused ones back when the batch size changes (`memory::release_unused`).
+pub fn exact_sizes(var: &dyn Fn(&str) -> Option<String>) -> bool {
+    match var("BURN_DDP_ALLOCATOR").as_deref() {
+        None | Some("" | "exact") => true,
+        Some("pages") => false,
+        Some(other) => {
+            log::warn!("BURN_DDP_ALLOCATOR={other} is neither `exact` nor `pages`; using exact-size blocks");
+            true
+        }
+    }
+}
+
+/// The file name of a cuDNN plan kept in `dir()/cudnn-plans` (`cudnn_plan_store`): a 64-bit
+/// FNV-1a hash of cuDNN's version and the graph's recipe, the same across builds and Rust
+/// versions.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn cudnn_plan_file(cudnn_version: usize, recipe: &str) -> String {
+    format!("{:016x}.json", fnv1a(format!("cudnn {cudnn_version}\n{recipe}").as_bytes()))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 #[cfg(feature = "cuda")]
-fn set_cubecl_caches(dir: &Path) -> bool {
+fn set_cubecl_config(dir: Option<&Path>, exact_sizes: bool) -> bool {
     use cubecl::config::cache::CacheConfig;
+    use cubecl::config::memory::PersistentMemory;
     use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
     let mut config = CubeClRuntimeConfig::default().override_from_env();
-    config.autotune.cache = CacheConfig::File(dir.to_path_buf());
-    config.compilation.cache = Some(CacheConfig::File(dir.to_path_buf()));
+    if let Some(dir) = dir {
+        config.autotune.cache = CacheConfig::File(dir.to_path_buf());
+        config.compilation.cache = Some(CacheConfig::File(dir.to_path_buf()));
+    }
+    if exact_sizes {
+        config.memory.persistent_memory = PersistentMemory::Enforced;
+    }
     // `set` panics once cubecl has read its configuration: too late is a warning, not a crash.
     match std::panic::catch_unwind(|| CubeClRuntimeConfig::set(config)) {
         Ok(()) => true,
         Err(_) => {
-            log::warn!("kernel caches: cubecl was already in use; call burn_ddp::nn::kernel_cache::configure() first thing in main");
+            log::warn!("kernel caches and allocator: cubecl was already in use; call burn_ddp::nn::kernel_cache::configure() first thing in main");
             false
         }
     }
 }
 
 #[cfg(not(feature = "cuda"))]
-fn set_cubecl_caches(_dir: &Path) -> bool {
+fn set_cubecl_config(_dir: Option<&Path>, _exact_sizes: bool) -> bool {
     false
 }
 
@@ -91,6 +142,27 @@ mod tests {
         assert_eq!(cache_root(&env(&[("HOME", "/home/u"), ("BURN_DDP_CACHE_DIR", "/scratch/k")])), Some(PathBuf::from("/scratch/k")));
         assert_eq!(cache_root(&env(&[("HOME", "/home/u"), ("BURN_DDP_CACHE_DIR", "off")])), None);
         assert_eq!(cache_root(&env(&[])), None);
+    }
+
+    #[test]
+    fn the_allocator_is_exact_sizes_unless_pages_are_asked_for() {
+        let env = |v: &'static str| move |k: &str| (k == "BURN_DDP_ALLOCATOR").then(|| v.to_string());
+        assert!(exact_sizes(&|_: &str| None));
+        assert!(exact_sizes(&env("exact")));
+        assert!(!exact_sizes(&env("pages")));
+        assert!(exact_sizes(&env("bogus")));
+    }
+
+    #[test]
+    fn cudnn_plan_files_are_named_by_fnv1a_of_version_and_recipe() {
+        // Published FNV-1a 64 test vectors.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+        let a = cudnn_plan_file(91000, "tensor 1 Buffer(1) bf16 [1, 2, 3, 4]");
+        assert_eq!(a.len(), 16 + ".json".len());
+        assert_ne!(a, cudnn_plan_file(91001, "tensor 1 Buffer(1) bf16 [1, 2, 3, 4]"));
+        assert_ne!(a, cudnn_plan_file(91000, "tensor 1 Buffer(1) bf16 [1, 2, 3, 5]"));
     }
 
     #[test]

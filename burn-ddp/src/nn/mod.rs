@@ -40,6 +40,8 @@ mod cudnn_ln_burn;
 #[cfg(feature = "cuda")]
 mod cudnn_ops;
 #[cfg(feature = "cuda")]
+mod cudnn_plan_store;
+#[cfg(feature = "cuda")]
 pub mod cudnn_sdpa;
 #[cfg(feature = "cuda")]
 mod cudnn_types;
@@ -53,6 +55,7 @@ pub mod layer_norm;
 mod layers;
 pub mod layout;
 pub mod linear;
+pub mod memory;
 pub mod options;
 pub mod precision;
 pub mod profile;

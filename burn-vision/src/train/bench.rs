@@ -7,6 +7,7 @@ use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::nn::memory::MemoryReport;
 use burn_ddp::nn::profile::cuda_profiler_range;
 use burn_ddp::nn::{CudnnTimes, Precision};
 use burn_nn::loss::CrossEntropyLossConfig;
@@ -65,6 +66,12 @@ pub struct BenchResult {
     /// `cuMemGetInfo` / nvidia-smi count it: burn's pools, cuDNN's workspaces, the CUDA
     /// context); `None` on the CPU.
     pub device_used_gib: Option<f64>,
+    /// burn-cuda's pools after the warm-up steps (autotune's and cuDNN's trial runs
+    /// included); `None` on the CPU.
+    pub memory_after_warmup: Option<MemoryReport>,
+    /// burn-cuda's pools after the timed steps: the warm-up's unused pages were handed back
+    /// before them, so this is what training holds; `None` on the CPU.
+    pub memory: Option<MemoryReport>,
     /// Loss of the last step (must be finite).
     pub last_loss: f64,
     /// Where the host waited during the timed steps, on the cuDNN path (all zero elsewhere).
@@ -182,6 +189,10 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     };
     let (m, mut loss, first_step, warmup_seconds) = warm_up::<B>(config.warmup, device, model, &mut step);
     model = m;
+    let memory_after_warmup = config.gpu.and_then(burn_ddp::nn::memory::report);
+    if let Some(gpu) = config.gpu {
+        burn_ddp::nn::memory::release_unused(gpu);
+    }
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
     cuda_profiler_range(true);
@@ -208,6 +219,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         warmup_seconds,
         first_step,
         device_used_gib: config.gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()).map(|b| b as f64 / (1u64 << 30) as f64),
+        memory_after_warmup,
+        memory: config.gpu.and_then(burn_ddp::nn::memory::report),
         last_loss,
         cudnn,
         upload_s,

@@ -80,6 +80,15 @@ pub(super) struct Placement<'a, B: AutodiffBackend> {
     pub dist: Dist<'a>,
 }
 
+impl<B: AutodiffBackend> Placement<'_, B> {
+    /// Hands burn-cuda's unused memory back on every device of the step (its exact-size
+    /// blocks serve one batch size: done when the size changes, and around validation).
+    fn release_unused(&self) {
+        let dp = self.dp.as_ref().map_or(&[][..], |dp| dp.devices());
+        std::iter::once(&self.device).chain(dp).for_each(burn_ddp::nn::memory::release_unused_on);
+    }
+}
+
 /// The model and what moves it: optimizer, step count, loss scaling.
 pub(super) struct Trainer<B: AutodiffBackend, O> {
     pub model: Classifier<B>,
@@ -169,7 +178,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     // steady throughput is timed after them (after the first only, in epochs of < 4 steps).
     let warmup_steps = if plan.steps_per_epoch >= 4 { 2 } else { 1 };
     let mut phases = StepPhases::<B>::new(device);
-    let mut batches = loader.take(plan.steps_per_epoch.saturating_sub(done.steps));
+    let (mut batches, mut last_n) = (loader.take(plan.steps_per_epoch.saturating_sub(done.steps)), None);
     loop {
         start.tracer.before_step(trainer.step);
         phases.restart();
@@ -177,6 +186,9 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         phases.end(0);
         let batch = batch?;
         let n = batch.shape[0];
+        if last_n.replace(n).is_some_and(|m| m != n) {
+            at.release_unused();
+        }
         let key = super::mixup::step_key(config.seed, (epoch, trainer.step, at.dist.map_or(0, |d| d.rank)));
         let tensors = mixed_batch::<B>(batch, config, key, plan.dataset.classes().len(), device);
         trainer.model.set_draw_key(key);
@@ -326,7 +338,10 @@ pub(super) fn validate<B: AutodiffBackend>(model: &Classifier<B>, plan: &EpochPl
         None => plan.val_idx.clone(),
         Some(d) => shard_exact(plan.val_idx.len(), d.world, d.rank).into_iter().map(|i| plan.val_idx[i]).collect(),
     };
-    let val = evaluate(&model.valid(), plan.dataset.clone(), mine, eval_pipeline.clone(), plan.loader.clone(), skips.clone(), &at.device)?;
+    at.release_unused();
+    let val = evaluate(&model.valid(), plan.dataset.clone(), mine, eval_pipeline.clone(), plan.loader.clone(), skips.clone(), &at.device);
+    at.release_unused();
+    let val = val?;
     let Some(d) = at.dist else { return Ok((val, skips.count())) };
     let mut v = [val.loss_sum, val.top1 as f64, val.top5 as f64, val.count as f64, skips.count() as f64];
     d.sum(&mut v)?;

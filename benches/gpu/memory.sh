@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One device call on one H200 (issues 15 and 17): where burn-cuda's GPU memory goes. `bench`
+# reports cubecl's pools per stream (live tensors vs reserved blocks) after the warm-up and,
+# once the warm-up's unused blocks are handed back, after the timed steps.
+# PART=1 (call a, 2026-12-02): ViT-B/16 b128 and ResNet-50 b256 bf16 with cubecl's sub-allocated
+# pages, with one cubecl stream for every thread, and with exact-size blocks (then experiment
+# switches, BURN_DDP_CUBECL_MAX_STREAMS=1 and BURN_DDP_CUBECL_PERSISTENT=enforced; exact-size
+# blocks are now the default and BURN_DDP_ALLOCATOR=pages the old way), a short ViT-B/16 run
+# with cubecl's memory log (every page it reserves), cold kernel caches; PyTorch eager beside.
+# PART=2: the exact-size allocator as the default, against the pages, ViT-B/16, ViT-S/16 and
+# ResNet-50 beside PyTorch; every cudnn_check check with it (and cuDNN's plans written to the
+# plan cache), then the transformer checks again on plans restored from it; a ViT trained
+# from the CLI for three epochs (a partial last batch, validation) to see its memory hold.
+# Binaries: carry/bins.txz (burn-vision, cudnn_check); kernel caches carry/kernel-cache.tgz.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+LOG=$OUT/memory${PART:-2}.log; SHOW="img_per_s|device_used|restored|plans built|checks|GPU memory|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-8}
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision "$B"/cudnn_check
+BIN=$(realpath "$B"/burn-vision)
+BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
+S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
+R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
+if [ "${PART:-2}" = 2 ]; then
+  SHOW_LINES=6 step check 420 "$B"/cudnn_check check
+  echo "cuDNN plans kept: $(ls "$BURN_DDP_CACHE_DIR"/*/cudnn-plans 2>/dev/null | wc -l)" | tee -a "$LOG"
+  SHOW_LINES=6 step check_transformer_restored 200 "$B"/cudnn_check check-transformer
+  echo "plans restored in check_transformer_restored: $(sed -n '/=== check_transformer_restored:/,/=== check_transformer_restored rc/p' "$LOG" | grep -c 'plan restored')" | tee -a "$LOG"
+  step vitb16_exact 150 "$BIN" bench $BB
+  step vitb16_exact_restored 150 "$BIN" bench $BB
+  step vitb16_pages 150 env BURN_DDP_ALLOCATOR=pages "$BIN" bench $BB
+  step vitb16_torch 90 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
+  step vits16_exact 150 "$BIN" bench $S
+  step vits16_pages 150 env BURN_DDP_ALLOCATOR=pages "$BIN" bench $S
+  step vits16_torch 90 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 3 20 bf16 nchw eager
+  step r50_exact 150 "$BIN" bench $R
+  step r50_pages 150 env BURN_DDP_ALLOCATOR=pages "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  rm -rf /tmp/vit-mem-run
+  SHOW_LINES=12 step vit_cli_3_epochs 240 "$BIN" train --gpus 0 --model vit-mini --precision bf16 --epochs 3 --out /tmp/vit-mem-run
+else
+  step vitb16_pages 150 env BURN_DDP_ALLOCATOR=pages "$BIN" bench $BB
+  step vitb16_exact 150 "$BIN" bench $BB
+  step vitb16_torch 90 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
+  step r50_pages 150 env BURN_DDP_ALLOCATOR=pages "$BIN" bench $R
+  step r50_exact 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  # cubecl's memory log (a cubecl.toml in the working directory; it names the warm caches and
+  # the old allocator too, as a cubecl file decides both).
+  KC=$(ls -d "$BURN_DDP_CACHE_DIR"/*/ | head -1)
+  mkdir -p /tmp/memlog && cat > /tmp/memlog/cubecl.toml <<EOF
+[autotune]
+cache = { file = "$KC" }
+[compilation]
+cache = { file = "$KC" }
+[memory.logger]
+level = "full"
+file = "$OUT/cubecl-memory-vitb16.log"
+EOF
+  (cd /tmp/memlog && step vitb16_memlog 150 "$BIN" bench $(echo $BB | sed 's/--warmup 3 --steps 20/--warmup 2 --steps 2/'))
+  grep -c "Allocated a new memory page" "$OUT/cubecl-memory-vitb16.log" | tee -a "$LOG"
+  xz -9 "$OUT/cubecl-memory-vitb16.log"
+  step vitb16_cold 300 env BURN_DDP_CACHE_DIR=/tmp/cold-cache BURN_DDP_ALLOCATOR=pages "$BIN" bench $BB
+fi
+echo "=== summary" | tee -a "$LOG"
+python3 benches/gpu/memory_summary.py "$LOG" | tee -a "$LOG"
+save_cache
