@@ -644,7 +644,7 @@ fn dtype_name(dtype: FloatDType) -> &'static str {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // As burn-vision runs: kernel caches, cuDNN's plans on disk, exact-size allocations.
-    let _ = burn_ddp::nn::kernel_cache::configure();
+    let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
     let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm" || a == "bench-sdpa" || a == "check-transformer");

@@ -7,8 +7,8 @@
 //! [`configure`] must run before burn-cuda's first operation (first thing in `main`). A
 //! `cubecl.toml` / `burn.toml` in the working directory or above wins, as cubecl documents;
 //! `BURN_DDP_CACHE_DIR` moves the directory, `BURN_DDP_CACHE_DIR=off` leaves cubecl's defaults.
-//! cuDNN's finalized plans are kept there too (`cudnn-plans/`). [`configure`] also chooses
-//! cubecl's allocator ([`exact_sizes`], `BURN_DDP_ALLOCATOR`).
+//! cuDNN's finalized plans are kept there too (`cudnn-plans/`). [`configure_with`] also chooses
+//! cubecl's allocator ([`Allocator`], `BURN_DDP_ALLOCATOR`).
 
 use std::path::{Path, PathBuf};
 
@@ -40,12 +40,36 @@ pub fn dir() -> Option<PathBuf> {
     DONE.get().cloned().flatten()
 }
 
-/// Points cubecl's autotune and PTX caches at `cache_root()/device_key()` (GPU 0's model)
-/// and returns that directory, and sets cubecl's allocator ([`exact_sizes`]); `None` (cubecl's
-/// default caches) without CUDA, without a driver, when turned off, or when a cubecl
-/// configuration file decides (then it decides the allocator too). Call it once, before
-/// burn-cuda's first operation; later calls return the first answer.
+/// How burn-cuda's memory is allocated (cubecl's memory management).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocator {
+    /// cubecl's default: tensors sub-allocated from pages whose sizes follow the device's
+    /// memory (on a 141 GB H200: 9 MB … 2.35 GB … 35 GB). Any freed space serves any later
+    /// tensor that fits, so shapes may vary from step to step; but memory is reserved in steps
+    /// of up to a page, 2–5 GiB more than a training step holds on an H200 (docs/benchmarks.md,
+    /// 2026-12-02).
+    Pages,
+    /// One block per tensor, reused by tensors of the same size (cubecl's persistent pool for
+    /// every allocation): what the step holds at its peak, no more — for training whose shapes
+    /// repeat (a fixed batch and image size). A new size gets new blocks and the old ones stay
+    /// reserved until [`memory::release_unused`](super::memory::release_unused) hands them
+    /// back: call it when the shapes change (burn-vision does when the batch size changes and
+    /// around validation).
+    ExactSizes,
+}
+
+/// [`configure_with`] cubecl's default allocator ([`Allocator::Pages`]), for any model.
 pub fn configure() -> Option<PathBuf> {
+    configure_with(Allocator::Pages)
+}
+
+/// Points cubecl's autotune and PTX caches at `cache_root()/device_key()` (GPU 0's model)
+/// and returns that directory, and sets cubecl's allocator (`allocator`, unless
+/// `BURN_DDP_ALLOCATOR=exact|pages` says otherwise); `None` (cubecl's default caches) without
+/// CUDA, without a driver, when turned off, or when a cubecl configuration file decides (then it
+/// decides the allocator too). Call it once, before burn-cuda's first operation; later calls
+/// return the first answer.
+pub fn configure_with(allocator: Allocator) -> Option<PathBuf> {
     DONE.get_or_init(|| {
         let var = |k: &str| std::env::var(k).ok();
         if let Some(file) = std::env::current_dir().ok().and_then(|d| cubecl_config_file(&d)) {
@@ -60,32 +84,29 @@ pub fn configure() -> Option<PathBuf> {
                 false
             }
         });
-        let exact = exact_sizes(&var);
-        if !set_cubecl_config(dir.as_deref(), exact) {
+        let allocator = chosen_allocator(&var, allocator);
+        if !set_cubecl_config(dir.as_deref(), allocator) {
             return None;
         }
         match &dir {
             Some(d) => log::info!("kernel caches (autotune, PTX, cuDNN plans) in {}", d.display()),
             None => log::info!("kernel caches off"),
         }
-        log::debug!("allocator: {}", if exact { "exact-size blocks" } else { "cubecl's sub-allocated pages" });
+        log::debug!("allocator: {allocator:?}");
         dir
     })
     .clone()
 }
 
-/// Whether burn-cuda allocates exact-size blocks reused by size (the default): cubecl's
-/// sub-allocated pages (`BURN_DDP_ALLOCATOR=pages`) reserve memory in steps of up to a quarter
-/// of the device's, which on a large GPU left 2–5 GiB more reserved than a step holds
-/// (docs/benchmarks.md, 2026-12-02). A batch of a new size gets blocks of its own, so training
-/// hands the unused ones back when the batch size changes (`memory::release_unused`).
-pub fn exact_sizes(var: &dyn Fn(&str) -> Option<String>) -> bool {
+/// `BURN_DDP_ALLOCATOR` (`exact` or `pages`) if set, else `default`.
+fn chosen_allocator(var: &dyn Fn(&str) -> Option<String>, default: Allocator) -> Allocator {
     match var("BURN_DDP_ALLOCATOR").as_deref() {
-        None | Some("" | "exact") => true,
-        Some("pages") => false,
+        None | Some("") => default,
+        Some("exact") => Allocator::ExactSizes,
+        Some("pages") => Allocator::Pages,
         Some(other) => {
-            log::warn!("BURN_DDP_ALLOCATOR={other} is neither `exact` nor `pages`; using exact-size blocks");
-            true
+            log::warn!("BURN_DDP_ALLOCATOR={other} is neither `exact` nor `pages`; using {default:?}");
+            default
         }
     }
 }
@@ -103,7 +124,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 #[cfg(feature = "cuda")]
-fn set_cubecl_config(dir: Option<&Path>, exact_sizes: bool) -> bool {
+fn set_cubecl_config(dir: Option<&Path>, allocator: Allocator) -> bool {
     use cubecl::config::cache::CacheConfig;
     use cubecl::config::memory::PersistentMemory;
     use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
@@ -112,7 +133,7 @@ fn set_cubecl_config(dir: Option<&Path>, exact_sizes: bool) -> bool {
         config.autotune.cache = CacheConfig::File(dir.to_path_buf());
         config.compilation.cache = Some(CacheConfig::File(dir.to_path_buf()));
     }
-    if exact_sizes {
+    if allocator == Allocator::ExactSizes {
         config.memory.persistent_memory = PersistentMemory::Enforced;
     }
     // `set` panics once cubecl has read its configuration: too late is a warning, not a crash.
@@ -126,7 +147,7 @@ fn set_cubecl_config(dir: Option<&Path>, exact_sizes: bool) -> bool {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn set_cubecl_config(_dir: Option<&Path>, _exact_sizes: bool) -> bool {
+fn set_cubecl_config(_dir: Option<&Path>, _allocator: Allocator) -> bool {
     false
 }
 
@@ -145,12 +166,13 @@ mod tests {
     }
 
     #[test]
-    fn the_allocator_is_exact_sizes_unless_pages_are_asked_for() {
+    fn the_allocator_is_the_callers_unless_the_environment_says() {
         let env = |v: &'static str| move |k: &str| (k == "BURN_DDP_ALLOCATOR").then(|| v.to_string());
-        assert!(exact_sizes(&|_: &str| None));
-        assert!(exact_sizes(&env("exact")));
-        assert!(!exact_sizes(&env("pages")));
-        assert!(exact_sizes(&env("bogus")));
+        assert_eq!(chosen_allocator(&|_: &str| None, Allocator::ExactSizes), Allocator::ExactSizes);
+        assert_eq!(chosen_allocator(&|_: &str| None, Allocator::Pages), Allocator::Pages);
+        assert_eq!(chosen_allocator(&env("exact"), Allocator::Pages), Allocator::ExactSizes);
+        assert_eq!(chosen_allocator(&env("pages"), Allocator::ExactSizes), Allocator::Pages);
+        assert_eq!(chosen_allocator(&env("bogus"), Allocator::Pages), Allocator::Pages);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! padding, and the pages reserved. [`release_unused`] hands back the pages that hold no live
 //! tensor (cubecl's explicit clean-up; the next allocation that needs one reserves it again),
 //! as `torch.cuda.empty_cache()` does for PyTorch's cache: with exact-size blocks
-//! (`kernel_cache::exact_sizes`, the default) blocks of one batch size do not serve another, so a
+//! (`kernel_cache::Allocator::ExactSizes`) blocks of one batch size do not serve another, so a
 //! training loop calls it when the batch size changes.
 
 /// One stream's pools.

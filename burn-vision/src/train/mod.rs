@@ -54,10 +54,11 @@ pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench
 }
 
 /// GPU `id` as burn-cuda's device, with burn-ddp's persistent kernel caches set up before its
-/// first use.
+/// first use, and exact-size memory blocks (an image pipeline's shapes repeat: a fixed batch
+/// and image size; the training loop hands blocks back when the batch size changes).
 #[cfg(feature = "cuda")]
 pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
-    let _ = burn_ddp::nn::kernel_cache::configure();
+    let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
     burn_cuda::CudaDevice::new(id)
 }
 
