@@ -18,13 +18,15 @@ pub fn cuda_device_count() -> Result<usize> {
     Err(Error::CudaNotCompiled)
 }
 
-/// Checks that every id in `ids` names a visible GPU.
+/// Checks that the driver is new enough for the bindings and that every id in `ids` names a
+/// visible GPU.
 ///
 /// # Errors
-/// [`Error::Cuda`] naming the bad id and the ids that exist, or the errors of
-/// [`cuda_device_count`].
+/// [`Error::Cuda`] naming a too-old driver ([`check_driver`]), the bad id and the ids that
+/// exist, or the errors of [`cuda_device_count`].
 pub fn check_gpu_ids(ids: &[usize]) -> Result<()> {
     let count = cuda_device_count()?;
+    check_driver(driver_version()?)?;
     if let Some(bad) = ids.iter().find(|&&id| id >= count) {
         let exist = if count == 0 { "none".to_string() } else { format!("0..={}", count - 1) };
         return Err(Error::Cuda { op: format!("GPU {bad}"), reason: format!("does not exist; this machine has {count} GPU(s): {exist}") });
@@ -51,8 +53,27 @@ pub fn gpu_memory_used(ordinal: usize) -> Result<u64> {
     }
 }
 
-/// The CUDA driver API version the bindings were generated for (cudarc's `cuda-13000`).
-pub const CUDA_BINDING_VERSION: i32 = 13000;
+/// The CUDA driver API version the bindings were generated for (cudarc's `cuda-12080`): the
+/// oldest driver this build runs on. It is the oldest cubecl-cuda 0.10 (burn-cuda 0.21)
+/// compiles with: it calls CUDA 12.8's tensor-map functions. A newer driver runs it (the
+/// driver API is backward compatible).
+pub const CUDA_BINDING_VERSION: i32 = 12080;
+
+/// A driver supporting CUDA `driver` (as [`driver_version`] gives it) runs this build, or a
+/// one-line error says what to update (instead of a panic at the first missing function).
+///
+/// # Errors
+/// [`Error::Cuda`] when `driver` is older than [`CUDA_BINDING_VERSION`].
+pub fn check_driver(driver: i32) -> Result<()> {
+    if driver >= CUDA_BINDING_VERSION {
+        return Ok(());
+    }
+    let v = |v: i32| format!("{}.{}", v / 1000, v % 1000 / 10);
+    Err(Error::Cuda {
+        op: "CUDA driver".into(),
+        reason: format!("it supports CUDA {}, this build needs CUDA {} or newer (NVIDIA driver 570 or newer): update the driver", v(driver), v(CUDA_BINDING_VERSION)),
+    })
+}
 
 #[cfg(feature = "cuda")]
 fn driver() -> Result<()> {
@@ -197,5 +218,18 @@ pub fn gpu_use(ordinal: usize) -> Result<GpuUse> {
     {
         let _ = ordinal;
         Err(Error::CudaNotCompiled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_older_than_the_bindings_is_one_line_that_says_what_to_do() {
+        assert!(check_driver(CUDA_BINDING_VERSION).is_ok());
+        assert!(check_driver(13000).is_ok());
+        let e = check_driver(12040).unwrap_err().to_string();
+        assert!(e.contains("CUDA 12.4") && e.contains("12.8") && e.contains("update the driver") && !e.contains('\n'), "{e}");
     }
 }
