@@ -1,18 +1,13 @@
 """Summary table of benches/gpu/cold_start.sh's log: one row per step that printed a result."""
-import json
 import sys
 
-name = None
-for line in open(sys.argv[1]):
-    if line.startswith("=== ") and ":" in line:
-        name = line[4:].split(":")[0]
-    elif line.startswith("RESULT {"):
-        r = json.loads(line[7:])
-        f = r.get("first_step", {})
+from bench_log import results
+
+for name, framework, r in results(sys.argv[1]):
+    f = r.get("first_step", {})
+    if framework == "pytorch":
         print(f"{name:18} pytorch {r['img_per_s']:8.1f} img/s  first step {f.get('total_s', 0):6.1f} s (step {f.get('step_s', 0):5.1f} s)"
               f"  device {r['device_used_gib']:5.1f} GiB  reserved {r['reserved_gib']:5.1f}  allocated {r['peak_mem_gib']:5.1f}")
-    elif line.startswith("{") and '"first_step"' in line:
-        r = json.loads(line)
-        f = r["first_step"]
+    else:
         print(f"{name:18} burn    {r['img_per_s']:8.1f} img/s  first step {f['total_s']:6.1f} s (step {f['step_s']:5.1f} s, cuDNN {f['cudnn_s']:4.1f} s,"
               f" setup {f['setup_s']:4.1f} s)  device {r['device_used_gib'] or 0:5.1f} GiB")

@@ -11,17 +11,32 @@
 # ResNet-50 beside PyTorch; every cudnn_check check with it (and cuDNN's plans written to the
 # plan cache), then the transformer checks again on plans restored from it; a ViT trained
 # from the CLI for three epochs (a partial last batch, validation) to see its memory hold.
-# Binaries: carry/bins.txz (burn-vision, cudnn_check); kernel caches carry/kernel-cache.tgz.
+# PART=3: the build bound to CUDA 12.8's driver API on the H200's CUDA 13 driver: `burn-ddp
+# doctor`, every cudnn_check check, ViT-B/16 and ResNet-50 beside PyTorch, a ViT trained from
+# the CLI and its checkpoint evaluated on the GPU.
+# Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/memory${PART:-2}.log; SHOW="img_per_s|device_used|restored|plans built|checks|GPU memory|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-8}
 source benches/gpu/lib.sh
-chmod +x "$B"/burn-vision "$B"/cudnn_check
+chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/cudnn_check
 BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 2 ]; then
+if [ "${PART:-2}" = 3 ]; then
+  SHOW_LINES=12 step doctor 60 "$B"/burn-ddp doctor --nproc-per-node 1 --all-reduce-mib 64
+  SHOW_LINES=4 step check 420 "$B"/cudnn_check check
+  grep -h "^RESULT check" "$LOG" | grep -c " ok$" | sed 's/^/checks ok: /' | tee -a "$LOG"
+  grep -h "^RESULT check" "$LOG" | grep -v " ok$" | tee -a "$LOG"
+  step vitb16_exact 150 "$BIN" bench $BB
+  step vitb16_torch 90 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
+  step r50_exact 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  rm -rf /tmp/vit-run
+  SHOW_LINES=4 step vit_cli_train 120 "$BIN" train --gpus 0 --model vit-mini --precision bf16 --epochs 1 --out /tmp/vit-run
+  SHOW="accuracy|acc|img/s|rror|panick" SHOW_LINES=4 step vit_cli_eval 120 "$BIN" eval --gpus 0 --checkpoint /tmp/vit-run/best.ckpt
+elif [ "${PART:-2}" = 2 ]; then
   SHOW_LINES=6 step check 420 "$B"/cudnn_check check
   echo "cuDNN plans kept: $(ls "$BURN_DDP_CACHE_DIR"/*/cudnn-plans 2>/dev/null | wc -l)" | tee -a "$LOG"
   SHOW_LINES=6 step check_transformer_restored 200 "$B"/cudnn_check check-transformer

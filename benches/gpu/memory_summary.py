@@ -1,7 +1,8 @@
 """Summary table of benches/gpu/memory.sh's log: device memory of each run, and where burn-cuda's
-pools hold it (per stream: live tensors / reserved pages, after the warm-up and at the end)."""
-import json
+pools hold it (per stream: live tensors / reserved bytes, after the warm-up and at the end)."""
 import sys
+
+from bench_log import results
 
 
 def pools(m):
@@ -11,16 +12,11 @@ def pools(m):
     return f"{m['in_use_gib']:5.2f}/{m['reserved_gib']:5.2f} [{s}]"
 
 
-name = None
-for line in open(sys.argv[1]):
-    if line.startswith("=== ") and ":" in line:
-        name = line[4:].split(":")[0]
-    elif line.startswith("RESULT {"):
-        r = json.loads(line[7:])
+for name, framework, r in results(sys.argv[1]):
+    if framework == "pytorch":
         print(f"{name:20} pytorch {r['img_per_s']:7.1f} img/s  device {r['device_used_gib']:5.2f} GiB"
               f"  torch reserved {r['reserved_gib']:5.2f}  peak allocated {r['peak_mem_gib']:5.2f}")
-    elif line.startswith("{") and '"first_step"' in line:
-        r = json.loads(line)
+    else:
         print(f"{name:20} burn    {r['img_per_s']:7.1f} img/s  device {r['device_used_gib'] or 0:5.2f} GiB"
               f"  pools in use/reserved GiB: after warm-up {pools(r.get('memory_after_warmup'))}  end {pools(r.get('memory'))}"
               f"  first step {r['first_step']['total_s']:.1f} s")
