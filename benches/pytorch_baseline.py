@@ -79,6 +79,18 @@ def timed_steps(model, opt, batches, warmup, steps, amp=None):
     return n / (time.perf_counter() - t1), warm, float(loss)
 
 
+def allocated_after_forward(model, x, y, amp):
+    """GiB allocated at the end of one more forward pass and its loss (parameters, optimizer
+    state, what autograd saved for the backward): burn-vision bench's `in_use_after_forward_gib`."""
+    model.zero_grad(set_to_none=True)  # as a training step starts (burn keeps no gradients between steps)
+    with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+        loss = nn.CrossEntropyLoss()(model(x), y)
+    torch.cuda.synchronize()
+    gib = torch.cuda.memory_allocated() / 2**30
+    loss.backward()
+    return gib
+
+
 def synthetic(name, batch, size, channels, classes, small, warmup, steps, precision="f32", layout="nchw", mode="eager"):
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -91,9 +103,10 @@ def synthetic(name, batch, size, channels, classes, small, warmup, steps, precis
     y = torch.randint(0, classes, (batch,), device=dev)
     amp = {"f32": None, "bf16": torch.bfloat16}[precision]
     ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps, amp)
+    peak = torch.cuda.max_memory_allocated() / 2**30
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
                                       precision=precision, layout=layout, compiled=mode == "compile",
-                                      img_per_s=ips, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+                                      img_per_s=ips, peak_mem_gib=peak, allocated_after_forward_gib=allocated_after_forward(model, x, y, amp),
                                       reserved_gib=torch.cuda.max_memory_reserved() / 2**30, device_used_gib=device_used_gib(),
                                       first_step=FIRST, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
 

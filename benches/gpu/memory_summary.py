@@ -15,8 +15,9 @@ def pools(m):
 for name, framework, r in results(sys.argv[1]):
     if framework == "pytorch":
         print(f"{name:20} pytorch {r['img_per_s']:7.1f} img/s  device {r['device_used_gib']:5.2f} GiB"
-              f"  torch reserved {r['reserved_gib']:5.2f}  peak allocated {r['peak_mem_gib']:5.2f}")
+              f"  torch reserved {r['reserved_gib']:5.2f}  peak allocated {r['peak_mem_gib']:5.2f}"
+              f"  allocated after a forward {r.get('allocated_after_forward_gib') or 0:5.2f}")
     else:
         print(f"{name:20} burn    {r['img_per_s']:7.1f} img/s  device {r['device_used_gib'] or 0:5.2f} GiB"
               f"  pools in use/reserved GiB: after warm-up {pools(r.get('memory_after_warmup'))}  end {pools(r.get('memory'))}"
-              f"  first step {r['first_step']['total_s']:.1f} s")
+              f"  live after a forward {r.get('in_use_after_forward_gib') or 0:5.2f} GiB  first step {r['first_step']['total_s']:.1f} s")

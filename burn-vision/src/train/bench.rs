@@ -10,7 +10,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_ddp::nn::memory::MemoryReport;
 use burn_ddp::nn::profile::cuda_profiler_range;
 use burn_ddp::nn::{CudnnTimes, Precision};
-use burn_nn::loss::CrossEntropyLossConfig;
+use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
 use std::time::Instant;
@@ -72,6 +72,10 @@ pub struct BenchResult {
     /// burn-cuda's pools after the timed steps: the warm-up's unused pages were handed back
     /// before them, so this is what training holds; `None` on the CPU.
     pub memory: Option<MemoryReport>,
+    /// GiB in live tensors at the end of one more forward pass: parameters, optimizer state and
+    /// what the step saves for its backward (its peak, short of the backward's temporaries);
+    /// `None` on the CPU.
+    pub in_use_after_forward_gib: Option<f64>,
     /// Loss of the last step (must be finite).
     pub last_loss: f64,
     /// Where the host waited during the timed steps, on the cuDNN path (all zero elsewhere).
@@ -150,6 +154,16 @@ fn warm_up<B: AutodiffBackend>(
     (model, loss, first_step, t0.elapsed().as_secs_f64())
 }
 
+/// burn-cuda's live GiB on `gpu` after one more forward pass and its loss (synchronised there);
+/// its backward then runs and its gradients are dropped.
+fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, loss_fn: &CrossEntropyLoss<B>, (x, y): (&Tensor<B, 4>, &Tensor<B, 1, Int>), device: &B::Device, gpu: usize) -> Option<f64> {
+    let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
+    B::sync(device).ok()?;
+    let gib = burn_ddp::nn::memory::report(gpu).map(|r| r.in_use_gib);
+    drop(loss.backward());
+    gib
+}
+
 /// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
 ///
 /// # Errors
@@ -212,6 +226,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();
     let upload_s = upload_s.get() - upload_before;
+    let in_use_after_forward_gib = config.gpu.and_then(|gpu| in_use_after_forward(&model, &loss_fn, (&x, &y), device, gpu));
     Ok(BenchResult {
         config: config.clone(),
         seconds,
@@ -221,6 +236,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         device_used_gib: config.gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()).map(|b| b as f64 / (1u64 << 30) as f64),
         memory_after_warmup,
         memory: config.gpu.and_then(burn_ddp::nn::memory::report),
+        in_use_after_forward_gib,
         last_loss,
         cudnn,
         upload_s,
