@@ -6,7 +6,7 @@
 //! attention (`bench-sdpa` times it against the unfused path at ViT-B/16's shape).
 //!
 //! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [check-transformer] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
+//! `cudnn_check [check] [check-transformer] [check-relu] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
 //! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
@@ -641,13 +641,40 @@ fn dtype_name(dtype: FloatDType) -> &'static str {
     }
 }
 
+/// `burn_ddp::nn::relu` (backward from its output) against burn's `relu` (backward from its
+/// input) on a residual sum, as a ResNet block uses it: the same values and the same gradients
+/// for both addends, bit for bit (f32 and bf16).
+fn check_relu(device: &CudaDevice) -> bool {
+    let mut ok = true;
+    for dtype in [FloatDType::F32, FloatDType::BF16] {
+        let leaf = |seed: u64| {
+            <Ad as Backend>::seed(device, seed);
+            Tensor::<Ad, 4>::random([4, 7, 9, 16], Distribution::Normal(0.0, 1.0), device).cast(dtype).detach().require_grad()
+        };
+        let (a, b, w) = (leaf(1), leaf(2), leaf(3).detach());
+        let run = |ours: bool| {
+            let s = a.clone() + b.clone();
+            let y = if ours { burn_ddp::nn::relu(s) } else { burn::tensor::activation::relu(s) };
+            let grads = (y.clone() * w.clone()).sum().backward();
+            let f = |t: Tensor<Cuda, 4>| t.cast(FloatDType::F32).into_data().to_vec::<f32>().expect("f32");
+            [f(y.inner()), f(a.grad(&grads).expect("a's gradient")), f(b.grad(&grads).expect("b's gradient"))]
+        };
+        let (mine, burns) = (run(true), run(false));
+        let same = mine.iter().zip(&burns).all(|(m, r)| m == r);
+        let positive = mine[0].iter().filter(|&&v| v > 0.0).count();
+        println!("RESULT check=relu_from_output dtype={dtype:?} elements={} positive={positive} y/da/db bit-identical={same} {}", mine[0].len(), if same { "ok" } else { "FAIL" });
+        ok &= same;
+    }
+    ok
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // As burn-vision runs: kernel caches, cuDNN's plans on disk, exact-size allocations.
     let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
-    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm" || a == "bench-sdpa" || a == "check-transformer");
+    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm" || a == "bench-sdpa" || a == "check-transformer" || a == "check-relu");
     let device = CudaDevice::new(0);
     println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());
     let mut ok = true;
@@ -659,6 +686,7 @@ fn main() {
         ok &= check_gemm(&device);
         ok &= check_sdpa(&device);
         ok &= check_ln(&device);
+        ok &= check_relu(&device);
         // Unless asked to wait on the host, every cuDNN call must have been ordered on the device.
         let t = CudnnTimes::now();
         let ordered = options::get().host_sync || (t.calls > 0 && t.device_ordered == t.calls);
@@ -670,6 +698,9 @@ fn main() {
         ok &= check_sdpa(&device);
         ok &= check_ln(&device);
         println!("RESULT cudnn_check_transformer={}", if ok { "ok" } else { "FAIL" });
+    }
+    if args.iter().any(|a| a == "check-relu") {
+        ok &= check_relu(&device);
     }
     if args.iter().any(|a| a == "bench-sdpa") {
         bench_sdpa(&device, flag("--iters", 20));

@@ -60,6 +60,7 @@ pub mod options;
 pub mod precision;
 pub mod profile;
 pub mod reference;
+pub mod relu;
 mod report;
 #[cfg(feature = "cuda")]
 mod stream_bridge;
@@ -79,4 +80,5 @@ pub use linear::{attention, linear, matmul, self_attention};
 pub use options::CudnnOptions;
 pub use precision::Precision;
 pub use profile::CudnnTimes;
+pub use relu::relu;
 pub use upload_batch::images_to_device;

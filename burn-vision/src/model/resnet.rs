@@ -103,7 +103,8 @@ impl<B: Backend> Block<B> {
             (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false),
             _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
         };
-        self.relu.forward(out + identity)
+        // Rectified keeping only the output for the backward (the sum is kept by nothing else).
+        burn_ddp::nn::relu(out + identity)
     }
 
     /// The same block with its layers' activations in `layout`'s order.
