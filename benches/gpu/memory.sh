@@ -14,6 +14,9 @@
 # PART=3: the build bound to CUDA 12.8's driver API on the H200's CUDA 13 driver: `burn-ddp
 # doctor`, every cudnn_check check, ViT-B/16 and ResNet-50 beside PyTorch, a ViT trained from
 # the CLI and its checkpoint evaluated on the GPU.
+# PART=4: ResNet blocks rectifying their residual sum with burn_ddp::nn::relu (its backward
+# reads the output): `cudnn_check check-relu` (bit-identical to burn's relu), ResNet-50 twice
+# (the first warms the kernel caches) beside PyTorch.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,7 +27,13 @@ BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 3 ]; then
+if [ "${PART:-2}" = 4 ]; then
+  SHOW="RESULT check|img_per_s|rror|panick" step check_relu 120 "$B"/cudnn_check check-relu
+  step r50_first 150 "$BIN" bench $R
+  step r50_second 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  step vitb16_exact 150 "$BIN" bench $BB
+elif [ "${PART:-2}" = 3 ]; then
   SHOW_LINES=12 step doctor 60 "$B"/burn-ddp doctor --nproc-per-node 1 --all-reduce-mib 64
   SHOW_LINES=4 step check 420 "$B"/cudnn_check check
   grep -h "^RESULT check" "$LOG" | grep -c " ok$" | sed 's/^/checks ok: /' | tee -a "$LOG"
