@@ -7,7 +7,7 @@
 
 use super::cudnn::DeviceState;
 use super::cudnn_backend::Desc;
-use super::cudnn_ops::{Bind, Built, F32, Graph, Pair, PlanCache, Tn, execute};
+use super::cudnn_ops::{Bind, Built, F32, Graph, Pair, PlanCache, execute};
 use super::cudnn_types::DataType;
 use crate::error::Result;
 use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
@@ -122,7 +122,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
     let mean = g.tensor(Bind::Buffer(MEAN), F32, l.stats, [1; 4])?;
     let inv_var = g.tensor(Bind::Buffer(INV_VAR), F32, l.stats, [1; 4])?;
     let mode = [sys::cudnnBackendNormMode_t::CUDNN_LAYER_NORM];
-    let op = if backward {
+    if backward {
         let op = Desc::new(D::CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR)?;
         // SAFETY: NORM_MODE attributes read cudnnBackendNormMode_t.
         unsafe { op.set(A::CUDNN_ATTR_OPERATION_NORM_BWD_MODE, T::CUDNN_TYPE_NORM_MODE, &mode)? };
@@ -130,7 +130,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
         let dx = g.tensor(Bind::Buffer(DX), io, l.rows, l.rows_strides)?;
         let dscale = g.tensor(Bind::Buffer(DSCALE), F32, l.feats, l.feats_strides)?;
         let dbias = g.tensor(Bind::Buffer(DBIAS), F32, l.feats, l.feats_strides)?;
-        let set: [(A, Tn); 8] = [
+        let set = [
             (A::CUDNN_ATTR_OPERATION_NORM_BWD_XDESC, x),
             (A::CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC, mean),
             (A::CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC, inv_var),
@@ -140,10 +140,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
             (A::CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC, dbias),
             (A::CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC, dx),
         ];
-        for (name, t) in set {
-            op.descs(name, &[g.d(t)])?;
-        }
-        (op, format!("norm backward {mode:?} {:?}", set.map(|(name, t)| (name, t.index()))))
+        g.custom_op(op, &format!("norm backward {mode:?}"), &set)?;
     } else {
         let op = Desc::new(D::CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR)?;
         // SAFETY: NORM_MODE / NORM_FWD_PHASE attributes read their enums.
@@ -154,7 +151,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
         let bias = g.tensor(Bind::Buffer(BIAS), F32, l.feats, l.feats_strides)?;
         let eps = g.tensor(Bind::Value(EPS), F32, [1; 4], [1; 4])?;
         let y = g.tensor(Bind::Buffer(Y), io, l.rows, l.rows_strides)?;
-        let set: [(A, Tn); 7] = [
+        let set = [
             (A::CUDNN_ATTR_OPERATION_NORM_FWD_XDESC, x),
             (A::CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC, mean),
             (A::CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC, inv_var),
@@ -163,11 +160,7 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
             (A::CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC, eps),
             (A::CUDNN_ATTR_OPERATION_NORM_FWD_YDESC, y),
         ];
-        for (name, t) in set {
-            op.descs(name, &[g.d(t)])?;
-        }
-        (op, format!("norm forward {mode:?} training {:?}", set.map(|(name, t)| (name, t.index()))))
-    };
-    g.op(op.0.finalize()?, &op.1);
+        g.custom_op(op, &format!("norm forward {mode:?} training"), &set)?;
+    }
     g.finish(handle, "cuDNN layer-norm plan", 64 << 20)
 }

@@ -48,13 +48,6 @@ pub(super) struct Graph {
 #[derive(Clone, Copy)]
 pub(super) struct Tn(usize);
 
-impl Tn {
-    /// Its index among the graph's descriptors (how recipes name it).
-    pub(super) fn index(self) -> usize {
-        self.0
-    }
-}
-
 /// Packed strides of `dims`.
 pub(super) fn packed(d: [i64; 4]) -> [i64; 4] {
     [d[1] * d[2] * d[3], d[2] * d[3], d[3], 1]
@@ -99,13 +92,23 @@ impl Graph {
         Tn(self.parts.len() - 1)
     }
 
-    /// Adds operation `d`; `recipe` says what it computes from which tensors (the builders
-    /// below write their own).
-    pub(super) fn op(&mut self, d: Desc, recipe: &str) {
+    /// Adds the finalized operation `d`; `recipe` says what it computes from which tensors.
+    fn op(&mut self, d: Desc, recipe: &str) {
         self.recipe += recipe;
         self.recipe.push('\n');
         self.parts.push(d);
         self.ops.push(self.parts.len() - 1);
+    }
+
+    /// Adds operation `d`, whose own attributes the caller has set, after binding `tensors`
+    /// (attribute, tensor) to it; the recipe names it `what` with those bindings.
+    pub(super) fn custom_op(&mut self, d: Desc, what: &str, tensors: &[(A, Tn)]) -> Result<()> {
+        for &(name, t) in tensors {
+            d.descs(name, &[self.d(t)])?;
+        }
+        let bound: Vec<(A, usize)> = tensors.iter().map(|&(name, t)| (name, t.0)).collect();
+        self.op(d.finalize()?, &format!("{what} {bound:?}"));
+        Ok(())
     }
 
     pub(super) fn d(&self, t: Tn) -> &Desc {
