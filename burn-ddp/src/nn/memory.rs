@@ -47,15 +47,20 @@ fn streams_probed() -> u64 {
     u64::from(CubeClRuntimeConfig::get().streaming.max_streams).min(64)
 }
 
+#[cfg(feature = "cuda")]
+fn client(gpu: usize) -> cubecl::client::ComputeClient<cubecl::cuda::CudaRuntime> {
+    use cubecl::Runtime;
+    cubecl::cuda::CudaRuntime::client(&cubecl::cuda::CudaDevice::new(gpu))
+}
+
 /// The pools of burn-cuda's device `gpu`; `None` without the `cuda` feature. Call it when the
 /// device is idle (after a sync): reading a stream's pools waits for its queued work.
 #[must_use]
 pub fn report(gpu: usize) -> Option<MemoryReport> {
     #[cfg(feature = "cuda")]
     {
-        use cubecl::Runtime;
         use cubecl::stream_id::StreamId;
-        let client = cubecl::cuda::CudaRuntime::client(&cubecl::cuda::CudaDevice::new(gpu));
+        let client = client(gpu);
         let streams = (0..streams_probed())
             .filter_map(|value| {
                 let usage = StreamId { value }.executes(|| client.memory_usage()).ok()?;
@@ -76,9 +81,8 @@ pub fn report(gpu: usize) -> Option<MemoryReport> {
 pub fn release_unused(gpu: usize) {
     #[cfg(feature = "cuda")]
     {
-        use cubecl::Runtime;
         use cubecl::stream_id::StreamId;
-        let client = cubecl::cuda::CudaRuntime::client(&cubecl::cuda::CudaDevice::new(gpu));
+        let client = client(gpu);
         for value in 0..streams_probed() {
             StreamId { value }.executes(|| client.memory_cleanup());
         }

@@ -226,6 +226,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();
     let upload_s = upload_s.get() - upload_before;
+    // The pools as the timed steps left them, before the probe's forward and backward.
+    let memory = config.gpu.and_then(burn_ddp::nn::memory::report);
     let in_use_after_forward_gib = config.gpu.and_then(|gpu| in_use_after_forward(&model, &loss_fn, (&x, &y), device, gpu));
     Ok(BenchResult {
         config: config.clone(),
@@ -235,7 +237,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         first_step,
         device_used_gib: config.gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()).map(|b| b as f64 / (1u64 << 30) as f64),
         memory_after_warmup,
-        memory: config.gpu.and_then(burn_ddp::nn::memory::report),
+        memory,
         in_use_after_forward_gib,
         last_loss,
         cudnn,

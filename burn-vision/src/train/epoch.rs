@@ -84,8 +84,9 @@ impl<B: AutodiffBackend> Placement<'_, B> {
     /// Hands burn-cuda's unused memory back on every device of the step (its exact-size
     /// blocks serve one batch size: done when the size changes, and around validation).
     fn release_unused(&self) {
-        let dp = self.dp.as_ref().map_or(&[][..], |dp| dp.devices());
-        std::iter::once(&self.device).chain(dp).for_each(burn_ddp::nn::memory::release_unused_on);
+        // DataParallel's devices include `device` (its first).
+        let devices = self.dp.as_ref().map_or(std::slice::from_ref(&self.device), |dp| dp.devices());
+        devices.iter().for_each(burn_ddp::nn::memory::release_unused_on);
     }
 }
 
