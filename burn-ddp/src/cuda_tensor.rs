@@ -4,9 +4,14 @@
 //! work), burn's stream is synchronised, the buffer's device pointer goes to NCCL on the group's
 //! own stream, and the group waits for NCCL before burn reads the buffer again. The fusion tensor
 //! is kept alive during the call, so its id still names the (now reduced) buffer afterwards.
+//!
+//! DDP's buckets take another route, [`all_reduce_ordered`]: NCCL's stream is ordered after
+//! burn's on the device and burn's after NCCL's only where the result is read, so backward
+//! goes on computing while a bucket is summed, and the host waits for neither.
 
 use crate::ReduceOp;
 use crate::error::{Error, Result};
+use crate::nn::side_stream;
 use crate::process_group::buffer::{Buffer, DType, Memory};
 use crate::process_group::{AllReduceOptions, BroadcastOptions, ProcessGroup};
 use burn::prelude::*;
@@ -56,7 +61,7 @@ fn with_dense_buffer(t: Tensor<Cuda, 1>, op: impl FnOnce(Buffer<'_>) -> Result<(
 /// As [`ProcessGroup::all_reduce`], and for a tensor that is not f32.
 pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op: ReduceOp) -> Result<Tensor<Cuda, D>> {
     let opts = AllReduceOptions { op, timeout: None };
-    with_device_buffer(t, |buf| crate::collective_time::timed(|| pg.all_reduce(buf, &opts)))
+    with_device_buffer(t, |buf| pg.all_reduce(buf, &opts))
 }
 
 /// Rank `root`'s burn-cuda tensor on every rank, with NCCL, in place.
@@ -66,4 +71,47 @@ pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op:
 pub fn broadcast<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, root: usize) -> Result<Tensor<Cuda, D>> {
     let opts = BroadcastOptions { root, timeout: None };
     with_device_buffer(t, |buf| pg.broadcast(buf, &opts))
+}
+
+/// Starts the sum of `t` (f32, dense) over `pg`'s ranks on NCCL's stream, each rank's values
+/// first multiplied by `scale` when given, ordered on the device after burn's kernels that
+/// produce `t` (`nn::side_stream`); neither the host nor burn's stream waits. The result is the
+/// returned tensor once given to [`join`]; nothing may read it before.
+///
+/// # Errors
+/// A group other than NCCL, or one that failed (its watchdog's error); a tensor that is not f32;
+/// no device-side ordering on this GPU.
+pub(crate) fn all_reduce_ordered(pg: std::sync::Arc<dyn ProcessGroup>, t: Tensor<Cuda, 1>, scale: Option<f32>, label: String) -> Result<(Tensor<Cuda, 1>, side_stream::Join)> {
+    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda { op: label.clone(), reason: "only an NCCL group sums on the device without the host waiting".into() })?;
+    nccl.check()?;
+    if t.dtype() != burn::tensor::DType::F32 {
+        return Err(Error::Cuda { op: label, reason: format!("needs an f32 tensor, got {:?}", t.dtype()) });
+    }
+    let (len, device) = (t.shape().num_elements(), nccl.device());
+    side_stream::fork(t, move |ptr, fence| {
+        let nccl = pg.as_nccl().expect("checked above");
+        let buf = Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr, device } };
+        nccl.all_reduce_async(buf, scale, label, |s| fence.wait_on(s), |s| fence.signal_on(s))
+    })
+}
+
+/// `t` from [`all_reduce_ordered`] once burn's stream has waited for NCCL's signal.
+pub(crate) fn join(t: Tensor<Cuda, 1>, j: &side_stream::Join) -> Tensor<Cuda, 1> {
+    side_stream::join(t, j)
+}
+
+/// Whether `pg` can sum burn-cuda tensors on `device` without the host waiting: an NCCL group,
+/// device-side ordering available there, and `BURN_DDP_NCCL_HOST_SYNC` not set to `1` (which
+/// keeps the older path: drain burn's stream, then a blocking collective).
+pub(crate) fn orders_on_device(pg: &dyn ProcessGroup, device: usize) -> bool {
+    if pg.as_nccl().is_none() || std::env::var("BURN_DDP_NCCL_HOST_SYNC").is_ok_and(|v| v == "1") {
+        return false;
+    }
+    match side_stream::ready(device) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("NCCL collectives wait on the host: ordering them on GPU {device} failed: {e}");
+            false
+        }
+    }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::grad_ready::{GradSink, Scope};
 use crate::process_group::ProcessGroup;
 use crate::process_group::buffer::MemoryKind;
-use crate::reducer::{CommThread, StepReducer, plan};
+use crate::reducer::{CommThread, Route, StepReducer, plan};
 use crate::tensor;
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
@@ -33,10 +33,16 @@ pub struct DdpConfig {
     /// Start each bucket's all-reduce during backward, as soon as its gradients are final
     /// (for parameters read through [`crate::grad_ready::param_val`], as burn-ddp's layers
     /// do), on a communication thread; the first step also re-orders the buckets by the order
-    /// rank 0 saw the gradients finish. Off: all buckets after backward. On: the default for
-    /// host-memory groups; NCCL groups reduce after backward until the device-side ordering of
-    /// NCCL after burn's stream exists. Nothing else may use the group while backward runs:
-    /// turn it off with SyncBatchNorm on the same group (its backward exchanges statistics).
+    /// rank 0 saw the gradients finish. Off: all buckets after backward. On by default.
+    ///
+    /// With burn-cuda on an NCCL group a bucket's all-reduce is not run by a thread at all: it
+    /// is enqueued on NCCL's stream behind a device-side fence on the kernels that produce it,
+    /// and burn's stream waits for it only where the averaged gradients are read — the host
+    /// waits for neither (`BURN_DDP_NCCL_HOST_SYNC=1` restores blocking collectives after
+    /// backward, for comparison). There the collectives are issued in program order, so
+    /// SyncBatchNorm may share the group. On host-memory groups the communication thread runs
+    /// them: nothing else may use the group while backward runs, so turn overlap off with
+    /// SyncBatchNorm on the same group (its backward exchanges statistics).
     pub overlap: bool,
 }
 
@@ -242,16 +248,16 @@ impl DistributedDataParallel {
     }
 
     /// Starts a training step: run the forward pass after this and finish with
-    /// [`DdpStep::backward`]. With [`DdpConfig::overlap`] (and a host-memory group), each
-    /// bucket's all-reduce starts during backward as soon as its gradients are final.
+    /// [`DdpStep::backward`]. With [`DdpConfig::overlap`] (a host-memory group, or burn-cuda
+    /// on an NCCL group), each bucket's all-reduce starts during backward as soon as its
+    /// gradients are final.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for a module without trained parameters, or for an autodiff
     /// backend other than burn's `Autodiff<_>` when overlapping.
     pub fn step<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M) -> Result<DdpStep<'_, B>> {
-        let overlap = self.config.overlap && self.pg.memory() == MemoryKind::Host;
-        let (reducer, slot_of) = self.reducer::<B, M>(module, overlap)?;
-        let scope = match overlap {
+        let (reducer, slot_of) = self.reducer::<B, M>(module, self.config.overlap)?;
+        let scope = match reducer.overlapping() {
             true => Some(Scope::enter::<B>(reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>, Arc::new(slot_of.clone()))?),
             false => None,
         };
@@ -271,7 +277,8 @@ impl DistributedDataParallel {
         self.finish(module, grads, &reducer, &slot_of, &reported, Instant::now())
     }
 
-    /// This step's reducer over `module`'s trained parameters, in the bucket order in force.
+    /// This step's reducer over `module`'s trained parameters, in the bucket order in force;
+    /// `overlap`: whether buckets may start during backward.
     fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<StepParts<B::InnerBackend>> {
         let mut params = Params(Vec::new());
         module.visit(&mut params);
@@ -279,8 +286,14 @@ impl DistributedDataParallel {
         let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.0.len());
         let (slots, buckets) = plan(&params.0, self.config.bucket_bytes, order.as_deref());
         let slot_of = slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
-        let comm = (overlap).then(|| self.comm.get_or_init(|| Arc::new(CommThread::spawn(self.pg.rank()))).clone());
-        Ok((Arc::new(StepReducer::new(slots, buckets, self.pg.clone(), comm, device)), slot_of))
+        let route = if tensor::orders_on_device::<B::InnerBackend>(&*self.pg, &device) {
+            Route::Device { overlap }
+        } else if overlap && self.pg.memory() == MemoryKind::Host {
+            Route::Thread(self.comm.get_or_init(|| Arc::new(CommThread::spawn(self.pg.rank()))).clone())
+        } else {
+            Route::Inline
+        };
+        Ok((Arc::new(StepReducer::new(slots, buckets, self.pg.clone(), route, device)), slot_of))
     }
 
     /// Hands the rest of this rank's gradients to `reducer`, waits for every bucket and

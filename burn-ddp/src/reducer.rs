@@ -1,8 +1,10 @@
 //! DDP's mechanism: trained parameters assigned to buckets (reverse registration order, up to
 //! `bucket_bytes` each), each bucket's gradients flattened into one buffer and summed over the
-//! ranks by one collective on a communication thread, launched in bucket order as soon as every
-//! gradient of the bucket (and of the buckets before it) is final — during backward when the
-//! layers report them ([`crate::grad_ready`]), else all at once after it.
+//! ranks by one collective, launched in bucket order as soon as every gradient of the bucket
+//! (and of the buckets before it) is final — during backward when the layers report them
+//! ([`crate::grad_ready`]), else all at once after it. The collective runs on a communication
+//! thread (host-memory groups), or on the device without anyone waiting ([`Route::Device`]:
+//! burn-cuda on NCCL, averaged by NCCL's pre-multiplied sum).
 //!
 //! Each buffer ends with one presence count per parameter (1 where this rank has the gradient,
 //! 0 where not), summed with the gradients: every rank learns in the same collective which
@@ -89,7 +91,37 @@ struct StepState<B: Backend> {
     launched: usize,
     /// Slots in the order their gradients became final during backward.
     ready_order: Vec<usize>,
-    results: Vec<Receiver<Result<Tensor<B, 1>>>>,
+    /// Per launched bucket: its sum under way, and whether this rank had each member's gradient.
+    results: Vec<(Pending<B>, Vec<bool>)>,
+}
+
+/// A bucket's sum under way.
+enum Pending<B: Backend> {
+    /// On the communication thread (or done on the calling one).
+    Host(Receiver<Result<Tensor<B, 1>>>),
+    /// On the device (NCCL after burn's stream), already averaged: join before reading.
+    Device(Tensor<B, 1>, tensor::DeviceJoin),
+}
+
+impl<B: Backend> Pending<B> {
+    fn wait(self) -> Result<Tensor<B, 1>> {
+        match self {
+            Self::Host(rx) => rx.recv().map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })?,
+            Self::Device(t, join) => Ok(tensor::join_on_device(t, &join)),
+        }
+    }
+}
+
+/// How a step's buckets are summed.
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// On the calling thread, after backward (blocking collectives).
+    Inline,
+    /// On the communication thread, each as soon as it is ready (blocking collectives there).
+    Thread(Arc<CommThread>),
+    /// On the device, each as soon as it is ready: NCCL ordered after burn's stream; nobody
+    /// waits (`tensor::all_reduce_on_device`).
+    Device { overlap: bool },
 }
 
 /// One step's gradient reduction.
@@ -97,17 +129,16 @@ pub(crate) struct StepReducer<B: Backend> {
     slots: Vec<Slot>,
     buckets: Vec<Vec<usize>>,
     pg: Arc<dyn ProcessGroup>,
-    /// `None`: collectives run on the calling thread, after backward.
-    comm: Option<Arc<CommThread>>,
+    route: Route,
     device: B::Device,
     state: Mutex<StepState<B>>,
 }
 
 impl<B: Backend> StepReducer<B> {
-    pub fn new(slots: Vec<Slot>, buckets: Vec<Vec<usize>>, pg: Arc<dyn ProcessGroup>, comm: Option<Arc<CommThread>>, device: B::Device) -> Self {
+    pub fn new(slots: Vec<Slot>, buckets: Vec<Vec<usize>>, pg: Arc<dyn ProcessGroup>, route: Route, device: B::Device) -> Self {
         let n = slots.len();
         let state = StepState { grads: vec![None; n], reported: vec![0; n], expected: vec![0; n], launched: 0, ready_order: Vec::new(), results: Vec::new() };
-        Self { slots, buckets, pg, comm, device, state: Mutex::new(state) }
+        Self { slots, buckets, pg, route, device, state: Mutex::new(state) }
     }
 
     /// The uses of each slot's parameter in the forward pass (from the hook scope); until this
@@ -136,17 +167,39 @@ impl<B: Backend> StepReducer<B> {
     }
 
     /// Flattens bucket `b` (zeros for gradients this rank lacks) with its presence counts and
-    /// queues its sum over the ranks.
+    /// starts its sum over the ranks.
     fn launch(&self, s: &mut StepState<B>, b: usize) {
         let mut parts = Vec::with_capacity(self.buckets[b].len() + 1);
         let mut present = Vec::with_capacity(self.buckets[b].len());
         for &i in &self.buckets[b] {
             let numel = self.slots[i].shape.iter().product::<usize>();
-            present.push(if s.grads[i].is_some() { 1.0f32 } else { 0.0 });
+            present.push(s.grads[i].is_some());
             parts.push(s.grads[i].take().unwrap_or_else(|| Tensor::zeros([numel], &self.device)));
         }
-        parts.push(Tensor::from_floats(present.as_slice(), &self.device));
+        let counts: Vec<f32> = present.iter().map(|&p| if p { 1.0 } else { 0.0 }).collect();
+        parts.push(Tensor::from_floats(counts.as_slice(), &self.device));
         let flat = Tensor::cat(parts, 0);
+        let pending = match &self.route {
+            Route::Device { .. } => {
+                let scale = 1.0 / self.pg.world_size() as f32;
+                let label = format!("all-reduce bucket {b}");
+                match tensor::all_reduce_on_device(self.pg.clone(), flat, Some(scale), label) {
+                    Ok((t, join)) => Pending::Device(t, join),
+                    Err(e) => {
+                        let (tx, rx) = channel();
+                        let _ = tx.send(Err(e));
+                        Pending::Host(rx)
+                    }
+                }
+            }
+            Route::Inline | Route::Thread(_) => Pending::Host(self.launch_blocking(b, flat)),
+        };
+        s.results.push((pending, present));
+        s.launched += 1;
+    }
+
+    /// Sums `flat` with a blocking collective, on the communication thread when there is one.
+    fn launch_blocking(&self, b: usize, flat: Tensor<B, 1>) -> Receiver<Result<Tensor<B, 1>>> {
         let (tx, rx) = channel();
         let pg = self.pg.clone();
         let (params, queued) = (self.buckets[b].len(), std::time::Instant::now());
@@ -159,12 +212,11 @@ impl<B: Backend> StepReducer<B> {
                 crate::trace::record(format!("all-reduce bucket {b}"), "comm", started, std::time::Instant::now(), args);
             }
         };
-        match &self.comm {
-            Some(comm) => comm.run(Box::new(job)),
-            None => job(),
+        match &self.route {
+            Route::Thread(comm) => comm.run(Box::new(job)),
+            _ => job(),
         }
-        s.results.push(rx);
-        s.launched += 1;
+        rx
     }
 
     /// Launches what is left, waits for every bucket, and returns the averaged gradients —
@@ -178,31 +230,61 @@ impl<B: Backend> StepReducer<B> {
             let b = s.launched;
             self.launch(&mut s, b);
         }
-        let world = self.pg.world_size() as f64;
-        let mut bytes = 0;
         let results = std::mem::take(&mut s.results);
-        for (b, rx) in results.into_iter().enumerate() {
-            let reduced = rx.recv().map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })??;
-            let members = &self.buckets[b];
-            let sizes: Vec<usize> = members.iter().map(|&i| self.slots[i].shape.iter().product()).collect();
-            let total: usize = sizes.iter().sum();
-            let counts: Vec<f32> = reduced.clone().slice([total..total + members.len()]).into_data().convert::<f32>().to_vec().expect("f32 counts");
+        drop(s);
+        let (pending, present): (Vec<_>, Vec<_>) = results.into_iter().unzip();
+        let reduced = pending.into_iter().map(Pending::wait).collect::<Result<Vec<_>>>()?;
+        if let Some(nccl) = self.pg.as_nccl() {
+            nccl.check()?;
+        }
+        let world = self.pg.world_size();
+        let counts = self.counts(&reduced, &present, find_unused);
+        let averaged = matches!(self.route, Route::Device { .. });
+        let mut bytes = 0;
+        for ((b, reduced), counts) in reduced.into_iter().enumerate().zip(counts) {
             let mut offset = 0;
-            for ((&i, n), count) in members.iter().zip(sizes).zip(counts) {
+            for (&i, count) in self.buckets[b].iter().zip(counts) {
                 let slot = &self.slots[i];
-                let count = count.round() as usize;
-                if count < world as usize && !find_unused {
+                let n = slot.shape.iter().product::<usize>();
+                if count < world && !find_unused {
                     // DDP, which holds the module, names it (`name_parameter`).
                     return Err(Error::UnusedParameter { name: String::new(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
                 }
                 if count > 0 {
-                    out.insert(slot.id, (reduced.clone().slice([offset..offset + n]).div_scalar(world), slot.shape.clone()));
+                    let grad = reduced.clone().slice([offset..offset + n]);
+                    out.insert(slot.id, (if averaged { grad } else { grad.div_scalar(world as f64) }, slot.shape.clone()));
                     bytes += n * 4;
                 }
                 offset += n;
             }
         }
         Ok(bytes)
+    }
+
+    /// Per bucket and member: how many ranks had its gradient, from the summed presence counts
+    /// (one read for all buckets). On the device route without `find_unused`, this rank's own
+    /// presence instead (a member it lacks counts 0, one it has counts every rank), so the host
+    /// never waits for the device: a rank missing a gradient stops with the error after its
+    /// collectives were started, and the others learn of it from the group (a peer left).
+    fn counts(&self, reduced: &[Tensor<B, 1>], present: &[Vec<bool>], find_unused: bool) -> Vec<Vec<usize>> {
+        let world = self.pg.world_size();
+        let device_route = matches!(self.route, Route::Device { .. });
+        if device_route && !find_unused {
+            return present.iter().map(|p| p.iter().map(|&had| if had { world } else { 0 }).collect()).collect();
+        }
+        let tails: Vec<Tensor<B, 1>> = reduced.iter().zip(present).map(|(t, p)| { let total = t.dims()[0]; t.clone().slice([total - p.len()..total]) }).collect();
+        let all: Vec<f32> = Tensor::cat(tails, 0).into_data().convert::<f32>().to_vec().expect("f32 counts");
+        // Averaged sums carry count / world.
+        let scale = if device_route { world as f32 } else { 1.0 };
+        let mut at = 0;
+        present
+            .iter()
+            .map(|p| {
+                let c = all[at..at + p.len()].iter().map(|v| (v * scale).round() as usize).collect();
+                at += p.len();
+                c
+            })
+            .collect()
     }
 
     /// Records this rank's gradient of `slot` (already complete: after backward).
@@ -222,9 +304,9 @@ impl<B: Backend> StepReducer<B> {
         (0..self.slots.len()).map(|i| Self::complete(&s, i)).collect()
     }
 
-    /// Whether collectives run on the communication thread (overlapping backward).
+    /// Whether buckets start while backward runs.
     pub fn overlapping(&self) -> bool {
-        self.comm.is_some()
+        matches!(self.route, Route::Thread(_) | Route::Device { overlap: true })
     }
 
     /// Registration indices in the order this step finished their gradients: the reported

@@ -135,3 +135,57 @@ pub fn all_reduce_f64(pg: &dyn ProcessGroup, values: &mut [f64], op: ReduceOp) -
     let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
     pg.all_reduce(Buffer::host(DType::F64, bytes), &AllReduceOptions { op, timeout: None })
 }
+
+/// What [`join_on_device`] waits for: one [`all_reduce_on_device`]'s end.
+#[derive(Clone)]
+pub struct DeviceJoin(#[cfg(feature = "cuda")] crate::nn::side_stream::Join);
+
+/// Whether `pg` sums `B`'s tensors on `device` on the device, without the host waiting
+/// (burn-cuda tensors on an NCCL group: `cuda_tensor::orders_on_device`).
+pub fn orders_on_device<B: Backend>(pg: &dyn ProcessGroup, device: &B::Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if let Some(d) = (device as &dyn std::any::Any).downcast_ref::<burn_cuda::CudaDevice>() {
+        return std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() && crate::cuda_tensor::orders_on_device(pg, d.index);
+    }
+    let _ = (pg, device);
+    false
+}
+
+/// Starts summing `t` over the ranks on the device (each rank's values times `scale` first,
+/// when given: `1 / world` averages) and returns at once: NCCL's stream waits on the device for
+/// burn's kernels that produce `t`, and nobody waits for NCCL until [`join_on_device`], which
+/// must be given the result before anything reads it. Only where [`orders_on_device`]; DDP's
+/// buckets take this route there.
+///
+/// # Errors
+/// As `cuda_tensor::all_reduce_ordered`; [`Error::Unsupported`] elsewhere.
+pub fn all_reduce_on_device<B: Backend>(pg: std::sync::Arc<dyn ProcessGroup>, t: Tensor<B, 1>, scale: Option<f32>, label: String) -> Result<(Tensor<B, 1>, DeviceJoin)> {
+    #[cfg(feature = "cuda")]
+    let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
+        Ok(cuda) => {
+            let (summed, join) = crate::cuda_tensor::all_reduce_ordered(pg, cuda, scale, label)?;
+            return Ok((cast(summed).unwrap_or_else(|_| unreachable!("B is burn-cuda")), DeviceJoin(join)));
+        }
+        Err(t) => t,
+    };
+    let _ = (pg, t, scale);
+    Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
+}
+
+/// `t` from [`all_reduce_on_device`], readable: burn's stream waits for the sum on the device.
+pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<B, 1> {
+    #[cfg(feature = "cuda")]
+    let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
+        Ok(cuda) => return cast(crate::cuda_tensor::join(cuda, &join.0)).unwrap_or_else(|_| unreachable!("B is burn-cuda")),
+        Err(t) => t,
+    };
+    let _ = join;
+    t
+}
+
+/// `from` as `To` when they are the same type.
+#[cfg(feature = "cuda")]
+fn cast<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
+    let boxed: Box<dyn std::any::Any> = Box::new(from);
+    boxed.downcast::<To>().map(|b| *b).map_err(|b| *b.downcast::<From>().expect("the same value back"))
+}

@@ -8,6 +8,7 @@
 use super::cudnn::{self, ConvShape, DataType, Order};
 use super::layout::Layout;
 use super::profile::{Phase, count_call, timed};
+use super::stream_bridge::Channel;
 use super::{device_thread, stream_bridge};
 use crate::error::{Error, Result};
 use burn::prelude::*;
@@ -156,7 +157,7 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash:
         let flush = !device_thread::is_proven(kind);
         let job = move || -> Result<()> {
             let (_held, ptrs) = timed(Phase::Resources, || resources(&owned.iter().collect::<Vec<_>>()))?;
-            let order = timed(Phase::WaitBurn, || match stream_bridge::before(index, &client, flush) {
+            let order = timed(Phase::WaitBurn, || match stream_bridge::before(Channel::Cudnn, index, &client, flush) {
                 Ok(fence) => Ok(Order::Device(fence)),
                 Err(e) => {
                     warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
@@ -165,7 +166,7 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash:
             })?;
             timed(Phase::Cudnn, || f(&ptrs, order))?;
             if let Order::Device(fence) = order {
-                timed(Phase::WaitBurn, || stream_bridge::after(index, &fence));
+                timed(Phase::WaitBurn, || stream_bridge::after(Channel::Cudnn, index, &fence));
             }
             count_call(matches!(order, Order::Device(_)));
             Ok(())

@@ -88,6 +88,12 @@ pub(super) fn run(device: &CudaDevice, kind: u64, job: impl FnOnce() -> Result<(
     result
 }
 
+/// Queues `job` on `device`'s cubecl thread, in order with burn's kernels, and returns at once:
+/// for work whose failure the job reports itself.
+pub(super) fn submit(device: &CudaDevice, job: impl FnOnce() + Send + 'static) {
+    handle(device).submit(move |_| job());
+}
+
 /// Whether a computation of `kind` has succeeded before (later ones are queued without waiting).
 pub(super) fn is_proven(kind: u64) -> bool {
     proven().lock().unwrap_or_else(|p| p.into_inner()).contains(&kind)

@@ -32,6 +32,7 @@ pub struct MemoryReport {
 }
 
 impl MemoryReport {
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     fn from_streams(streams: Vec<StreamMemory>) -> Self {
         let gib = |f: fn(&StreamMemory) -> u64| streams.iter().map(f).sum::<u64>() as f64 / (1u64 << 30) as f64;
         Self { in_use_gib: gib(|s| s.in_use), reserved_gib: gib(|s| s.reserved), streams }

@@ -63,6 +63,8 @@ pub mod reference;
 pub mod relu;
 mod report;
 #[cfg(feature = "cuda")]
+pub(crate) mod side_stream;
+#[cfg(feature = "cuda")]
 mod stream_bridge;
 #[cfg(feature = "cuda")]
 mod upload;

@@ -160,9 +160,21 @@ struct Flags {
     count: u32,
 }
 
+/// The other stream a pair of flags orders burn's stream with. Each counts its own
+/// computations, and each signals them in its own order, so each has its own flags: a later
+/// cuDNN signal must not release a wait for an earlier NCCL collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// cuDNN's (and cuBLAS's) stream of the device, waited for right after each computation.
+    Cudnn,
+    /// Work on another stream that burn waits for later ([`super::side_stream`]).
+    Side,
+}
+
 thread_local! {
-    /// Keyed by device and burn stream (cubecl's stream of the thread that queued the work).
-    static FLAGS: RefCell<HashMap<(usize, StreamId), Flags>> = RefCell::new(HashMap::new());
+    /// Keyed by device, burn stream (cubecl's stream of the thread that queued the work) and
+    /// channel.
+    static FLAGS: RefCell<HashMap<(usize, StreamId, Channel), Flags>> = RefCell::new(HashMap::new());
 }
 
 fn store(client: &ComputeClient<CudaRuntime>, flag: &Handle, value: u32) {
@@ -206,11 +218,12 @@ impl Flags {
 }
 
 /// Step 1 on `device` (burn's stream of this thread, through `client`): returns the fence
-/// cuDNN's stream must honour. `flush` settles cubecl's deferred work first (before a host wait).
-pub fn before(device: usize, client: &ComputeClient<CudaRuntime>, flush: bool) -> Result<Fence> {
+/// the other stream of `channel` must honour. `flush` settles cubecl's deferred work first
+/// (before a host wait).
+pub fn before(channel: Channel, device: usize, client: &ComputeClient<CudaRuntime>, flush: bool) -> Result<Fence> {
     FLAGS.with(|f| {
         let mut map = f.borrow_mut();
-        let flags = match map.entry((device, StreamId::current())) {
+        let flags = match map.entry((device, StreamId::current(), channel)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Flags::new(client)?),
         };
@@ -218,11 +231,11 @@ pub fn before(device: usize, client: &ComputeClient<CudaRuntime>, flush: bool) -
     })
 }
 
-/// Step 3: burn's stream waits for cuDNN's signal of `fence`. Call only after the computation
-/// and the signal write were enqueued on cuDNN's stream.
-pub fn after(device: usize, fence: &Fence) {
+/// Step 3: burn's stream waits for the signal of `fence` on `channel`. Call only after the
+/// computation and the signal write were enqueued on the other stream.
+pub fn after(channel: Channel, device: usize, fence: &Fence) {
     FLAGS.with(|f| {
-        if let Some(flags) = f.borrow().get(&(device, StreamId::current())) {
+        if let Some(flags) = f.borrow().get(&(device, StreamId::current(), channel)) {
             flags.after(fence);
         }
     });

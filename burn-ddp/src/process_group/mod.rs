@@ -3,6 +3,8 @@
 
 pub mod buffer;
 pub mod nccl;
+#[cfg(feature = "cuda")]
+mod nccl_watch;
 pub mod reduce;
 pub mod tcp;
 
@@ -81,6 +83,11 @@ pub trait ProcessGroup: Send + Sync {
     fn backend(&self) -> &'static str;
     /// Whether buffers must be host ([`Memory::Host`]) or CUDA device memory.
     fn memory(&self) -> buffer::MemoryKind;
+    /// The NCCL group behind this one, for what only NCCL offers (collectives the host does not
+    /// wait for, ordered on the device); `None` for every other group.
+    fn as_nccl(&self) -> Option<&NcclProcessGroup> {
+        None
+    }
     /// Reduces `buf` element-wise across ranks, in place; every rank ends with the result.
     ///
     /// # Errors

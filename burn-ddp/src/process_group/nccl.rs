@@ -33,6 +33,14 @@ mod stand_in {
         pub fn new(_store: &dyn Store, _rank: usize, _world: usize, _device: usize, _timeout: Duration) -> Result<Self> {
             Err(Error::CudaNotCompiled)
         }
+
+        /// Never reached in this build (no group exists).
+        ///
+        /// # Errors
+        /// Never.
+        pub fn check(&self) -> Result<()> {
+            match self.never {}
+        }
     }
 
     impl ProcessGroup for NcclProcessGroup {
@@ -68,33 +76,28 @@ mod stand_in {
 
 #[cfg(feature = "cuda")]
 mod imp {
+    use super::super::nccl_watch::{CommState, Events, Ticket, Watchdog, Watched, cuda_err};
     use crate::error::{Error, Result};
     use crate::process_group::buffer::{Buffer, DType, Memory, MemoryKind, ReduceOp};
     use crate::process_group::*;
     use crate::store::Store;
-    use cudarc::driver::{CudaContext, CudaStream};
+    use cudarc::driver::{CudaContext, CudaStream, sys as driver};
     use cudarc::nccl::{result as nr, sys as ns};
     use std::ffi::c_void;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
-
-    struct Comm(ns::ncclComm_t);
-    // SAFETY: the communicator is only used under the group's mutex.
-    unsafe impl Send for Comm {}
 
     /// A process group over NCCL (CUDA device memory).
     pub struct NcclProcessGroup {
         rank: usize,
         world: usize,
         device: usize,
-        comm: Mutex<Option<Comm>>,
+        state: Arc<CommState>,
         ctx: Arc<CudaContext>,
         stream: Arc<CudaStream>,
         timeout: Duration,
-    }
-
-    fn cuda_err(op: &str, e: impl std::fmt::Debug) -> Error {
-        Error::Cuda { op: op.to_string(), reason: format!("{e:?}") }
+        /// Dropped before the communicator is destroyed: it waits for the collectives it follows.
+        watchdog: Option<Watchdog>,
     }
 
     fn nccl_dtype(d: DType) -> ns::ncclDataType_t {
@@ -124,6 +127,26 @@ mod imp {
         }
     }
 
+    fn unique_id(store: &dyn Store, rank: usize, timeout: Duration) -> Result<ns::ncclUniqueId> {
+        let key = "nccl/unique_id";
+        if rank == 0 {
+            let id = nr::get_uniqueid().map_err(|e| cuda_err("ncclGetUniqueId", e))?;
+            let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+            store.set(key, &bytes)?;
+            return Ok(id);
+        }
+        store.wait(&[key], timeout).map_err(|_| Error::Timeout { op: "nccl unique id".into(), rank, waited: timeout, missing: vec![0] })?;
+        let bytes = store.get(key)?;
+        if bytes.len() != 128 {
+            return Err(Error::Store { reason: format!("nccl unique id has {} bytes, expected 128", bytes.len()) });
+        }
+        let mut id = ns::ncclUniqueId { internal: [0; 128] };
+        for (dst, src) in id.internal.iter_mut().zip(bytes) {
+            *dst = src as _;
+        }
+        Ok(id)
+    }
+
     impl NcclProcessGroup {
         /// Creates this rank's communicator on GPU `device`; rank 0 makes the unique id and
         /// publishes it in the store.
@@ -142,62 +165,43 @@ mod imp {
             let ctx = CudaContext::new(device).map_err(|e| cuda_err("cuCtx (primary context)", e))?;
             ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
             let stream = ctx.new_stream().map_err(|e| cuda_err("cuStreamCreate", e))?;
-            let key = "nccl/unique_id";
-            let id = if rank == 0 {
-                let id = nr::get_uniqueid().map_err(|e| cuda_err("ncclGetUniqueId", e))?;
-                let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-                store.set(key, &bytes)?;
-                id
-            } else {
-                store.wait(&[key], timeout).map_err(|_| Error::Timeout { op: "nccl unique id".into(), rank, waited: timeout, missing: vec![0] })?;
-                let bytes = store.get(key)?;
-                let mut id = ns::ncclUniqueId { internal: [0; 128] };
-                if bytes.len() != 128 {
-                    return Err(Error::Store { reason: format!("nccl unique id has {} bytes, expected 128", bytes.len()) });
-                }
-                for (dst, src) in id.internal.iter_mut().zip(bytes) {
-                    *dst = src as _;
-                }
-                id
-            };
+            let id = unique_id(store, rank, timeout)?;
             let mut comm = std::mem::MaybeUninit::uninit();
             // SAFETY: comm is written by NCCL on success; id is the group's shared id.
             unsafe { nr::comm_init_rank(comm.as_mut_ptr(), world as i32, id, rank as i32) }.map_err(|e| cuda_err("ncclCommInitRank", e))?;
-            let comm = unsafe { comm.assume_init() };
-            Ok(Self { rank, world, device, comm: Mutex::new(Some(Comm(comm))), ctx, stream, timeout })
+            let state = Arc::new(CommState::new(unsafe { comm.assume_init() }, rank));
+            let origin = Events::new()?;
+            Events::record(origin.end, stream.cu_stream())?;
+            stream.synchronize().map_err(|e| cuda_err("cuStreamSynchronize", e))?;
+            let watched = Watched { state: state.clone(), ctx: ctx.clone(), timeout, origin: (origin, Instant::now()), device };
+            Ok(Self { rank, world, device, state, ctx, stream, timeout, watchdog: Some(Watchdog::spawn(watched)) })
         }
 
-        /// Enqueues `launch` on the group's stream and waits for it, polling the communicator
-        /// for asynchronous errors; aborts the communicator after the time-out.
-        fn run(&self, op: &str, timeout: Option<Duration>, launch: impl FnOnce(ns::ncclComm_t, ns::cudaStream_t) -> Result<()>) -> Result<()> {
-            let mut guard = self.comm.lock().expect("nccl comm poisoned");
-            let comm = guard.as_ref().ok_or_else(|| Error::Cuda { op: op.into(), reason: "the communicator was aborted by an earlier time-out; restart the group".into() })?.0;
-            self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
-            launch(comm, self.stream.cu_stream() as _)?;
+        /// Enqueues `launch` on the group's stream between two events and waits for the second,
+        /// polling the communicator for asynchronous errors; aborts it after the time-out.
+        /// Returns the collective's device time in seconds.
+        fn run(&self, op: &str, timeout: Option<Duration>, launch: impl FnOnce(ns::ncclComm_t, ns::cudaStream_t) -> Result<()>) -> Result<f64> {
+            let events = Events::new()?;
+            let stream = self.stream.cu_stream();
+            self.state.with(op, |comm| {
+                self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
+                Events::record(events.start, stream)?;
+                launch(comm, stream as _)?;
+                Events::record(events.end, stream)
+            })?;
             let timeout = timeout.unwrap_or(self.timeout);
             let start = Instant::now();
             loop {
-                // SAFETY: the stream belongs to this group's context, bound above.
-                match unsafe { cudarc::driver::sys::cuStreamQuery(self.stream.cu_stream()) } {
-                    cudarc::driver::sys::CUresult::CUDA_SUCCESS => return Ok(()),
-                    cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                    other => return Err(cuda_err(op, other)),
+                match events.done() {
+                    Some(true) => return Ok(Events::between(events.start, events.end) * 1e-3),
+                    Some(false) => {}
+                    None => return Err(cuda_err(op, "the CUDA event after the collective failed")),
                 }
-                let mut async_err = ns::ncclResult_t::ncclSuccess;
-                // SAFETY: valid communicator; out-pointer to a local.
-                unsafe { ns::ncclCommGetAsyncError(comm, &mut async_err) };
-                let failed = async_err != ns::ncclResult_t::ncclSuccess && async_err != ns::ncclResult_t::ncclInProgress;
-                if failed || start.elapsed() > timeout {
-                    // SAFETY: abort is the documented way out of a hung or failed communicator.
-                    unsafe {
-                        let _ = nr::comm_abort(comm);
-                    }
-                    *guard = None;
-                    return Err(if failed {
-                        Error::Cuda { op: op.into(), reason: format!("NCCL asynchronous error {async_err:?} (a peer failed?)") }
-                    } else {
-                        Error::Timeout { op: op.into(), rank: self.rank, waited: start.elapsed(), missing: vec![] }
-                    });
+                let why = self.state.async_error().or_else(|| (start.elapsed() > timeout).then(|| format!("{op} timed out after {:.0} s", timeout.as_secs_f64())));
+                if let Some(why) = why {
+                    let timed_out = start.elapsed() > timeout;
+                    self.state.abort(why.clone());
+                    return Err(if timed_out { Error::Timeout { op: op.into(), rank: self.rank, waited: start.elapsed(), missing: vec![] } } else { Error::Cuda { op: op.into(), reason: why } });
                 }
                 // Spin while young (a 1 MiB all-reduce takes tens of µs), then back off.
                 if start.elapsed() < Duration::from_millis(20) { std::thread::yield_now() } else { std::thread::sleep(Duration::from_micros(100)) }
@@ -208,16 +212,83 @@ mod imp {
         pub fn device(&self) -> usize {
             self.device
         }
+
+        /// Sums `buf` in place over the ranks — each rank's values first multiplied by `scale`
+        /// when given (NCCL's pre-multiplied sum: `1 / world` averages in the same pass) — on
+        /// the group's stream, and returns at once. `wait` enqueues on that stream what the
+        /// collective must follow, `signal` what announces its end (the device-side ordering
+        /// with burn's stream). The group's watchdog follows it: its device time goes to the
+        /// collective clock and the trace, and a time-out or a failed peer aborts the
+        /// communicator, after which this and every other call returns that error.
+        ///
+        /// # Errors
+        /// A failed or aborted group, a buffer not on this group's GPU, `scale` with a buffer
+        /// other than f32, or a failed launch.
+        pub fn all_reduce_async(
+            &self,
+            buf: Buffer<'_>,
+            scale: Option<f32>,
+            label: String,
+            wait: impl FnOnce(driver::CUstream) -> Result<()>,
+            signal: impl FnOnce(driver::CUstream) -> Result<()>,
+        ) -> Result<()> {
+            let ptr = device_ptr(&buf, self.device)?;
+            if scale.is_some() && buf.dtype != DType::F32 {
+                return Err(cuda_err("ncclAllReduce", format!("a pre-multiplied sum needs an f32 buffer, got {:?}", buf.dtype)));
+            }
+            let events = Events::new()?;
+            let stream = self.stream.cu_stream();
+            self.state.with(&label, |comm| {
+                self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
+                wait(stream)?;
+                Events::record(events.start, stream)?;
+                let op = match scale {
+                    Some(s) => premul_sum(comm, s)?,
+                    None => ns::ncclRedOp_t::ncclSum,
+                };
+                // SAFETY: ptr is live device memory of `len` elements on this GPU (caller
+                // contract), untouched by others until `signal`'s consumers run.
+                let launched = unsafe { nr::all_reduce(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), op, comm, stream as _) };
+                if scale.is_some() {
+                    // SAFETY: NCCL allows destroying the operator once the call using it returned.
+                    unsafe { ns::ncclRedOpDestroy(op, comm) };
+                }
+                launched.map_err(|e| cuda_err("ncclAllReduce", e))?;
+                Events::record(events.end, stream)?;
+                signal(stream)
+            })?;
+            let watchdog = self.watchdog.as_ref().expect("present until drop");
+            watchdog.follow(Ticket { label, bytes: buf.len * buf.dtype.size(), enqueued: Instant::now(), events });
+            Ok(())
+        }
+
+        /// The error that ended this group (time-out, failed peer), if one did.
+        ///
+        /// # Errors
+        /// That error.
+        pub fn check(&self) -> Result<()> {
+            self.state.with("NCCL group", |_| Ok(()))
+        }
+    }
+
+    /// NCCL's sum of each rank's values times `scale` (an f32 given by value).
+    fn premul_sum(comm: ns::ncclComm_t, scale: f32) -> Result<ns::ncclRedOp_t> {
+        let mut op = std::mem::MaybeUninit::uninit();
+        let mut scalar = scale;
+        // SAFETY: out-pointer to a local; the scalar is read during this call (host, immediate).
+        let r = unsafe { ns::ncclRedOpCreatePreMulSum(op.as_mut_ptr(), &mut scalar as *mut f32 as *mut c_void, ns::ncclDataType_t::ncclFloat32, ns::ncclScalarResidence_t::ncclScalarHostImmediate, comm) };
+        if r != ns::ncclResult_t::ncclSuccess {
+            return Err(cuda_err("ncclRedOpCreatePreMulSum", r));
+        }
+        // SAFETY: written by NCCL on success.
+        Ok(unsafe { op.assume_init() })
     }
 
     impl Drop for NcclProcessGroup {
         fn drop(&mut self) {
-            if let Some(Comm(c)) = self.comm.lock().ok().and_then(|mut g| g.take()) {
-                // SAFETY: the communicator is not used after this.
-                unsafe {
-                    let _ = nr::comm_destroy(c);
-                }
-            }
+            // The watchdog returns once the collectives it follows have ended or were aborted.
+            drop(self.watchdog.take());
+            self.state.destroy();
         }
     }
 
@@ -234,15 +305,20 @@ mod imp {
         fn memory(&self) -> MemoryKind {
             MemoryKind::Cuda
         }
+        fn as_nccl(&self) -> Option<&NcclProcessGroup> {
+            Some(self)
+        }
 
         fn all_reduce(&self, buf: Buffer<'_>, opts: &AllReduceOptions) -> Result<()> {
             let ptr = device_ptr(&buf, self.device)?;
-            self.run("ncclAllReduce", opts.timeout, |comm, stream| {
+            let seconds = self.run("ncclAllReduce", opts.timeout, |comm, stream| {
                 // SAFETY: ptr is live device memory of `len` elements on this GPU (caller contract).
                 unsafe { nr::all_reduce(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), nccl_op(opts.op), comm, stream) }
                     .map(|_| ())
                     .map_err(|e| cuda_err("ncclAllReduce", e))
-            })
+            })?;
+            crate::collective_time::add_seconds(seconds);
+            Ok(())
         }
 
         fn broadcast(&self, buf: Buffer<'_>, opts: &BroadcastOptions) -> Result<()> {
@@ -251,6 +327,7 @@ mod imp {
                 // SAFETY: as in all_reduce.
                 unsafe { nr::broadcast(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), opts.root as i32, comm, stream) }.map(|_| ()).map_err(|e| cuda_err("ncclBroadcast", e))
             })
+            .map(|_| ())
         }
 
         fn all_gather(&self, input: Buffer<'_>, output: Buffer<'_>, opts: &AllGatherOptions) -> Result<()> {
@@ -260,6 +337,7 @@ mod imp {
                 // SAFETY: as in all_reduce; output holds world × input elements.
                 unsafe { nr::all_gather(src as *const c_void, dst as *mut c_void, input.len, nccl_dtype(input.dtype), comm, stream) }.map(|_| ()).map_err(|e| cuda_err("ncclAllGather", e))
             })
+            .map(|_| ())
         }
 
         fn reduce_scatter(&self, input: Buffer<'_>, output: Buffer<'_>, opts: &ReduceScatterOptions) -> Result<()> {
@@ -271,6 +349,7 @@ mod imp {
                     .map(|_| ())
                     .map_err(|e| cuda_err("ncclReduceScatter", e))
             })
+            .map(|_| ())
         }
 
         fn barrier(&self, opts: &BarrierOptions) -> Result<()> {
