@@ -3,10 +3,12 @@
 //! burn's on the CPU, then times every distinct
 //! ResNet-50 convolution shape (forward, and forward + backward) at batch 256; checks cuBLAS's
 //! matrix products against f64 (`bench-gemm` times them against burn's kernels) and cuDNN's fused
-//! attention (`bench-sdpa` times it against the unfused path at ViT-B/16's shape).
+//! attention (`bench-sdpa` times it against the unfused path at ViT-B/16's shape);
+//! `check-nccl` checks NCCL's sums ordered on the device with burn's stream and DDP over them
+//! (one rank: needs libnccl).
 //!
 //! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [check-transformer] [check-relu] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
+//! `cudnn_check [check] [check-transformer] [check-relu] [check-nccl] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
 //! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
@@ -668,13 +670,131 @@ fn check_relu(device: &CudaDevice) -> bool {
     ok
 }
 
+/// A world-1 NCCL group through the env:// rendezvous on a free local port.
+fn nccl_group() -> std::sync::Arc<burn_ddp::Group> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let config = burn_ddp::RendezvousConfig {
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+        rank: 0,
+        world_size: 1,
+        local_rank: 0,
+        local_world_size: 1,
+        timeout: std::time::Duration::from_secs(60),
+        token: None,
+        source: burn_ddp::launch_env::EnvSource::Torchrun,
+    };
+    burn_ddp::init_process_group(burn_ddp::CommBackend::Nccl, &config).expect("a one-rank NCCL group")
+}
+
+/// NCCL summing on the device, ordered after burn's stream with nobody waiting (one rank: the
+/// sum is the rank's own values times the pre-multiplier, 2 here, so a collective that ran
+/// before its producers, or was read before it ended, shows as un-doubled values): the
+/// producers are 24 chained 2048² products still running when the collective is enqueued.
+fn check_nccl_ordering(device: &CudaDevice, pg: &std::sync::Arc<burn_ddp::Group>) -> bool {
+    use burn_ddp::tensor::{all_reduce_on_device, collective_seconds, join_on_device, orders_on_device};
+    let pg: std::sync::Arc<dyn burn_ddp::ProcessGroup> = pg.clone();
+    let ordered = orders_on_device::<Cuda>(&*pg, device);
+    <Cuda as Backend>::seed(device, 5);
+    let b = Tensor::<Cuda, 2>::random([2048, 2048], Distribution::Uniform(-1.0, 1.0), device).div_scalar(24.0);
+    let mut a = Tensor::<Cuda, 2>::random([2048, 2048], Distribution::Uniform(-1.0, 1.0), device);
+    <Cuda as Backend>::sync(device).expect("sync");
+    let clock = collective_seconds();
+    for _ in 0..24 {
+        a = matmul(a, b.clone()).add_scalar(0.25);
+    }
+    let flat = a.reshape([2048 * 2048]);
+    let keep = flat.clone().mul_scalar(1.0);
+    let started = Instant::now();
+    let (summed, join) = all_reduce_on_device(pg, flat, Some(2.0), "ordering check".into()).expect("all_reduce_on_device");
+    let enqueued_ms = started.elapsed().as_secs_f64() * 1e3;
+    let got = join_on_device(summed, &join).into_data().to_vec::<f32>().expect("f32");
+    let want = keep.mul_scalar(2.0).into_data().to_vec::<f32>().expect("f32");
+    let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    // The watchdog adds the device time once it sees the collective's end.
+    let deadline = Instant::now() + std::time::Duration::from_secs(2);
+    while collective_seconds() == clock && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let device_ms = (collective_seconds() - clock) * 1e3;
+    let ok = ordered && wrong == 0 && device_ms > 0.0;
+    println!(
+        "RESULT check=nccl_ordered_sum ordered_on_device={ordered} elements={} wrong={wrong} host_enqueue_ms={enqueued_ms:.2} device_ms={device_ms:.3} {}",
+        got.len(),
+        if ok { "ok" } else { "FAIL" }
+    );
+    ok
+}
+
+/// Three convolutions, their outputs summed: burn-ddp's layers report their gradients to DDP
+/// during backward.
+#[derive(burn::module::Module, Debug)]
+struct ConvStack<B: Backend> {
+    convs: Vec<burn_ddp::nn::Conv2d<B>>,
+}
+
+impl<B: Backend> ConvStack<B> {
+    fn new(device: &B::Device) -> Self {
+        let conv = |c, k| burn_ddp::nn::Conv2d::from(burn_nn::conv::Conv2dConfig::new([c, k], [3, 3]).with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device));
+        Self { convs: vec![conv(8, 32), conv(32, 32), conv(32, 16)] }
+    }
+
+    fn loss(&self, x: Tensor<B, 4>, g: &Tensor<B, 4>) -> Tensor<B, 1> {
+        let y = self.convs.iter().fold(x, |x, c| c.forward(x));
+        (y * g.clone()).sum()
+    }
+}
+
+/// DDP over a one-rank NCCL group (buckets summed on the device, started during backward)
+/// against plain training of the same model: parameters after 3 SGD steps bit-identical (one
+/// rank's average is its own gradient, times 1), every bucket summed on the device.
+fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
+    use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+    <Ad as Backend>::seed(device, 9);
+    let model = ConvStack::<Ad>::new(device);
+    let (x, g) = (Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device));
+    let config = burn_ddp::DdpConfig { bucket_bytes: 16 << 10, ..Default::default() };
+    let ddp = burn_ddp::DistributedDataParallel::new(pg, config);
+    let train = |mut m: ConvStack<Ad>, with_ddp: bool| {
+        let mut opt = SgdConfig::new().init::<Ad, ConvStack<Ad>>();
+        for _ in 0..3 {
+            let grads = if with_ddp {
+                let step = ddp.step(&m).expect("ddp step");
+                step.backward(m.loss(x.clone(), &g), &m).expect("ddp backward")
+            } else {
+                GradientsParams::from_grads(m.loss(x.clone(), &g).backward(), &m)
+            };
+            m = opt.step(0.01, m, grads);
+        }
+        m.convs.iter().flat_map(|c| [c.weight.val().into_data().to_vec::<f32>().expect("f32"), c.bias.as_ref().expect("bias").val().into_data().to_vec::<f32>().expect("f32")]).flatten().collect::<Vec<f32>>()
+    };
+    let (plain, with_ddp) = (train(model.clone(), false), train(model, true));
+    let differ = plain.iter().zip(&with_ddp).filter(|(a, b)| a != b).count();
+    let s = ddp.stats();
+    let ok = differ == 0 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
+    println!(
+        "RESULT check=nccl_ddp_one_rank params={} differ={differ} buckets={} on_device={} started_in_backward={} {}",
+        plain.len(),
+        s.buckets,
+        s.on_device,
+        s.overlapped,
+        if ok { "ok" } else { "FAIL" }
+    );
+    ok
+}
+
+fn check_nccl(device: &CudaDevice) -> bool {
+    let pg = nccl_group();
+    check_nccl_ordering(device, &pg) & check_nccl_ddp(device, pg)
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // As burn-vision runs: kernel caches, cuDNN's plans on disk, exact-size allocations.
     let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
-    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm" || a == "bench-sdpa" || a == "check-transformer" || a == "check-relu");
+    let all = !args.iter().any(|a| a == "check" || a == "bench" || a == "bench-bn" || a == "bench-gemm" || a == "bench-sdpa" || a == "check-transformer" || a == "check-relu" || a == "check-nccl");
     let device = CudaDevice::new(0);
     println!("RESULT cudnn_version={:?} available={}", cudnn::version(), cudnn::available());
     let mut ok = true;
@@ -701,6 +821,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "check-relu") {
         ok &= check_relu(&device);
+    }
+    if args.iter().any(|a| a == "check-nccl") {
+        ok &= check_nccl(&device);
     }
     if args.iter().any(|a| a == "bench-sdpa") {
         bench_sdpa(&device, flag("--iters", 20));

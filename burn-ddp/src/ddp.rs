@@ -66,6 +66,9 @@ pub struct SyncStats {
     pub buckets: usize,
     /// Of those, the ones started while backward still ran.
     pub overlapped: usize,
+    /// Of those, the ones summed on the device (NCCL ordered after burn's stream; the host
+    /// waited for none of them).
+    pub on_device: usize,
 }
 
 /// The DDP wrapper's state: the group, the settings, the bucket plan and the statistics.
@@ -324,6 +327,7 @@ impl DistributedDataParallel {
         stats.bytes += bytes;
         stats.buckets += reducer.bucket_count();
         stats.overlapped += early;
+        stats.on_device += if reducer.on_device() { reducer.bucket_count() } else { 0 };
         Ok(out)
     }
 

@@ -304,6 +304,11 @@ impl<B: Backend> StepReducer<B> {
         (0..self.slots.len()).map(|i| Self::complete(&s, i)).collect()
     }
 
+    /// Whether buckets are summed on the device ([`Route::Device`]).
+    pub fn on_device(&self) -> bool {
+        matches!(self.route, Route::Device { .. })
+    }
+
     /// Whether buckets start while backward runs.
     pub fn overlapping(&self) -> bool {
         matches!(self.route, Route::Thread(_) | Route::Device { overlap: true })

@@ -206,6 +206,9 @@ impl ProcessGroup for Group {
     fn memory(&self) -> MemoryKind {
         self.inner.memory()
     }
+    fn as_nccl(&self) -> Option<&crate::process_group::NcclProcessGroup> {
+        self.inner.as_nccl()
+    }
     fn all_reduce(&self, buf: Buffer<'_>, opts: &AllReduceOptions) -> Result<()> {
         self.inner.all_reduce(buf, opts)
     }
