@@ -23,6 +23,8 @@ pub mod rendezvous;
 pub mod sampler;
 pub mod store;
 pub mod sync_batch_norm;
+#[cfg(feature = "cuda")]
+mod sync_batch_norm_nhwc;
 pub mod tensor;
 pub mod testing;
 pub mod trace;
@@ -34,4 +36,4 @@ pub use error::{Error, Result};
 pub use process_group::{ProcessGroup, ReduceOp};
 pub use rendezvous::{CommBackend, Group, RendezvousConfig, init_process_group, init_process_groups, rendezvous};
 pub use sampler::{DistributedSampler, shard_exact};
-pub use sync_batch_norm::{BatchNormSync, sync_batch_norm};
+pub use sync_batch_norm::{BatchNormSync, sync_batch_norm, sync_batch_norm_relu};

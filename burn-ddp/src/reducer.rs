@@ -272,7 +272,14 @@ impl<B: Backend> StepReducer<B> {
         if device_route && !find_unused {
             return present.iter().map(|p| p.iter().map(|&had| if had { world } else { 0 }).collect()).collect();
         }
-        let tails: Vec<Tensor<B, 1>> = reduced.iter().zip(present).map(|(t, p)| { let total = t.dims()[0]; t.clone().slice([total - p.len()..total]) }).collect();
+        let tails: Vec<Tensor<B, 1>> = reduced
+            .iter()
+            .zip(present)
+            .map(|(t, p)| {
+                let total = t.dims()[0];
+                t.clone().slice([total - p.len()..total])
+            })
+            .collect();
         let all: Vec<f32> = Tensor::cat(tails, 0).into_data().convert::<f32>().to_vec().expect("f32 counts");
         // Averaged sums carry count / world.
         let scale = if device_route { world as f32 } else { 1.0 };

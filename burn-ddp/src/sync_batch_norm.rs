@@ -11,8 +11,14 @@
 //! autodiff) uses the running statistics and never communicates.
 //!
 //! It is a function over the parameters of [`crate::nn::BatchNorm`] (burn-nn's, with settings),
-//! so a model switches between the two without changing its parameters or checkpoints. It runs
-//! on burn's operations with the channels at axis 1 (a channels-last caller passes an NCHW view).
+//! so a model switches between the two without changing its parameters or checkpoints. The
+//! caller passes the channels at axis 1 (a channels-last caller an NCHW view). A channels-last
+//! layer trained on burn-cuda runs on the batch norm kernels of `nn` (`sync_batch_norm_nhwc`:
+//! moments → exchange → normalise, gradient sums → sum over ranks → input gradient, in the
+//! activations' type); everything else on burn's operations in f32.
+//!
+//! On an NCCL group with burn-cuda tensors the exchanges are summed on the device, ordered
+//! after burn's stream (`tensor::all_reduce_on_device`): the host does not wait for them.
 
 use crate::error::{Error, Result};
 use crate::nn::BatchNorm;
@@ -69,7 +75,7 @@ impl BatchNormSync {
         &self.pg
     }
 
-    fn gather<B: Backend>(&self, local: Tensor<B, 1>) -> Tensor<B, 1> {
+    pub(crate) fn gather<B: Backend>(&self, local: Tensor<B, 1>) -> Tensor<B, 1> {
         if B::ad_enabled(&local.device()) {
             let f = self
                 .gather
@@ -77,14 +83,14 @@ impl BatchNormSync {
                 .unwrap_or_else(|| panic!("SyncBatchNorm was set up for another backend than {}; build BatchNormSync::new::<YourAutodiffBackend>", std::any::type_name::<B>()));
             f(local, &self.pg)
         } else {
-            gather_plain(local, &*self.pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"))
+            gather_plain(local, &self.pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"))
         }
     }
 }
 
 /// All-gather built from a sum all-reduce (the one collective every group has on every memory
 /// kind): each rank writes its slot of a zero buffer.
-fn gather_plain<B: Backend>(local: Tensor<B, 1>, pg: &dyn ProcessGroup) -> Result<Tensor<B, 1>> {
+pub(crate) fn gather_plain<B: Backend>(local: Tensor<B, 1>, pg: &Arc<dyn ProcessGroup>) -> Result<Tensor<B, 1>> {
     let (w, r, k) = (pg.world_size(), pg.rank(), local.dims()[0]);
     let device = local.device();
     let mut parts = Vec::with_capacity(3);
@@ -95,7 +101,39 @@ fn gather_plain<B: Backend>(local: Tensor<B, 1>, pg: &dyn ProcessGroup) -> Resul
     if r + 1 < w {
         parts.push(Tensor::zeros([(w - r - 1) * k], &device));
     }
-    tensor::all_reduce(pg, Tensor::cat(parts, 0), ReduceOp::Sum)
+    sum_over_ranks(pg, Tensor::cat(parts, 0), "SyncBatchNorm statistics")
+}
+
+/// `t` summed over the ranks: on the device without the host waiting where the group allows
+/// it (`tensor::orders_on_device`), else by a blocking collective.
+pub(crate) fn sum_over_ranks<B: Backend>(pg: &Arc<dyn ProcessGroup>, t: Tensor<B, 1>, label: &str) -> Result<Tensor<B, 1>> {
+    if tensor::orders_on_device::<B>(&**pg, &t.device()) {
+        let (summed, join) = tensor::all_reduce_on_device(pg.clone(), t, None, label.into())?;
+        return Ok(tensor::join_on_device(summed, &join));
+    }
+    tensor::all_reduce(&**pg, t, ReduceOp::Sum)
+}
+
+/// Every rank's `[count, mean[c], M2[c]]`, gathered as `[world · (2c + 1)]`, combined with
+/// Chan's formula: the mean `[1, c]`, the biased variance `[1, c]` and the total count `[1, 1]`.
+pub(crate) fn combine<B: Backend>(gathered: Tensor<B, 1>, world: usize, c: usize) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
+    let g = gathered.reshape([world, 2 * c + 1]);
+    let counts = g.clone().slice([0..world, 0..1]); // [w, 1]
+    let means = g.clone().slice([0..world, 1..1 + c]); // [w, c]
+    let m2s = g.slice([0..world, 1 + c..1 + 2 * c]); // [w, c]
+    let total = counts.clone().sum().reshape([1, 1]);
+    let mean = (means.clone() * counts.clone()).sum_dim(0) / total.clone(); // [1, c]
+    let m2 = m2s.sum_dim(0) + ((means - mean.clone()).square() * counts).sum_dim(0);
+    let var = m2 / total.clone(); // biased, as burn's BatchNorm normalises with
+    (mean, var, total)
+}
+
+/// Burn's BatchNorm update of the running statistics from a batch's mean and biased variance.
+pub(crate) fn update_running<B: Backend>(bn: &BatchNorm<B>, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
+    let (m, device) = (bn.momentum, mean.device());
+    let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| (running.to_device(&device) * (1.0 - m) + batch.detach() * m).detach();
+    bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
+    bn.running_var.update(blend(bn.running_var.value_sync(), var));
 }
 
 #[derive(Clone)]
@@ -120,7 +158,7 @@ impl<B: Backend> Backward<B, 1> for GatherBackward {
         // Every rank runs this collective, whether or not its input needs the gradient, so the
         // ranks' collective sequences stay aligned.
         let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
-        let summed = tensor::all_reduce(&*pg, g, ReduceOp::Sum).unwrap_or_else(|e| panic!("SyncBatchNorm backward: summing statistic gradients failed: {e}"));
+        let summed = sum_over_ranks(&pg, g, "SyncBatchNorm statistic gradients").unwrap_or_else(|e| panic!("SyncBatchNorm backward: summing statistic gradients failed: {e}"));
         if let Some(node) = parent {
             let r = pg.rank();
             let own = summed.slice([r * k..(r + 1) * k]);
@@ -133,7 +171,7 @@ fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, 
     let k = local.dims()[0];
     let ad = local.into_primitive().tensor();
     let inner = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(ad.primitive.clone()));
-    let gathered = gather_plain(inner, &**pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
+    let gathered = gather_plain(inner, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
     let gathered = gathered.into_primitive().tensor();
     let out = match GatherBackward.prepare::<C>([ad.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish((GroupRef(pg.clone()), k), gathered),
@@ -145,7 +183,7 @@ fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, 
 /// BatchNorm over the batch of every rank of `sync`'s group, using `bn`'s parameters and
 /// updating its running statistics; on a backend without autodiff (evaluation) it is
 /// `bn.forward(x)` and does not communicate. Every rank must call it for the same layers in the
-/// same order.
+/// same order. The output has `x`'s element type.
 ///
 /// # Shapes
 /// - x: `[batch, channels, ...]` (batch may differ between ranks)
@@ -155,10 +193,28 @@ fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, 
 /// When the exchange fails (a dead rank, a time-out): a forward pass has no error channel, and
 /// the launcher stops the other ranks.
 pub fn sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync) -> Tensor<B, D> {
+    sync_batch_norm_act(bn, x, sync, false)
+}
+
+/// [`sync_batch_norm`] then ReLU (one pass on the channels-last kernels).
+pub fn sync_batch_norm_relu<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync) -> Tensor<B, D> {
+    sync_batch_norm_act(bn, x, sync, true)
+}
+
+fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync, relu: bool) -> Tensor<B, D> {
+    let relu_if = |y: Tensor<B, D>| if relu { burn::tensor::activation::relu(y) } else { y };
     let device = x.device();
     if !B::ad_enabled(&device) {
-        return bn.to_burn_nn().forward(x);
+        let dtype = x.dtype();
+        return relu_if(bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()))).cast(dtype);
     }
+    #[cfg(feature = "cuda")]
+    let x = match crate::sync_batch_norm_nhwc::try_sync_batch_norm(bn, x, sync, relu) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    let dtype = x.dtype();
+    let x = x.cast(burn::tensor::FloatDType::F32);
     let dims = x.dims();
     let c = dims[1];
     let per_channel = dims.iter().enumerate().filter(|&(i, _)| i != 1).map(|(_, &d)| d).product::<usize>();
@@ -167,25 +223,11 @@ pub fn sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<
     let m2_r = (xc - mean_r.clone()).square().sum_dim(1); // [c, 1]
     let count = Tensor::<B, 1>::from_floats([per_channel as f32], &device);
     let local = Tensor::cat(vec![count, mean_r.reshape([c]), m2_r.reshape([c])], 0);
-
-    let w = sync.pg.world_size();
-    let g = sync.gather(local).reshape([w, 2 * c + 1]);
-    let counts = g.clone().slice([0..w, 0..1]); // [w, 1]
-    let means = g.clone().slice([0..w, 1..1 + c]); // [w, c]
-    let m2s = g.slice([0..w, 1 + c..1 + 2 * c]); // [w, c]
-    let total = counts.clone().sum().reshape([1, 1]);
-    let mean = (means.clone() * counts.clone()).sum_dim(0) / total.clone(); // [1, c]
-    let m2 = m2s.sum_dim(0) + ((means - mean.clone()).square() * counts).sum_dim(0);
-    let var = m2 / total; // biased, as burn's BatchNorm normalises with
-
-    let momentum = bn.momentum;
-    let running_mean = bn.running_mean.value_sync().to_device(&device);
-    let running_var = bn.running_var.value_sync().to_device(&device);
-    bn.running_mean.update((running_mean * (1.0 - momentum) + mean.clone().detach().reshape([c]) * momentum).detach());
-    bn.running_var.update((running_var * (1.0 - momentum) + var.clone().detach().reshape([c]) * momentum).detach());
-
+    let (mean, var, _) = combine(sync.gather(local), sync.pg.world_size(), c);
+    update_running(bn, mean.clone().reshape([c]), var.clone().reshape([c]));
     let mut shape = [1; D];
     shape[1] = c;
     let std = (var + bn.epsilon).sqrt();
-    (x - mean.reshape(shape)) / std.reshape(shape) * bn.gamma.val().reshape(shape) + bn.beta.val().reshape(shape)
+    let y = (x - mean.reshape(shape)) / std.reshape(shape) * bn.gamma.val().reshape(shape) + bn.beta.val().reshape(shape);
+    relu_if(y).cast(dtype)
 }

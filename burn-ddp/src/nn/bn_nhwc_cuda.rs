@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Cube = CubeTensor<CudaRuntime>;
 
-static CALLS: AtomicUsize = AtomicUsize::new(0);
+pub(super) static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 /// How many channels-last batch norms (training forward, backward, inference) ran on the
 /// kernels in this process (the GPU check counts them).
@@ -72,7 +72,7 @@ pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, rel
 /// `(rows, channels)` of an `[n, h, w, c]` tensor the kernels take. (Its resolved buffer may
 /// be one-dimensional — a packed copy of a strided view — so outputs take their shape from
 /// the tensor, never from the buffer.)
-fn extent(t: &Prim) -> Result<(usize, usize)> {
+pub(super) fn extent(t: &Prim) -> Result<(usize, usize)> {
     let d = t.shape.as_slice();
     let fail = |reason: String| Err(Error::Kernel { op: "channels-last batch norm", reason });
     if d.len() != 4 || d.contains(&0) {
@@ -88,7 +88,7 @@ fn extent(t: &Prim) -> Result<(usize, usize)> {
     Ok((d[0] * d[1] * d[2], d[3]))
 }
 
-fn require_f32(t: &Prim, what: &str) -> Result<()> {
+pub(super) fn require_f32(t: &Prim, what: &str) -> Result<()> {
     if t.dtype != DType::F32 {
         return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} is {:?}; parameters and statistics are f32", t.dtype) });
     }
@@ -97,22 +97,22 @@ fn require_f32(t: &Prim, what: &str) -> Result<()> {
 
 /// How a column-tile kernel covers `[rows, c]` (see `bn_nhwc_kernels`).
 #[derive(Clone, Copy, Debug)]
-struct Tiling {
+pub(super) struct Tiling {
     /// Channels per vector.
-    n: usize,
+    pub n: usize,
     /// Channel vectors per row (`c / n`).
-    cols: usize,
-    tile_x: u32,
-    tile_y: u32,
+    pub cols: usize,
+    pub tile_x: u32,
+    pub tile_y: u32,
     /// Blocks of rows.
-    groups: usize,
+    pub groups: usize,
 }
 
 impl Tiling {
     /// The widest vector (up to 16 bytes of activations) that divides `c` and that every
     /// operand's buffer is aligned for (f32 statistics: `4·n` bytes); 256-thread blocks, up to
     /// 32 channel vectors wide; enough blocks of rows to fill the GPU.
-    fn new(rows: usize, c: usize, elem_bytes: usize, operands: &[&Cube]) -> Self {
+    pub fn new(rows: usize, c: usize, elem_bytes: usize, operands: &[&Cube]) -> Self {
         let aligned = |n: usize| operands.iter().all(|t| t.handle.offset_start.unwrap_or(0).is_multiple_of((4 * n) as u64));
         let n = [8usize, 4, 2, 1].into_iter().find(|&n| n * elem_bytes <= 16 && c.is_multiple_of(n) && aligned(n)).unwrap_or(1);
         let cols = c / n;
@@ -122,12 +122,12 @@ impl Tiling {
         Self { n, cols, tile_x: tile_x as u32, tile_y: tile_y as u32, groups }
     }
 
-    fn grid(&self) -> (CubeCount, CubeDim) {
+    pub fn grid(&self) -> (CubeCount, CubeDim) {
         (CubeCount::Static(self.cols.div_ceil(self.tile_x as usize) as u32, self.groups as u32, 1), CubeDim::new_2d(self.tile_x, self.tile_y))
     }
 }
 
-fn arg(t: &Cube) -> TensorArg<CudaRuntime> {
+pub(super) fn arg(t: &Cube) -> TensorArg<CudaRuntime> {
     t.clone().into_tensor_arg()
 }
 
@@ -167,9 +167,9 @@ fn forward_kernels(x: &Cube, shape: &Shape, [gamma, beta, running_mean, running_
     [y, mean, inv_std, new_mean, new_var]
 }
 
-/// `y = relu?(γ·inv_std·(x − mean) + β)` with given statistics (inference).
+/// `y = relu?(γ·inv_std·(x − mean) + β)` with given statistics (inference, SyncBatchNorm).
 #[allow(clippy::too_many_arguments)]
-fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), relu: bool) {
+pub(super) fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), relu: bool) {
     let t = Tiling::new(rows, c, x.dtype.size(), &[x, y, mean, inv_std, gamma, beta]);
     let (count, dim) = t.grid();
     k::normalize::launch::<CudaRuntime>(

@@ -150,6 +150,27 @@ pub(super) fn stats_finalize<F: Float>(
     }
 }
 
+/// One warp per channel: this batch's moments for SyncBatchNorm's exchange, laid out as
+/// `[count, mean[0..c], M2[0..c]]` with `M2 = Σ (x − mean)²` (Chan's parallel-variance input).
+#[cube(launch)]
+pub(super) fn moments_finalize<F: Float>(x: &Tensor<F>, partials: &Tensor<f32>, moments: &mut Tensor<f32>, rows: u32, channels: u32, groups: u32, #[define(F)] _dtype: StorageType) {
+    let c = CUBE_POS_X as usize;
+    let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
+    if UNIT_POS_X == 0 {
+        let n = f32::cast_from(rows);
+        let m1 = s1 / n;
+        let mut m2 = s2 - n * m1 * m1;
+        if m2 < f32::new(0.0) {
+            m2 = f32::new(0.0);
+        }
+        if c == 0 {
+            moments[0] = n;
+        }
+        moments[1 + c] = f32::cast_from(x[c]) + m1;
+        moments[1 + channels as usize + c] = m2;
+    }
+}
+
 /// `y = relu?(γ·inv_std·(x − mean) + β)`, in `F`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]

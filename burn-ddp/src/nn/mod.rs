@@ -10,6 +10,8 @@ mod batch_norm_nhwc;
 mod bn_nhwc_cuda;
 #[cfg(feature = "cuda")]
 mod bn_nhwc_kernels;
+#[cfg(feature = "cuda")]
+pub(crate) mod bn_nhwc_phases;
 pub mod conv;
 #[cfg(feature = "cuda")]
 pub mod cublas;

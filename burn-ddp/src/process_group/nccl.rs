@@ -276,7 +276,8 @@ mod imp {
         let mut op = std::mem::MaybeUninit::uninit();
         let mut scalar = scale;
         // SAFETY: out-pointer to a local; the scalar is read during this call (host, immediate).
-        let r = unsafe { ns::ncclRedOpCreatePreMulSum(op.as_mut_ptr(), &mut scalar as *mut f32 as *mut c_void, ns::ncclDataType_t::ncclFloat32, ns::ncclScalarResidence_t::ncclScalarHostImmediate, comm) };
+        let r =
+            unsafe { ns::ncclRedOpCreatePreMulSum(op.as_mut_ptr(), &mut scalar as *mut f32 as *mut c_void, ns::ncclDataType_t::ncclFloat32, ns::ncclScalarResidence_t::ncclScalarHostImmediate, comm) };
         if r != ns::ncclResult_t::ncclSuccess {
             return Err(cuda_err("ncclRedOpCreatePreMulSum", r));
         }

@@ -225,7 +225,10 @@ fn follow_one(t: &Ticket, w: &Watched) {
         }
         if aborted.is_none() {
             let waited = t.enqueued.elapsed();
-            let why = w.state.async_error().or_else(|| (waited > w.timeout).then(|| format!("{} did not finish within the collective time-out ({:.0} s; BURN_DDP_TIMEOUT_S sets it): a peer rank is dead or stuck", t.label, w.timeout.as_secs_f64())));
+            let why = w.state.async_error().or_else(|| {
+                (waited > w.timeout)
+                    .then(|| format!("{} did not finish within the collective time-out ({:.0} s; BURN_DDP_TIMEOUT_S sets it): a peer rank is dead or stuck", t.label, w.timeout.as_secs_f64()))
+            });
             if let Some(why) = why {
                 w.state.abort(why);
                 aborted = Some(Instant::now());

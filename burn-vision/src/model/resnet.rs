@@ -5,7 +5,7 @@ use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::Module;
 use burn::prelude::*;
 use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, linear};
-use burn_ddp::{BatchNormSync, sync_batch_norm};
+use burn_ddp::{BatchNormSync, sync_batch_norm, sync_batch_norm_relu};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn_nn::{BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d, Relu};
@@ -123,17 +123,17 @@ impl<B: Backend> Block<B> {
 }
 
 /// Convolution then BatchNorm (both through cuDNN on burn-cuda, optionally as one operation),
-/// or SyncBatchNorm with the same parameters when `sync` is given; then ReLU when `relu`.
+/// or SyncBatchNorm with the same parameters when `sync` is given (on the channels-last batch
+/// norm kernels for a channels-last model on burn-cuda); then ReLU when `relu`.
 fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
     match sync {
         Some(s) => {
-            // SyncBatchNorm's statistics and all-reduce run in f32 on an NCHW view; the block's
-            // output keeps the activations' type and order.
-            let (dtype, layout) = (x.dtype(), conv.layout);
-            let y = conv.forward(x).cast(burn::tensor::FloatDType::F32);
-            let y = sync_batch_norm(bn, layout.view_nchw(y), s);
-            let y = if relu { burn::tensor::activation::relu(y) } else { y };
-            layout.view_from_nchw(y).cast(dtype)
+            // SyncBatchNorm takes NCHW-ordered dims; the block's output keeps the activations'
+            // type and order.
+            let layout = conv.layout;
+            let y = layout.view_nchw(conv.forward(x));
+            let y = if relu { sync_batch_norm_relu(bn, y, s) } else { sync_batch_norm(bn, y, s) };
+            layout.view_from_nchw(y)
         }
         None => conv_batch_norm(conv, bn, x, relu),
     }
