@@ -27,7 +27,9 @@ impl Distributed {
     /// single process. `local_gpus`: how many GPUs `--gpus` names on this node. With `gpus`, gradients travel over NCCL on the GPUs (set
     /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
     /// always use a TCP group beside it. `overlap`: DDP all-reduces gradient buckets while
-    /// backward runs (off with SyncBatchNorm, whose backward uses the same group). `timeout_s`
+    /// backward runs — pass it off with SyncBatchNorm, whose backward uses the same group; on
+    /// NCCL it stays on regardless (collectives are enqueued on the device in program order, so
+    /// SyncBatchNorm's and DDP's interleave alike on every rank). `timeout_s`
     /// replaces `BURN_DDP_TIMEOUT_S` for the rendezvous and every collective.
     ///
     /// # Errors
@@ -60,7 +62,7 @@ impl Distributed {
             log::info!("{} ranks from {}; gradients over {}, metrics over {}", config.world_size, config.source, device_group.backend(), host_group.backend());
         }
         Ok(Some(Self {
-            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap, ..DdpConfig::default() }),
+            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap: overlap || nccl, ..DdpConfig::default() }),
             device_group,
             host_group,
             rank: config.rank,
