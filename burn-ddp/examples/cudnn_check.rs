@@ -726,53 +726,71 @@ fn check_nccl_ordering(device: &CudaDevice, pg: &std::sync::Arc<burn_ddp::Group>
     ok
 }
 
-/// Three convolutions, their outputs summed: burn-ddp's layers report their gradients to DDP
-/// during backward.
+/// Convolutions in a row, their output weighted and summed: burn-ddp's layers report their
+/// gradients to DDP during backward.
 #[derive(burn::module::Module, Debug)]
 struct ConvStack<B: Backend> {
     convs: Vec<burn_ddp::nn::Conv2d<B>>,
 }
 
+/// The identity mapping, which draws lazily initialised parameters (a clone of a fresh module
+/// would draw its own).
+struct Initialise;
+
+impl<B: Backend> burn::module::ModuleMapper<B> for Initialise {}
+
 impl<B: Backend> ConvStack<B> {
-    fn new(device: &B::Device) -> Self {
+    /// Convolutions from `channels[i]` to `channels[i + 1]` features, 3×3, padding 1.
+    fn new(device: &B::Device, channels: &[usize]) -> Self {
         let conv = |c, k| burn_ddp::nn::Conv2d::from(burn_nn::conv::Conv2dConfig::new([c, k], [3, 3]).with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device));
-        Self { convs: vec![conv(8, 32), conv(32, 32), conv(32, 16)] }
+        Self { convs: channels.windows(2).map(|w| conv(w[0], w[1])).collect() }.map(&mut Initialise)
     }
 
     fn loss(&self, x: Tensor<B, 4>, g: &Tensor<B, 4>) -> Tensor<B, 1> {
         let y = self.convs.iter().fold(x, |x, c| c.forward(x));
         (y * g.clone()).sum()
     }
+
+    fn values(&self) -> Vec<f32> {
+        self.convs.iter().flat_map(|c| [c.weight.val().into_data().to_vec::<f32>().expect("f32"), c.bias.as_ref().expect("bias").val().into_data().to_vec::<f32>().expect("f32")]).flatten().collect()
+    }
+}
+
+/// `steps` SGD steps of `model` on (x, g), through `ddp` when given; host milliseconds per step
+/// spent in backward (with DDP's finish) and in the optimizer, and the wall time per step.
+fn ddp_steps(mut m: ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParallel>, (x, g): (&Tensor<Ad, 4>, &Tensor<Ad, 4>), steps: usize) -> (ConvStack<Ad>, [f64; 3]) {
+    use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+    let mut opt = SgdConfig::new().init::<Ad, ConvStack<Ad>>();
+    let (mut backward, mut optimizer) = (0.0, 0.0);
+    let started = Instant::now();
+    for _ in 0..steps {
+        let step = ddp.map(|d| d.step(&m).expect("ddp step"));
+        let loss = m.loss(x.clone(), g);
+        let t = Instant::now();
+        let grads = match step {
+            Some(s) => s.backward(loss, &m).expect("ddp backward"),
+            None => GradientsParams::from_grads(loss.backward(), &m),
+        };
+        let t2 = Instant::now();
+        m = opt.step(0.01, m, grads);
+        (backward, optimizer) = (backward + (t2 - t).as_secs_f64(), optimizer + t2.elapsed().as_secs_f64());
+    }
+    let _ = m.convs[0].weight.val().into_data();
+    let per_step = |s: f64| 1e3 * s / steps as f64;
+    (m, [per_step(backward), per_step(optimizer), per_step(started.elapsed().as_secs_f64())])
 }
 
 /// DDP over a one-rank NCCL group (buckets summed on the device, started during backward)
 /// against plain training of the same model: parameters after 3 SGD steps bit-identical (one
-/// rank's average is its own gradient, times 1), every bucket summed on the device.
+/// rank's average is its own gradient), every bucket summed on the device.
 fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
-    use burn_optim::{GradientsParams, Optimizer, SgdConfig};
     <Ad as Backend>::seed(device, 9);
-    let model = ConvStack::<Ad>::new(device);
+    let model = ConvStack::<Ad>::new(device, &[8, 32, 32, 16]);
     let (x, g) = (Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device));
     let config = burn_ddp::DdpConfig { bucket_bytes: 16 << 10, ..Default::default() };
     let ddp = burn_ddp::DistributedDataParallel::new(pg, config);
-    let train = |mut m: ConvStack<Ad>, with_ddp: bool| {
-        let mut opt = SgdConfig::new().init::<Ad, ConvStack<Ad>>();
-        for _ in 0..3 {
-            let grads = if with_ddp {
-                let step = ddp.step(&m).expect("ddp step");
-                step.backward(m.loss(x.clone(), &g), &m).expect("ddp backward")
-            } else {
-                GradientsParams::from_grads(m.loss(x.clone(), &g).backward(), &m)
-            };
-            m = opt.step(0.01, m, grads);
-        }
-        m.convs
-            .iter()
-            .flat_map(|c| [c.weight.val().into_data().to_vec::<f32>().expect("f32"), c.bias.as_ref().expect("bias").val().into_data().to_vec::<f32>().expect("f32")])
-            .flatten()
-            .collect::<Vec<f32>>()
-    };
-    let (plain, with_ddp) = (train(model.clone(), false), train(model, true));
+    let plain = ddp_steps(model.clone(), None, (&x, &g), 3).0.values();
+    let with_ddp = ddp_steps(model, Some(&ddp), (&x, &g), 3).0.values();
     let differ = plain.iter().zip(&with_ddp).filter(|(a, b)| a != b).count();
     let s = ddp.stats();
     let ok = differ == 0 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
@@ -785,6 +803,27 @@ fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> b
         if ok { "ok" } else { "FAIL" }
     );
     ok
+}
+
+/// Host time per step of plain training, DDP on the device route and DDP with blocking
+/// collectives (`BURN_DDP_NCCL_HOST_SYNC=1`), one-rank NCCL, 6 convolutions of 64 features at
+/// 56², batch 32, f32.
+fn bench_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) {
+    let model = ConvStack::<Ad>::new(device, &[64; 7]);
+    let (x, g) = (Tensor::<Ad, 4>::random([32, 64, 56, 56], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([32, 64, 56, 56], Distribution::Normal(0.0, 1.0), device));
+    let config = burn_ddp::DdpConfig { bucket_bytes: 64 << 10, ..Default::default() };
+    let ddp = burn_ddp::DistributedDataParallel::new(pg.clone(), config);
+    let after_backward = burn_ddp::DistributedDataParallel::new(pg, burn_ddp::DdpConfig { overlap: false, ..config });
+    for (name, with_ddp, host_sync) in
+        [("plain", None, false), ("ddp_device", Some(&ddp), false), ("ddp_device_after_backward", Some(&after_backward), false), ("ddp_host_sync", Some(&ddp), true), ("ddp_device", Some(&ddp), false)]
+    {
+        // SAFETY: read by this thread only (the route is chosen per step on this thread).
+        unsafe { std::env::set_var("BURN_DDP_NCCL_HOST_SYNC", if host_sync { "1" } else { "0" }) };
+        let _ = ddp_steps(model.clone(), with_ddp, (&x, &g), 3);
+        let [backward, optimizer, wall] = ddp_steps(model.clone(), with_ddp, (&x, &g), 20).1;
+        println!("RESULT bench=nccl_ddp run={name} host_ms_per_step backward={backward:.2} optimizer={optimizer:.2} wall_ms_per_step={wall:.2}");
+    }
+    unsafe { std::env::remove_var("BURN_DDP_NCCL_HOST_SYNC") };
 }
 
 /// One rank of [`check_sync_bn`]: its half of the batch through SyncBatchNorm (channels-last,
@@ -870,7 +909,9 @@ fn check_sync_bn(device: &CudaDevice) -> bool {
 
 fn check_nccl(device: &CudaDevice) -> bool {
     let pg = nccl_group();
-    check_nccl_ordering(device, &pg) & check_nccl_ddp(device, pg)
+    let ok = check_nccl_ordering(device, &pg) & check_nccl_ddp(device, pg.clone());
+    bench_nccl_ddp(device, pg);
+    ok
 }
 
 fn main() {

@@ -4,7 +4,7 @@
 //! (and of the buckets before it) is final — during backward when the layers report them
 //! ([`crate::grad_ready`]), else all at once after it. The collective runs on a communication
 //! thread (host-memory groups), or on the device without anyone waiting ([`Route::Device`]:
-//! burn-cuda on NCCL, averaged by NCCL's pre-multiplied sum).
+//! burn-cuda on NCCL).
 //!
 //! Each buffer ends with one presence count per parameter (1 where this rank has the gradient,
 //! 0 where not), summed with the gradients: every rank learns in the same collective which
@@ -99,7 +99,7 @@ struct StepState<B: Backend> {
 enum Pending<B: Backend> {
     /// On the communication thread (or done on the calling one).
     Host(Receiver<Result<Tensor<B, 1>>>),
-    /// On the device (NCCL after burn's stream), already averaged: join before reading.
+    /// On the device (NCCL after burn's stream): join before reading.
     Device(Tensor<B, 1>, tensor::DeviceJoin),
 }
 
@@ -181,9 +181,8 @@ impl<B: Backend> StepReducer<B> {
         let flat = Tensor::cat(parts, 0);
         let pending = match &self.route {
             Route::Device { .. } => {
-                let scale = 1.0 / self.pg.world_size() as f32;
                 let label = format!("all-reduce bucket {b}");
-                match tensor::all_reduce_on_device(self.pg.clone(), flat, Some(scale), label) {
+                match tensor::all_reduce_on_device(self.pg.clone(), flat, None, label) {
                     Ok((t, join)) => Pending::Device(t, join),
                     Err(e) => {
                         let (tx, rx) = channel();
@@ -239,7 +238,6 @@ impl<B: Backend> StepReducer<B> {
         }
         let world = self.pg.world_size();
         let counts = self.counts(&reduced, &present, find_unused);
-        let averaged = matches!(self.route, Route::Device { .. });
         let mut bytes = 0;
         for ((b, reduced), counts) in reduced.into_iter().enumerate().zip(counts) {
             let mut offset = 0;
@@ -251,8 +249,7 @@ impl<B: Backend> StepReducer<B> {
                     return Err(Error::UnusedParameter { name: String::new(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
                 }
                 if count > 0 {
-                    let grad = reduced.clone().slice([offset..offset + n]);
-                    out.insert(slot.id, (if averaged { grad } else { grad.div_scalar(world as f64) }, slot.shape.clone()));
+                    out.insert(slot.id, (reduced.clone().slice([offset..offset + n]).div_scalar(world as f64), slot.shape.clone()));
                     bytes += n * 4;
                 }
                 offset += n;
@@ -281,13 +278,11 @@ impl<B: Backend> StepReducer<B> {
             })
             .collect();
         let all: Vec<f32> = Tensor::cat(tails, 0).into_data().convert::<f32>().to_vec().expect("f32 counts");
-        // Averaged sums carry count / world.
-        let scale = if device_route { world as f32 } else { 1.0 };
         let mut at = 0;
         present
             .iter()
             .map(|p| {
-                let c = all[at..at + p.len()].iter().map(|v| (v * scale).round() as usize).collect();
+                let c = all[at..at + p.len()].iter().map(|v| v.round() as usize).collect();
                 at += p.len();
                 c
             })
