@@ -35,20 +35,29 @@ if [ "${PART:-1}" = 1 ]; then
   run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
   run ddp1_syncbn 150 $LAUNCH "$BIN" $T --sync-bn --profile-steps 20..24
   run ddp1_syncbn_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T --sync-bn
+elif [ "${PART:-1}" = 2 ]; then
+  SHOW_LINES=12 step check_nccl 180 "$B"/cudnn_check check-nccl
+  run plain 150 "$BIN" $T
+  run ddp1 150 $LAUNCH "$BIN" $T
+  run ddp1_flush 150 env BURN_DDP_SIDE_FLUSH=1 $LAUNCH "$BIN" $T
+  run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
+  run ddp1_syncbn 150 $LAUNCH "$BIN" $T --sync-bn
+  run ddp1_syncbn_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T --sync-bn
 fi
 save_cache
 echo; echo "SUMMARY (last epoch's img/s, validation accuracy)"
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-for name in ["plain", "ddp1", "ddp1_hostsync", "ddp1_syncbn", "ddp1_syncbn_hostsync"]:
+for name in ["plain", "ddp1", "ddp1_flush", "ddp1_hostsync", "ddp1_syncbn", "ddp1_syncbn_hostsync"]:
     p = os.path.join(out, f"{name}_metrics.jsonl")
     recs = [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
     recs = [r for r in recs if "img_per_s" in r]
     if recs:
         r = recs[-1]
         steady = r.get("steady_img_per_s") or r["img_per_s"]
-        print(f"{name:22} img/s {r['img_per_s']:9.0f}  steady {steady:9.0f}  val_acc {100 * r.get('val_acc', float('nan')):6.2f}%")
+        phases = {k: round(v, 3) for k, v in r.get("phases_s", [])}
+        print(f"{name:22} img/s {r['img_per_s']:9.0f}  steady {steady:9.0f}  val_acc {100 * r.get('val_acc', float('nan')):6.2f}%  phases_s {phases}")
     else:
         print(f"{name:22} (no metrics)")
 t = os.path.join(out, "ddp1_syncbn_trace.json")

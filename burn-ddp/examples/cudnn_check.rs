@@ -781,8 +781,9 @@ fn ddp_steps(mut m: ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParalle
 }
 
 /// DDP over a one-rank NCCL group (buckets summed on the device, started during backward)
-/// against plain training of the same model: parameters after 3 SGD steps bit-identical (one
-/// rank's average is its own gradient), every bucket summed on the device.
+/// against plain training of the same model: parameters after 3 SGD steps equal to 1e-5 (one
+/// rank's average is its own gradient; cuDNN's filter gradients are not bit-reproducible),
+/// every bucket summed on the device.
 fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
     <Ad as Backend>::seed(device, 9);
     let model = ConvStack::<Ad>::new(device, &[8, 32, 32, 16]);
@@ -790,12 +791,17 @@ fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> b
     let config = burn_ddp::DdpConfig { bucket_bytes: 16 << 10, ..Default::default() };
     let ddp = burn_ddp::DistributedDataParallel::new(pg, config);
     let plain = ddp_steps(model.clone(), None, (&x, &g), 3).0.values();
+    let again = ddp_steps(model.clone(), None, (&x, &g), 3).0.values();
     let with_ddp = ddp_steps(model, Some(&ddp), (&x, &g), 3).0.values();
-    let differ = plain.iter().zip(&with_ddp).filter(|(a, b)| a != b).count();
+    // cuDNN's filter-gradient algorithms may sum in any order: plain training against itself
+    // shows that noise; a bucket read before its gradients were written, or summed twice, would
+    // be off by far more.
+    let f = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>();
+    let (noise, err) = (max_rel_err(&f(&again), &f(&plain)), max_rel_err(&f(&with_ddp), &f(&plain)));
     let s = ddp.stats();
-    let ok = differ == 0 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
+    let ok = err <= 1e-5 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
     println!(
-        "RESULT check=nccl_ddp_one_rank params={} differ={differ} buckets={} on_device={} started_in_backward={} {}",
+        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-5 buckets={} on_device={} started_in_backward={} {}",
         plain.len(),
         s.buckets,
         s.on_device,

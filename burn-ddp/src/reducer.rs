@@ -176,8 +176,7 @@ impl<B: Backend> StepReducer<B> {
             present.push(s.grads[i].is_some());
             parts.push(s.grads[i].take().unwrap_or_else(|| Tensor::zeros([numel], &self.device)));
         }
-        let counts: Vec<f32> = present.iter().map(|&p| if p { 1.0 } else { 0.0 }).collect();
-        parts.push(Tensor::from_floats(counts.as_slice(), &self.device));
+        parts.push(self.presence(&present));
         let flat = Tensor::cat(parts, 0);
         let pending = match &self.route {
             Route::Device { .. } => {
@@ -195,6 +194,15 @@ impl<B: Backend> StepReducer<B> {
         };
         s.results.push((pending, present));
         s.launched += 1;
+    }
+
+    /// This rank's presence counts (1 where it has the gradient), filled on the device: a
+    /// tensor made from host values costs burn-cuda an upload, milliseconds per bucket.
+    fn presence(&self, present: &[bool]) -> Tensor<B, 1> {
+        if present.iter().all(|&p| p) {
+            return Tensor::ones([present.len()], &self.device);
+        }
+        Tensor::cat(present.iter().map(|&p| Tensor::full([1], if p { 1.0 } else { 0.0 }, &self.device)).collect(), 0)
     }
 
     /// Sums `flat` with a blocking collective, on the communication thread when there is one.

@@ -221,7 +221,7 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<
     let xc = x.clone().swap_dims(0, 1).reshape([c, per_channel]);
     let mean_r = xc.clone().mean_dim(1); // [c, 1]
     let m2_r = (xc - mean_r.clone()).square().sum_dim(1); // [c, 1]
-    let count = Tensor::<B, 1>::from_floats([per_channel as f32], &device);
+    let count = Tensor::<B, 1>::full([1], per_channel as f32, &device);
     let local = Tensor::cat(vec![count, mean_r.reshape([c]), m2_r.reshape([c])], 0);
     let (mean, var, _) = combine(sync.gather(local), sync.pg.world_size(), c);
     update_running(bn, mean.clone().reshape([c]), var.clone().reshape([c]));
