@@ -39,17 +39,24 @@ elif [ "${PART:-1}" = 2 ]; then
   SHOW_LINES=12 step check_nccl 180 "$B"/cudnn_check check-nccl
   run plain 150 "$BIN" $T
   run ddp1 150 $LAUNCH "$BIN" $T
-  run ddp1_flush 150 env BURN_DDP_SIDE_FLUSH=1 $LAUNCH "$BIN" $T
+  run ddp1_flush 150 env BURN_DDP_SIDE_FLUSH=1 $LAUNCH "$BIN" $T  # (knob removed after call c)
   run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
-  run ddp1_syncbn 150 $LAUNCH "$BIN" $T --sync-bn
+  run ddp1_syncbn 150 $LAUNCH "$BIN" $T --sync-bn --profile-steps 20..24
   run ddp1_syncbn_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T --sync-bn
+elif [ "${PART:-1}" = 3 ]; then
+  SHOW_LINES=12 step check_nccl 180 "$B"/cudnn_check check-nccl
+  SHOW_LINES=12 step check_nccl_pages 180 env BURN_DDP_ALLOCATOR=pages "$B"/cudnn_check check-nccl
+  run plain 150 "$BIN" $T
+  run ddp1 150 $LAUNCH "$BIN" $T
+  run ddp1_pages 150 env BURN_DDP_ALLOCATOR=pages $LAUNCH "$BIN" $T
+  run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
 fi
 save_cache
 echo; echo "SUMMARY (last epoch's img/s, validation accuracy)"
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-for name in ["plain", "ddp1", "ddp1_flush", "ddp1_hostsync", "ddp1_syncbn", "ddp1_syncbn_hostsync"]:
+for name in ["plain", "ddp1", "ddp1_pages", "ddp1_flush", "ddp1_hostsync", "ddp1_syncbn", "ddp1_syncbn_hostsync"]:
     p = os.path.join(out, f"{name}_metrics.jsonl")
     recs = [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
     recs = [r for r in recs if "img_per_s" in r]

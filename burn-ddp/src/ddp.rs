@@ -259,7 +259,7 @@ impl DistributedDataParallel {
     /// [`Error::Unsupported`] for a module without trained parameters, or for an autodiff
     /// backend other than burn's `Autodiff<_>` when overlapping.
     pub fn step<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M) -> Result<DdpStep<'_, B>> {
-        let (reducer, slot_of) = self.reducer::<B, M>(module, self.config.overlap)?;
+        let (reducer, slot_of) = crate::trace::span("ddp: plan the step (host)", "ddp", || self.reducer::<B, M>(module, self.config.overlap))?;
         let scope = match reducer.overlapping() {
             true => Some(Scope::enter::<B>(reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>, Arc::new(slot_of.clone()))?),
             false => None,
@@ -310,17 +310,19 @@ impl DistributedDataParallel {
         reported: &[bool],
         started: Instant,
     ) -> Result<GradientsParams> {
-        module.visit(&mut Hand::<B> { grads: &mut grads, slot_of, reducer, reported });
+        crate::trace::span("ddp: hand over the gradients (host)", "ddp", || module.visit(&mut Hand::<B> { grads: &mut grads, slot_of, reducer, reported }));
         let early = reducer.launched_early();
         let mut reduced = HashMap::new();
-        let bytes = reducer.finish(self.config.find_unused_parameters, &mut reduced).map_err(|e| name_parameter(e, module))?;
+        let bytes = crate::trace::span("ddp: finish (host)", "ddp", || reducer.finish(self.config.find_unused_parameters, &mut reduced)).map_err(|e| name_parameter(e, module))?;
         if reducer.overlapping() && self.order.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
             self.fix_order::<B::InnerBackend>(reducer.finish_order(), &reducer.device())?;
         }
         let mut out = GradientsParams::new();
-        for (id, (flat, shape)) in reduced {
-            register(&mut out, id, flat, &shape);
-        }
+        crate::trace::span("ddp: register the averages (host)", "ddp", || {
+            for (id, (flat, shape)) in reduced {
+                register(&mut out, id, flat, &shape);
+            }
+        });
         let mut stats = self.stats.lock().expect("stats poisoned");
         stats.steps += 1;
         stats.seconds += started.elapsed().as_secs_f64();

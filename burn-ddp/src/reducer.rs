@@ -162,7 +162,7 @@ impl<B: Backend> StepReducer<B> {
     fn launch_ready(&self, s: &mut StepState<B>) {
         while s.launched < self.buckets.len() && self.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
             let b = s.launched;
-            self.launch(s, b);
+            crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(s, b));
         }
     }
 
@@ -235,17 +235,17 @@ impl<B: Backend> StepReducer<B> {
         let mut s = self.lock();
         while s.launched < self.buckets.len() {
             let b = s.launched;
-            self.launch(&mut s, b);
+            crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(&mut s, b));
         }
         let results = std::mem::take(&mut s.results);
         drop(s);
         let (pending, present): (Vec<_>, Vec<_>) = results.into_iter().unzip();
-        let reduced = pending.into_iter().map(Pending::wait).collect::<Result<Vec<_>>>()?;
+        let reduced = crate::trace::span("ddp: wait for / join the buckets (host)", "ddp", || pending.into_iter().map(Pending::wait).collect::<Result<Vec<_>>>())?;
         if let Some(nccl) = self.pg.as_nccl() {
             nccl.check()?;
         }
         let world = self.pg.world_size();
-        let counts = self.counts(&reduced, &present, find_unused);
+        let counts = crate::trace::span("ddp: presence counts (host)", "ddp", || self.counts(&reduced, &present, find_unused));
         let mut bytes = 0;
         for ((b, reduced), counts) in reduced.into_iter().enumerate().zip(counts) {
             let mut offset = 0;

@@ -75,6 +75,17 @@ pub fn record(name: impl Into<String>, cat: &'static str, start: Instant, end: I
     SPANS.lock().unwrap_or_else(|p| p.into_inner()).push(span);
 }
 
+/// Runs `f`, recording it as `name` (category `cat`) when recording.
+pub fn span<T>(name: &str, cat: &'static str, f: impl FnOnce() -> T) -> T {
+    if !enabled() {
+        return f();
+    }
+    let start = Instant::now();
+    let out = f();
+    record(name, cat, start, Instant::now(), Value::Null);
+    out
+}
+
 /// The trace-event JSON of `spans` (complete events, `ph: "X"`), with `process` and the
 /// recording threads named, as process `pid` (e.g. the rank).
 pub fn chrome_json(spans: &[Span], process: &str, pid: u64) -> Value {

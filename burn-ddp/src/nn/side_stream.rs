@@ -80,15 +80,6 @@ fn failure() -> &'static Mutex<Option<String>> {
     FAILURE.get_or_init(Default::default)
 }
 
-/// Diagnostic (`BURN_DDP_SIDE_FLUSH=1`): hand cubecl's device thread its queue after each fork
-/// and join instead of when it fills.
-fn flush_if_asked(device: &burn_cuda::CudaDevice) {
-    static ASKED: OnceLock<bool> = OnceLock::new();
-    if *ASKED.get_or_init(|| std::env::var("BURN_DDP_SIDE_FLUSH").is_ok_and(|v| v == "1")) {
-        device_thread::flush(device);
-    }
-}
-
 /// `device`'s fence kernels, loaded and tested on first use.
 fn kernels(device: usize) -> Result<Arc<Mutex<SideKernels>>> {
     static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Mutex<SideKernels>>>>> = OnceLock::new();
@@ -156,7 +147,6 @@ pub fn fork<const D: usize>(t: Tensor<Cuda, D>, work: impl FnOnce(u64, &SideFenc
             };
             *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
         });
-        flush_if_asked(&device);
         vec![cube]
     };
     let forked = fusion_op::queue("side-stream fork", vec![prim], &[out], exec).remove(0);
@@ -177,7 +167,6 @@ pub fn join<const D: usize>(t: Tensor<Cuda, D>, join: &Join) -> Tensor<Cuda, D> 
                 stream_bridge::after(Channel::Side, device.index, &fence);
             }
         });
-        flush_if_asked(&device);
         vec![cube]
     };
     let joined = fusion_op::queue("side-stream join", vec![prim], &[out], exec).remove(0);
