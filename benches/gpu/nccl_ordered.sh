@@ -50,6 +50,10 @@ elif [ "${PART:-1}" = 3 ]; then
   run ddp1 150 $LAUNCH "$BIN" $T
   run ddp1_pages 150 env BURN_DDP_ALLOCATOR=pages $LAUNCH "$BIN" $T
   run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
+elif [ "${PART:-1}" = 4 ]; then
+  SHOW_LINES=12 step check_nccl 180 "$B"/cudnn_check check-nccl
+  run ddp1 150 $LAUNCH "$BIN" $T --profile-steps 40..50
+  run plain 150 "$BIN" $T
 fi
 save_cache
 echo; echo "SUMMARY (last epoch's img/s, validation accuracy)"
@@ -67,10 +71,15 @@ for name in ["plain", "ddp1", "ddp1_pages", "ddp1_flush", "ddp1_hostsync", "ddp1
         print(f"{name:22} img/s {r['img_per_s']:9.0f}  steady {steady:9.0f}  val_acc {100 * r.get('val_acc', float('nan')):6.2f}%  phases_s {phases}")
     else:
         print(f"{name:22} (no metrics)")
-t = os.path.join(out, "ddp1_syncbn_trace.json")
-if os.path.exists(t):
+for t in [os.path.join(out, "ddp1_syncbn_trace.json"), os.path.join(out, "ddp1_trace.json")]:
+  if os.path.exists(t):
     ev = json.load(open(t))["traceEvents"]
     comm = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "comm"]
     dev = [e for e in comm if "device" in str(e.get("args", {}).get("clock", ""))]
-    print(f"trace: {len(comm)} comm spans, {len(dev)} device-timed; names: {sorted(set(e['name'] for e in comm))[:6]}")
+    print(f"trace {os.path.basename(t)}: {len(comm)} comm spans, {len(dev)} device-timed; names: {sorted(set(e['name'] for e in comm))[:6]}")
+    tot = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") in ("ddp", "phase"):
+            tot[e["name"]] = tot.get(e["name"], 0) + e["dur"] / 1e3
+    print("  host ms over the recorded steps:", {k: round(v, 1) for k, v in sorted(tot.items())})
 PY

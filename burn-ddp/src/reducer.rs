@@ -176,8 +176,9 @@ impl<B: Backend> StepReducer<B> {
             present.push(s.grads[i].is_some());
             parts.push(s.grads[i].take().unwrap_or_else(|| Tensor::zeros([numel], &self.device)));
         }
-        parts.push(self.presence(&present));
-        let flat = Tensor::cat(parts, 0);
+        parts.push(crate::trace::span("ddp: presence counts tensor (host)", "ddp", || self.presence(&present)));
+        let flat = crate::trace::span("ddp: flatten a bucket (host)", "ddp", || Tensor::cat(parts, 0));
+        let sum_started = crate::trace::enabled().then(std::time::Instant::now);
         let pending = match &self.route {
             Route::Device { .. } => {
                 let label = format!("all-reduce bucket {b}");
@@ -192,6 +193,9 @@ impl<B: Backend> StepReducer<B> {
             }
             Route::Inline | Route::Thread(_) => Pending::Host(self.launch_blocking(b, flat)),
         };
+        if let Some(t) = sum_started {
+            crate::trace::record("ddp: start its sum (host)", "ddp", t, std::time::Instant::now(), serde_json::Value::Null);
+        }
         s.results.push((pending, present));
         s.launched += 1;
     }
