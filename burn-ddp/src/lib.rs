@@ -23,6 +23,7 @@ pub mod rendezvous;
 pub mod sampler;
 pub mod store;
 pub mod sync_batch_norm;
+mod sync_batch_norm_exchange;
 #[cfg(feature = "cuda")]
 mod sync_batch_norm_nhwc;
 pub mod tensor;

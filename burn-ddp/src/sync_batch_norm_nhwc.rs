@@ -12,11 +12,12 @@
 //!
 //! The exchanges run where the group can sum without the host waiting (NCCL on the device),
 //! else by blocking collectives (TCP through the host). Anything the kernels refuse falls back
-//! to the f32 path of [`crate::sync_batch_norm`].
+//! to the f32 path of SyncBatchNorm (its caller).
 
 use crate::nn::bn_nhwc_phases::{self as phases, Affine};
 use crate::nn::{BatchNorm, Layout};
-use crate::sync_batch_norm::{BatchNormSync, combine, gather_plain, sum_over_ranks, update_running};
+use crate::process_group::ProcessGroup;
+use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensor;
@@ -27,6 +28,7 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cuda::Cuda;
 use std::any::Any;
+use std::sync::Arc;
 
 type Ad = Autodiff<Cuda>;
 type Prim = FloatTensor<Cuda>;
@@ -44,14 +46,14 @@ fn tensor<const D: usize>(p: Prim) -> Tensor<Cuda, D> {
 /// The kernel path for `x` (NCHW-ordered dims of a channels-last layer) when `B` is
 /// `Autodiff<Cuda>`, `bn` is channels-last and the kernels are on; `x` back untouched otherwise
 /// (and, with one warning, when the kernels refuse it).
-pub(crate) fn try_sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync, relu: bool) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
+pub(crate) fn try_sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, pg: &Arc<dyn ProcessGroup>, relu: bool) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
     if bn.layout != Layout::Nhwc || !crate::nn::options::get().nhwc_bn_kernels {
         return Err(x);
     }
     let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() else { return Err(x) };
     let x: Tensor<Ad, 4> = cast(x)?;
     let nhwc = Layout::Nhwc.view_from_nchw(x.clone());
-    match train(bn, nhwc, sync, relu) {
+    match train(bn, nhwc, pg, relu) {
         Ok(y) => Ok(cast(Layout::Nhwc.view_nchw(y)).unwrap_or_else(|_| unreachable!("B is Autodiff<Cuda>, D is 4"))),
         Err(e) => {
             log::warn!("SyncBatchNorm runs on burn's f32 operations: the channels-last kernels refused: {e}");
@@ -60,12 +62,11 @@ pub(crate) fn try_sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>,
     }
 }
 
-fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, sync: &BatchNormSync, relu: bool) -> crate::Result<Tensor<Ad, 4>> {
+fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, pg: &Arc<dyn ProcessGroup>, relu: bool) -> crate::Result<Tensor<Ad, 4>> {
     let c = x.dims()[3];
     let xp = x.into_primitive().tensor();
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let local = tensor::<1>(phases::moments(&xp.primitive)?);
-    let pg = sync.process_group();
     let gathered = gather_plain(local, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
     let (mean, var, total) = combine(gathered, pg.world_size(), c);
     let (mean, var) = (mean.reshape([c]), var.reshape([c]));
@@ -74,7 +75,7 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, sync: &BatchNormSync, relu: bool)
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.into_primitive().tensor() };
     let affine = Affine { mean: prim(mean), inv_std: prim(inv_std), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), relu };
     let y = phases::normalize(&xp.primitive, &affine)?;
-    let saved = Saved { x: xp.primitive.clone(), affine, total: prim(total.reshape([1])), sync: sync.clone() };
+    let saved = Saved { x: xp.primitive.clone(), affine, total: prim(total.reshape([1])), group: GroupRef(pg.clone()) };
     let out = match SyncNhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
@@ -96,7 +97,7 @@ struct Saved {
     x: Prim,
     affine: Affine,
     total: Prim,
-    sync: BatchNormSync,
+    group: GroupRef,
 }
 
 impl Backward<Cuda, 3> for SyncNhwcBatchNorm {
@@ -111,7 +112,7 @@ impl Backward<Cuda, 3> for SyncNhwcBatchNorm {
         // ranks' collective sequences stay aligned.
         let c = s.x.shape.as_slice()[3];
         let both = Tensor::cat(vec![tensor::<1>(dgamma.clone()), tensor::<1>(dbeta.clone())], 0);
-        let summed = sum_over_ranks(s.sync.process_group(), both, "SyncBatchNorm gradient sums").unwrap_or_else(fail);
+        let summed = sum_over_ranks(&s.group.0, both, "SyncBatchNorm gradient sums").unwrap_or_else(fail);
         let per_row = summed / tensor::<1>(s.total.clone());
         let (dgamma_m, dbeta_m) = (per_row.clone().slice([0..c]).into_primitive().tensor(), per_row.slice([c..2 * c]).into_primitive().tensor());
         if let Some(node) = node_x {

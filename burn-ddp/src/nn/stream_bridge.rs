@@ -167,7 +167,7 @@ struct Flags {
 pub enum Channel {
     /// cuDNN's (and cuBLAS's) stream of the device, waited for right after each computation.
     Cudnn,
-    /// Work on another stream that burn waits for later ([`super::side_stream`]).
+    /// Work on another stream that burn waits for later (`side_stream`'s fork and join).
     Side,
 }
 
