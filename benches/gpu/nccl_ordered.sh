@@ -51,7 +51,12 @@ elif [ "${PART:-1}" = 3 ]; then
   run ddp1_pages 150 env BURN_DDP_ALLOCATOR=pages $LAUNCH "$BIN" $T
   run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
 elif [ "${PART:-1}" = 4 ]; then
+  # Does the DDP bench compile new kernels every step? The kernel cache's size around it.
+  echo "kernel cache before: $(du -sk "$BURN_DDP_CACHE_DIR" | cut -f1) KiB" | tee -a "$LOG"
   SHOW_LINES=12 step check_nccl 180 "$B"/cudnn_check check-nccl
+  echo "kernel cache after check-nccl: $(du -sk "$BURN_DDP_CACHE_DIR" | cut -f1) KiB" | tee -a "$LOG"
+  SHOW_LINES=12 step check_nccl_again 180 "$B"/cudnn_check check-nccl
+  echo "kernel cache after a second check-nccl: $(du -sk "$BURN_DDP_CACHE_DIR" | cut -f1) KiB" | tee -a "$LOG"
   run ddp1 150 $LAUNCH "$BIN" $T --profile-steps 40..50
   run plain 150 "$BIN" $T
 fi
