@@ -76,7 +76,7 @@ pub fn broadcast<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, root
 /// Starts the sum of `t` (f32, dense) over `pg`'s ranks on NCCL's stream, each rank's values
 /// first multiplied by `scale` when given, ordered on the device after burn's kernels that
 /// produce `t` (`nn::side_stream`); neither the host nor burn's stream waits. The result is the
-/// returned tensor once given to [`join`]; nothing may read it before.
+/// returned tensor once given to `side_stream::join`; nothing may read it before.
 ///
 /// # Errors
 /// A group other than NCCL, or one that failed (its watchdog's error); a tensor that is not f32;
@@ -93,11 +93,6 @@ pub(crate) fn all_reduce_ordered(pg: std::sync::Arc<dyn ProcessGroup>, t: Tensor
         let buf = Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr, device } };
         nccl.all_reduce_async(buf, scale, label, |s| fence.wait_on(s), |s| fence.signal_on(s))
     })
-}
-
-/// `t` from [`all_reduce_ordered`] once burn's stream has waited for NCCL's signal.
-pub(crate) fn join(t: Tensor<Cuda, 1>, j: &side_stream::Join) -> Tensor<Cuda, 1> {
-    side_stream::join(t, j)
 }
 
 /// Whether `pg` can sum burn-cuda tensors on `device` without the host waiting: an NCCL group,

@@ -101,6 +101,8 @@ enum Pending<B: Backend> {
     Host(Receiver<Result<Tensor<B, 1>>>),
     /// On the device (NCCL after burn's stream): join before reading.
     Device(Tensor<B, 1>, tensor::DeviceJoin),
+    /// Could not be started.
+    Failed(Error),
 }
 
 impl<B: Backend> Pending<B> {
@@ -108,6 +110,7 @@ impl<B: Backend> Pending<B> {
         match self {
             Self::Host(rx) => rx.recv().map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })?,
             Self::Device(t, join) => Ok(tensor::join_on_device(t, &join)),
+            Self::Failed(e) => Err(e),
         }
     }
 }
@@ -178,24 +181,13 @@ impl<B: Backend> StepReducer<B> {
         }
         parts.push(crate::trace::span("ddp: presence counts tensor (host)", "ddp", || self.presence(&present)));
         let flat = crate::trace::span("ddp: flatten a bucket (host)", "ddp", || Tensor::cat(parts, 0));
-        let sum_started = crate::trace::enabled().then(std::time::Instant::now);
-        let pending = match &self.route {
-            Route::Device { .. } => {
-                let label = format!("all-reduce bucket {b}");
-                match tensor::all_reduce_on_device(self.pg.clone(), flat, None, label) {
-                    Ok((t, join)) => Pending::Device(t, join),
-                    Err(e) => {
-                        let (tx, rx) = channel();
-                        let _ = tx.send(Err(e));
-                        Pending::Host(rx)
-                    }
-                }
-            }
+        let pending = crate::trace::span("ddp: start its sum (host)", "ddp", || match &self.route {
+            Route::Device { .. } => match tensor::all_reduce_on_device(self.pg.clone(), flat, None, format!("all-reduce bucket {b}")) {
+                Ok((t, join)) => Pending::Device(t, join),
+                Err(e) => Pending::Failed(e),
+            },
             Route::Inline | Route::Thread(_) => Pending::Host(self.launch_blocking(b, flat)),
-        };
-        if let Some(t) = sum_started {
-            crate::trace::record("ddp: start its sum (host)", "ddp", t, std::time::Instant::now(), serde_json::Value::Null);
-        }
+        });
         s.results.push((pending, present));
         s.launched += 1;
     }

@@ -75,7 +75,7 @@ impl BatchNormSync {
         &self.pg
     }
 
-    pub(crate) fn gather<B: Backend>(&self, local: Tensor<B, 1>) -> Tensor<B, 1> {
+    fn gather<B: Backend>(&self, local: Tensor<B, 1>) -> Tensor<B, 1> {
         if B::ad_enabled(&local.device()) {
             let f = self
                 .gather

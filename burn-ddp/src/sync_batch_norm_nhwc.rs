@@ -18,6 +18,7 @@ use crate::nn::bn_nhwc_phases::{self as phases, Affine};
 use crate::nn::{BatchNorm, Layout};
 use crate::process_group::ProcessGroup;
 use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
+use crate::tensor::cast;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensor;
@@ -32,12 +33,6 @@ use std::sync::Arc;
 
 type Ad = Autodiff<Cuda>;
 type Prim = FloatTensor<Cuda>;
-
-/// `from` as `To` when they are the same type.
-fn cast<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
-    let boxed: Box<dyn Any> = Box::new(from);
-    boxed.downcast::<To>().map(|b| *b).map_err(|b| *b.downcast::<From>().expect("the same value back"))
-}
 
 fn tensor<const D: usize>(p: Prim) -> Tensor<Cuda, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))

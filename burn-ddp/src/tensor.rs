@@ -62,20 +62,15 @@ fn on_cuda<B: Backend, const D: usize>(
     t: Tensor<B, D>,
     f: impl FnOnce(&dyn ProcessGroup, Tensor<burn_cuda::Cuda, D>) -> Result<Tensor<burn_cuda::Cuda, D>>,
 ) -> Result<std::result::Result<Tensor<B, D>, Tensor<B, D>>> {
-    use std::any::Any;
     if pg.memory() != MemoryKind::Cuda {
         return Ok(Err(t));
     }
     type Ad = burn_autodiff::Autodiff<burn_cuda::Cuda>;
-    let boxed: Box<dyn Any> = Box::new(t);
-    let boxed = match boxed.downcast::<Tensor<burn_cuda::Cuda, D>>() {
-        Ok(cuda) => {
-            let done: Box<dyn Any> = Box::new(f(pg, *cuda)?);
-            return Ok(Ok(*done.downcast::<Tensor<B, D>>().expect("same type as the input")));
-        }
-        Err(back) => back,
+    let t = match cast::<_, Tensor<burn_cuda::Cuda, D>>(t) {
+        Ok(cuda) => return Ok(Ok(cast(f(pg, cuda)?).unwrap_or_else(|_| unreachable!("the same type as the input")))),
+        Err(t) => t,
     };
-    match boxed.downcast::<Tensor<Ad, D>>() {
+    match cast::<_, Tensor<Ad, D>>(t) {
         // A parameter of a model trained on Autodiff<Cuda>: the collective works on its values
         // and the result is a fresh leaf, tracked again when the input was.
         Ok(ad) => {
@@ -84,10 +79,9 @@ fn on_cuda<B: Backend, const D: usize>(
             if tracked {
                 done = done.require_grad();
             }
-            let done: Box<dyn Any> = Box::new(done);
-            Ok(Ok(*done.downcast::<Tensor<B, D>>().expect("same type as the input")))
+            Ok(Ok(cast(done).unwrap_or_else(|_| unreachable!("the same type as the input"))))
         }
-        Err(back) => Ok(Err(*back.downcast::<Tensor<B, D>>().expect("same type as the input"))),
+        Err(t) => Ok(Err(t)),
     }
 }
 
@@ -176,16 +170,16 @@ pub fn all_reduce_on_device<B: Backend>(pg: std::sync::Arc<dyn ProcessGroup>, t:
 pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<B, 1> {
     #[cfg(feature = "cuda")]
     let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
-        Ok(cuda) => return cast(crate::cuda_tensor::join(cuda, &join.0)).unwrap_or_else(|_| unreachable!("B is burn-cuda")),
+        Ok(cuda) => return cast(crate::nn::side_stream::join(cuda, &join.0)).unwrap_or_else(|_| unreachable!("B is burn-cuda")),
         Err(t) => t,
     };
     let _ = join;
     t
 }
 
-/// `from` as `To` when they are the same type.
+/// `from` as `To` when they are the same type, else `from` back.
 #[cfg(feature = "cuda")]
-fn cast<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
+pub(crate) fn cast<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
     let boxed: Box<dyn std::any::Any> = Box::new(from);
     boxed.downcast::<To>().map(|b| *b).map_err(|b| *b.downcast::<From>().expect("the same value back"))
 }
