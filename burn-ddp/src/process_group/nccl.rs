@@ -197,9 +197,7 @@ mod imp {
                     Some(false) => {}
                     None => return Err(cuda_err(op, "the CUDA event after the collective failed")),
                 }
-                let why = self.state.async_error().or_else(|| (start.elapsed() > timeout).then(|| format!("{op} timed out after {:.0} s", timeout.as_secs_f64())));
-                if let Some(why) = why {
-                    let timed_out = start.elapsed() > timeout;
+                if let Some((why, timed_out)) = self.state.stop_reason(op, start.elapsed(), timeout) {
                     self.state.abort(why.clone());
                     return Err(if timed_out { Error::Timeout { op: op.into(), rank: self.rank, waited: start.elapsed(), missing: vec![] } } else { Error::Cuda { op: op.into(), reason: why } });
                 }

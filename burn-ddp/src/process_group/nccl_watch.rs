@@ -63,6 +63,16 @@ impl CommState {
         (e != ns::ncclResult_t::ncclSuccess && e != ns::ncclResult_t::ncclInProgress).then(|| format!("NCCL asynchronous error {e:?} (a peer failed or the network broke)"))
     }
 
+    /// Why collective `what`, running for `waited`, must stop: NCCL's asynchronous error, or
+    /// the time-out (then `true`).
+    pub fn stop_reason(&self, what: &str, waited: Duration, timeout: Duration) -> Option<(String, bool)> {
+        if let Some(e) = self.async_error() {
+            return Some((e, false));
+        }
+        let secs = timeout.as_secs_f64();
+        (waited > timeout).then(|| (format!("{what} did not finish within the collective time-out ({secs:.0} s; BURN_DDP_TIMEOUT_S sets it): a peer rank is dead or stuck"), true))
+    }
+
     /// Aborts the communicator (its pending collectives end) and records `why`; once.
     pub fn abort(&self, why: String) {
         let mut guard = self.comm.lock().unwrap_or_else(|p| p.into_inner());
@@ -224,12 +234,7 @@ fn follow_one(t: &Ticket, w: &Watched) {
             None => w.state.abort(format!("{}: the CUDA event after it failed", t.label)),
         }
         if aborted.is_none() {
-            let waited = t.enqueued.elapsed();
-            let why = w.state.async_error().or_else(|| {
-                (waited > w.timeout)
-                    .then(|| format!("{} did not finish within the collective time-out ({:.0} s; BURN_DDP_TIMEOUT_S sets it): a peer rank is dead or stuck", t.label, w.timeout.as_secs_f64()))
-            });
-            if let Some(why) = why {
+            if let Some((why, _)) = w.state.stop_reason(&t.label, t.enqueued.elapsed(), w.timeout) {
                 w.state.abort(why);
                 aborted = Some(Instant::now());
             }
