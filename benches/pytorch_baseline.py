@@ -9,6 +9,14 @@ Modes (each prints one JSON line prefixed with RESULT):
   folder     DIR BATCH STEPS [nchw|nhwc]  ResNet-50 on an ImageFolder with
              RandomResizedCrop(224)+flip, 8 DataLoader workers: real decoding and augmentation
              (fp32; nhwc: model and batches channels_last).
+  tutorial   DIR EPOCHS [f32|bf16] [nchw|nhwc] [WORKERS]  the tutorial's whole job, as
+             `burn-vision train --preset tutorial --epochs EPOCHS` runs it on one GPU: ResNet-34,
+             batch 16, SGD(lr 1e-3, momentum 0.9, weight decay 5e-3), cosine to 0.1x per step,
+             20 % of each class held out (seed 0); training RandomResizedCrop(224)+flip, validation
+             Resize(256)+CenterCrop(224), every epoch validated; DataLoader with WORKERS (default 8)
+             workers, pinned memory, persistent workers. Prints one RESULT line per epoch (seconds,
+             steady img/s after the epoch's first two steps, validation top-1) and one for the job
+             (wall seconds from before `import torch`).
   make-folder IDX_IMAGES IDX_LABELS OUT SIDE  writes the IDX images as SIDExSIDE RGB JPEGs in
              class folders (the real-data input for both frameworks).
 """
@@ -134,6 +142,70 @@ def folder(path, batch, steps, layout="nchw"):
                                       img_per_s=ips, warmup_s=warm, loss=loss)), flush=True)
 
 
+def tutorial(path, epochs, precision="f32", layout="nchw", workers=8):
+    import torchvision.transforms as T
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    train_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), norm])
+    val_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), norm])
+    train_ds, val_ds = torchvision.datasets.ImageFolder(path, train_tf), torchvision.datasets.ImageFolder(path, val_tf)
+    per_class = {}
+    for i, (_, c) in enumerate(train_ds.samples):
+        per_class.setdefault(c, []).append(i)
+    g = torch.Generator().manual_seed(0)
+    train_idx, val_idx = [], []
+    for idx in per_class.values():  # 20 % of each class held out, as burn-vision's split
+        order = [idx[j] for j in torch.randperm(len(idx), generator=g).tolist()]
+        k = round(0.2 * len(idx))
+        val_idx += order[:k]
+        train_idx += order[k:]
+    batch = 16
+    loader = dict(num_workers=workers, pin_memory=True, persistent_workers=True)
+    train_dl = torch.utils.data.DataLoader(torch.utils.data.Subset(train_ds, train_idx), batch_size=batch, shuffle=True, drop_last=True, **loader)
+    val_dl = torch.utils.data.DataLoader(torch.utils.data.Subset(val_ds, val_idx), batch_size=batch, **loader)
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    model = resnet("resnet34", len(train_ds.classes), 3, False).to(dev).to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-3)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(train_dl), eta_min=1e-4)
+    amp = {"f32": None, "bf16": torch.bfloat16}[precision]
+    loss_fn = nn.CrossEntropyLoss()
+    for epoch in range(1, epochs + 1):
+        t0 = time.perf_counter()
+        model.train()
+        n, t_steady, n_steady = 0, None, 0
+        for i, (x, y) in enumerate(train_dl):
+            if i == 2:
+                torch.cuda.synchronize()
+                t_steady, n_steady = time.perf_counter(), n
+            x, y = x.to(dev, non_blocking=True).to(memory_format=fmt), y.to(dev, non_blocking=True)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            n += x.shape[0]
+        torch.cuda.synchronize()
+        t_train = time.perf_counter()
+        model.eval()
+        correct = total = 0
+        with torch.no_grad(), torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+            for x, y in val_dl:
+                x, y = x.to(dev, non_blocking=True).to(memory_format=fmt), y.to(dev, non_blocking=True)
+                correct += (model(x).argmax(1) == y).sum().item()
+                total += y.shape[0]
+        t1 = time.perf_counter()
+        print("RESULT " + json.dumps(dict(framework="pytorch", mode="tutorial", epoch=epoch, precision=precision, layout=layout,
+                                          workers=workers, seconds=t1 - t0, train_s=t_train - t0, val_s=t1 - t_train,
+                                          steady_img_per_s=(n - n_steady) / (t_train - t_steady), val_acc=correct / total,
+                                          since_start_s=t1 - T_START)), flush=True)
+    print("RESULT " + json.dumps(dict(framework="pytorch", mode="tutorial_job", epochs=epochs, precision=precision, layout=layout,
+                                      wall_s=time.perf_counter() - T_START, train_images=len(train_idx), val_images=len(val_idx),
+                                      device_used_gib=device_used_gib(), peak_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
+                                      torch=torch.__version__)), flush=True)
+
+
 def make_folder(images, labels, out, side):
     from PIL import Image
     classes = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"]
@@ -154,6 +226,8 @@ if __name__ == "__main__":
         synthetic(name, int(batch), int(size), int(ch), int(classes), small == "1", int(warmup), int(steps), *args[8:])
     elif mode == "folder":
         folder(args[0], int(args[1]), int(args[2]), *args[3:4])
+    elif mode == "tutorial":
+        tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]])
     elif mode == "make-folder":
         make_folder(args[0], args[1], args[2], int(args[3]))
     else:

@@ -17,9 +17,10 @@ export BURN_DDP_CACHE_DIR=${BURN_DDP_CACHE_DIR:-/tmp/burn-ddp-cache}
 step() {
   local name=$1 t=$2; shift 2
   echo "=== $name: $*" | tee -a "$LOG"
-  local s=$SECONDS
+  local s=$(date +%s.%N)
   timeout "$t" "$@" 2>&1 | tee -a "$LOG" | grep -E "$SHOW" | tail -n ${SHOW_LINES:-6}
-  echo "=== $name rc=${PIPESTATUS[0]} wall=$((SECONDS - s))s" | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name rc=$rc wall=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$s" "$(date +%s.%N)")s" | tee -a "$LOG"
 }
 # Keeps cubecl's autotune results for the next call (only the cache: ./target may be a whole
 # Cargo target directory where this runs on a development machine).

@@ -79,7 +79,7 @@ pub fn check_driver(driver: i32) -> Result<()> {
 fn driver() -> Result<()> {
     // SAFETY: only probes whether the shared library can be opened.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(Error::Cuda { op: "loading libcuda.so".into(), reason: "no NVIDIA driver found on this machine".into() });
+        return Err(Error::Cuda { op: "loading libcuda.so".into(), reason: "no NVIDIA driver found on this machine (install one to use GPUs; CPU training needs none)".into() });
     }
     cudarc::driver::result::init().map_err(|e| Error::Cuda { op: "cuInit".into(), reason: e.to_string() })
 }

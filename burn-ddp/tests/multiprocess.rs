@@ -161,7 +161,7 @@ fn busy_master_port_is_one_clear_error() {
 }
 
 #[test]
-fn nccl_without_cuda_build_is_an_error() {
+fn nccl_without_cuda_or_a_gpu_is_a_one_line_error() {
     #[cfg(not(feature = "cuda"))]
     {
         let store = burn_ddp::store::StoreServer::bind("127.0.0.1", 0, None).unwrap();
@@ -170,7 +170,17 @@ fn nccl_without_cuda_build_is_an_error() {
         assert!(matches!(err, Error::CudaNotCompiled));
     }
     #[cfg(feature = "cuda")]
-    eprintln!("SKIPPED nccl_without_cuda_build_is_an_error: this build has the cuda feature");
+    match burn_ddp::cuda_device_count() {
+        Ok(n) if n > 0 => eprintln!("SKIPPED nccl_without_cuda_or_a_gpu_is_a_one_line_error: a CUDA build on a machine with {n} GPU(s)"),
+        _ => {
+            // A CUDA build on a machine without a driver or GPU: an error naming what is missing.
+            let store = burn_ddp::store::StoreServer::bind("127.0.0.1", 0, None).unwrap();
+            let client = burn_ddp::store::TcpStore::connect("127.0.0.1", store.local_addr().port(), None, Duration::from_secs(2)).unwrap();
+            let err = NcclProcessGroup::new(&client, 0, 1, 0, Duration::from_secs(1)).err().unwrap();
+            assert!(matches!(err, Error::Cuda { .. }), "{err}");
+            assert_eq!(err.to_string().lines().count(), 1, "{err}");
+        }
+    }
 }
 
 /// A rank that is alive but never enters the collective (stuck in its own code): every waiting

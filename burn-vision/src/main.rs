@@ -176,7 +176,7 @@ struct TrainArgs {
     /// Continue the run in --out from its last checkpoint.
     #[arg(long)]
     resume: bool,
-    /// CUDA GPUs to train on, e.g. `0` (needs a build with `--features cuda`).
+    /// CUDA GPUs to train on, e.g. `0` (CUDA is in the default build; not in one built with `--no-default-features`).
     #[arg(long, conflicts_with = "cpu")]
     gpus: Option<String>,
     /// Train on the CPU (the default).

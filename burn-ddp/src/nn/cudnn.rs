@@ -4,7 +4,8 @@
 //! the real buffers and cached for the process (PyTorch's `cudnn.benchmark = True`): an
 //! execution plan of cuDNN's graph API (`cudnn_graph`, the default: far less host time per
 //! call), or the legacy entry point with the algorithm cuDNN's `Find...Ex` measured fastest.
-//! One workspace per device is reused by every call. Each call returns after cuDNN's stream
+//! One workspace per device is reused by every call, as large as the most one chosen plan
+//! needs: an algorithm search takes the whole limit and hands the rest back. Each call returns after cuDNN's stream
 //! has finished, so the caller may hand the output to
 //! another stream at once.
 
@@ -185,6 +186,9 @@ pub(super) struct DeviceState {
     stream: Arc<CudaStream>,
     handle: Handle,
     workspace: Option<CudaSlice<u8>>,
+    /// The most workspace one computation has run with: what the workspace shrinks back to
+    /// after an algorithm search, which takes the whole limit (512 MiB by default).
+    workspace_need: usize,
     /// Keyed by what the choice depends on: direction, shape, the math settings (TF32
     /// allowed, deterministic only) it was measured under, and whether the graph API may be used.
     plans: HashMap<(Direction, ConvShape, bool, bool, bool), Plan>,
@@ -207,7 +211,7 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
     let handle = Handle(result::create_handle().map_err(|e| fail("cudnnCreate", e))?);
     // SAFETY: a live handle and a live stream of the same context.
     unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }.map_err(|e| fail("cudnnSetStream", e))?;
-    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, plans: HashMap::new(), fences: None, cublas: None }));
+    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, workspace_need: 0, plans: HashMap::new(), fences: None, cublas: None }));
     map.insert(device, state.clone());
     Ok(state)
 }
@@ -284,8 +288,23 @@ impl DeviceState {
         Ok(self.fences.as_ref().expect("loaded above"))
     }
 
-    /// The device's workspace, grown to at least `bytes` (its address and length).
+    /// The device's workspace for a computation that needs `bytes`, grown if it is smaller
+    /// (its address and length).
     pub(super) fn workspace_ptr(&mut self, bytes: usize) -> Result<(u64, usize)> {
+        self.workspace_need = self.workspace_need.max(bytes);
+        self.workspace_at_least(bytes)
+    }
+
+    /// Hands back what an algorithm search took beyond the most any computation runs with (the
+    /// free is ordered on this stream, after the search's work).
+    fn shrink_workspace(&mut self) {
+        if self.workspace.as_ref().is_some_and(|w| w.len() > self.workspace_need) {
+            self.workspace = None;
+        }
+    }
+
+    /// The device's workspace, grown to at least `bytes` (its address and length).
+    fn workspace_at_least(&mut self, bytes: usize) -> Result<(u64, usize)> {
         if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
             self.workspace = None; // free the old one first
             let ws = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;
@@ -304,7 +323,7 @@ impl DeviceState {
     /// As [`run`].
     unsafe fn find(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<LegacyPlan> {
         let (x, w, y, conv) = describe(shape, opts)?;
-        let (ws, limit) = self.workspace_ptr(opts.workspace_limit)?;
+        let (ws, limit) = self.workspace_at_least(opts.workspace_limit)?;
         let h = self.handle.0;
         let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
         let mut n = 0i32;
@@ -351,7 +370,7 @@ impl DeviceState {
     /// As [`run`].
     unsafe fn choose(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<Plan> {
         if opts.graph_api {
-            let ws = self.workspace_ptr(opts.workspace_limit)?;
+            let ws = self.workspace_at_least(opts.workspace_limit)?;
             // SAFETY: as this function's contract.
             match unsafe { super::cudnn_graph::build(self.handle.0, &self.stream, dir, shape, p, ws, opts) } {
                 Ok(plan) => return Ok(Plan::Graph(plan)),
@@ -410,6 +429,7 @@ impl DeviceState {
             // SAFETY: as this function's contract.
             let plan = unsafe { self.choose(dir, shape, p, &opts)? };
             self.plans.insert(key.clone(), plan);
+            self.shrink_workspace();
         }
         let need = match &self.plans[&key] {
             Plan::Graph(g) => g.workspace,

@@ -96,7 +96,7 @@ pub fn check_gpus(ids: &[usize]) -> Result<()> {
 fn device_message(e: burn_ddp::Error) -> String {
     match e {
         burn_ddp::Error::CudaNotCompiled => {
-            "--gpus needs a CUDA build: add --features cuda (cargo run --release -p burn-vision --features cuda -- train --gpus 0), or drop --gpus to run on the CPU".into()
+            "--gpus needs CUDA, and this binary was built without it (--no-default-features): build it with the default features (cargo run --release -p burn-vision -- train --gpus 0), or drop --gpus to run on the CPU".into()
         }
         other => other.to_string(),
     }

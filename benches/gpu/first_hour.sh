@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 17's table, re-measured with PyTorch beside every row in the same call (one H200).
+#   PART=1  the tutorial's recipe (`train --preset tutorial`: ResNet-34, batch 16, SGD, f32) for
+#           EPOCHS (default 5) on a 10-class 224² JPEG folder (the bundled 10k Fashion-MNIST
+#           images; 8,000 train, 2,000 validation): burn-vision on a fresh machine (empty kernel
+#           caches), then again (the second run), then PyTorch's same job (benches/pytorch_baseline.py
+#           tutorial, channels_last and NCHW, cudnn.benchmark); then `eval --gpus 0` of the checkpoint.
+#   PART=2  ResNet-50 bf16 b256 channels-last, time to the first step: burn-vision with empty caches
+#           (a fresh machine) and again, PyTorch eager twice and torch.compile; peak memory of
+#           ResNet-50 fp32 and ResNet-34 b16 fp32 beside PyTorch's.
+# Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
+# $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+PART=${PART:-1}
+LOG=$OUT/first-hour-$PART.log
+SHOW="RESULT|first_step|device_used|rror|panick|top-1|images \("; SHOW_LINES=8
+B=${B:-carry}
+rm -f "$B"/cubecl-cache.tgz "$B"/kernel-cache.tgz   # nothing from earlier calls: fresh runs start empty
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision "$B"/burn-ddp 2>/dev/null
+rm -rf /tmp/kc-*
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
+nproc | sed 's/^/host cores: /' | tee -a "$LOG"
+BV="$B"/burn-vision
+if [ "$PART" = 1 ]; then
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  E=${EPOCHS:-5}
+  TUT=(train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet)
+  for run in fresh second; do
+    rm -rf /tmp/tut-$run
+    step tut_ours_$run 420 env BURN_DDP_CACHE_DIR=/tmp/kc-t RUST_LOG=info,cubecl_cuda::compute::context=trace "$BV" "${TUT[@]}" --out /tmp/tut-$run
+    echo "kernels compiled by NVRTC so far: $(grep -c 'Compiling kernel' "$LOG")" | tee -a "$LOG"
+    cp /tmp/tut-$run/metrics.jsonl "$OUT"/tut-ours-$run.metrics.jsonl 2>/dev/null
+    sed 's/^/METRICS /' /tmp/tut-$run/metrics.jsonl >>"$LOG" 2>/dev/null
+  done
+  step tut_torch_nhwc 420 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc
+  step tut_torch_nchw 420 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nchw
+  step eval_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" eval --gpus 0 --checkpoint /tmp/tut-second/best.ckpt
+else
+  R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 20)
+  # cubecl's trace of its compiler: one "Compiling kernel" line per kernel NVRTC compiles.
+  step r50_ours_fresh 300 env BURN_DDP_CACHE_DIR=/tmp/kc-a RUST_LOG=info,cubecl_cuda::compute::context=trace "$BV" "${R50[@]}" --precision bf16
+  echo "kernels compiled by NVRTC in r50_ours_fresh: $(grep -c 'Compiling kernel' "$LOG")" | tee -a "$LOG"
+  step r50_ours_second 120 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}" --precision bf16
+  step r50_torch_1 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager
+  step r50_torch_2 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager
+  step r50_f32_ours 200 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}"
+  step r50_f32_torch 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 f32 nhwc eager
+  R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 3 --steps 100)
+  step r34_b16_ours 200 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R34[@]}"
+  step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 3 100 f32 nhwc eager
+  step r50_torch_compile 400 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 20 bf16 nhwc compile
+fi
+du -sh /tmp/kc-* 2>/dev/null | tee -a "$LOG"
+echo "=== summary" | tee -a "$LOG"
+python3 benches/gpu/first_hour_summary.py "$LOG" | tee -a "$LOG"
