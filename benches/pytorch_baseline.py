@@ -13,8 +13,8 @@ Modes (each prints one JSON line prefixed with RESULT):
              `burn-vision train --preset tutorial --epochs EPOCHS` runs it on one GPU: ResNet-34,
              batch 16, SGD(lr 1e-3, momentum 0.9, weight decay 5e-3), cosine to 0.1x per step,
              20 % of each class held out (seed 0); training RandomResizedCrop(224)+flip, validation
-             Resize(256)+CenterCrop(224), every epoch validated; DataLoader with WORKERS (default 8)
-             workers, pinned memory, persistent workers. Prints one RESULT line per epoch (seconds,
+             Resize(256)+CenterCrop(224), every epoch validated; DataLoader with WORKERS workers
+             (default: one per core, at most 16 — with 8 the job is input-bound on a 16-core host), pinned memory, persistent workers. Prints one RESULT line per epoch (seconds,
              steady img/s after the epoch's first two steps, validation top-1) and one for the job
              (wall seconds from before `import torch`).
   make-folder IDX_IMAGES IDX_LABELS OUT SIDE  writes the IDX images as SIDExSIDE RGB JPEGs in
@@ -142,7 +142,7 @@ def folder(path, batch, steps, layout="nchw"):
                                       img_per_s=ips, warmup_s=warm, loss=loss)), flush=True)
 
 
-def tutorial(path, epochs, precision="f32", layout="nchw", workers=8):
+def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8)):
     import torchvision.transforms as T
     dev = torch.device("cuda")
     torch.manual_seed(0)

@@ -7,7 +7,12 @@
 #           tutorial, channels_last and NCHW, cudnn.benchmark); then `eval --gpus 0` of the checkpoint.
 #   PART=2  ResNet-50 bf16 b256 channels-last, time to the first step: burn-vision with empty caches
 #           (a fresh machine) and again, PyTorch eager twice and torch.compile; peak memory of
-#           ResNet-50 fp32 and ResNet-34 b16 fp32 beside PyTorch's.
+#           ResNet-50 fp32 beside PyTorch's.
+#   PART=3  where the tutorial job's host time goes: 2 epochs with and without weight decay, the
+#           bench step of ResNet-34 b16 fp32 (memory beside PyTorch's), PyTorch's job with 16
+#           loader workers.
+#   PART=4  ResNet-34 b16's bench step: cubecl's pages vs exact-size blocks vs a 32 MiB cuDNN
+#           workspace vs NCHW, alternated, PyTorch beside.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
 set -uo pipefail
@@ -38,6 +43,33 @@ if [ "$PART" = 1 ]; then
   step tut_torch_nhwc 420 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc
   step tut_torch_nchw 420 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nchw
   step eval_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" eval --gpus 0 --checkpoint /tmp/tut-second/best.ckpt
+elif [ "$PART" = 3 ]; then
+  # Where the tutorial job's host time per step goes: train without weight decay, the bench
+  # step (no data, no weight decay) and PyTorch with 16 loader workers (an expert's tuning).
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  TUT=(train --data /tmp/fm224 --preset tutorial --epochs 2 --gpus 0 --quiet)
+  for v in default:--weight-decay=5e-3 no_wd:--weight-decay=0; do
+    rm -rf /tmp/tut-$v
+    step tut_ours_${v%%:*} 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" "${TUT[@]}" "${v#*:}" --out /tmp/tut-${v%%:*}
+    sed 's/^/METRICS /' /tmp/tut-${v%%:*}/metrics.jsonl >>"$LOG" 2>/dev/null
+  done
+  R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 3 --steps 100)
+  step r34_b16_ours 200 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" "${R34[@]}"
+  step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 3 100 f32 nhwc eager
+  step tut_torch_nhwc_w16 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 2 f32 nhwc 16
+elif [ "$PART" = 4 ]; then
+  # ResNet-34 b16's step, 1263 img/s in session 7 and 1037 in PART=3: cubecl's pages against
+  # the exact-size blocks (session 13's default), and a small cuDNN workspace, alternated.
+  R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps 200)
+  step r34_warm_caches 200 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" "${R34[@]}"
+  for i in 1 2; do
+    step r34_exact_$i 100 env BURN_DDP_CACHE_DIR=/tmp/kc-t BURN_DDP_ALLOCATOR=exact "$BV" "${R34[@]}"
+    step r34_pages_$i 100 env BURN_DDP_CACHE_DIR=/tmp/kc-t BURN_DDP_ALLOCATOR=pages "$BV" "${R34[@]}"
+    step r34_ws32_$i 100 env BURN_DDP_CACHE_DIR=/tmp/kc-t BURN_DDP_CUDNN_WORKSPACE_MIB=32 "$BV" "${R34[@]}"
+    step r34_nchw_$i 100 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" "${R34[@]}" --channels-first
+  done
+  step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 5 200 f32 nhwc eager
 else
   R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 20)
   # cubecl's trace of its compiler: one "Compiling kernel" line per kernel NVRTC compiles.
@@ -48,9 +80,6 @@ else
   step r50_torch_2 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager
   step r50_f32_ours 200 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}"
   step r50_f32_torch 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 f32 nhwc eager
-  R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 3 --steps 100)
-  step r34_b16_ours 200 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R34[@]}"
-  step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 3 100 f32 nhwc eager
   step r50_torch_compile 400 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 20 bf16 nhwc compile
 fi
 du -sh /tmp/kc-* 2>/dev/null | tee -a "$LOG"

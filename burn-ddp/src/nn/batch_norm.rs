@@ -85,7 +85,7 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
     assert_eq!(conv.layout, bn.layout, "conv_batch_norm: the convolution is {:?}, the batch norm {:?}", conv.layout, bn.layout);
     #[cfg(feature = "cuda")]
     let x = match (&conv.padding, &conv.bias) {
-        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right && conv.layout == Layout::Nchw => {
+        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right && conv.layout == Layout::Nchw && super::cudnn_conv_bn::applies::<B>() => {
             let x = match conv.precision {
                 Some(p) => x.cast(p.dtype()),
                 None => x,

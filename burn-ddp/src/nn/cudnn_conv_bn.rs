@@ -25,6 +25,14 @@ use burn_cuda::Cuda;
 use cubecl::cuda::CudaRuntime;
 use std::any::Any;
 
+/// Whether [`try_conv_bn`] can run for backend `B` (`Autodiff<Cuda>`, the fused path switched
+/// on): callers hook the parameters for DDP's gradient reports only then, so a path not taken
+/// leaves no hooks that never fire.
+pub(crate) fn applies<B: Backend>() -> bool {
+    let opts = super::options::get();
+    opts.batch_norm && opts.fuse_conv_bn && super::cudnn_burn::cuda_backend::<B>() == Some(true) && super::cudnn_burn::path_enabled()
+}
+
 /// `relu?(bn(conv(x, w)))` as one operation when `B` is `Autodiff<Cuda>` and fusion is on;
 /// otherwise `x` comes back untouched. NCHW only (channels-last batch norms run on burn's
 /// operations: see `batch_norm_nhwc`).

@@ -72,9 +72,13 @@ pub struct RankEpoch {
 /// (NVML; the device's whole use where NVML cannot tell; 0 without a GPU), exposed sync ms per
 /// step, GPU utilisation, exposed share.
 pub fn row(r: &RankEpoch, gpu: Option<usize>) -> [f64; FIELDS] {
-    let mine = gpu.and_then(|g| burn_ddp::device::gpu_use(g).ok()).and_then(|u| u.process_bytes);
-    let bytes = mine.or_else(|| gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()));
+    let bytes = gpu.and_then(gpu_memory_bytes);
     [r.img_per_s, r.collective_share, peak_host_mib(), bytes.map_or(0.0, |b| b as f64 / (1 << 20) as f64), r.exposed_ms_per_step, r.utilization_pct, r.exposed_share]
+}
+
+/// Bytes of GPU `gpu`'s memory this process holds (NVML), else the device's whole use.
+pub fn gpu_memory_bytes(gpu: usize) -> Option<u64> {
+    burn_ddp::device::gpu_use(gpu).ok().and_then(|u| u.process_bytes).or_else(|| burn_ddp::gpu_memory_used(gpu).ok())
 }
 
 /// Largest over smallest of the positive values (1 when fewer than two).

@@ -94,6 +94,11 @@ pub struct EpochRecord {
     pub seconds: f64,
     /// Images skipped as unreadable so far.
     pub skipped_images: usize,
+    /// GPU memory this rank's process held at the end of the epoch's training steps, in GiB
+    /// (what nvidia-smi shows for it; the device's whole use where NVML cannot tell): the
+    /// training step's peak, as the allocator keeps what the step needed. Absent on CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_gib: Option<f64>,
 }
 
 /// Appends JSON lines to a file, flushing each.

@@ -56,8 +56,9 @@ impl RunOutputs {
         facts: &CheckpointFacts,
         (best_acc, improved): (f64, bool),
     ) -> Result<()> {
+        let gpu = record.gpu_memory_gib.map_or(String::new(), |g| format!(" | GPU memory {g:.2} GiB"));
         log::info!(
-            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data) | {:.1}s",
+            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data){gpu} | {:.1}s",
             record.epoch,
             config.epochs,
             record.train_loss,

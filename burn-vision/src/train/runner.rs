@@ -268,8 +268,9 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         let epoch_start = Instant::now();
         let mut save = |t: &Trainer<B, O>, so_far| outputs.as_ref().map_or(Ok(()), |o| o.step_saved(config, (&t.model, &t.optim, t.step), &facts, (epoch, best_acc, last_val), so_far));
         let start = EpochStart { epoch, done: std::mem::take(&mut done), save: &mut save, tracer: &mut tracer };
-        let sampler = UtilSampler::start(dist.and_then(|d| local_gpu(config, d)));
+        let sampler = UtilSampler::start(dist.and_then(|_| this_gpu(config, dist)));
         let trained = train_epoch(&mut trainer, &plan, &at, config, (start, &data.train), &skips)?;
+        let gpu_bytes = this_gpu(config, dist).and_then(super::health::gpu_memory_bytes);
         let utilization = sampler.mean();
         let (train, rank_img_per_s) = reduce_training(&mut trainer, &trained, dist)?;
         let (val, skipped) = validate(&trainer.model, &plan, &data.eval, &skips, &at)?;
@@ -278,6 +279,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         }
         let mut record = epoch_record(epoch, &trained, &train, &val, skipped, plan.schedule.lr(trainer.step.saturating_sub(1)));
         record.seconds = epoch_start.elapsed().as_secs_f64(); // with validation
+        record.gpu_memory_gib = gpu_bytes.map(|b| b as f64 / (1u64 << 30) as f64);
         if let Some(outputs) = outputs.as_mut() {
             let improved = record.val_acc > best_acc || epoch == 0;
             best_acc = best_acc.max(record.val_acc);
@@ -301,10 +303,10 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     })
 }
 
-/// This rank's GPU.
-fn local_gpu(config: &TrainConfig, d: &super::distributed::Distributed) -> Option<usize> {
+/// This rank's GPU (a DataParallel process: its first).
+fn this_gpu(config: &TrainConfig, dist: Dist<'_>) -> Option<usize> {
     match &config.device {
-        DeviceSpec::Cuda(ids) => ids.get(d.local_rank).copied(),
+        DeviceSpec::Cuda(ids) => ids.get(dist.map_or(0, |d| d.local_rank)).copied(),
         DeviceSpec::Cpu => None,
     }
 }
@@ -319,7 +321,7 @@ fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained
         exposed_ms_per_step: 1e3 * trained.sync_seconds / steps,
         utilization_pct,
     };
-    super::health::row(&r, local_gpu(config, d))
+    super::health::row(&r, this_gpu(config, Some(d)))
 }
 
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every
@@ -354,5 +356,6 @@ fn epoch_record(epoch: usize, trained: &EpochTrained, train: &Tally, val: &Tally
         phases_s: trained.phases_s.clone(),
         seconds: trained.seconds,
         skipped_images: skipped,
+        gpu_memory_gib: None,
     }
 }
