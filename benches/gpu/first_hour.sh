@@ -13,13 +13,16 @@
 #           loader workers.
 #   PART=4  ResNet-34 b16's bench step: cubecl's pages vs exact-size blocks vs a 32 MiB cuDNN
 #           workspace vs NCHW, alternated, PyTorch beside.
+#   PART=5  ResNet-50 bf16 b256 with cuDNN workspace limits of 512, 128 and 64 MiB (memory and
+#           speed), the epoch log's GPU memory line, `bench-data` to host memory and to GPU 0,
+#           PyTorch eager beside.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 PART=${PART:-1}
 LOG=$OUT/first-hour-$PART.log
-SHOW="RESULT|first_step|device_used|rror|panick|top-1|images \("; SHOW_LINES=8
+SHOW="RESULT|first_step|device_used|rror|panick|top-1|images \(|GPU memory|delivered_to"; SHOW_LINES=8
 B=${B:-carry}
 rm -f "$B"/cubecl-cache.tgz "$B"/kernel-cache.tgz   # nothing from earlier calls: fresh runs start empty
 source benches/gpu/lib.sh
@@ -70,6 +73,18 @@ elif [ "$PART" = 4 ]; then
     step r34_nchw_$i 100 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" "${R34[@]}" --channels-first
   done
   step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 5 200 f32 nhwc eager
+elif [ "$PART" = 5 ]; then
+  # The cuDNN workspace limit against ResNet-50's memory and speed (bf16 b256), and the epoch
+  # log's GPU memory line.
+  R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 20 --precision bf16)
+  step r50_ws512_fresh 300 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}"
+  for ws in 128 64 512 128 64; do
+    step r50_ws$ws 60 env BURN_DDP_CACHE_DIR=/tmp/kc-a BURN_DDP_CUDNN_WORKSPACE_MIB=$ws "$BV" "${R50[@]}"
+  done
+  step train_log 120 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" train --gpus 0 --epochs 1 --max-steps-per-epoch 20 --quiet --out /tmp/run-log
+  step bench_data_host 60 "$BV" bench-data --batch-size 256 --batches 20
+  step bench_data_gpu0 60 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" bench-data --batch-size 256 --batches 20 --gpus 0
+  step r50_torch 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager
 else
   R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 20)
   # cubecl's trace of its compiler: one "Compiling kernel" line per kernel NVRTC compiles.

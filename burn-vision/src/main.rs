@@ -2,7 +2,7 @@
 //! `TrainConfig` and the library does the work.
 
 use anyhow::Result;
-use burn_vision::data::{DataBenchConfig, DataSource, load_source, loader_throughput};
+use burn_vision::data::{DataBenchConfig, DataSource, load_source};
 use burn_vision::model::list_models;
 use burn_vision::train::bench::BenchConfig;
 use burn_vision::train::inference::{EvalRequest, evaluate_checkpoint, predict_paths};
@@ -128,6 +128,9 @@ struct BenchDataArgs {
     /// Batches prepared ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
+    /// Deliver the batches to this GPU (uploaded as training does) instead of host memory.
+    #[arg(long)]
+    gpus: Option<String>,
 }
 
 #[derive(Args)]
@@ -579,7 +582,8 @@ fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
     let source: DataSource = a.data.parse().expect("infallible");
     let data = load_source(&source, a.image_size)?;
     let config = DataBenchConfig { batch_size: a.batch_size, batches: a.batches, eval: a.eval, seed: a.seed, prefetch: a.prefetch };
-    println!("{}", serde_json::to_string(&loader_throughput(&data, &config)?)?);
+    let gpu = first_gpu(a.gpus.as_deref())?;
+    println!("{}", serde_json::to_string(&burn_vision::train::bench_data::bench_data(&data, &config, gpu)?)?);
     Ok(())
 }
 

@@ -293,6 +293,24 @@ fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
     }
 }
 
+/// `bench-data --gpus 0`: the batches delivered to GPU 0; without a CUDA build or a GPU, the
+/// test says so and checks the one-line answer instead.
+#[test]
+fn bench_data_delivers_to_gpu_0() {
+    let o = cli(&["bench-data", "--batch-size", "16", "--batches", "2", "--image-size", "28"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"host memory\""), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = cli(&["bench-data", "--batch-size", "16", "--batches", "2", "--image-size", "28", "--gpus", "0"]);
+    if !o.status.success() {
+        let err = stderr(&o);
+        assert!(err.contains("--no-default-features") || err.to_lowercase().contains("gpu") || err.contains("CUDA"), "not a device error: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        eprintln!("SKIPPED bench-data on GPU 0: {}", err.trim());
+        return;
+    }
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"gpu 0\""), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
 /// `eval --gpus 0` and `predict --gpus 0` on a GPU; without a CUDA build or a GPU, the test
 /// says so and checks the one-line answer instead.
 #[test]

@@ -16,7 +16,7 @@ pub use idx::IdxDataset;
 pub use loader::{Batch, Loader, LoaderConfig, SkipLog, StageTimes};
 pub use source::{DataSource, load_source, load_source_with};
 pub use split::{shuffle_for_epoch, split_per_class};
-pub use throughput::{DataBenchConfig, DataBenchResult, loader_throughput};
+pub use throughput::{BatchSink, DataBenchConfig, DataBenchResult, HostMemory, loader_throughput};
 pub use transform::{Pipeline, Step};
 
 use crate::error::Result;

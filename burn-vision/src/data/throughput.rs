@@ -1,7 +1,8 @@
-//! How fast the input pipeline alone turns files into batches (`burn-vision bench-data`): run it
-//! next to `burn-vision bench` to see whether the device or the data loading limits training.
+//! How fast the input pipeline turns files into batches — in host memory, or on a GPU as
+//! training receives them (`burn-vision bench-data [--gpus N]`): run it next to `burn-vision
+//! bench` to see whether the device or the data loading limits training.
 
-use super::loader::{Loader, LoaderConfig, SkipLog};
+use super::loader::{Batch, Loader, LoaderConfig, SkipLog};
 use super::source::LoadedData;
 use super::split::shuffle_for_epoch;
 use crate::error::{Error, Result};
@@ -23,11 +24,33 @@ pub struct DataBenchConfig {
     pub prefetch: usize,
 }
 
+/// Where the timed batches go.
+pub trait BatchSink {
+    /// Where the batches end up, for the report (`host memory`, `gpu 0`).
+    fn name(&self) -> String;
+    /// Takes one batch (uploads it, or drops it).
+    fn take(&mut self, batch: Batch);
+    /// Waits until every batch taken has arrived (the clock stops after this).
+    fn finish(&mut self) {}
+}
+
+/// Batches stay in host memory: the loader alone is timed.
+pub struct HostMemory;
+
+impl BatchSink for HostMemory {
+    fn name(&self) -> String {
+        "host memory".into()
+    }
+    fn take(&mut self, _batch: Batch) {}
+}
+
 /// The measurement.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DataBenchResult {
     /// The settings.
     pub config: DataBenchConfig,
+    /// Where the batches were delivered (`host memory`, or the GPU they were uploaded to).
+    pub delivered_to: String,
     /// Images in the timed batches.
     pub images: usize,
     /// Wall seconds of the timed batches.
@@ -46,12 +69,12 @@ pub struct DataBenchResult {
     pub skipped: usize,
 }
 
-/// Loads `config.batches + 1` batches of `data` (a shuffled order, as in training) and times all
-/// but the first.
+/// Loads `config.batches + 1` batches of `data` (a shuffled order, as in training), hands them
+/// to `sink`, and times all but the first.
 ///
 /// # Errors
 /// When there are too few images for the batches asked for, or (strict mode) an image fails.
-pub fn loader_throughput(data: &LoadedData, config: &DataBenchConfig) -> Result<DataBenchResult> {
+pub fn loader_throughput(data: &LoadedData, config: &DataBenchConfig, sink: &mut dyn BatchSink) -> Result<DataBenchResult> {
     let need = config.batch_size * (config.batches + 1);
     if config.batch_size == 0 || config.batches == 0 || data.dataset.len() < need {
         return Err(Error::InvalidConfig {
@@ -67,24 +90,31 @@ pub fn loader_throughput(data: &LoadedData, config: &DataBenchConfig) -> Result<
     let skips = Arc::new(SkipLog::default());
     let mut loader = Loader::new(data.dataset.clone(), order, pipeline, 0, loader_config, skips.clone());
     let first = loader.next().ok_or_else(|| Error::InvalidConfig { name: "bench-data", value: String::new(), reason: "every image of the first batch failed to load".into() })??;
+    let batch_shape = first.shape;
+    sink.take(first);
+    sink.finish();
     let (d0, t0, n0) = loader.stage_times().totals();
     let started = Instant::now();
     let mut images = 0;
     for batch in loader.by_ref() {
-        images += batch?.shape[0];
+        let batch = batch?;
+        images += batch.shape[0];
+        sink.take(batch);
     }
+    sink.finish();
     let seconds = started.elapsed().as_secs_f64();
     let (d1, t1, n1) = loader.stage_times().totals();
     let per_image = |s: f64| 1e3 * s / (n1 - n0).max(1) as f64;
     Ok(DataBenchResult {
         config: config.clone(),
+        delivered_to: sink.name(),
         images,
         seconds,
         img_per_s: images as f64 / seconds.max(1e-9),
         threads: rayon::current_num_threads(),
         decode_ms_per_image: per_image(d1 - d0),
         transform_ms_per_image: per_image(t1 - t0),
-        batch_shape: first.shape,
+        batch_shape,
         skipped: skips.count(),
     })
 }
@@ -101,16 +131,40 @@ mod tests {
     #[test]
     fn times_the_batches_after_the_first() {
         let data = load_source(&DataSource::Bundled, 28).unwrap();
-        let r = loader_throughput(&data, &config(3)).unwrap();
+        let r = loader_throughput(&data, &config(3), &mut HostMemory).unwrap();
         assert_eq!((r.images, r.batch_shape, r.skipped), (3 * 64, [64, 1, 28, 28], 0));
+        assert_eq!(r.delivered_to, "host memory");
         assert!(r.seconds > 0.0 && r.img_per_s > 0.0 && r.threads >= 1, "{r:?}");
         assert!(r.decode_ms_per_image >= 0.0 && r.transform_ms_per_image > 0.0, "{r:?}");
+    }
+
+    /// Counts what it is handed.
+    struct Counting(usize, usize);
+
+    impl BatchSink for Counting {
+        fn name(&self) -> String {
+            "counting".into()
+        }
+        fn take(&mut self, batch: Batch) {
+            self.0 += batch.shape[0];
+        }
+        fn finish(&mut self) {
+            self.1 += 1;
+        }
+    }
+
+    #[test]
+    fn the_sink_gets_every_batch_and_is_drained_before_the_clock_stops() {
+        let data = load_source(&DataSource::Bundled, 28).unwrap();
+        let mut sink = Counting(0, 0);
+        let r = loader_throughput(&data, &config(2), &mut sink).unwrap();
+        assert_eq!((sink.0, sink.1, r.images, r.delivered_to.as_str()), (3 * 64, 2, 2 * 64, "counting"));
     }
 
     #[test]
     fn too_few_images_is_an_error_that_says_so() {
         let data = load_source(&DataSource::Bundled, 28).unwrap();
-        let e = loader_throughput(&data, &config(1000)).unwrap_err().to_string();
+        let e = loader_throughput(&data, &config(1000), &mut HostMemory).unwrap_err().to_string();
         assert!(e.contains("needs 64064 images") && e.contains("10000"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! Training, evaluation and prediction over a [`TrainConfig`], on the CPU or CUDA.
 
 pub mod bench;
+pub mod bench_data;
 pub mod checkpoint;
 pub mod config;
 pub mod distributed;

@@ -1,0 +1,47 @@
+//! `bench-data --gpus N`: the input pipeline timed up to the GPU — every batch uploaded as
+//! training uploads it (page-locked memory, burn-ddp's upload), the clock stopped once the
+//! device holds them all.
+
+use crate::data::source::LoadedData;
+use crate::data::{Batch, BatchSink, DataBenchConfig, DataBenchResult, HostMemory, loader_throughput};
+use crate::error::Result;
+use burn::prelude::*;
+
+/// Uploads every batch to one device.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct OnDevice<B: Backend> {
+    device: B::Device,
+    name: String,
+}
+
+impl<B: Backend> BatchSink for OnDevice<B> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn take(&mut self, batch: Batch) {
+        let _ = super::evaluate::batch_tensors::<B>(batch, &self.device);
+    }
+    fn finish(&mut self) {
+        let _ = B::sync(&self.device);
+    }
+}
+
+/// Times the loader delivering `data`'s batches to host memory, or to GPU `gpu`.
+///
+/// # Errors
+/// As [`loader_throughput`]; a GPU that does not exist, or a build without CUDA.
+pub fn bench_data(data: &LoadedData, config: &DataBenchConfig, gpu: Option<usize>) -> Result<DataBenchResult> {
+    let Some(id) = gpu else { return loader_throughput(data, config, &mut HostMemory) };
+    super::check_gpus(&[id])?;
+    on_gpu(data, config, id)
+}
+
+#[cfg(feature = "cuda")]
+fn on_gpu(data: &LoadedData, config: &DataBenchConfig, id: usize) -> Result<DataBenchResult> {
+    loader_throughput(data, config, &mut OnDevice::<burn_cuda::Cuda> { device: super::gpu(id), name: format!("gpu {id}") })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn on_gpu(_: &LoadedData, _: &DataBenchConfig, _: usize) -> Result<DataBenchResult> {
+    unreachable!("check_gpus fails without the cuda feature")
+}
