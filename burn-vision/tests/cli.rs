@@ -293,6 +293,19 @@ fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
     }
 }
 
+/// Whether a `--gpus 0` command ran; when it did not, checks that its answer is one line about
+/// the device (a build without CUDA, no driver, no GPU) and says that `what` was skipped.
+fn ran_on_gpu(o: &Output, what: &str) -> bool {
+    if o.status.success() {
+        return true;
+    }
+    let err = stderr(o);
+    assert!(err.contains("--no-default-features") || err.to_lowercase().contains("gpu") || err.contains("CUDA"), "not a device error: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    eprintln!("SKIPPED {what} on GPU 0: {}", err.trim());
+    false
+}
+
 /// `bench-data --gpus 0`: the batches delivered to GPU 0; without a CUDA build or a GPU, the
 /// test says so and checks the one-line answer instead.
 #[test]
@@ -301,11 +314,7 @@ fn bench_data_delivers_to_gpu_0() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"host memory\""), "{}", String::from_utf8_lossy(&o.stdout));
     let o = cli(&["bench-data", "--batch-size", "16", "--batches", "2", "--image-size", "28", "--gpus", "0"]);
-    if !o.status.success() {
-        let err = stderr(&o);
-        assert!(err.contains("--no-default-features") || err.to_lowercase().contains("gpu") || err.contains("CUDA"), "not a device error: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
-        eprintln!("SKIPPED bench-data on GPU 0: {}", err.trim());
+    if !ran_on_gpu(&o, "bench-data") {
         return;
     }
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"gpu 0\""), "{}", String::from_utf8_lossy(&o.stdout));
@@ -322,11 +331,7 @@ fn eval_and_predict_on_gpu_0() {
     assert!(o.status.success(), "{}", stderr(&o));
     let ckpt = out.join("best.ckpt");
     let eval = cli(&["eval", "--gpus", "0", "--checkpoint", ckpt.to_str().unwrap()]);
-    if !eval.status.success() {
-        let err = stderr(&eval);
-        assert!(err.contains("--no-default-features") || err.to_lowercase().contains("gpu") || err.contains("CUDA"), "not a device error: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
-        eprintln!("SKIPPED eval/predict on GPU 0: {}", err.trim());
+    if !ran_on_gpu(&eval, "eval/predict") {
         return;
     }
     let text = String::from_utf8_lossy(&eval.stdout);
