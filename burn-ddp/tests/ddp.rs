@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::{flat_values, max_relative_diff};
-use burn_ddp::{CommBackend, DdpConfig, DistributedDataParallel, ProcessGroup, RendezvousConfig, init_process_group};
+use burn_ddp::{CommBackend, DdpConfig, DistributedDataParallel, Error, ProcessGroup, RendezvousConfig, init_process_group};
 use burn_flex::Flex;
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_optim::decay::WeightDecayConfig;
@@ -299,9 +299,17 @@ fn ddp_find_unused_parameters_counts_missing_gradients_as_zero() {
 /// whose statistics were updated since they were last read).
 #[test]
 fn broadcast_module_hands_out_rank_0s_pending_batch_norm_statistics() {
+    // A port from free_port() can be taken by another test before rank 0 binds it: try again.
+    let means = (0..3).find_map(|_| broadcast_running_means(burn_ddp::launch::free_port().unwrap())).expect("three free ports in a row were taken before rank 0 bound them");
+    assert_eq!(means[0], vec![0.1; 3], "rank 0 keeps its own statistics (momentum 0.1 of mean 1)");
+    assert_eq!(means[1], means[0], "rank 1 did not get rank 0's running mean");
+}
+
+/// Each of 2 ranks' BatchNorm running means after a forward pass on rank-dependent data and
+/// `broadcast_module`; `None` when `port` was taken before rank 0 could bind it.
+fn broadcast_running_means(port: u16) -> Option<Vec<Vec<f32>>> {
     use burn_nn::{BatchNorm, BatchNormConfig};
-    let port = burn_ddp::launch::free_port().unwrap();
-    let means: Vec<Vec<f32>> = std::thread::scope(|s| {
+    let results: Vec<Result<Vec<f32>, Error>> = std::thread::scope(|s| {
         let ranks: Vec<_> = (0..2)
             .map(|rank| {
                 s.spawn(move || {
@@ -312,23 +320,25 @@ fn broadcast_module_hands_out_rank_0s_pending_batch_norm_statistics() {
                         world_size: 2,
                         local_rank: rank,
                         local_world_size: 2,
-                        timeout: std::time::Duration::from_secs(60),
+                        timeout: std::time::Duration::from_secs(15),
                         token: None,
                         source: burn_ddp::launch_env::EnvSource::Torchrun,
                     };
-                    let ddp = DistributedDataParallel::new(init_process_group(CommBackend::Tcp, &config).unwrap(), DdpConfig::default());
+                    let ddp = DistributedDataParallel::new(init_process_group(CommBackend::Tcp, &config)?, DdpConfig::default());
                     let device = Default::default();
                     let bn: BatchNorm<B> = BatchNormConfig::new(3).init(&device);
                     // Rank-dependent data: the running means differ before the broadcast.
                     let x = Tensor::<B, 4>::ones([2, 3, 4, 4], &device).mul_scalar(1.0 + 10.0 * rank as f64);
                     let _ = bn.forward(x);
-                    let bn = ddp.broadcast_module(bn).unwrap();
-                    bn.running_mean.value().into_data().to_vec::<f32>().unwrap()
+                    let bn = ddp.broadcast_module(bn)?;
+                    Ok(bn.running_mean.value().into_data().to_vec::<f32>().unwrap())
                 })
             })
             .collect();
         ranks.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(means[0], vec![0.1; 3], "rank 0 keeps its own statistics (momentum 0.1 of mean 1)");
-    assert_eq!(means[1], means[0], "rank 1 did not get rank 0's running mean");
+    if results.iter().any(|r| matches!(r, Err(Error::PortInUse { .. }))) {
+        return None;
+    }
+    Some(results.into_iter().map(|r| r.unwrap()).collect())
 }
