@@ -5,9 +5,9 @@
 //! execution plan of cuDNN's graph API (`cudnn_graph`, the default: far less host time per
 //! call), or the legacy entry point with the algorithm cuDNN's `Find...Ex` measured fastest.
 //! One workspace per device is reused by every call, as large as the most one chosen plan
-//! needs: an algorithm search takes the whole limit and hands the rest back. Each call returns after cuDNN's stream
-//! has finished, so the caller may hand the output to
-//! another stream at once.
+//! needs: an algorithm search takes the whole limit and hands the rest back. Each call returns
+//! after cuDNN's stream has finished, so the caller may hand the output to another stream at
+//! once.
 
 pub(super) use super::cudnn_types::fail;
 pub use super::cudnn_types::{ConvShape, DataType, Direction, Pointers};

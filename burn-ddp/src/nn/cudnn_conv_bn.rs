@@ -37,8 +37,7 @@ pub(crate) fn applies<B: Backend>() -> bool {
 /// otherwise `x` comes back untouched. NCHW only (channels-last batch norms run on burn's
 /// operations: see `batch_norm_nhwc`).
 pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
-    let opts = super::options::get();
-    if !(opts.batch_norm && opts.fuse_conv_bn && super::cudnn_burn::path_enabled()) {
+    if !applies::<B>() {
         return Err(x);
     }
     match (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {

@@ -268,7 +268,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         let epoch_start = Instant::now();
         let mut save = |t: &Trainer<B, O>, so_far| outputs.as_ref().map_or(Ok(()), |o| o.step_saved(config, (&t.model, &t.optim, t.step), &facts, (epoch, best_acc, last_val), so_far));
         let start = EpochStart { epoch, done: std::mem::take(&mut done), save: &mut save, tracer: &mut tracer };
-        let sampler = UtilSampler::start(dist.and_then(|_| this_gpu(config, dist)));
+        let sampler = UtilSampler::start(dist.and(this_gpu(config, dist)));
         let trained = train_epoch(&mut trainer, &plan, &at, config, (start, &data.train), &skips)?;
         let gpu_bytes = this_gpu(config, dist).and_then(super::health::gpu_memory_bytes);
         let utilization = sampler.mean();
