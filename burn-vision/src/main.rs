@@ -105,6 +105,14 @@ struct BenchArgs {
     /// NCHW activations (the default on the CPU).
     #[arg(long, conflicts_with = "channels_last")]
     channels_first: bool,
+    /// Sample every host thread over the timed steps and write a flame graph and a summary of
+    /// where their time went into this folder (a binary built with `--features host-profile`).
+    #[arg(long, value_name = "DIR")]
+    host_profile: Option<PathBuf>,
+    /// Update with burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; one
+    /// operation per step on CUDA instead of seven per parameter).
+    #[arg(long)]
+    burn_sgd: bool,
 }
 
 #[derive(Args)]
@@ -572,6 +580,8 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             DeviceSpec::Cuda(ids) => ids.first().copied(),
             DeviceSpec::Cpu => None,
         },
+        host_profile: a.host_profile,
+        burn_sgd: a.burn_sgd,
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);

@@ -64,6 +64,10 @@ pub mod profile;
 pub mod reference;
 pub mod relu;
 mod report;
+pub mod sgd;
+#[cfg(feature = "cuda")]
+mod sgd_cuda;
+mod sgd_rule;
 #[cfg(feature = "cuda")]
 pub(crate) mod side_stream;
 #[cfg(feature = "cuda")]
@@ -85,4 +89,5 @@ pub use options::CudnnOptions;
 pub use precision::Precision;
 pub use profile::CudnnTimes;
 pub use relu::relu;
+pub use sgd::{FusedSgd, FusedSgdConfig};
 pub use upload_batch::images_to_device;

@@ -47,6 +47,37 @@ pub struct BenchConfig {
     /// The GPU it runs on (for its memory reading); `None` on the CPU.
     #[serde(default)]
     pub gpu: Option<usize>,
+    /// Sample every host thread over the timed steps and write where their time went into
+    /// this folder ([`super::host_profile`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_profile: Option<std::path::PathBuf>,
+    /// burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; the comparison of
+    /// their host cost).
+    #[serde(default)]
+    pub burn_sgd: bool,
+}
+
+/// The two implementations of the bench's SGD (momentum 0.9).
+enum BenchSgd<B: AutodiffBackend> {
+    Burn(burn_optim::adaptor::OptimizerAdaptor<burn_optim::Sgd<B::InnerBackend>, Classifier<B>, B>),
+    Fused(burn_ddp::nn::FusedSgd<Classifier<B>, B>),
+}
+
+impl<B: AutodiffBackend> BenchSgd<B> {
+    fn new(burn: bool) -> Self {
+        if burn {
+            Self::Burn(SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init())
+        } else {
+            Self::Fused(burn_ddp::nn::FusedSgdConfig { momentum: 0.9, ..Default::default() }.init())
+        }
+    }
+
+    fn step(&mut self, lr: f64, model: Classifier<B>, grads: GradientsParams) -> Classifier<B> {
+        match self {
+            Self::Burn(o) => o.step(lr, model, grads),
+            Self::Fused(o) => o.step(lr, model, grads),
+        }
+    }
 }
 
 /// The measurement.
@@ -171,7 +202,7 @@ fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, loss_fn: &Cro
 pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device) -> Result<BenchResult> {
     B::seed(device, 0);
     let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
-    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init::<B, Classifier<B>>();
+    let mut optim = BenchSgd::<B>::new(config.burn_sgd);
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
@@ -209,6 +240,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     }
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
+    let profile = config.host_profile.as_deref().map(super::host_profile::HostProfile::start).transpose()?;
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
     let clock = super::thread_clock::ThreadClock::now();
@@ -223,6 +255,9 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let seconds = t1.elapsed().as_secs_f64();
     let threads = super::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
+    if let Some(profile) = profile {
+        log::info!("bench: host profile written: {}", profile.finish()?.display());
+    }
     let cudnn = CudnnTimes::now().since(&before);
     let _ = model.num_params();
     let upload_s = upload_s.get() - upload_before;

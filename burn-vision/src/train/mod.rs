@@ -11,6 +11,7 @@ mod fine_tune;
 pub mod grad_clip;
 pub mod grad_scaler;
 pub mod health;
+pub mod host_profile;
 pub mod inference;
 pub mod metrics;
 pub mod mixup;

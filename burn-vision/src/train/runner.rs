@@ -19,12 +19,11 @@ use crate::model::{Classifier, ImageClassifier, create, load_model_record};
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::nn::FusedSgdConfig;
 use burn_ddp::nn::{Layout, Precision};
 use burn_ddp::{BatchNormSync, DataParallel};
 use burn_nn::loss::CrossEntropyLossConfig;
-use burn_optim::decay::WeightDecayConfig;
-use burn_optim::momentum::MomentumConfig;
-use burn_optim::{AdamWConfig, Optimizer, SgdConfig};
+use burn_optim::{AdamWConfig, Optimizer};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -106,8 +105,8 @@ fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>
     let wd = config.weight_decay as f32;
     match config.optimizer {
         OptimizerKind::Sgd => {
-            let momentum = (config.momentum > 0.0).then(|| MomentumConfig::new().with_momentum(config.momentum).with_dampening(0.0));
-            let optim = SgdConfig::new().with_momentum(momentum).with_weight_decay((wd > 0.0).then(|| WeightDecayConfig::new(wd))).init();
+            // PyTorch's SGD (dampening 0); on CUDA one operation per step (burn_ddp::nn::sgd).
+            let optim = FusedSgdConfig { momentum: config.momentum, weight_decay: f64::from(wd), ..FusedSgdConfig::default() }.init();
             train_loop(config, data, (model, tracked), optim, devices, dist)
         }
         OptimizerKind::Adamw => train_loop(config, data, (model, tracked), AdamWConfig::new().with_weight_decay(wd).init(), devices, dist),
