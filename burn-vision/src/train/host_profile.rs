@@ -25,15 +25,18 @@ impl HostProfile {
     /// the profiler cannot start; [`Error::Io`] when `dir` cannot be created.
     pub fn start(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|source| Error::Io { action: "creating", path: dir.to_path_buf(), source })?;
-        let refuse = |reason: String| Error::InvalidConfig { name: "--host-profile", value: dir.display().to_string(), reason };
-        #[cfg(feature = "host-profile")]
-        {
-            let guard =
-                pprof::ProfilerGuardBuilder::default().frequency(997).blocklist(&["libc", "libgcc", "pthread", "vdso"]).build().map_err(|e| refuse(format!("the profiler did not start: {e}")))?;
-            return Ok(Self { guard, dir: dir.to_path_buf() });
-        }
-        #[cfg(not(feature = "host-profile"))]
-        Err(refuse("this binary was built without the profiler; rebuild with `cargo build --release -p burn-vision --features host-profile`".into()))
+        Self::sample(dir).map_err(|reason| Error::InvalidConfig { name: "--host-profile", value: dir.display().to_string(), reason })
+    }
+
+    #[cfg(feature = "host-profile")]
+    fn sample(dir: &Path) -> std::result::Result<Self, String> {
+        let guard = pprof::ProfilerGuardBuilder::default().frequency(997).blocklist(&["libc", "libgcc", "pthread", "vdso"]).build().map_err(|e| format!("the profiler did not start: {e}"))?;
+        Ok(Self { guard, dir: dir.to_path_buf() })
+    }
+
+    #[cfg(not(feature = "host-profile"))]
+    fn sample(_dir: &Path) -> std::result::Result<Self, String> {
+        Err("this binary was built without the profiler; rebuild with `cargo build --release -p burn-vision --features host-profile`".into())
     }
 
     /// Stops sampling and writes the flame graph, the folded stacks and the summary; returns
@@ -41,34 +44,35 @@ impl HostProfile {
     ///
     /// # Errors
     /// [`Error::Io`] when a file cannot be written.
+    #[cfg(feature = "host-profile")]
     pub fn finish(self) -> Result<PathBuf> {
-        #[cfg(feature = "host-profile")]
-        {
-            let report = self.guard.report().build().map_err(|e| Error::InvalidConfig {
-                name: "--host-profile",
-                value: self.dir.display().to_string(),
-                reason: format!("the profile could not be read: {e}"),
-            })?;
-            let stacks: Vec<Stack> = report
-                .data
-                .iter()
-                .map(|(frames, &n)| Stack {
-                    thread: thread_group(&frames.thread_name_or_id()),
-                    leaf_first: frames.frames.iter().map(|f| f.first().map_or_else(|| "?".into(), |s| short_name(&s.name()))).collect(),
-                    samples: n.max(0) as u64,
-                })
-                .collect();
-            let write = |name: &str, bytes: &[u8]| crate::atomic_file::write_atomic(&self.dir.join(name), bytes);
-            let mut svg = Vec::new();
-            if report.flamegraph(&mut svg).is_ok() {
-                write("host-profile.svg", &svg)?;
-            }
-            write("host-profile.folded", folded(&stacks).as_bytes())?;
-            let summary = self.dir.join("host-profile.txt");
-            write("host-profile.txt", summarise(&stacks, 25).as_bytes())?;
-            return Ok(summary);
+        let report =
+            self.guard.report().build().map_err(|e| Error::InvalidConfig { name: "--host-profile", value: self.dir.display().to_string(), reason: format!("the profile could not be read: {e}") })?;
+        let stacks: Vec<Stack> = report
+            .data
+            .iter()
+            .map(|(frames, &n)| Stack {
+                thread: thread_group(&frames.thread_name_or_id()),
+                leaf_first: frames.frames.iter().map(|f| f.first().map_or_else(|| "?".into(), |s| short_name(&s.name()))).collect(),
+                samples: n.max(0) as u64,
+            })
+            .collect();
+        let write = |name: &str, bytes: &[u8]| crate::atomic_file::write_atomic(&self.dir.join(name), bytes);
+        let mut svg = Vec::new();
+        if report.flamegraph(&mut svg).is_ok() {
+            write("host-profile.svg", &svg)?;
         }
-        #[cfg(not(feature = "host-profile"))]
+        write("host-profile.folded", folded(&stacks).as_bytes())?;
+        write("host-profile.txt", summarise(&stacks, 25).as_bytes())?;
+        Ok(self.dir.join("host-profile.txt"))
+    }
+
+    /// Without the profiler nothing was sampled ([`HostProfile::start`] refuses first).
+    ///
+    /// # Errors
+    /// Never.
+    #[cfg(not(feature = "host-profile"))]
+    pub fn finish(self) -> Result<PathBuf> {
         Ok(self.dir)
     }
 }
