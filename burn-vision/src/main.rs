@@ -109,6 +109,10 @@ struct BenchArgs {
     /// where their time went into this folder (a binary built with `--features host-profile`).
     #[arg(long, value_name = "DIR")]
     host_profile: Option<PathBuf>,
+    /// Profile the first warm-up step (a fresh machine's cold start: compilation, autotuning,
+    /// cuDNN's engine timing) instead of the timed steps.
+    #[arg(long, requires = "host_profile")]
+    host_profile_first_step: bool,
     /// Update with burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; one
     /// operation per step on CUDA instead of seven per parameter).
     #[arg(long)]
@@ -581,6 +585,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
             DeviceSpec::Cpu => None,
         },
         host_profile: a.host_profile,
+        host_profile_first_step: a.host_profile_first_step,
         burn_sgd: a.burn_sgd,
     };
     let result = run_bench(&config, &spec)?;

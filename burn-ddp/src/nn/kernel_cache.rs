@@ -8,7 +8,9 @@
 //! `cubecl.toml` / `burn.toml` in the working directory or above wins, as cubecl documents;
 //! `BURN_DDP_CACHE_DIR` moves the directory, `BURN_DDP_CACHE_DIR=off` leaves cubecl's defaults.
 //! cuDNN's finalized plans are kept there too (`cudnn-plans/`). [`configure_with`] also chooses
-//! cubecl's allocator ([`Allocator`], `BURN_DDP_ALLOCATOR`).
+//! cubecl's allocator ([`Allocator`], `BURN_DDP_ALLOCATOR`). `BURN_DDP_KERNEL_LOG=FILE`
+//! appends every kernel cubecl compiles (name and CUDA source) and every autotune result to
+//! FILE: what a fresh machine's first step compiles, and why.
 
 use std::path::{Path, PathBuf};
 
@@ -136,6 +138,9 @@ fn set_cubecl_config(dir: Option<&Path>, allocator: Allocator) -> bool {
     if allocator == Allocator::ExactSizes {
         config.memory.persistent_memory = PersistentMemory::Enforced;
     }
+    if let Some(file) = std::env::var_os("BURN_DDP_KERNEL_LOG").filter(|f| !f.is_empty()) {
+        log_kernels(&mut config, PathBuf::from(file));
+    }
     // `set` panics once cubecl has read its configuration: too late is a warning, not a crash.
     match std::panic::catch_unwind(|| CubeClRuntimeConfig::set(config)) {
         Ok(()) => true,
@@ -144,6 +149,21 @@ fn set_cubecl_config(dir: Option<&Path>, allocator: Allocator) -> bool {
             false
         }
     }
+}
+
+/// cubecl's compilation log (each kernel's name and source) and autotune log (every
+/// candidate's time) appended to `file`; its profiling log (every launch) stays off.
+#[cfg(feature = "cuda")]
+fn log_kernels(config: &mut cubecl::config::CubeClRuntimeConfig, file: PathBuf) {
+    use cubecl::config::autotune::AutotuneLogLevel;
+    use cubecl::config::compilation::CompilationLogLevel;
+    log::info!("kernel log (compilations, autotune results) appended to {}", file.display());
+    config.compilation.logger.level = CompilationLogLevel::Full;
+    config.compilation.logger.file = Some(file.clone());
+    config.compilation.logger.append = true;
+    config.autotune.logger.level = AutotuneLogLevel::Full;
+    config.autotune.logger.file = Some(file);
+    config.autotune.logger.append = true;
 }
 
 #[cfg(not(feature = "cuda"))]

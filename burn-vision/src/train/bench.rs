@@ -51,6 +51,10 @@ pub struct BenchConfig {
     /// this folder ([`super::host_profile`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_profile: Option<std::path::PathBuf>,
+    /// The host profile covers the first warm-up step (the cold start) instead of the timed
+    /// steps.
+    #[serde(default)]
+    pub host_profile_first_step: bool,
     /// burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; the comparison of
     /// their host cost).
     #[serde(default)]
@@ -159,15 +163,18 @@ fn host_batches<B: Backend>(x: &Tensor<B, 4>) -> std::sync::mpsc::Receiver<Vec<f
 }
 
 /// The untimed warm-up steps (new shapes measured, kernels compiled: minutes on a fresh
-/// machine, so each is logged); the first one synchronised and timed from the process's start.
+/// machine, so each is logged); the first one synchronised and timed from the process's start,
+/// and host-profiled into `profile` if given.
 /// Returns the model, the last loss, the first step's split and the warm-up's seconds.
 fn warm_up<B: AutodiffBackend>(
     steps: usize,
     device: &B::Device,
     mut model: Classifier<B>,
     step: &mut impl FnMut(Classifier<B>) -> (Classifier<B>, Tensor<B, 1>),
-) -> (Classifier<B>, Option<Tensor<B, 1>>, FirstStep, f64) {
+    profile: Option<&std::path::Path>,
+) -> Result<(Classifier<B>, Option<Tensor<B, 1>>, FirstStep, f64)> {
     B::sync(device).expect("device sync");
+    let mut profile = profile.map(super::host_profile::HostProfile::start).transpose()?;
     let (t0, cudnn0) = (Instant::now(), CudnnTimes::now());
     let mut first_step = FirstStep { setup_s: crate::since_start(), ..FirstStep::default() };
     let mut loss = None;
@@ -179,10 +186,13 @@ fn warm_up<B: AutodiffBackend>(
         if i == 0 {
             let (step_s, cudnn_s) = (t0.elapsed().as_secs_f64(), CudnnTimes::now().since(&cudnn0).cudnn_s);
             first_step = FirstStep { step_s, cudnn_s, total_s: crate::since_start(), ..first_step };
+            if let Some(profile) = profile.take() {
+                log::info!("bench: host profile of the first step written: {}", profile.finish()?.display());
+            }
         }
         log::info!("bench: warm-up step {}/{steps} done at {:.1} s", i + 1, t0.elapsed().as_secs_f64());
     }
-    (model, loss, first_step, t0.elapsed().as_secs_f64())
+    Ok((model, loss, first_step, t0.elapsed().as_secs_f64()))
 }
 
 /// burn-cuda's live GiB on `gpu` after one more forward pass and its loss (synchronised there);
@@ -232,7 +242,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
         (model, loss)
     };
-    let (m, mut loss, first_step, warmup_seconds) = warm_up::<B>(config.warmup, device, model, &mut step);
+    let first_step_profile = config.host_profile.as_deref().filter(|_| config.host_profile_first_step);
+    let (m, mut loss, first_step, warmup_seconds) = warm_up::<B>(config.warmup, device, model, &mut step, first_step_profile)?;
     model = m;
     let memory_after_warmup = config.gpu.and_then(burn_ddp::nn::memory::report);
     if let Some(gpu) = config.gpu {
@@ -240,7 +251,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     }
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
-    let profile = config.host_profile.as_deref().map(super::host_profile::HostProfile::start).transpose()?;
+    let profile = config.host_profile.as_deref().filter(|_| !config.host_profile_first_step).map(super::host_profile::HostProfile::start).transpose()?;
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
     let clock = super::thread_clock::ThreadClock::now();
