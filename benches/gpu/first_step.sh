@@ -6,6 +6,8 @@
 #   kernels   `BURN_DDP_KERNEL_LOG`: every kernel compiled (name, CUDA source) and every
 #             autotune result, summarised by benches/gpu/kernel_log_summary.py
 #   warm      the profile run's cache again (the second run on a machine)
+#   tutorial  (TUTORIAL=1) the tutorial's job (ResNet-34 f32 b16, 1 epoch on the fm224 JPEG
+#             folder) from an empty cache with the kernel log, and PyTorch's beside it
 # Binaries: carry/bins.txz (burn-vision built with --features host-profile).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,6 +23,14 @@ rm -rf /tmp/kc-*
 step profile 300 env BURN_DDP_CACHE_DIR=/tmp/kc-p "${BENCH[@]}" --host-profile "$OUT"/first-step-profile --host-profile-first-step
 step kernels 300 env BURN_DDP_CACHE_DIR=/tmp/kc-k BURN_DDP_KERNEL_LOG="$OUT"/kernels.log "${BENCH[@]}"
 step warm 120 env BURN_DDP_CACHE_DIR=/tmp/kc-p "${BENCH[@]}"
+if [ "${TUTORIAL:-0}" = 1 ]; then
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  rm -rf /tmp/tut-k
+  step tutorial_cold 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t BURN_DDP_KERNEL_LOG="$OUT"/kernels-tutorial.log "$B"/burn-vision train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet --out /tmp/tut-k
+  sed 's/^/METRICS /' /tmp/tut-k/metrics.jsonl >>"$LOG" 2>/dev/null
+  step tutorial_torch 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 1 f32 nhwc 16
+fi
 du -sh /tmp/kc-p/* 2>/dev/null | tee -a "$LOG"
 echo "=== summary" | tee -a "$LOG"
 grep -h '"first_step"' "$LOG" | python3 -c '
@@ -28,8 +38,9 @@ import json, sys
 for line in sys.stdin:
     r = json.loads(line[line.index("{"):])
     f = r["first_step"]
-    print(f"first step {f[\"total_s\"]:.1f} s (setup {f[\"setup_s\"]:.1f}, step {f[\"step_s\"]:.1f}, cuDNN {f[\"cudnn_s\"]:.1f}); steady {r[\"img_per_s\"]:.0f} img/s")
+    print("first step %.1f s (setup %.1f, step %.1f, cuDNN %.1f); steady %.0f img/s" % (f["total_s"], f["setup_s"], f["step_s"], f["cudnn_s"], r["img_per_s"]))
 ' | tee -a "$LOG"
 python3 benches/gpu/kernel_log_summary.py "$OUT"/kernels.log | tee -a "$LOG"
 head -60 "$OUT"/first-step-profile/host-profile.txt 2>/dev/null | tee -a "$LOG"
-xz -9 "$OUT"/kernels.log 2>/dev/null || gzip -9 "$OUT"/kernels.log
+[ -f "$OUT"/kernels-tutorial.log ] && python3 benches/gpu/kernel_log_summary.py "$OUT"/kernels-tutorial.log | tee -a "$LOG"
+for f in "$OUT"/kernels*.log; do xz -9 "$f" 2>/dev/null || gzip -9 "$f"; done

@@ -346,11 +346,10 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
                 x.reshape([n, h * w, c]).mean_dim(1).reshape([n, c])
             }
         };
-        // f32 models keep PyTorch's full-f32 head on burn-cuda too (its f32 matmul is TF32).
-        match self.precision {
-            Precision::F32 => linear(&self.fc, pooled),
-            _ => self.fc.forward(pooled),
-        }
+        // The head in f32 at every precision, through burn-ddp's `linear`: cuBLAS on burn-cuda
+        // (burn's own f32 matmul is TF32, and autotuning its kernels was three quarters of a
+        // fresh machine's first step: 49 kernels, 65 of 90 s, docs/benchmarks.md 2026-12-03).
+        linear(&self.fc, pooled)
     }
 }
 
