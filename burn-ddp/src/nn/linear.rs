@@ -56,6 +56,30 @@ pub fn matmul<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> T
     if tf32_matmul::<B>() && a.dtype() == burn::tensor::DType::F32 { split_matmul(a, b) } else { a.matmul(b) }
 }
 
+/// The mean of `x` `[n, a, b]` over axis `dim` (1 or 2): `[n, b]` or `[n, a]` — a global average
+/// pool of activations viewed as `[n, h·w, c]` (channels-last) or `[n, c, h·w]`. On cuBLAS it is
+/// a product with a constant averaging vector, which needs no reduction kernel (burn-cuda's are
+/// autotuned: several compiled and timed on a fresh machine's first step); elsewhere burn's
+/// `mean_dim` (and for other than f32 tensors, whose averaging vector would round).
+///
+/// # Panics
+/// When `dim` is neither 1 nor 2.
+pub fn mean_over<B: Backend>(x: Tensor<B, 3>, dim: usize) -> Tensor<B, 2> {
+    let [n, a, b] = x.dims();
+    assert!(dim == 1 || dim == 2, "mean_over: axis {dim} of a rank-3 tensor (1 or 2)");
+    if !cublas::<B>() || x.dtype() != burn::tensor::DType::F32 {
+        return x.mean_dim(dim).squeeze_dim(dim);
+    }
+    let opts = (&x.device(), x.dtype());
+    if dim == 1 {
+        let avg = Tensor::<B, 3>::full([n, 1, a], 1.0 / a as f64, opts);
+        matmul(avg, x).reshape([n, b])
+    } else {
+        let avg = Tensor::<B, 3>::full([n, b, 1], 1.0 / b as f64, opts);
+        matmul(x, avg).reshape([n, a])
+    }
+}
+
 /// `x · W + b` in `x`'s element type (the parameters are cast to it; they stay f32 in the
 /// module), through [`matmul`].
 ///

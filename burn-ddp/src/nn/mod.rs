@@ -13,6 +13,9 @@ mod bn_nhwc_kernels;
 #[cfg(feature = "cuda")]
 pub(crate) mod bn_nhwc_phases;
 pub mod conv;
+pub mod cross_entropy;
+#[cfg(feature = "cuda")]
+mod cross_entropy_cuda;
 #[cfg(feature = "cuda")]
 pub mod cublas;
 #[cfg(feature = "cuda")]
@@ -58,6 +61,8 @@ mod layers;
 pub mod layout;
 pub mod linear;
 pub mod memory;
+#[cfg(feature = "cuda")]
+mod nvrtc;
 pub mod options;
 pub mod precision;
 pub mod profile;
@@ -81,6 +86,7 @@ pub use batch_norm_nhwc::batch_norm_nhwc;
 #[cfg(feature = "cuda")]
 pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::conv2d;
+pub use cross_entropy::cross_entropy;
 pub use layer_norm::layer_norm;
 pub use layers::{BatchNorm, Conv2d};
 pub use layout::Layout;

@@ -8,12 +8,13 @@
 //! and allocations — per parameter. Momentum buffers are updated in place when the step holds
 //! the only reference to them (always, unless a record handed out still holds one).
 //!
-//! The kernel is CUDA C compiled by NVRTC once per process (cubecl compiles its own kernels with
-//! the same library); when that fails, a warning says so and burn's operations run instead.
+//! The kernel is CUDA C compiled by NVRTC once per process ([`super::nvrtc`]); when that fails,
+//! a warning says so and burn's operations run instead.
 
 use super::cudnn;
-use super::cudnn_burn::{self, BURN_RUNS, Prim, cast, cuda_backend, empty_f32, warn_once};
+use super::cudnn_burn::{self, Prim, cast, cuda_backend, empty_f32};
 use super::fusion_op::{self, Cube, packed};
+use super::nvrtc::Kernels;
 use super::sgd_rule::{Entry, FusedSgdConfig};
 use crate::error::{Error, Result};
 use burn::module::ParamId;
@@ -21,10 +22,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape};
 use cudarc::driver::sys as driver;
-use std::collections::HashMap;
-use std::ffi::{CString, c_void};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 /// Parameters per launch: their addresses fill 3 KiB of the 4 KiB kernel-argument space.
 const SLOTS: usize = 64;
@@ -65,42 +64,7 @@ struct SlotArg {
 /// Parameters updated by the kernel so far (read by `sgd::fused_updates`).
 pub(super) static UPDATES: AtomicUsize = AtomicUsize::new(0);
 
-/// The kernel's PTX, compiled on first use (`None` when NVRTC failed; logged once).
-fn ptx() -> Option<&'static CString> {
-    static PTX: OnceLock<Option<CString>> = OnceLock::new();
-    PTX.get_or_init(|| match cudarc::nvrtc::compile_ptx(KERNEL) {
-        Ok(ptx) => CString::new(ptx.to_src()).ok(),
-        Err(e) => {
-            warn_once("compiling the fused SGD kernel", &Error::Kernel { op: "fused SGD", reason: format!("NVRTC: {e}") }, BURN_RUNS);
-            None
-        }
-    })
-    .as_ref()
-}
-
-/// The loaded kernel of one device's context.
-struct Function(driver::CUfunction);
-// SAFETY: a driver function handle, used only with its context bound (inside `with_handle`).
-unsafe impl Send for Function {}
-
-/// `device`'s kernel, loaded into its context on first use; call with that context bound.
-fn function(device: usize) -> Result<driver::CUfunction> {
-    static LOADED: OnceLock<Mutex<HashMap<usize, Function>>> = OnceLock::new();
-    let mut map = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(f) = map.get(&device) {
-        return Ok(f.0);
-    }
-    let fail = |what: &str, e: cudarc::driver::DriverError| Error::Kernel { op: "fused SGD", reason: format!("{what}: {e:?}") };
-    let ptx = ptx().ok_or_else(|| Error::Kernel { op: "fused SGD", reason: "the kernel did not compile".into() })?;
-    let (mut module, mut f) = (std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: NUL-terminated PTX and entry name; out-pointers to locals; the context is bound.
-    unsafe {
-        driver::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void).result().map_err(|e| fail("loading the PTX", e))?;
-        driver::cuModuleGetFunction(&mut f, module, c"fused_sgd".as_ptr()).result().map_err(|e| fail("finding fused_sgd", e))?;
-    }
-    map.insert(device, Function(f));
-    Ok(f)
-}
+static KERNELS: Kernels = Kernels::new("fused SGD", KERNEL);
 
 /// What each parameter contributes to the operation's inputs and outputs.
 #[derive(Clone)]
@@ -117,7 +81,7 @@ type Done<B> = (ParamId, FloatTensor<B>, Option<FloatTensor<B>>);
 /// working) as one operation per device; returns their results and the entries left for burn's
 /// operations.
 pub(super) fn update<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdConfig) -> (Vec<Done<B>>, Vec<Entry<B>>) {
-    if cuda_backend::<B>() != Some(false) || entries.is_empty() || ptx().is_none() {
+    if cuda_backend::<B>() != Some(false) || entries.is_empty() || KERNELS.ptx().is_none() {
         return (Vec::new(), entries);
     }
     let f32s = |e: &Entry<B>| [Some(&e.param), Some(&e.grad), e.velocity.as_ref()].into_iter().flatten().all(|t| cast::<FloatTensor<B>, Prim>(t.clone()).dtype == DType::F32);
@@ -196,7 +160,7 @@ fn run(ins: Vec<Cube>, slots: &[Slot], lr: f64, c: &FusedSgdConfig) -> Vec<Cube>
 /// # Safety
 /// `addresses` are live f32 buffers of `device` of the given sizes; its context is bound.
 unsafe fn enqueue(device: usize, stream: driver::CUstream, addresses: &[u64], sizes: &[(usize, bool)], factors: [f32; 4], flags: [i32; 2]) -> Result<()> {
-    let f = function(device)?;
+    let f = KERNELS.function(device, c"fused_sgd")?;
     for (batch, (addr, size)) in addresses.chunks(5 * SLOTS).zip(sizes.chunks(SLOTS)).enumerate() {
         let mut slots = [SlotArg::default(); SLOTS];
         for (slot, (a, &(n, first))) in slots.iter_mut().zip(addr.chunks(5).zip(size)) {

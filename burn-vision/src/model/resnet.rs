@@ -4,6 +4,7 @@
 use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::Module;
 use burn::prelude::*;
+use burn_ddp::nn::linear::mean_over;
 use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, linear};
 use burn_ddp::{BatchNormSync, sync_batch_norm, sync_batch_norm_relu};
 use burn_nn::conv::Conv2dConfig;
@@ -339,11 +340,11 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
         let pooled = match layout {
             Layout::Nchw => {
                 let [n, c, h, w] = x.dims();
-                x.reshape([n, c, h * w]).mean_dim(2).reshape([n, c])
+                mean_over(x.reshape([n, c, h * w]), 2)
             }
             Layout::Nhwc => {
                 let [n, h, w, c] = x.dims();
-                x.reshape([n, h * w, c]).mean_dim(1).reshape([n, c])
+                mean_over(x.reshape([n, h * w, c]), 1)
             }
         };
         // The head in f32 at every precision, through burn-ddp's `linear`: cuBLAS on burn-cuda

@@ -7,10 +7,10 @@ use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::nn::cross_entropy;
 use burn_ddp::nn::memory::MemoryReport;
 use burn_ddp::nn::profile::cuda_profiler_range;
 use burn_ddp::nn::{CudnnTimes, Precision};
-use burn_nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
 use std::time::Instant;
@@ -162,6 +162,9 @@ fn host_batches<B: Backend>(x: &Tensor<B, 4>) -> std::sync::mpsc::Receiver<Vec<f
     rx
 }
 
+/// The model after the warm-up, its last loss, the first step's split, the warm-up's seconds.
+type WarmedUp<B> = (Classifier<B>, Option<Tensor<B, 1>>, FirstStep, f64);
+
 /// The untimed warm-up steps (new shapes measured, kernels compiled: minutes on a fresh
 /// machine, so each is logged); the first one synchronised and timed from the process's start,
 /// and host-profiled into `profile` if given.
@@ -172,7 +175,7 @@ fn warm_up<B: AutodiffBackend>(
     mut model: Classifier<B>,
     step: &mut impl FnMut(Classifier<B>) -> (Classifier<B>, Tensor<B, 1>),
     profile: Option<&std::path::Path>,
-) -> Result<(Classifier<B>, Option<Tensor<B, 1>>, FirstStep, f64)> {
+) -> Result<WarmedUp<B>> {
     B::sync(device).expect("device sync");
     let mut profile = profile.map(super::host_profile::HostProfile::start).transpose()?;
     let (t0, cudnn0) = (Instant::now(), CudnnTimes::now());
@@ -197,8 +200,8 @@ fn warm_up<B: AutodiffBackend>(
 
 /// burn-cuda's live GiB on `gpu` after one more forward pass and its loss (synchronised there);
 /// its backward then runs and its gradients are dropped.
-fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, loss_fn: &CrossEntropyLoss<B>, (x, y): (&Tensor<B, 4>, &Tensor<B, 1, Int>), device: &B::Device, gpu: usize) -> Option<f64> {
-    let loss = loss_fn.forward(model.forward(x.clone()), y.clone());
+fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, (x, y): (&Tensor<B, 4>, &Tensor<B, 1, Int>), device: &B::Device, gpu: usize) -> Option<f64> {
+    let loss = cross_entropy(model.forward(x.clone()), y.clone(), 0.0);
     B::sync(device).ok()?;
     let gib = burn_ddp::nn::memory::report(gpu).map(|r| r.in_use_gib);
     drop(loss.backward());
@@ -213,7 +216,6 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     B::seed(device, 0);
     let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
     let mut optim = BenchSgd::<B>::new(config.burn_sgd);
-    let loss_fn = CrossEntropyLossConfig::new().init(device);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
@@ -232,7 +234,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
             None => x.clone(),
         };
         let t = Instant::now();
-        let loss = loss_fn.forward(model.forward(x), y.clone());
+        let loss = cross_entropy(model.forward(x), y.clone(), 0.0);
         let t_fwd = t.elapsed().as_secs_f64();
         let grads = loss.backward();
         let t_bwd = t.elapsed().as_secs_f64();
@@ -274,7 +276,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let upload_s = upload_s.get() - upload_before;
     // The pools as the timed steps left them, before the probe's forward and backward.
     let memory = config.gpu.and_then(burn_ddp::nn::memory::report);
-    let in_use_after_forward_gib = config.gpu.and_then(|gpu| in_use_after_forward(&model, &loss_fn, (&x, &y), device, gpu));
+    let in_use_after_forward_gib = config.gpu.and_then(|gpu| in_use_after_forward(&model, (&x, &y), device, gpu));
     Ok(BenchResult {
         config: config.clone(),
         seconds,

@@ -20,8 +20,8 @@ use crate::model::{Classifier, ImageClassifier};
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::nn::cross_entropy;
 use burn_ddp::{DataParallel, DistributedSampler, shard_exact};
-use burn_nn::loss::CrossEntropyLoss;
 use burn_optim::{GradientsParams, Optimizer};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
@@ -101,7 +101,8 @@ pub(super) struct Trainer<B: AutodiffBackend, O> {
     pub batches_tracked_before: i64,
     pub step: usize,
     pub scaler: Option<GradScaler>,
-    pub loss_fn: CrossEntropyLoss<B>,
+    /// Label smoothing ε of the hard-label loss (`burn_ddp::nn::cross_entropy`).
+    pub label_smoothing: f32,
 }
 
 /// What one rank measured over an epoch of training.
@@ -274,13 +275,13 @@ fn epoch_so_far<B: AutodiffBackend>(
 fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y, soft): StepBatch<B>, phases: &mut StepPhases<B>) -> Result<StepOut<B>> {
     let n = x.dims()[0];
     let loss_scale = trainer.scaler.as_ref().map_or(1.0, GradScaler::scale);
-    let loss_fn = &trainer.loss_fn;
+    let smoothing = trainer.label_smoothing;
     let Some(dp) = &at.dp else {
         let ddp_step = at.dist.map(|d| d.ddp.step(&trainer.model)).transpose()?;
         let logits = trainer.model.forward(x);
         let loss = match soft {
             Some(t) => soft_cross_entropy(logits.clone(), t),
-            None => loss_fn.forward(logits.clone(), y.clone()),
+            None => cross_entropy(logits.clone(), y.clone(), smoothing),
         };
         let loss_sum = loss.clone().inner().mul_scalar(n as f64);
         let correct = logits.inner().argmax(1).reshape([n]).equal(y.inner()).int().sum();
@@ -301,7 +302,7 @@ fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Place
         let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
         let loss = match &ts {
             Some(ts) => soft_cross_entropy(logits, ts[i].clone()),
-            None => loss_fn.forward(logits, y),
+            None => cross_entropy(logits, y, smoothing),
         };
         (loss.mul_scalar(loss_scale), hits)
     });

@@ -6,7 +6,6 @@ use crate::model::{Classifier, ImageClassifier};
 use crate::train::metrics::Tally;
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use burn_nn::loss::CrossEntropyLossConfig;
 use std::sync::Arc;
 
 /// Converts a loader batch into device tensors.
@@ -27,14 +26,13 @@ pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) 
 /// When a batch cannot be loaded (strict mode) or a transform fails.
 pub fn evaluate<B: Backend>(model: &Classifier<B>, dataset: Arc<dyn Dataset>, indices: Vec<usize>, pipeline: Pipeline, config: LoaderConfig, skips: Arc<SkipLog>, device: &B::Device) -> Result<Tally> {
     let classes = dataset.classes().len();
-    let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut tally = Tally::default();
     for batch in Loader::new(dataset, indices, pipeline, 0, LoaderConfig { drop_last: false, ..config }, skips) {
         let batch = batch?;
         let labels = batch.labels.clone();
         let (x, y) = batch_tensors::<B>(batch, device);
         let logits = model.forward(x);
-        let loss: f64 = loss_fn.forward(logits.clone(), y).into_scalar().elem();
+        let loss: f64 = burn_ddp::nn::cross_entropy(logits.clone(), y, 0.0).into_scalar().elem();
         let logits = logits.into_data().convert::<f32>().to_vec::<f32>().expect("f32 logits");
         tally.add(&logits, &labels, classes, loss);
     }

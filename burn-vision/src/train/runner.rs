@@ -22,7 +22,6 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_ddp::nn::FusedSgdConfig;
 use burn_ddp::nn::{Layout, Precision};
 use burn_ddp::{BatchNormSync, DataParallel};
-use burn_nn::loss::CrossEntropyLossConfig;
 use burn_optim::{AdamWConfig, Optimizer};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -240,9 +239,13 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     // f16 activations need loss scaling (bf16 has f32's range). A resumed run starts again from
     // the initial scale, which adapts within a few steps.
     let scaler = (config.precision == Precision::F16).then(GradScaler::default);
-    let loss_fn = CrossEntropyLossConfig::new().with_smoothing((config.label_smoothing > 0.0).then_some(config.label_smoothing as f32)).init(&at.device);
     let lr_groups = LrGroups::new(config, &model);
-    let (mut trainer, from) = start(config, Trainer { model, optim, lr_groups, clip_grad_norm: config.clip_grad_norm, batches_tracked_before: tracked, step: 0, scaler, loss_fn }, &at.device, dist)?;
+    let (mut trainer, from) = start(
+        config,
+        Trainer { model, optim, lr_groups, clip_grad_norm: config.clip_grad_norm, batches_tracked_before: tracked, step: 0, scaler, label_smoothing: config.label_smoothing as f32 },
+        &at.device,
+        dist,
+    )?;
     let mut outputs = if main_rank { Some(RunOutputs::open(config, from.epoch)?) } else { None };
     let plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
     if from.partial.steps >= plan.steps_per_epoch {
