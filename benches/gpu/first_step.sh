@@ -6,6 +6,9 @@
 #   kernels   `BURN_DDP_KERNEL_LOG`: every kernel compiled (name, CUDA source) and every
 #             autotune result, summarised by benches/gpu/kernel_log_summary.py
 #   warm      the profile run's cache again (the second run on a machine)
+#   clean     (CLEAN=1) two more runs from empty caches with nothing logged or sampled (the
+#             figure), PyTorch eager's first run twice beside them, then the steady step with
+#             warm caches against PyTorch eager (50 steps), and `cudnn_check check-ce`
 #   tutorial  (TUTORIAL=1) the tutorial's job (ResNet-34 f32 b16, 1 epoch on the fm224 JPEG
 #             folder) from an empty cache with the kernel log, and PyTorch's beside it
 # Binaries: carry/bins.txz (burn-vision built with --features host-profile).
@@ -23,6 +26,18 @@ rm -rf /tmp/kc-*
 step profile 300 env BURN_DDP_CACHE_DIR=/tmp/kc-p "${BENCH[@]}" --host-profile "$OUT"/first-step-profile --host-profile-first-step
 step kernels 300 env BURN_DDP_CACHE_DIR=/tmp/kc-k BURN_DDP_KERNEL_LOG="$OUT"/kernels.log "${BENCH[@]}"
 step warm 120 env BURN_DDP_CACHE_DIR=/tmp/kc-p "${BENCH[@]}"
+if [ "${CLEAN:-0}" = 1 ]; then
+  step check_ce 120 "$B"/cudnn_check check-ce
+  for i in 1 2; do
+    step clean_$i 300 env BURN_DDP_CACHE_DIR=/tmp/kc-c$i "${BENCH[@]}"
+    step torch_first_$i 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager
+  done
+  STEADY=("$B"/burn-vision bench --gpus 0 --model resnet50 --batch-size 256 --precision bf16 --warmup 5 --steps 50)
+  for i in 1 2; do
+    step steady_ours_$i 120 env BURN_DDP_CACHE_DIR=/tmp/kc-c1 "${STEADY[@]}"
+    step steady_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 50 bf16 nhwc eager
+  done
+fi
 if [ "${TUTORIAL:-0}" = 1 ]; then
   D=datasets/fashion-mnist-10k
   [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
@@ -33,12 +48,15 @@ if [ "${TUTORIAL:-0}" = 1 ]; then
 fi
 du -sh /tmp/kc-p/* 2>/dev/null | tee -a "$LOG"
 echo "=== summary" | tee -a "$LOG"
-grep -h '"first_step"' "$LOG" | python3 -c '
+grep -h '"first_step"' "$LOG" | grep -v '^=== ' | python3 -c '
 import json, sys
 for line in sys.stdin:
     r = json.loads(line[line.index("{"):])
-    f = r["first_step"]
-    print("first step %.1f s (setup %.1f, step %.1f, cuDNN %.1f); steady %.0f img/s" % (f["total_s"], f["setup_s"], f["step_s"], f["cudnn_s"], r["img_per_s"]))
+    f = r.get("first_step")
+    if r.get("framework") == "pytorch":
+        print("pytorch: first step %s; steady %.0f img/s, device %.2f GiB" % (json.dumps(r["first_step"]), r["img_per_s"], r["device_used_gib"]))
+        continue
+    print("first step %.1f s (setup %.1f, step %.1f, cuDNN %.1f); steady %.0f img/s, device %.2f GiB" % (f["total_s"], f["setup_s"], f["step_s"], f["cudnn_s"], r["img_per_s"], r["device_used_gib"]))
 ' | tee -a "$LOG"
 python3 benches/gpu/kernel_log_summary.py "$OUT"/kernels.log | tee -a "$LOG"
 head -60 "$OUT"/first-step-profile/host-profile.txt 2>/dev/null | tee -a "$LOG"
