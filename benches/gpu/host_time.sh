@@ -7,6 +7,8 @@
 #           (what NVRTC spends per kernel with the headers cubecl includes, and without).
 #   PART=3  `cudnn_check check-sgd`, the tutorial's job (2 epochs) and PyTorch's (16 workers)
 #           alternated twice, the bench step with burn's Sgd and FusedSgd alternated 3 times.
+#   PART=4  every `cudnn_check check`, the tutorial's job (2 epochs) from a fresh kernel cache
+#           and again, PyTorch's with 16 workers after each, the bench step again.
 #   PART=2  burn's Sgd (`--burn-sgd`) against burn-ddp's FusedSgd (the default), alternated
 #           twice (after `cudnn_check check-sgd`: the kernel against burn's Sgd), then the step
 #           under `--host-profile` with FusedSgd, then the tutorial's job for 2 epochs on the
@@ -25,7 +27,21 @@ BV="$B"/burn-vision
 STEPS=${STEPS:-200}
 R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps "$STEPS")
 step r34_warm_caches 300 "$BV" "${R34[@]}"
-if [ "$PART" = 3 ]; then
+if [ "$PART" = 4 ]; then
+  # Every cudnn_check check (FusedSgd and the fused cross-entropy among them), then the
+  # tutorial's job (2 epochs) from empty kernel caches and again, PyTorch's beside each.
+  step check_all 300 "$B"/cudnn_check check
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  for i in fresh 2; do
+    [ "$i" = fresh ] && rm -rf "$BURN_DDP_CACHE_DIR"
+    rm -rf /tmp/tut-$i
+    step tut_ours_$i 300 "$BV" train --data /tmp/fm224 --preset tutorial --epochs 2 --gpus 0 --quiet --out /tmp/tut-$i
+    sed 's/^/METRICS /' /tmp/tut-$i/metrics.jsonl >>"$LOG" 2>/dev/null
+    step tut_torch_w16_$i 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 2 f32 nhwc 16
+  done
+  step r34_ours_2 120 "$BV" "${R34[@]}"
+elif [ "$PART" = 3 ]; then
   # The fused SGD kernel against burn's Sgd on the GPU, then the tutorial's job (2 epochs)
   # and PyTorch's with 16 loader workers, alternated twice, and the bench step A/B again.
   step check_sgd 180 "$B"/cudnn_check check-sgd
