@@ -9,6 +9,8 @@
 #   clean     (CLEAN=1) two more runs from empty caches with nothing logged or sampled (the
 #             figure), PyTorch eager's first run twice beside them, then the steady step with
 #             warm caches against PyTorch eager (50 steps), and `cudnn_check check-ce`
+#   vit       (VIT=1) ViT-B/16 bf16 b128 fresh and again, PyTorch's vit_b_16 beside, then
+#             ResNet-50's steady step against torch.compile (first steps included)
 #   tutorial  (TUTORIAL=1) the tutorial's job (ResNet-34 f32 b16, 1 epoch on the fm224 JPEG
 #             folder) from an empty cache with the kernel log, and PyTorch's beside it
 # Binaries: carry/bins.txz (burn-vision built with --features host-profile).
@@ -38,6 +40,14 @@ if [ "${CLEAN:-0}" = 1 ]; then
     step steady_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 50 bf16 nhwc eager
   done
 fi
+if [ "${VIT:-0}" = 1 ]; then
+  VB=("$B"/burn-vision bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20)
+  step vitb16_fresh 300 env BURN_DDP_CACHE_DIR=/tmp/kc-v BURN_DDP_KERNEL_LOG="$OUT"/kernels-vit.log "${VB[@]}"
+  step vitb16_second 120 env BURN_DDP_CACHE_DIR=/tmp/kc-v "${VB[@]}"
+  step vitb16_torch 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 3 20 bf16 nchw eager
+  step r50_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-p "$B"/burn-vision bench --gpus 0 --model resnet50 --batch-size 256 --precision bf16 --warmup 5 --steps 50
+  step r50_compile 400 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 8 50 bf16 nhwc compile
+fi
 if [ "${TUTORIAL:-0}" = 1 ]; then
   D=datasets/fashion-mnist-10k
   [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
@@ -60,5 +70,6 @@ for line in sys.stdin:
 ' | tee -a "$LOG"
 python3 benches/gpu/kernel_log_summary.py "$OUT"/kernels.log | tee -a "$LOG"
 head -60 "$OUT"/first-step-profile/host-profile.txt 2>/dev/null | tee -a "$LOG"
+[ -f "$OUT"/kernels-vit.log ] && python3 benches/gpu/kernel_log_summary.py "$OUT"/kernels-vit.log | head -8 | tee -a "$LOG"
 [ -f "$OUT"/kernels-tutorial.log ] && python3 benches/gpu/kernel_log_summary.py "$OUT"/kernels-tutorial.log | tee -a "$LOG"
 for f in "$OUT"/kernels*.log; do xz -9 "$f" 2>/dev/null || gzip -9 "$f"; done
