@@ -1,4 +1,4 @@
-//! [`super::cross_entropy`] on burn-cuda: one burn-fusion operation ([`fusion_op::queue`]) whose
+//! `cross_entropy` (cross_entropy.rs) on burn-cuda: one burn-fusion operation ([`fusion_op::queue`]) whose
 //! CUDA C kernels ([`super::nvrtc`]) run on cuDNN's stream, ordered with burn's
 //! ([`cudnn_burn::launch`]): `ce_rows` (a block per row: the row's max, its sum of exponentials
 //! and of logits, its loss, and its gradient `(softmax − t) / n`) and `ce_mean` (one block: the

@@ -152,6 +152,24 @@ mod tests {
     use burn_flex::Flex;
 
     #[test]
+    fn mean_over_averages_either_axis_as_f64_does() {
+        let device = Default::default();
+        let [n, a, b] = [2, 3, 4];
+        let v: Vec<f32> = (0..n * a * b).map(|i| (i * i % 17) as f32 - 3.5).collect();
+        let x = Tensor::<Flex, 1>::from_floats(v.as_slice(), &device).reshape([n, a, b]);
+        let at = |i: usize, j: usize, k: usize| f64::from(v[(i * a + j) * b + k]);
+        let over1: Vec<f64> = (0..n).flat_map(|i| (0..b).map(move |k| (0..a).map(|j| at(i, j, k)).sum::<f64>() / a as f64)).collect();
+        let over2: Vec<f64> = (0..n).flat_map(|i| (0..a).map(move |j| (0..b).map(|k| at(i, j, k)).sum::<f64>() / b as f64)).collect();
+        for (dim, want, cols) in [(1, over1, b), (2, over2, a)] {
+            let got = mean_over(x.clone(), dim).into_data();
+            assert_eq!(got.shape.to_vec(), vec![n, cols]);
+            for (g, w) in got.to_vec::<f32>().unwrap().iter().zip(&want) {
+                assert!((f64::from(*g) - w).abs() < 1e-6, "axis {dim}: {g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
     fn self_attention_matches_f64_softmax_attention_in_the_qkv_layout() {
         let device = Default::default();
         let [n, t, h, d] = [2, 5, 3, 4];
