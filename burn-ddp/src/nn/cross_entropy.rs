@@ -13,8 +13,8 @@ use burn::tensor::Int;
 
 /// `mean_r [logsumexp(z_r) − Σ_i t_ri z_ri]` over the rows of `logits` `[n, k]`, with the targets
 /// `t_r = (1 − ε)·onehot(labels_r) + ε/k`: `smoothing` ε in `[0, 1)`. Returns shape `[1]`. A
-/// label outside `0..k` makes the loss NaN on burn-cuda (burn's own path panics or reads out of
-/// bounds, depending on the backend).
+/// label outside `0..k` makes the loss NaN on burn-cuda; on other backends it is burn-nn's
+/// behaviour.
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>, smoothing: f32) -> Tensor<B, 1> {
     #[cfg(feature = "cuda")]
     let (logits, labels) = match super::cross_entropy_cuda::try_cross_entropy(logits, labels, smoothing) {
