@@ -17,6 +17,9 @@
 # PART=4: ResNet blocks rectifying their residual sum with burn_ddp::nn::relu (its backward
 # reads the output): `cudnn_check check-relu` (bit-identical to burn's relu), ResNet-50 twice
 # (the first warms the kernel caches) beside PyTorch.
+# PART=5 (session 18): cubecl's memory log (BURN_DDP_MEMORY_LOG: every reservation, the blocks
+# by size at each new one) of short ResNet-50 bf16 b256 and ResNet-34 b16 f32 runs with the
+# exact-size blocks, then ResNet-50 timed beside PyTorch (the memory figures the log explains).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -27,7 +30,14 @@ BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 4 ]; then
+if [ "${PART:-2}" = 5 ]; then
+  step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
+  step r34_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r34.log "$BIN" bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 2 --steps 3
+  grep -c "Allocated a new memory page" "$OUT"/mem-r50.log "$OUT"/mem-r34.log | tee -a "$LOG"
+  python3 -c "import lzma, os, sys; [(open(f + '.xz', 'wb').write(lzma.compress(open(f, 'rb').read())), os.remove(f)) for f in sys.argv[1:]]" "$OUT"/mem-r50.log "$OUT"/mem-r34.log
+  step r50_exact 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+elif [ "${PART:-2}" = 4 ]; then
   SHOW="RESULT check|img_per_s|rror|panick" step check_relu 120 "$B"/cudnn_check check-relu
   step r50_first 150 "$BIN" bench $R
   step r50_second 150 "$BIN" bench $R

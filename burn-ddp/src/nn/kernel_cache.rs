@@ -10,7 +10,9 @@
 //! cuDNN's finalized plans are kept there too (`cudnn-plans/`). [`configure_with`] also chooses
 //! cubecl's allocator ([`Allocator`], `BURN_DDP_ALLOCATOR`). `BURN_DDP_KERNEL_LOG=FILE`
 //! appends every kernel cubecl compiles (name and CUDA source) and every autotune result to
-//! FILE: what a fresh machine's first step compiles, and why.
+//! FILE: what a fresh machine's first step compiles, and why. `BURN_DDP_MEMORY_LOG=FILE` appends
+//! cubecl's memory log: every reservation's size, and the table of blocks by size each time a
+//! new one is allocated (where the device memory goes, block by block).
 
 use std::path::{Path, PathBuf};
 
@@ -141,6 +143,9 @@ fn set_cubecl_config(dir: Option<&Path>, allocator: Allocator) -> bool {
     if let Some(file) = std::env::var_os("BURN_DDP_KERNEL_LOG").filter(|f| !f.is_empty()) {
         log_kernels(&mut config, PathBuf::from(file));
     }
+    if let Some(file) = std::env::var_os("BURN_DDP_MEMORY_LOG").filter(|f| !f.is_empty()) {
+        log_memory(&mut config, PathBuf::from(file));
+    }
     // `set` panics once cubecl has read its configuration: too late is a warning, not a crash.
     match std::panic::catch_unwind(|| CubeClRuntimeConfig::set(config)) {
         Ok(()) => true,
@@ -164,6 +169,17 @@ fn log_kernels(config: &mut cubecl::config::CubeClRuntimeConfig, file: PathBuf) 
     config.autotune.logger.level = AutotuneLogLevel::Full;
     config.autotune.logger.file = Some(file);
     config.autotune.logger.append = true;
+}
+
+/// cubecl's memory log at its fullest (each reservation and the pools' table at each new
+/// block) appended to `file`.
+#[cfg(feature = "cuda")]
+fn log_memory(config: &mut cubecl::config::CubeClRuntimeConfig, file: PathBuf) {
+    use cubecl::config::memory::MemoryLogLevel;
+    log::info!("memory log (reservations, blocks by size) appended to {}", file.display());
+    config.memory.logger.level = MemoryLogLevel::Full;
+    config.memory.logger.file = Some(file);
+    config.memory.logger.append = true;
 }
 
 #[cfg(not(feature = "cuda"))]
