@@ -20,6 +20,11 @@
 # PART=5 (session 18): cubecl's memory log (BURN_DDP_MEMORY_LOG: every reservation, the blocks
 # by size at each new one) of short ResNet-50 bf16 b256 and ResNet-34 b16 f32 runs with the
 # exact-size blocks, then ResNet-50 timed beside PyTorch (the memory figures the log explains).
+# PART=6 (session 18): the residual block's end as one operation (burn_ddp::nn::add_relu: its
+# backward masks the incoming gradient in place), the stem's max-pool keeping only its indices
+# (burn_ddp::nn::max_pool2d), and the channels-last batch norm's backward writing over an
+# unshared incoming gradient: `cudnn_check check-relu` (both against f64), the memory log
+# again, ResNet-50 bf16 and f32 and ResNet-34 b16 beside PyTorch, every cudnn_check check.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -30,7 +35,22 @@ BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 5 ]; then
+if [ "${PART:-2}" = 6 ]; then
+  SHOW="RESULT check|rror|panick" SHOW_LINES=12 step check_relu 120 "$B"/cudnn_check check-relu
+  step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
+  python3 -c "import lzma, os, sys; [(open(f + '.xz', 'wb').write(lzma.compress(open(f, 'rb').read())), os.remove(f)) for f in sys.argv[1:]]" "$OUT"/mem-r50.log
+  step r50_exact 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  step r50_exact_2 150 "$BIN" bench $R
+  step r50_f32 150 "$BIN" bench $(echo $R | sed 's/--precision bf16/--precision f32/')
+  step r50_f32_torch 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 f32 nhwc eager
+  R34="--gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps 200"
+  step r34_b16 150 "$BIN" bench $R34
+  step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 5 200 f32 nhwc eager
+  SHOW="RESULT cudnn_check|FAIL|rror|panick" SHOW_LINES=8 step check_all 420 "$B"/cudnn_check check
+  grep -h "^RESULT check" "$LOG" | grep -c " ok$" | sed 's/^/checks ok: /' | tee -a "$LOG"
+  grep -h "^RESULT check" "$LOG" | grep -v " ok$" | grep -v "info:" | tee -a "$LOG"
+elif [ "${PART:-2}" = 5 ]; then
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
   step r34_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r34.log "$BIN" bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 2 --steps 3
   grep -c "Allocated a new memory page" "$OUT"/mem-r50.log "$OUT"/mem-r34.log | tee -a "$LOG"

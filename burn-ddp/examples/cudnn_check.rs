@@ -167,9 +167,10 @@ fn check_bn(device: &CudaDevice) -> bool {
         let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
-        let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
+        let (before, kernels_before, in_place_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls(), burn_ddp::nn::nhwc_bn_in_place_backwards());
         let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
         let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
+        let in_place = burn_ddp::nn::nhwc_bn_in_place_backwards() - in_place_before;
         let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
         let errs: Vec<f64> = out.iter().zip(&ref_out).chain(running.iter().zip(&ref_running)).map(|(a, b)| max_rel_err(a, b)).chain([max_rel_err(&infer, &ref_infer)]).collect();
         // Two training forwards, one backward, one inference: on cuDNN (NCHW) or on the
@@ -179,7 +180,7 @@ fn check_bn(device: &CudaDevice) -> bool {
         let pass = path_ok && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} {}",
+            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} nhwc_in_place_backwards={in_place} {}",
             errs[0],
             errs[1],
             errs[2],
@@ -670,6 +671,98 @@ fn check_relu(device: &CudaDevice) -> bool {
     ok
 }
 
+/// `burn_ddp::nn::add_relu` against f64: `y2 = add_relu(add_relu(a, b), c)` and the gradients
+/// of `Σ w·y2` for `a`, `b` and `c`, bit for bit (f32 and bf16; an odd element count for the
+/// one-element vectors). The outer backward must write over its incoming gradient (unshared),
+/// the inner one must not (its gradient is shared with `c`'s).
+fn check_add_relu(device: &CudaDevice) -> bool {
+    let mut ok = true;
+    for (dtype, shape) in [(FloatDType::F32, [4, 7, 9, 16]), (FloatDType::BF16, [4, 7, 9, 16]), (FloatDType::BF16, [3, 5, 7, 1])] {
+        let leaf = |seed: u64| {
+            <Ad as Backend>::seed(device, seed);
+            Tensor::<Ad, 4>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype).detach().require_grad()
+        };
+        let (a, b, c, w) = (leaf(1), leaf(2), leaf(3), leaf(4).detach());
+        let before = burn_ddp::nn::add_relu_in_place_backwards();
+        let y = burn_ddp::nn::add_relu(burn_ddp::nn::add_relu(a.clone(), b.clone()), c.clone());
+        let grads = (y.clone() * w.clone()).sum().backward();
+        let in_place = burn_ddp::nn::add_relu_in_place_backwards() - before;
+        let f = |t: Tensor<Cuda, 4>| to_f64(t);
+        let (av, bv, cv, wv) = (f(a.clone().inner()), f(b.clone().inner()), f(c.clone().inner()), f(w.inner()));
+        let y1: Vec<f64> = round(&av.iter().zip(&bv).map(|(a, b)| (a + b).max(0.0)).collect::<Vec<_>>(), dtype);
+        let s2: Vec<f64> = y1.iter().zip(&cv).map(|(y, c)| y + c).collect();
+        let y2 = round(&s2.iter().map(|s| s.max(0.0)).collect::<Vec<_>>(), dtype);
+        let dc: Vec<f64> = s2.iter().zip(&wv).map(|(&s, &w)| if s > 0.0 { w } else { 0.0 }).collect();
+        let dab: Vec<f64> = av.iter().zip(&bv).zip(&dc).map(|((a, b), &d)| if a + b > 0.0 { d } else { 0.0 }).collect();
+        let got = [f(y.inner()), f(a.grad(&grads).expect("a's gradient")), f(b.grad(&grads).expect("b's gradient")), f(c.grad(&grads).expect("c's gradient"))];
+        let same = got[0] == y2 && got[1] == dab && got[2] == dab && got[3] == dc;
+        let pass = same && in_place == 1;
+        println!("RESULT check=add_relu dtype={dtype:?} shape={shape:?} y/da/db/dc equal_to_f64={same} in_place_backwards={in_place} (expect 1) {}", if pass { "ok" } else { "FAIL" });
+        ok &= pass;
+    }
+    ok
+}
+
+/// `burn_ddp::nn::max_pool2d` (ResNet's 3×3 stride-2 pool, padding 1) on an NCHW tensor and on
+/// the NCHW view of a channels-last one: in f32 against f64 (distinct values: one maximum per
+/// window), in bf16 against burn's own max-pool on the same GPU (values and gradient bit for bit).
+fn check_max_pool(device: &CudaDevice) -> bool {
+    let pool = burn_nn::pool::MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1)).init();
+    let (n, ch, h, w) = (2usize, 5usize, 11usize, 12usize);
+    let count = n * ch * h * w;
+    let distinct: Vec<f32> = (0..count).map(|i| ((i * 7919) % count) as f32 / count as f32 - 0.5).collect();
+    let mut ok = true;
+    for (dtype, channels_last) in [(FloatDType::F32, false), (FloatDType::F32, true), (FloatDType::BF16, true)] {
+        let x = if channels_last {
+            Tensor::<Ad, 1>::from_floats(distinct.as_slice(), device).reshape([n, h, w, ch]).permute([0, 3, 1, 2])
+        } else {
+            Tensor::<Ad, 1>::from_floats(distinct.as_slice(), device).reshape([n, ch, h, w])
+        };
+        let x = x.cast(dtype).detach().require_grad();
+        let run = |ours: bool| {
+            let y = if ours { burn_ddp::nn::max_pool2d(&pool, x.clone()) } else { pool.forward(x.clone()) };
+            let [_, _, ho, wo] = y.dims();
+            let wt = Tensor::<Ad, 1>::from_floats((0..n * ch * ho * wo).map(|i| (i % 13) as f32 + 1.0).collect::<Vec<_>>().as_slice(), device).reshape([n, ch, ho, wo]).cast(dtype);
+            let grads = (y.clone() * wt).sum().backward();
+            (to_f64(y.inner()), to_f64(x.grad(&grads).expect("x's gradient")), [ho, wo])
+        };
+        let (y, g, [ho, wo]) = run(true);
+        let (y_ref, g_ref) = if dtype == FloatDType::F32 {
+            let xv = to_f64(x.clone().inner());
+            max_pool_f64(&xv, [n, ch, h, w], [ho, wo])
+        } else {
+            let (y, g, _) = run(false);
+            (y, g)
+        };
+        let same = y == y_ref && g == g_ref;
+        println!(
+            "RESULT check=max_pool dtype={dtype:?} channels_last={channels_last} y/dx equal to {}={same} {}",
+            if dtype == FloatDType::F32 { "f64" } else { "burn's max-pool" },
+            if same { "ok" } else { "FAIL" }
+        );
+        ok &= same;
+    }
+    ok
+}
+
+/// A 3×3 stride-2 padding-1 max-pool of `x` (NCHW) and the gradient of `Σ w·y` with
+/// `w = (o mod 13) + 1` for output `o`, in f64.
+fn max_pool_f64(x: &[f64], [n, ch, h, w]: [usize; 4], [ho, wo]: [usize; 2]) -> (Vec<f64>, Vec<f64>) {
+    let (mut y, mut g) = (vec![], vec![0.0; x.len()]);
+    for plane in 0..n * ch {
+        for oy in 0..ho {
+            for ox in 0..wo {
+                let at = |(iy, ix): (usize, usize)| plane * h * w + (iy - 1) * w + ix - 1;
+                let window = (0..3).flat_map(|ky| (0..3).map(move |kx| (2 * oy + ky, 2 * ox + kx))).filter(|&(iy, ix)| (1..=h).contains(&iy) && (1..=w).contains(&ix));
+                let best = window.map(at).fold(None, |b: Option<usize>, i| if b.is_none_or(|b| x[i] > x[b]) { Some(i) } else { b }).expect("a window has an element");
+                y.push(x[best]);
+                g[best] += ((y.len() - 1) % 13) as f64 + 1.0;
+            }
+        }
+    }
+    (y, g)
+}
+
 /// Parameters of rank 4, 2 and 1 whose sizes take every vector width of the fused SGD kernel
 /// (9408, 37000, 1000, 3000 and 3 elements).
 #[derive(burn::module::Module, Debug)]
@@ -1112,6 +1205,8 @@ fn main() {
         ok &= check_sdpa(&device);
         ok &= check_ln(&device);
         ok &= check_relu(&device);
+        ok &= check_add_relu(&device);
+        ok &= check_max_pool(&device);
         ok &= check_sgd(&device);
         ok &= check_cross_entropy(&device);
         ok &= check_mean_over(&device);
@@ -1129,6 +1224,8 @@ fn main() {
     }
     if args.iter().any(|a| a == "check-relu") {
         ok &= check_relu(&device);
+        ok &= check_add_relu(&device);
+        ok &= check_max_pool(&device);
     }
     if args.iter().any(|a| a == "check-sgd") {
         ok &= check_sgd(&device);

@@ -105,7 +105,7 @@ impl<B: Backend> Block<B> {
             _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
         };
         // Rectified keeping only the output for the backward (the sum is kept by nothing else).
-        burn_ddp::nn::relu(out + identity)
+        burn_ddp::nn::add_relu(out, identity)
     }
 
     /// The same block with its layers' activations in `layout`'s order.
@@ -330,7 +330,7 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
         let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         if let Some(pool) = &self.maxpool {
             // burn's max-pool works channels-last inside: an NCHW view in, an NCHW view out.
-            x = layout.view_from_nchw(pool.forward(layout.view_nchw(x)));
+            x = layout.view_from_nchw(burn_ddp::nn::max_pool2d(pool, layout.view_nchw(x)));
         }
         for block in self.layer1.iter().chain(&self.layer2).chain(&self.layer3).chain(&self.layer4) {
             x = block.forward(x, sync);
