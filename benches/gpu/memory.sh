@@ -20,11 +20,17 @@
 # PART=5 (session 18): cubecl's memory log (BURN_DDP_MEMORY_LOG: every reservation, the blocks
 # by size at each new one) of short ResNet-50 bf16 b256 and ResNet-34 b16 f32 runs with the
 # exact-size blocks, then ResNet-50 timed beside PyTorch (the memory figures the log explains).
-# PART=6 (session 18): the residual block's end as one operation (burn_ddp::nn::add_relu: its
+# PART=6 (session 18, call b; its build had an `add_relu` that session 18 then removed, see
+# docs/benchmarks.md): the residual block's end as one operation (its
 # backward masks the incoming gradient in place), the stem's max-pool keeping only its indices
 # (burn_ddp::nn::max_pool2d), and the channels-last batch norm's backward writing over an
 # unshared incoming gradient: `cudnn_check check-relu` (both against f64), the memory log
 # again, ResNet-50 bf16 and f32 and ResNet-34 b16 beside PyTorch, every cudnn_check check.
+# PART=7 (session 18; needs call b's binaries as A): A/B, alternated in one call: A = PART=6's build (ResNet blocks end in
+# add_relu, the channels-last batch norm's backward may write over its incoming gradient),
+# B = carry/burn-vision-b.xz (ResNet blocks end in relu(out + identity), batch norm as before;
+# both keep the max-pool change): ResNet-50 bf16 b256 and ResNet-34 b16 f32 (speed, memory),
+# then the tutorial's job (2 epochs of the fm224 folder) with each; PyTorch beside.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -35,7 +41,27 @@ BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 6 ]; then
+if [ "${PART:-2}" = 7 ]; then
+  python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.decompress(open(sys.argv[1], 'rb').read()))" "$B"/burn-vision-b.xz "$B"/burn-vision-b
+  chmod +x "$B"/burn-vision-b
+  BINB=$(realpath "$B"/burn-vision-b)
+  R34="--gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps 200"
+  for i in 1 2; do
+    step r50_a_$i 150 "$BIN" bench $R
+    step r50_b_$i 150 "$BINB" bench $R
+  done
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  for i in 1 2; do
+    step r34_a_$i 150 "$BIN" bench $R34
+    step r34_b_$i 150 "$BINB" bench $R34
+  done
+  step r34_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 5 200 f32 nhwc eager
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  SHOW="RESULT|rror|panick|top-1|images \\(" step tut_a 300 "$BIN" train --data /tmp/fm224 --preset tutorial --epochs 2 --gpus 0 --quiet --out /tmp/tut-a
+  SHOW="RESULT|rror|panick|top-1|images \\(" step tut_b 300 "$BINB" train --data /tmp/fm224 --preset tutorial --epochs 2 --gpus 0 --quiet --out /tmp/tut-b
+  step tut_torch_w16 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 2 f32 nhwc 16
+elif [ "${PART:-2}" = 6 ]; then
   SHOW="RESULT check|rror|panick" SHOW_LINES=12 step check_relu 120 "$B"/cudnn_check check-relu
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
   python3 -c "import lzma, os, sys; [(open(f + '.xz', 'wb').write(lzma.compress(open(f, 'rb').read())), os.remove(f)) for f in sys.argv[1:]]" "$OUT"/mem-r50.log

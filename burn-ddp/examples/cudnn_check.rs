@@ -167,10 +167,9 @@ fn check_bn(device: &CudaDevice) -> bool {
         let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
-        let (before, kernels_before, in_place_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls(), burn_ddp::nn::nhwc_bn_in_place_backwards());
+        let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
         let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
         let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
-        let in_place = burn_ddp::nn::nhwc_bn_in_place_backwards() - in_place_before;
         let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
         let errs: Vec<f64> = out.iter().zip(&ref_out).chain(running.iter().zip(&ref_running)).map(|(a, b)| max_rel_err(a, b)).chain([max_rel_err(&infer, &ref_infer)]).collect();
         // Two training forwards, one backward, one inference: on cuDNN (NCHW) or on the
@@ -180,7 +179,7 @@ fn check_bn(device: &CudaDevice) -> bool {
         let pass = path_ok && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
-            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} nhwc_in_place_backwards={in_place} {}",
+            "RESULT check=cudnn_batch_norm dtype={dtype:?} layout={layout:?} dims={dims:?} relu={relu} y={:.2e} dx={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} {}",
             errs[0],
             errs[1],
             errs[2],
@@ -667,38 +666,6 @@ fn check_relu(device: &CudaDevice) -> bool {
         let positive = mine[0].iter().filter(|&&v| v > 0.0).count();
         println!("RESULT check=relu_from_output dtype={dtype:?} elements={} positive={positive} y/da/db bit-identical={same} {}", mine[0].len(), if same { "ok" } else { "FAIL" });
         ok &= same;
-    }
-    ok
-}
-
-/// `burn_ddp::nn::add_relu` against f64: `y2 = add_relu(add_relu(a, b), c)` and the gradients
-/// of `Σ w·y2` for `a`, `b` and `c`, bit for bit (f32 and bf16; an odd element count for the
-/// one-element vectors). The outer backward must write over its incoming gradient (unshared),
-/// the inner one must not (its gradient is shared with `c`'s).
-fn check_add_relu(device: &CudaDevice) -> bool {
-    let mut ok = true;
-    for (dtype, shape) in [(FloatDType::F32, [4, 7, 9, 16]), (FloatDType::BF16, [4, 7, 9, 16]), (FloatDType::BF16, [3, 5, 7, 1])] {
-        let leaf = |seed: u64| {
-            <Ad as Backend>::seed(device, seed);
-            Tensor::<Ad, 4>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype).detach().require_grad()
-        };
-        let (a, b, c, w) = (leaf(1), leaf(2), leaf(3), leaf(4).detach());
-        let before = burn_ddp::nn::add_relu_in_place_backwards();
-        let y = burn_ddp::nn::add_relu(burn_ddp::nn::add_relu(a.clone(), b.clone()), c.clone());
-        let grads = (y.clone() * w.clone()).sum().backward();
-        let in_place = burn_ddp::nn::add_relu_in_place_backwards() - before;
-        let f = |t: Tensor<Cuda, 4>| to_f64(t);
-        let (av, bv, cv, wv) = (f(a.clone().inner()), f(b.clone().inner()), f(c.clone().inner()), f(w.inner()));
-        let y1: Vec<f64> = round(&av.iter().zip(&bv).map(|(a, b)| (a + b).max(0.0)).collect::<Vec<_>>(), dtype);
-        let s2: Vec<f64> = y1.iter().zip(&cv).map(|(y, c)| y + c).collect();
-        let y2 = round(&s2.iter().map(|s| s.max(0.0)).collect::<Vec<_>>(), dtype);
-        let dc: Vec<f64> = s2.iter().zip(&wv).map(|(&s, &w)| if s > 0.0 { w } else { 0.0 }).collect();
-        let dab: Vec<f64> = av.iter().zip(&bv).zip(&dc).map(|((a, b), &d)| if a + b > 0.0 { d } else { 0.0 }).collect();
-        let got = [f(y.inner()), f(a.grad(&grads).expect("a's gradient")), f(b.grad(&grads).expect("b's gradient")), f(c.grad(&grads).expect("c's gradient"))];
-        let same = got[0] == y2 && got[1] == dab && got[2] == dab && got[3] == dc;
-        let pass = same && in_place == 1;
-        println!("RESULT check=add_relu dtype={dtype:?} shape={shape:?} y/da/db/dc equal_to_f64={same} in_place_backwards={in_place} (expect 1) {}", if pass { "ok" } else { "FAIL" });
-        ok &= pass;
     }
     ok
 }
@@ -1205,7 +1172,6 @@ fn main() {
         ok &= check_sdpa(&device);
         ok &= check_ln(&device);
         ok &= check_relu(&device);
-        ok &= check_add_relu(&device);
         ok &= check_max_pool(&device);
         ok &= check_sgd(&device);
         ok &= check_cross_entropy(&device);
@@ -1224,7 +1190,6 @@ fn main() {
     }
     if args.iter().any(|a| a == "check-relu") {
         ok &= check_relu(&device);
-        ok &= check_add_relu(&device);
         ok &= check_max_pool(&device);
     }
     if args.iter().any(|a| a == "check-sgd") {

@@ -33,17 +33,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 type Cube = CubeTensor<CudaRuntime>;
 
 pub(super) static CALLS: AtomicUsize = AtomicUsize::new(0);
-static IN_PLACE: AtomicUsize = AtomicUsize::new(0);
 
 /// How many channels-last batch norms (training forward, backward, inference) ran on the
 /// kernels in this process (the GPU check counts them).
 pub fn kernel_calls() -> usize {
     CALLS.load(Ordering::Relaxed)
-}
-
-/// How many of those backward passes wrote the input gradient over the incoming one.
-pub fn in_place_backwards() -> usize {
-    IN_PLACE.load(Ordering::Relaxed)
 }
 
 /// Blocks of partial sums to aim for: about two waves of 256-thread blocks on a large GPU.
@@ -205,13 +199,7 @@ fn backward_kernels(shape: &Shape, relu: bool, x: &Cube, dy: &Cube, [gamma, beta
     let client = &x.client;
     let dt = x.dtype;
     let (dgamma, dbeta) = (empty_f32(x, &[c]), empty_f32(x, &[c]));
-    // An unshared incoming gradient (its last use, handed over by burn-fusion) takes dx.
-    let dx = if dy.can_mut() && dy.dtype == dt {
-        IN_PLACE.fetch_add(1, Ordering::Relaxed);
-        dy.clone()
-    } else {
-        empty(x, shape.as_slice())
-    };
+    let dx = empty(x, shape.as_slice());
     let t = Tiling::new(rows, c, dt.size(), &[x, dy, &dx, gamma, beta, mean, inv_std, &dgamma, &dbeta]);
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
@@ -285,8 +273,7 @@ impl Backward<Cuda, 3> for NhwcBatchNorm {
         let [node_x, node_gamma, node_beta] = ops.parents;
         let dy = grads.consume::<Cuda>(&ops.node);
         let s = ops.state;
-        // dy moves into the kernels' operation unshared, so that dx may take its buffer.
-        let (dx, dgamma, dbeta) = backward(&s, dy).unwrap_or_else(|(e, dy)| {
+        let (dx, dgamma, dbeta) = backward(&s, dy.clone()).unwrap_or_else(|e| {
             warn_once("channels-last batch norm kernels (backward)", &e, BURN_RUNS);
             backward_burn(&s, dy)
         });
@@ -298,16 +285,10 @@ impl Backward<Cuda, 3> for NhwcBatchNorm {
     }
 }
 
-/// The kernels' gradients, or what refused them and `dy` back.
-#[allow(clippy::result_large_err)]
-fn backward(s: &Saved, dy: Prim) -> std::result::Result<(Prim, Prim, Prim), (Error, Prim)> {
-    let (rows, c) = match extent(&s.x) {
-        Ok(e) => e,
-        Err(e) => return Err((e, dy)),
-    };
+fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
+    let (rows, c) = extent(&s.x)?;
     if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
-        let e = Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype) };
-        return Err((e, dy));
+        return Err(Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype) });
     }
     let (relu, shape) = (s.relu, s.x.shape.clone());
     let outputs = [fusion_op::like(&s.x), fusion_op::like(&s.gamma), fusion_op::like(&s.beta)];

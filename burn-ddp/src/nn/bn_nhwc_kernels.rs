@@ -258,14 +258,12 @@ pub(super) fn grad_finalize(partials: &Tensor<f32>, inv_std: &Tensor<f32>, dgamm
     }
 }
 
-/// `dx = γ·inv_std·(dz − dβ/m − (x − mean)·inv_std·dγ/m)`, in `F`. `dx` may be `dy`'s own
-/// buffer (the backward writes over an unshared incoming gradient): each element is read and
-/// then written by one thread, and `dy`, bound for writing, is not taken as `__restrict__`.
+/// `dx = γ·inv_std·(dz − dβ/m − (x − mean)·inv_std·dγ/m)`, in `F`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn input_grad<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
-    dy: &mut Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
     dx: &mut Tensor<Vector<F, N>>,
     mean: &Tensor<Vector<f32, N>>,
     inv_std: &Tensor<Vector<f32, N>>,

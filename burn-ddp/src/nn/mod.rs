@@ -4,11 +4,6 @@
 //! own operations on every other backend. Any Burn model can use them; they know nothing of
 //! process groups (this layer sits beside `process_group` and never imports it).
 
-pub mod add_relu;
-#[cfg(feature = "cuda")]
-mod add_relu_cuda;
-#[cfg(feature = "cuda")]
-mod add_relu_kernels;
 pub mod batch_norm;
 mod batch_norm_nhwc;
 #[cfg(feature = "cuda")]
@@ -87,13 +82,10 @@ mod stream_bridge;
 mod upload;
 pub mod upload_batch;
 
-pub use add_relu::add_relu;
-#[cfg(feature = "cuda")]
-pub use add_relu_cuda::in_place_backwards as add_relu_in_place_backwards;
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use batch_norm_nhwc::batch_norm_nhwc;
 #[cfg(feature = "cuda")]
-pub use bn_nhwc_cuda::{in_place_backwards as nhwc_bn_in_place_backwards, kernel_calls as nhwc_bn_kernel_calls};
+pub use bn_nhwc_cuda::kernel_calls as nhwc_bn_kernel_calls;
 pub use conv::conv2d;
 pub use cross_entropy::cross_entropy;
 pub use layer_norm::layer_norm;

@@ -105,7 +105,7 @@ impl<B: Backend> Block<B> {
             _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
         };
         // Rectified keeping only the output for the backward (the sum is kept by nothing else).
-        burn_ddp::nn::add_relu(out, identity)
+        burn_ddp::nn::relu(out + identity)
     }
 
     /// The same block with its layers' activations in `layout`'s order.
