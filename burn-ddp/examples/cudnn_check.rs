@@ -16,7 +16,7 @@ use burn::prelude::*;
 use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
-use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
+use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_pool2d_f64, max_rel_err};
 use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, cudnn_ln, cudnn_sdpa, layer_norm, linear, matmul, options, self_attention};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
@@ -695,8 +695,13 @@ fn check_max_pool(device: &CudaDevice) -> bool {
         };
         let (y, g, [ho, wo]) = run(true);
         let (y_ref, g_ref) = if dtype == FloatDType::F32 {
-            let xv = to_f64(x.clone().inner());
-            max_pool_f64(&xv, [n, ch, h, w], [ho, wo])
+            let (y, winners) = max_pool2d_f64(&to_f64(x.clone().inner()), [n, ch, h, w], 3, 2, 1);
+            let mut g = vec![0.0; n * ch * h * w];
+            for (o, &i) in winners.iter().enumerate() {
+                g[i] += (o % 13) as f64 + 1.0;
+            }
+            assert_eq!(y.len(), n * ch * ho * wo, "the reference's output size");
+            (y, g)
         } else {
             let (y, g, _) = run(false);
             (y, g)
@@ -710,24 +715,6 @@ fn check_max_pool(device: &CudaDevice) -> bool {
         ok &= same;
     }
     ok
-}
-
-/// A 3×3 stride-2 padding-1 max-pool of `x` (NCHW) and the gradient of `Σ w·y` with
-/// `w = (o mod 13) + 1` for output `o`, in f64.
-fn max_pool_f64(x: &[f64], [n, ch, h, w]: [usize; 4], [ho, wo]: [usize; 2]) -> (Vec<f64>, Vec<f64>) {
-    let (mut y, mut g) = (vec![], vec![0.0; x.len()]);
-    for plane in 0..n * ch {
-        for oy in 0..ho {
-            for ox in 0..wo {
-                let at = |(iy, ix): (usize, usize)| plane * h * w + (iy - 1) * w + ix - 1;
-                let window = (0..3).flat_map(|ky| (0..3).map(move |kx| (2 * oy + ky, 2 * ox + kx))).filter(|&(iy, ix)| (1..=h).contains(&iy) && (1..=w).contains(&ix));
-                let best = window.map(at).fold(None, |b: Option<usize>, i| if b.is_none_or(|b| x[i] > x[b]) { Some(i) } else { b }).expect("a window has an element");
-                y.push(x[best]);
-                g[best] += ((y.len() - 1) % 13) as f64 + 1.0;
-            }
-        }
-    }
-    (y, g)
 }
 
 /// Parameters of rank 4, 2 and 1 whose sizes take every vector width of the fused SGD kernel

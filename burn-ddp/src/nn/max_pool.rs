@@ -99,10 +99,11 @@ mod tests {
 
     type B = Autodiff<Flex>;
 
-    /// Against a direct f64 evaluation of a 3×3 stride-2 pool with padding 1: the value and the
-    /// gradient of `Σ w·y` (each output's weight lands on its window's maximum).
+    /// Against the f64 reference (`reference::max_pool2d_f64`) of a 3×3 stride-2 pool with
+    /// padding 1: the value and the gradient of `Σ w·y` (each output's weight lands on its
+    /// window's maximum).
     #[test]
-    fn matches_a_direct_evaluation() {
+    fn matches_the_f64_reference() {
         let device = Default::default();
         let (h, w) = (5usize, 6usize);
         let xv: Vec<f32> = (0..h * w).map(|i| ((i * 37 + 11) % 31) as f32 - 15.0).collect();
@@ -112,14 +113,13 @@ mod tests {
         let [_, _, ho, wo] = y.dims();
         let wv: Vec<f32> = (0..ho * wo).map(|i| i as f32 + 1.0).collect();
         let grads = (y.clone() * Tensor::<B, 1>::from_floats(wv.as_slice(), &device).reshape([1, 1, ho, wo])).sum().backward();
-        let (mut expect_y, mut expect_g) = (vec![], vec![0.0f64; h * w]);
-        for (o, (oy, ox)) in (0..ho).flat_map(|oy| (0..wo).map(move |ox| (oy, ox))).enumerate() {
-            let window = (0..3).flat_map(|ky| (0..3).map(move |kx| (2 * oy + ky, 2 * ox + kx))).filter(|&(iy, ix)| (1..=h).contains(&iy) && (1..=w).contains(&ix));
-            let best = window.map(|(iy, ix)| (iy - 1) * w + ix - 1).fold(None, |b: Option<usize>, i| if b.is_none_or(|b| xv[i] > xv[b]) { Some(i) } else { b }).expect("a window has an element");
-            expect_y.push(xv[best]);
-            expect_g[best] += f64::from(wv[o]);
+        let (expect_y, winners) = super::super::reference::max_pool2d_f64(&xv.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(), [1, 1, h, w], 3, 2, 1);
+        let mut expect_g = vec![0.0f64; h * w];
+        for (o, &i) in winners.iter().enumerate() {
+            expect_g[i] += f64::from(wv[o]);
         }
-        assert_eq!(y.inner().into_data().to_vec::<f32>().expect("f32"), expect_y);
+        let y: Vec<f64> = y.inner().into_data().to_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
+        assert_eq!(y, expect_y);
         let g: Vec<f64> = x.grad(&grads).expect("x's gradient").into_data().to_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
         assert_eq!(g, expect_g);
     }

@@ -1,5 +1,5 @@
-//! An f64 reference convolution (forward and all gradients) on the CPU, written as the
-//! definition reads, for checking the fast paths.
+//! An f64 reference convolution (forward and all gradients) and max-pool on the CPU, written
+//! as the definitions read, for checking the fast paths.
 
 use burn::tensor::ops::ConvOptions;
 use rand::{Rng, SeedableRng};
@@ -134,4 +134,22 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "compared buffers differ in length");
     let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
     got.iter().zip(want).fold(0f64, |m, (a, b)| m.max((a - b).abs())) / scale
+}
+
+/// A max-pool of NCHW `x` (`dims`; square `kernel`, `stride`, `pad` on every side, padded
+/// positions never win): the outputs, row-major, and for each the index into `x` of its
+/// window's maximum (the first in row-major order on a tie), where its gradient lands.
+pub fn max_pool2d_f64(x: &[f64], [n, c, h, w]: [usize; 4], kernel: usize, stride: usize, pad: usize) -> (Vec<f64>, Vec<usize>) {
+    let out = |len: usize| (len + 2 * pad - kernel) / stride + 1;
+    let (ho, wo) = (out(h), out(w));
+    let mut winners = Vec::with_capacity(n * c * ho * wo);
+    for plane in 0..n * c {
+        for (oy, ox) in (0..ho).flat_map(|oy| (0..wo).map(move |ox| (oy, ox))) {
+            let window = (0..kernel).flat_map(|ky| (0..kernel).map(move |kx| (oy * stride + ky, ox * stride + kx)));
+            let inside = window.filter(|&(iy, ix)| (pad..h + pad).contains(&iy) && (pad..w + pad).contains(&ix));
+            let best = inside.map(|(iy, ix)| plane * h * w + (iy - pad) * w + ix - pad).fold(None, |b: Option<usize>, i| if b.is_none_or(|b| x[i] > x[b]) { Some(i) } else { b });
+            winners.push(best.expect("a window overlaps the input"));
+        }
+    }
+    (winners.iter().map(|&i| x[i]).collect(), winners)
 }
