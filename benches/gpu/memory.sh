@@ -31,6 +31,8 @@
 # B = carry/burn-vision-b.xz (ResNet blocks end in relu(out + identity), batch norm as before;
 # both keep the max-pool change): ResNet-50 bf16 b256 and ResNet-34 b16 f32 (speed, memory),
 # then the tutorial's job (2 epochs of the fm224 folder) with each; PyTorch beside.
+# PART=8 (session 18, the committed code): `cudnn_check check-relu` (the max-pool against f64),
+# ResNet-50 bf16 b256 twice beside PyTorch (speed, memory).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -41,7 +43,12 @@ BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 7 ]; then
+if [ "${PART:-2}" = 8 ]; then
+  SHOW="RESULT check|rror|panick" SHOW_LINES=8 step check_relu 120 "$B"/cudnn_check check-relu
+  step r50_1 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  step r50_2 150 "$BIN" bench $R
+elif [ "${PART:-2}" = 7 ]; then
   python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.decompress(open(sys.argv[1], 'rb').read()))" "$B"/burn-vision-b.xz "$B"/burn-vision-b
   chmod +x "$B"/burn-vision-b
   BINB=$(realpath "$B"/burn-vision-b)
