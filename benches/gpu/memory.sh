@@ -32,7 +32,8 @@
 # both keep the max-pool change): ResNet-50 bf16 b256 and ResNet-34 b16 f32 (speed, memory),
 # then the tutorial's job (2 epochs of the fm224 folder) with each; PyTorch beside.
 # PART=8 (session 18, the committed code): `cudnn_check check-relu` (the max-pool against f64),
-# ResNet-50 bf16 b256 twice beside PyTorch (speed, memory).
+# ResNet-50 bf16 b256 twice beside PyTorch (speed, memory). Not run in session 18 (no device
+# time left).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
