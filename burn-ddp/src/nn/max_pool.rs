@@ -22,6 +22,7 @@ pub fn max_pool2d<B: Backend>(pool: &MaxPool2d, x: Tensor<B, 4>) -> Tensor<B, 4>
 }
 
 /// `[top, left]` when the padding is the same on both sides of each axis.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn symmetric_padding(padding: &PaddingConfig2d) -> Option<[usize; 2]> {
     match *padding {
         PaddingConfig2d::Valid => Some([0, 0]),
