@@ -28,3 +28,7 @@ save_cache() {
   [ -d target/autotune ] && tar czf "$OUT/cubecl-cache.tgz" -C target ./autotune 2>/dev/null
   [ -d "$BURN_DDP_CACHE_DIR" ] && tar czf "$OUT/kernel-cache.tgz" -C "$BURN_DDP_CACHE_DIR" . 2>/dev/null
 }
+# Replaces each FILE with FILE.xz (Python's lzma: the GPU machine has no xz tool).
+xz_files() {
+  python3 -c "import lzma, os, sys; [(open(f + '.xz', 'wb').write(lzma.compress(open(f, 'rb').read())), os.remove(f)) for f in sys.argv[1:]]" "$@"
+}

@@ -72,7 +72,7 @@ elif [ "${PART:-2}" = 7 ]; then
 elif [ "${PART:-2}" = 6 ]; then
   SHOW="RESULT check|rror|panick" SHOW_LINES=12 step check_relu 120 "$B"/cudnn_check check-relu
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
-  python3 -c "import lzma, os, sys; [(open(f + '.xz', 'wb').write(lzma.compress(open(f, 'rb').read())), os.remove(f)) for f in sys.argv[1:]]" "$OUT"/mem-r50.log
+  xz_files "$OUT"/mem-r50.log
   step r50_exact 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
   step r50_exact_2 150 "$BIN" bench $R
@@ -88,7 +88,7 @@ elif [ "${PART:-2}" = 5 ]; then
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
   step r34_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r34.log "$BIN" bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 2 --steps 3
   grep -c "Allocated a new memory page" "$OUT"/mem-r50.log "$OUT"/mem-r34.log | tee -a "$LOG"
-  python3 -c "import lzma, os, sys; [(open(f + '.xz', 'wb').write(lzma.compress(open(f, 'rb').read())), os.remove(f)) for f in sys.argv[1:]]" "$OUT"/mem-r50.log "$OUT"/mem-r34.log
+  xz_files "$OUT"/mem-r50.log "$OUT"/mem-r34.log
   step r50_exact 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
 elif [ "${PART:-2}" = 4 ]; then

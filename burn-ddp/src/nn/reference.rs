@@ -137,19 +137,25 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
 }
 
 /// A max-pool of NCHW `x` (`dims`; square `kernel`, `stride`, `pad` on every side, padded
-/// positions never win): the outputs, row-major, and for each the index into `x` of its
-/// window's maximum (the first in row-major order on a tie), where its gradient lands.
-pub fn max_pool2d_f64(x: &[f64], [n, c, h, w]: [usize; 4], kernel: usize, stride: usize, pad: usize) -> (Vec<f64>, Vec<usize>) {
+/// positions never win) and the gradient of `Σ dy·y`: the outputs, row-major, and `dx`, where
+/// each output's `dy` lands on its window's maximum (the first in row-major order on a tie).
+///
+/// # Panics
+/// When `dy` does not have one value per output.
+pub fn max_pool2d_f64(x: &[f64], [n, c, h, w]: [usize; 4], kernel: usize, stride: usize, pad: usize, dy: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let out = |len: usize| (len + 2 * pad - kernel) / stride + 1;
     let (ho, wo) = (out(h), out(w));
-    let mut winners = Vec::with_capacity(n * c * ho * wo);
+    assert_eq!(dy.len(), n * c * ho * wo, "one output gradient per output");
+    let (mut y, mut dx) = (Vec::with_capacity(dy.len()), vec![0.0; x.len()]);
     for plane in 0..n * c {
         for (oy, ox) in (0..ho).flat_map(|oy| (0..wo).map(move |ox| (oy, ox))) {
             let window = (0..kernel).flat_map(|ky| (0..kernel).map(move |kx| (oy * stride + ky, ox * stride + kx)));
             let inside = window.filter(|&(iy, ix)| (pad..h + pad).contains(&iy) && (pad..w + pad).contains(&ix));
             let best = inside.map(|(iy, ix)| plane * h * w + (iy - pad) * w + ix - pad).fold(None, |b: Option<usize>, i| if b.is_none_or(|b| x[i] > x[b]) { Some(i) } else { b });
-            winners.push(best.expect("a window overlaps the input"));
+            let best = best.expect("a window overlaps the input");
+            dx[best] += dy[y.len()];
+            y.push(x[best]);
         }
     }
-    (winners.iter().map(|&i| x[i]).collect(), winners)
+    (y, dx)
 }
