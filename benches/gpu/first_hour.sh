@@ -16,6 +16,11 @@
 #   PART=5  ResNet-50 bf16 b256 with cuDNN workspace limits of 512, 128 and 64 MiB (memory and
 #           speed), the epoch log's GPU memory line, `bench-data` to host memory and to GPU 0,
 #           PyTorch eager beside.
+#   PART=6  the whole table in one call (session 19): ResNet-50 bf16 b256 from a fresh machine and
+#           again (first step, speed, memory), PyTorch eager's first run beside; ResNet-50 f32 and
+#           ResNet-34 b16 memory beside PyTorch's; the tutorial's job for EPOCHS (default 5) from a
+#           fresh machine beside PyTorch's (channels_last, 16 loader workers); `eval --gpus 0` and
+#           `predict --gpus 0` of its checkpoint.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
 set -uo pipefail
@@ -46,6 +51,26 @@ if [ "$PART" = 1 ]; then
   step tut_torch_nhwc 420 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc
   step tut_torch_nchw 420 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nchw
   step eval_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" eval --gpus 0 --checkpoint /tmp/tut-second/best.ckpt
+elif [ "$PART" = 6 ]; then
+  R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 20)
+  step r50_ours_fresh 200 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}" --precision bf16
+  step r50_ours_second 120 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}" --precision bf16
+  step r50_torch_1 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager
+  step r50_f32_ours 150 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R50[@]}"
+  step r50_f32_torch 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 f32 nhwc eager
+  R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 3 --steps 100)
+  step r34_b16_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-a "$BV" "${R34[@]}"
+  step r34_b16_torch 90 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 3 100 f32 nhwc eager
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  E=${EPOCHS:-5}
+  rm -rf /tmp/tut-fresh
+  step tut_ours_fresh 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-fresh
+  cp /tmp/tut-fresh/metrics.jsonl "$OUT"/tut-ours-fresh.metrics.jsonl 2>/dev/null
+  sed 's/^/METRICS /' /tmp/tut-fresh/metrics.jsonl >>"$LOG" 2>/dev/null
+  step tut_torch_nhwc_w16 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
+  step eval_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" eval --gpus 0 --checkpoint /tmp/tut-fresh/best.ckpt
+  step predict_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" predict --gpus 0 --checkpoint /tmp/tut-fresh/best.ckpt /tmp/fm224/Bag /tmp/no-such-image.jpg
 elif [ "$PART" = 3 ]; then
   # Where the tutorial job's host time per step goes: train without weight decay, the bench
   # step (no data, no weight decay) and PyTorch with 16 loader workers (an expert's tuning).

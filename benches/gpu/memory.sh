@@ -34,6 +34,11 @@
 # PART=8 (session 18, the committed code): `cudnn_check check-relu` (the max-pool against f64),
 # ResNet-50 bf16 b256 twice beside PyTorch (speed, memory). Not run in session 18 (no device
 # time left).
+# PART=9 (session 19): queued cuDNN jobs hold buffer bindings instead of tensor handles (burn
+# may write a buffer in place once its tensors are gone), and a convolution whose input
+# already has a gradient adds its share into it (cuDNN's β = 1): `cudnn_check check-accumulate`
+# (an input feeding two and three convolutions, against f64), every cudnn_check check, the
+# memory log, ResNet-50 bf16 b256 beside PyTorch.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -44,7 +49,15 @@ BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
-if [ "${PART:-2}" = 8 ]; then
+if [ "${PART:-2}" = 9 ]; then
+  SHOW="RESULT check=conv_input|rror|panick" SHOW_LINES=8 step check_accumulate 120 "$B"/cudnn_check check-accumulate
+  step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
+  python3 benches/gpu/memory_log_summary.py "$OUT"/mem-r50.log | head -12 | tee -a "$LOG"
+  xz_files "$OUT"/mem-r50.log
+  step r50_1 150 "$BIN" bench $R
+  step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+  SHOW="RESULT cudnn_check|RESULT cuDNN calls|FAIL|rror|panick" SHOW_LINES=8 step check_all 420 "$B"/cudnn_check check
+elif [ "${PART:-2}" = 8 ]; then
   SHOW="RESULT check|rror|panick" SHOW_LINES=8 step check_relu 120 "$B"/cudnn_check check-relu
   step r50_1 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager

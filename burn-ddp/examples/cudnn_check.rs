@@ -8,7 +8,7 @@
 //! (one rank: needs libnccl).
 //!
 //! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
-//! `cudnn_check [check] [check-transformer] [check-relu] [check-sgd] [check-ce] [check-nccl] [check-sync-bn] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
+//! `cudnn_check [check] [check-transformer] [check-relu] [check-accumulate] [check-sgd] [check-ce] [check-nccl] [check-sync-bn] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
 //! [--pipelined] [--nhwc]`. Prints `RESULT` lines; exits 1 when a check fails.
 
 use burn::module::AutodiffModule;
@@ -108,6 +108,55 @@ fn check(device: &CudaDevice) -> bool {
         }
     }
     options::set(base);
+    ok
+}
+
+/// One input feeding several convolutions (a ResNet stage's first block: its first
+/// convolution and the downsample; here also a third): the input gradient against the sum of
+/// the f64 references, and how many of the convolutions added their share into the gradient
+/// already there (cuDNN's β = 1) instead of writing a new buffer.
+fn accumulate_case(cases: &[Conv2dCase], device: &CudaDevice, dtype: FloatDType, layout: Layout) -> (f64, u64) {
+    let inputs: Vec<_> = cases.iter().enumerate().map(|(i, c)| c.random_inputs(21 + i as u64)).collect();
+    let x = round(&inputs[0].0, dtype);
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
+    let xt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&x), cases[0].x_dims()), device).require_grad();
+    let x_in = layout.view_from_nchw(xt.clone()).cast(dtype);
+    let mut want = vec![0.0; x.len()];
+    let mut loss: Option<Tensor<Ad, 1>> = None;
+    for (case, (_, w, _, g)) in cases.iter().zip(&inputs) {
+        let (w, g) = (round(w, dtype), round(g, dtype));
+        let wt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&w), case.w_dims()), device).require_grad();
+        let gt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(&g), case.y_dims()), device);
+        let y = layout.view_nchw(conv2d(x_in.clone(), wt, None, case.options(), layout));
+        let term = (y.cast(FloatDType::F32) * gt).sum();
+        loss = Some(match loss {
+            Some(l) => l + term,
+            None => term,
+        });
+        want.iter_mut().zip(conv2d_grads_f64(case, &x, &w, &g).0).for_each(|(a, b)| *a += b);
+    }
+    let before = cudnn::accumulated();
+    let grads = loss.expect("at least one case").backward();
+    let dx = to_f64(xt.grad(&grads).expect("x grad"));
+    (max_rel_err(&dx, &want), cudnn::accumulated() - before)
+}
+
+fn check_accumulate(device: &CudaDevice) -> bool {
+    let c = |k, r: usize, stride: usize, pad: usize| Conv2dCase { n: 4, c: 32, h: 14, w: 14, k, r, s: r, stride: [stride; 2], pad: [pad; 2], dil: [1; 2], groups: 1, bias: false };
+    // A bottleneck stage's first block: 1x1 to the narrow width, 1x1 stride-2 downsample; then a
+    // third user (a 3x3).
+    let (first, down, third) = (c(16, 1, 1, 0), c(64, 1, 2, 0), c(24, 3, 1, 1));
+    let mut ok = true;
+    for (dtype, bound) in [(FloatDType::F32, 1e-4), (FloatDType::BF16, 1e-2)] {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            for cases in [vec![first, down], vec![first, down, third]] {
+                let (err, added) = accumulate_case(&cases, device, dtype, layout);
+                let pass = err < bound && added == cases.len() as u64 - 1;
+                ok &= pass;
+                println!("RESULT check=conv_input_feeds_{} dtype={dtype:?} layout={layout:?} dx={err:.2e} bound={bound:.0e} added_in_place={added} {}", cases.len(), if pass { "ok" } else { "FAIL" });
+            }
+        }
+    }
     ok
 }
 
@@ -1137,6 +1186,7 @@ fn main() {
             || a == "bench-sdpa"
             || a == "check-transformer"
             || a == "check-relu"
+            || a == "check-accumulate"
             || a == "check-sgd"
             || a == "check-ce"
             || a == "check-nccl"
@@ -1147,6 +1197,7 @@ fn main() {
     let mut ok = true;
     if all || args.iter().any(|a| a == "check") {
         ok = check(&device);
+        ok &= check_accumulate(&device);
         ok &= check_bn(&device);
         ok &= check_fused(&device);
         ok &= check_upload(&device);
@@ -1173,6 +1224,9 @@ fn main() {
     if args.iter().any(|a| a == "check-relu") {
         ok &= check_relu(&device);
         ok &= check_max_pool(&device);
+    }
+    if args.iter().any(|a| a == "check-accumulate") {
+        ok &= check_accumulate(&device);
     }
     if args.iter().any(|a| a == "check-sgd") {
         ok &= check_sgd(&device);

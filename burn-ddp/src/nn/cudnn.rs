@@ -29,6 +29,14 @@ pub fn calls() -> u64 {
     CALLS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+static ACCUMULATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many convolution input gradients cuDNN has added into an existing gradient (β = 1)
+/// instead of writing a new buffer (tests use it to prove the in-place path was taken).
+pub fn accumulated() -> u64 {
+    ACCUMULATED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether the cuDNN library can be loaded (it is opened at run time, not linked).
 pub fn available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
@@ -338,7 +346,7 @@ impl DeviceState {
                         .map_err(|e| fail("cudnnFindConvolutionForwardAlgorithmEx", e))?;
                     pick!(perf, n, limit, opts, Algo::Forward)
                 }
-                Direction::BackwardData => {
+                Direction::BackwardData | Direction::BackwardDataAccumulate => {
                     let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>(); 16];
                     sys::cudnnFindConvolutionBackwardDataAlgorithmEx(h, w.0, wp, y.0, yp, conv.0, x.0, xp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
                         .result()
@@ -361,6 +369,25 @@ impl DeviceState {
         unsafe { result::set_convolution_math_type(conv.0, math) }.map_err(|e| fail("math type", e))?;
         log::debug!("cuDNN {dir:?} {shape:?}: {algo:?}, {math:?}, workspace {workspace} B");
         Ok(LegacyPlan { x, w, y, conv, algo, workspace })
+    }
+
+    /// [`Self::choose`], measuring an accumulating backward-data on a scratch input gradient:
+    /// the measurement runs the candidates several times, which would add `dy`'s share into
+    /// the real gradient more than once.
+    ///
+    /// # Safety
+    /// As [`run`].
+    unsafe fn choose_for(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<Plan> {
+        if dir != Direction::BackwardDataAccumulate {
+            // SAFETY: as this function's contract.
+            return unsafe { self.choose(dir, shape, p, opts) };
+        }
+        let elements = (0..4).map(|i| (shape.x[i] as usize - 1) * shape.x_strides[i] as usize).sum::<usize>() + 1;
+        let stream = self.stream.clone();
+        let mut scratch = stream.alloc_zeros::<u8>(elements * shape.dtype.size()).map_err(|e| fail("allocating a scratch gradient to measure on", e))?;
+        let (ptr, _sync) = scratch.device_ptr_mut(&stream);
+        // SAFETY: as this function's contract, with `x` replaced by a buffer of its extent.
+        unsafe { self.choose(dir, shape, Pointers { x: ptr, ..p }, opts) }
     }
 
     /// The plan for `dir` on `shape`: from the graph API when allowed and possible (one line
@@ -406,11 +433,11 @@ pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers,
 ///
 /// # Safety
 /// As [`run`], for both sets of pointers.
-pub unsafe fn run_backward(device: usize, shape: &ConvShape, data: Pointers, filter: Pointers, order: Order) -> Result<()> {
+pub unsafe fn run_backward(device: usize, shape: &ConvShape, data_dir: Direction, data: Pointers, filter: Pointers, order: Order) -> Result<()> {
     // SAFETY: as this function's contract.
     unsafe {
         with_handle(device, order, |s| {
-            s.convolve(Direction::BackwardData, shape, data)?;
+            s.convolve(data_dir, shape, data)?;
             s.convolve(Direction::BackwardFilter, shape, filter)
         })
     }
@@ -427,7 +454,7 @@ impl DeviceState {
         let key = (dir, shape.clone(), opts.allow_tf32, opts.deterministic, opts.graph_api);
         if !self.plans.contains_key(&key) {
             // SAFETY: as this function's contract.
-            let plan = unsafe { self.choose(dir, shape, p, &opts)? };
+            let plan = unsafe { self.choose_for(dir, shape, p, &opts)? };
             self.plans.insert(key.clone(), plan);
             self.shrink_workspace();
         }
@@ -436,6 +463,9 @@ impl DeviceState {
             Plan::Legacy(l) => l.workspace,
         };
         let (ws, ws_len) = self.workspace_ptr(need)?;
+        if dir == Direction::BackwardDataAccumulate {
+            ACCUMULATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let h = self.handle.0;
         let plan = match &self.plans[&key] {
             // SAFETY: the plan was built for `shape`; the caller vouches for the buffers.
@@ -443,7 +473,8 @@ impl DeviceState {
             Plan::Legacy(l) => l,
         };
         let (one, zero) = (1f32, 0f32);
-        let (a, b) = (&one as *const f32 as *const c_void, &zero as *const f32 as *const c_void);
+        let beta = if dir == Direction::BackwardDataAccumulate { &one } else { &zero };
+        let (a, b) = (&one as *const f32 as *const c_void, beta as *const f32 as *const c_void);
         let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
         // SAFETY: the plan's descriptors match `shape`; the caller vouches for the buffers.
         let status = unsafe {

@@ -19,7 +19,9 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
 use burn_fusion::{FusionBackend, NoOp};
 use burn_ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
-use cubecl::cuda::CudaRuntime;
+use cubecl::cuda::{CudaDevice, CudaRuntime};
+use cubecl::server::{Binding, ComputeServer};
+use cubecl::stream_id::StreamId;
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
@@ -142,21 +144,26 @@ fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: burn::tensor:
 /// device-side ordering cannot be set up, on this thread by draining burn's stream first and
 /// cuDNN's in `f`. Host time goes to the profile.
 ///
-/// The buffers are released as soon as the work is enqueued: anything burn launches later,
-/// including a new user of that memory, runs after cuDNN's signal.
+/// The buffers stay allocated until the work is enqueued, without blocking burn from writing
+/// them in place: anything burn launches later, including a new user of that memory or an
+/// in-place write, runs after cuDNN's signal.
 pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash::Hash, f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static) -> Result<()> {
     let first = tensors.first().expect("at least one tensor");
     let (device, index) = (first.device.clone(), first.device.index);
     let options = super::options::get();
+    // Bindings, not handles: like cubecl's own kernels, a queued job keeps its buffers allocated
+    // without counting as a user of them, so burn may still write a buffer in place once its
+    // last tensor is dropped (that write is queued on the device thread behind this job).
+    let bindings: Vec<Binding> = tensors.iter().map(|t| t.handle.clone().binding()).collect();
     if !options.host_sync && device_ordering_ok(index) {
-        let owned: Vec<CubeTensor<CudaRuntime>> = tensors.iter().map(|t| (*t).clone()).collect();
         let client = first.client.clone();
         let kind = device_thread::kind((kind, options));
         // The first of a kind is waited for on the host (cuDNN measures algorithms then): burn's
         // queued kernels are submitted first. Later ones need no flush (launches are immediate).
         let flush = !device_thread::is_proven(kind);
+        let server = device.clone();
         let job = move || -> Result<()> {
-            let (_held, ptrs) = timed(Phase::Resources, || resources(&owned.iter().collect::<Vec<_>>()))?;
+            let (_held, ptrs) = timed(Phase::Resources, || resources(&server, bindings))?;
             let order = timed(Phase::WaitBurn, || match stream_bridge::before(Channel::Cudnn, index, &client, flush) {
                 Ok(fence) => Ok(Order::Device(fence)),
                 Err(e) => {
@@ -173,16 +180,22 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash:
         };
         return timed(Phase::Submit, || device_thread::run(&device, kind, job));
     }
-    let (_held, ptrs) = timed(Phase::Resources, || resources(tensors))?;
+    let (_held, ptrs) = timed(Phase::Resources, || resources(&device, bindings))?;
     timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device)).map_err(|e| cudnn::fail("synchronising burn's stream", e))?;
     timed(Phase::Cudnn, || f(&ptrs, Order::Host))?;
     count_call(false);
     Ok(())
 }
 
-/// The buffers of `tensors`, kept alive while held, and their device addresses.
-fn resources(tensors: &[&CubeTensor<CudaRuntime>]) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
-    let held = tensors.iter().map(|c| c.client.get_resource(c.handle.clone()).map_err(|e| cudnn::fail("device pointer", e))).collect::<Result<Vec<_>>>()?;
+/// The buffers behind `bindings`, kept allocated while held, and their device addresses: looked
+/// up by cubecl's server for `device` on the calling stream (a direct call on the device thread).
+fn resources(device: &CudaDevice, bindings: Vec<Binding>) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
+    let stream = StreamId::current();
+    let server = device_thread::server(device);
+    let held = server
+        .submit_blocking(move |s| bindings.into_iter().map(|b| s.get_resource(b, stream)).collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| cudnn::fail("device pointer", e))?
+        .map_err(|e| cudnn::fail("device pointer", e))?;
     let ptrs = held.iter().map(|r| r.resource().ptr).collect();
     Ok((held, ptrs))
 }

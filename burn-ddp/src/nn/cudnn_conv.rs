@@ -24,6 +24,7 @@ use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 use burn_cuda::Cuda;
+use std::sync::Arc;
 
 /// `conv2d` through cuDNN when `B` is burn-cuda (with or without autodiff) and cuDNN is usable;
 /// otherwise the inputs come back untouched. `x` and the output are in `layout`'s order
@@ -48,7 +49,7 @@ pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvO
 /// (the fused convolution + batch norm's fallback).
 pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> (Prim, Prim) {
     let meta = (w.shape.clone(), w.dtype);
-    match backward(x, w, dy, o, Layout::Nchw, meta, true, true) {
+    match backward(x, w, dy, None, o, Layout::Nchw, meta, true, true) {
         (Some(dx), Some(dw)) => (dx, dw),
         _ => unreachable!("both gradients were asked for"),
     }
@@ -92,13 +93,30 @@ impl Backward<Cuda, 2> for CudnnConv2d {
         let [node_x, node_w] = ops.parents;
         let dy = grads.consume::<Cuda>(&ops.node);
         let s = ops.state;
-        let (dx, dw) = backward(s.x, s.wk, dy, &s.options, s.layout, s.w, node_x.is_some(), node_w.is_some());
+        // The gradient `x` has from its other users so far (a ResNet stage's first block feeds
+        // `x` to two convolutions): this one adds its share into it rather than beside it.
+        let acc = node_x.as_ref().and_then(|n| take_grad(grads, AdPrim { primitive: s.x.clone(), node: n.clone(), rc: Arc::new(n.id) }));
+        let (dx, dw) = backward(s.x, s.wk, dy, acc, &s.options, s.layout, s.w, node_x.is_some(), node_w.is_some());
         for (node, grad) in [(node_x, dx), (node_w, dw)] {
             if let (Some(node), Some(grad)) = (node, grad) {
                 grads.register::<Cuda>(node.id, grad);
             }
         }
     }
+}
+
+/// An autodiff tensor (burn-autodiff names its type only through the backend).
+type AdPrim = burn::tensor::ops::FloatTensor<Ad>;
+
+/// The gradient registered so far for `key`'s node, taken out of `grads`, when it has the shape
+/// and type of `key`'s tensor (what the convolution's input gradient has); otherwise it stays.
+fn take_grad(grads: &mut Gradients, key: AdPrim) -> Option<Prim> {
+    let g = grads.remove::<Cuda>(&key)?;
+    if g.shape == key.primitive.shape && g.dtype == key.primitive.dtype {
+        return Some(g);
+    }
+    grads.register::<Cuda>(key.node.id, g);
+    None
 }
 
 fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>, layout: Layout) -> Result<Tensor<Ad, 4>> {
@@ -199,9 +217,12 @@ fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
 }
 
 /// Queues the gradients the graph needs — `dx` in `x`'s order and type, `dw` in the
-/// parameter's shape `w` (KCRS) and type — from `wk`, the filter the forward pass read.
+/// parameter's shape `w` (KCRS) and type — from `wk`, the filter the forward pass read. With
+/// `acc` (a gradient `x` already has), `dx` comes back as `acc` plus this convolution's share:
+/// added in place by cuDNN (β = 1) when this is `acc`'s last use and nothing else shares its
+/// buffer, else added after.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, o: &ConvOptions<2>, layout: Layout, w: (Shape, DType), need_dx: bool, need_dw: bool) -> (Option<Prim>, Option<Prim>) {
+pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, acc: Option<Prim>, o: &ConvOptions<2>, layout: Layout, w: (Shape, DType), need_dx: bool, need_dw: bool) -> (Option<Prim>, Option<Prim>) {
     if !need_dx && !need_dw {
         return (None, None);
     }
@@ -217,9 +238,11 @@ pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, o: &ConvOptions<2>, layout: 
         outputs.push(w.clone());
     }
     let o = o.clone();
-    let mut out = fusion_op::queue("cudnn_conv2d_backward", vec![x, wk, dy], &outputs, move |ins| {
-        let [x, wk, dy]: [Cube; 3] = ins.try_into().expect("three inputs");
-        let (dx, dw) = backward_cubes(x, packed(wk), dy, &shape, &o, need_dx, need_dw);
+    let inputs: Vec<Prim> = [x, wk, dy].into_iter().chain(acc.filter(|_| need_dx)).collect();
+    let mut out = fusion_op::queue_owned("cudnn_conv2d_backward", inputs, &outputs, move |ins| {
+        let mut ins = ins.into_iter();
+        let [x, wk, dy] = [(); 3].map(|()| ins.next().expect("three inputs").0);
+        let (dx, dw) = backward_cubes(x, packed(wk), dy, ins.next(), &shape, &o, need_dx, need_dw);
         dx.into_iter().chain(dw.map(|dw| unpack_filter(dw, w.1, layout))).collect()
     })
     .into_iter();
@@ -229,32 +252,68 @@ pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, o: &ConvOptions<2>, layout: 
 
 type Grads = (Option<Cube>, Option<Cube>);
 
-fn backward_cubes(x: Cube, wk: Cube, dy: Cube, shape: &ConvShape, o: &ConvOptions<2>, need_dx: bool, need_dw: bool) -> Grads {
+/// The gradients on cuDNN (burn's kernels when it fails), `dx` plus `acc` when given: `acc` is
+/// the gradient already there with whether this operation is its last user.
+#[allow(clippy::too_many_arguments)]
+fn backward_cubes(x: Cube, wk: Cube, dy: Cube, acc: Option<(Cube, bool)>, shape: &ConvShape, o: &ConvOptions<2>, need_dx: bool, need_dw: bool) -> Grads {
     let (x, dy) = timed(Phase::Prepare, || (packed(x), packed(dy)));
-    cudnn_backward(&x, &wk, &dy, shape, need_dx, need_dw).unwrap_or_else(|e| {
+    if let Some((a, true)) = &acc
+        && a.can_mut()
+        && writable_as_dx(a, shape)
+    {
+        match cudnn_backward(&x, &wk, &dy, Some(a), shape, need_dx, need_dw) {
+            Ok(grads) => return grads,
+            Err(e) => warn_once("cuDNN convolution backward adding into the input's gradient", &e, "the gradients are added after"),
+        }
+    }
+    let (dx, dw) = cudnn_backward(&x, &wk, &dy, None, shape, need_dx, need_dw).unwrap_or_else(|e| {
         warn_once("cuDNN convolution backward", &e, BURN_RUNS);
         let layout = shape.layout;
         let (xn, wn, dyn_) = (nchw(x, layout), nchw(wk, layout), nchw(dy, layout));
         let dx = need_dx.then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_x_backward(xn.clone(), wn.clone(), dyn_.clone(), o.clone()), layout));
         let dw = need_dw.then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_weight_backward(xn, wn, dyn_, o.clone()), layout));
         (dx, dw)
-    })
+    });
+    let dx = match (dx, acc) {
+        (Some(dx), Some((a, _))) => Some(<Inner as FloatTensorOps<Inner>>::float_add(a, dx)),
+        (dx, _) => dx,
+    };
+    (dx, dw)
 }
 
-/// Both gradients in one cuDNN job (one fence pair), or the one asked for.
-fn cudnn_backward(x: &Cube, wk: &Cube, dy: &Cube, shape: &ConvShape, need_dx: bool, need_dw: bool) -> Result<Grads> {
+/// Whether cuDNN may write the input gradient of `shape` straight into `t`: its dims, type and
+/// packed strides are those of the buffer it would otherwise allocate.
+fn writable_as_dx(t: &Cube, shape: &ConvShape) -> bool {
+    let dims: Vec<usize> = shape.layout.from_nchw(shape.x).map(|v| v as usize).to_vec();
+    let packed: Vec<usize> = (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect();
+    t.dtype == cube_dtype(shape.dtype) && t.meta.shape().as_slice() == dims.as_slice() && t.meta.strides().to_vec() == packed
+}
+
+fn cube_dtype(d: super::cudnn::DataType) -> DType {
+    match d {
+        super::cudnn::DataType::F32 => DType::F32,
+        super::cudnn::DataType::Bf16 => DType::BF16,
+        super::cudnn::DataType::F16 => DType::F16,
+    }
+}
+
+/// Both gradients in one cuDNN job (one fence pair), or the one asked for. With `into`, the
+/// input gradient is added into that buffer (cuDNN's β = 1) and it is returned as `dx`.
+fn cudnn_backward(x: &Cube, wk: &Cube, dy: &Cube, into: Option<&Cube>, shape: &ConvShape, need_dx: bool, need_dw: bool) -> Result<Grads> {
     let layout = shape.layout;
-    let dx = empty(x, &layout.from_nchw(shape.x).map(|v| v as usize));
+    let dx = into.cloned().unwrap_or_else(|| empty(x, &layout.from_nchw(shape.x).map(|v| v as usize)));
     let dw = empty(x, &layout.from_nchw(shape.w).map(|v| v as usize));
+    let data_dir = if into.is_some() { Direction::BackwardDataAccumulate } else { Direction::BackwardData };
     let (device, sh) = (x.device.index, shape.clone());
-    let kind = ("conv_backward", shape.clone(), need_dx, need_dw);
-    // SAFETY: as in `cudnn_forward`; dx and dw are fresh buffers only this job writes.
+    let kind = ("conv_backward", shape.clone(), need_dx, need_dw, data_dir);
+    // SAFETY: as in `cudnn_forward`; dw is a fresh buffer, dx fresh or one no tensor but this
+    // operation's output holds (`backward_cubes` checked), and only this job writes them.
     launch(&[x, wk, dy, &dx, &dw], kind, move |p, order| unsafe {
         let data = Pointers { x: p[3], w: p[1], y: p[2] };
         let filter = Pointers { x: p[0], w: p[4], y: p[2] };
         match (need_dx, need_dw) {
-            (true, true) => cudnn::run_backward(device, &sh, data, filter, order),
-            (true, false) => cudnn::run(device, Direction::BackwardData, &sh, data, order),
+            (true, true) => cudnn::run_backward(device, &sh, data_dir, data, filter, order),
+            (true, false) => cudnn::run(device, data_dir, &sh, data, order),
             _ => cudnn::run(device, Direction::BackwardFilter, &sh, filter, order),
         }
     })?;

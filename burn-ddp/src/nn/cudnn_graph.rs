@@ -75,7 +75,7 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
                 A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
             ],
         ),
-        Direction::BackwardData => (
+        Direction::BackwardData | Direction::BackwardDataAccumulate => (
             D::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
             [
                 A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
@@ -103,10 +103,11 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
     op.descs(aw, &[&w])?;
     op.descs(ay, &[&y])?;
     op.descs(ac, &[&conv])?;
+    let accumulate = if dir == Direction::BackwardDataAccumulate { 1f32 } else { 0f32 };
     // SAFETY: FLOAT attributes read f32.
     unsafe {
         op.set(alpha, T::CUDNN_TYPE_FLOAT, &[1f32])?;
-        op.set(beta, T::CUDNN_TYPE_FLOAT, &[0f32])?;
+        op.set(beta, T::CUDNN_TYPE_FLOAT, &[accumulate])?;
     }
     let op = op.finalize()?;
     Ok((operation_graph(handle, &[&op])?, vec![x, w, y, conv, op]))

@@ -20,6 +20,14 @@ pub enum DataType {
 }
 
 impl DataType {
+    /// Bytes per element.
+    pub(super) fn size(self) -> usize {
+        match self {
+            DataType::F32 => 4,
+            DataType::Bf16 | DataType::F16 => 2,
+        }
+    }
+
     pub(super) fn raw(self) -> sys::cudnnDataType_t {
         match self {
             DataType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
@@ -68,6 +76,9 @@ pub enum Direction {
     Forward,
     /// `dx = conv_transpose(dy, w)`.
     BackwardData,
+    /// `dx += conv_transpose(dy, w)`: backward-data adding into the gradient already in `dx`
+    /// (β = 1), for an input that feeds several convolutions.
+    BackwardDataAccumulate,
     /// `dw = corr(x, dy)`.
     BackwardFilter,
 }

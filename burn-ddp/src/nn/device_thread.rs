@@ -16,11 +16,13 @@
 
 use super::cudnn_types::fail;
 use crate::error::Result;
-use cubecl::cuda::CudaDevice;
+use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cubecl::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
 use cubecl::device_handle::DeviceHandle;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
+
+type Server = <CudaRuntime as cubecl::Runtime>::Server;
 
 /// Our service on cubecl's device thread: it has no state, it only gives us a queue there.
 struct CudnnService;
@@ -36,6 +38,14 @@ impl DeviceService for CudnnService {
 
 fn handle(device: &CudaDevice) -> DeviceHandle<CudnnService> {
     static HANDLES: OnceLock<Mutex<HashMap<usize, DeviceHandle<CudnnService>>>> = OnceLock::new();
+    let mut map = HANDLES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    map.entry(device.index).or_insert_with(|| DeviceHandle::new(device.to_id())).clone()
+}
+
+/// cubecl's own server for `device` (burn's buffers and kernels), reached through the same
+/// device thread: from a job running there, a call on it is direct.
+pub(super) fn server(device: &CudaDevice) -> DeviceHandle<Server> {
+    static HANDLES: OnceLock<Mutex<HashMap<usize, DeviceHandle<Server>>>> = OnceLock::new();
     let mut map = HANDLES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     map.entry(device.index).or_insert_with(|| DeviceHandle::new(device.to_id())).clone()
 }

@@ -18,13 +18,15 @@ use burn::tensor::{DType, Shape};
 use burn_cubecl::fusion::FusionCubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
 use burn_fusion::stream::{Operation, OperationStreams};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr, TensorStatus};
 use cubecl::cuda::CudaRuntime;
 
 /// A buffer of burn-cuda's inner backend.
 pub(super) type Cube = CubeTensor<CudaRuntime>;
 type Handles = HandleContainer<<FusionCubeRuntime<CudaRuntime> as burn_fusion::FusionRuntime>::FusionHandle>;
-type Exec = dyn Fn(Vec<Cube>) -> Vec<Cube> + Send + Sync;
+/// The inputs' buffers, each with whether this operation is its tensor's last user (burn-fusion's
+/// read-write status: no later operation reads that tensor, so its buffer may be written).
+type Exec = dyn Fn(Vec<(Cube, bool)>) -> Vec<Cube> + Send + Sync;
 
 /// An operation's inputs and outputs as burn-fusion sees them, and what it computes.
 struct CustomOp {
@@ -40,7 +42,7 @@ impl std::fmt::Debug for CustomOp {
 
 impl Operation<FusionCubeRuntime<CudaRuntime>> for CustomOp {
     fn execute(&self, handles: &mut Handles) {
-        let inputs = self.desc.inputs.iter().map(|t| handles.get_float_tensor::<Inner>(t)).collect();
+        let inputs = self.desc.inputs.iter().map(|t| (handles.get_float_tensor::<Inner>(t), t.status == TensorStatus::ReadWrite)).collect();
         let outputs = (self.exec)(inputs);
         assert_eq!(outputs.len(), self.desc.outputs.len(), "{}: {} outputs computed, {} declared", self.desc.id, outputs.len(), self.desc.outputs.len());
         for (ir, out) in self.desc.outputs.iter().zip(outputs) {
@@ -58,6 +60,13 @@ impl Operation<FusionCubeRuntime<CudaRuntime>> for CustomOp {
 /// # Panics
 /// When `inputs` is empty.
 pub(super) fn queue(name: &'static str, inputs: Vec<Prim>, outputs: &[(Shape, DType)], exec: impl Fn(Vec<Cube>) -> Vec<Cube> + Send + Sync + 'static) -> Vec<Prim> {
+    queue_owned(name, inputs, outputs, move |ins| exec(ins.into_iter().map(|(t, _)| t).collect()))
+}
+
+/// [`queue`], with each input's buffer paired with whether this operation is its tensor's last
+/// user. Writing into such a buffer is safe only when no other tensor shares it either (a view
+/// does: check `can_mut` too).
+pub(super) fn queue_owned(name: &'static str, inputs: Vec<Prim>, outputs: &[(Shape, DType)], exec: impl Fn(Vec<(Cube, bool)>) -> Vec<Cube> + Send + Sync + 'static) -> Vec<Prim> {
     let client = inputs.first().expect("an operation has inputs").client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());
     let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
