@@ -20,7 +20,8 @@
 #           again (first step, speed, memory), PyTorch eager's first run beside; ResNet-50 f32 and
 #           ResNet-34 b16 memory beside PyTorch's; the tutorial's job for EPOCHS (default 5) from a
 #           fresh machine beside PyTorch's (channels_last, 16 loader workers); `eval --gpus 0` and
-#           `predict --gpus 0` of its checkpoint.
+#           `predict --gpus 0` of its checkpoint; the job again (second run); `cudnn_check
+#           check-accumulate`; torch.compile's ResNet-50 bf16 (the stretch row).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
 set -uo pipefail
@@ -71,6 +72,12 @@ elif [ "$PART" = 6 ]; then
   step tut_torch_nhwc_w16 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
   step eval_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" eval --gpus 0 --checkpoint /tmp/tut-fresh/best.ckpt
   step predict_ours 120 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" predict --gpus 0 --checkpoint /tmp/tut-fresh/best.ckpt /tmp/fm224/Bag /tmp/no-such-image.jpg
+  rm -rf /tmp/tut-second
+  step tut_ours_second 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-second
+  sed 's/^/METRICS /' /tmp/tut-second/metrics.jsonl >>"$LOG" 2>/dev/null
+  chmod +x "$B"/cudnn_check
+  SHOW="RESULT check=conv_input|FAIL|rror|panick" step check_accumulate 120 "$B"/cudnn_check check-accumulate
+  step r50_torch_compile 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 20 bf16 nhwc compile
 elif [ "$PART" = 3 ]; then
   # Where the tutorial job's host time per step goes: train without weight decay, the bench
   # step (no data, no weight decay) and PyTorch with 16 loader workers (an expert's tuning).

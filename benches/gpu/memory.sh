@@ -52,7 +52,8 @@ R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --
 if [ "${PART:-2}" = 9 ]; then
   SHOW="RESULT check=conv_input|rror|panick" SHOW_LINES=8 step check_accumulate 120 "$B"/cudnn_check check-accumulate
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
-  python3 benches/gpu/memory_log_summary.py "$OUT"/mem-r50.log | head -12 | tee -a "$LOG"
+  python3 benches/gpu/memory_log_summary.py "$OUT"/mem-r50.log > "$OUT"/mem-r50-summary.txt
+  head -12 "$OUT"/mem-r50-summary.txt | tee -a "$LOG"
   xz_files "$OUT"/mem-r50.log
   step r50_1 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
