@@ -22,6 +22,8 @@
 #           fresh machine beside PyTorch's (channels_last, 16 loader workers); `eval --gpus 0` and
 #           `predict --gpus 0` of its checkpoint; the job again (second run); `cudnn_check
 #           check-accumulate`; torch.compile's ResNet-50 bf16 (the stretch row).
+#   PART=7  the tutorial's job alone, alternated with PyTorch's (16 loader workers) twice: ours from a
+#           fresh machine, PyTorch, ours again, PyTorch again (the steady ratio's spread in one call).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
 set -uo pipefail
@@ -78,6 +80,16 @@ elif [ "$PART" = 6 ]; then
   chmod +x "$B"/cudnn_check
   SHOW="RESULT check=conv_input|FAIL|rror|panick" step check_accumulate 120 "$B"/cudnn_check check-accumulate
   step r50_torch_compile 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 20 bf16 nhwc compile
+elif [ "$PART" = 7 ]; then
+  D=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  E=${EPOCHS:-5}
+  for run in 1 2; do
+    rm -rf /tmp/tut-$run
+    step tut_ours_$run 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-$run
+    sed 's/^/METRICS /' /tmp/tut-$run/metrics.jsonl >>"$LOG" 2>/dev/null
+    step tut_torch_w16_$run 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
+  done
 elif [ "$PART" = 3 ]; then
   # Where the tutorial job's host time per step goes: train without weight decay, the bench
   # step (no data, no weight decay) and PyTorch with 16 loader workers (an expert's tuning).
