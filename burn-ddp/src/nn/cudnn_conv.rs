@@ -223,6 +223,7 @@ fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
 /// buffer, else added after.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, acc: Option<Prim>, o: &ConvOptions<2>, layout: Layout, w: (Shape, DType), need_dx: bool, need_dw: bool) -> (Option<Prim>, Option<Prim>) {
+    assert!(acc.is_none() || need_dx, "an input gradient to add into, but none asked for");
     if !need_dx && !need_dw {
         return (None, None);
     }
@@ -238,7 +239,7 @@ pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, acc: Option<Prim>, o: &ConvO
         outputs.push(w.clone());
     }
     let o = o.clone();
-    let inputs: Vec<Prim> = [x, wk, dy].into_iter().chain(acc.filter(|_| need_dx)).collect();
+    let inputs: Vec<Prim> = [x, wk, dy].into_iter().chain(acc).collect();
     let mut out = fusion_op::queue_owned("cudnn_conv2d_backward", inputs, &outputs, move |ins| {
         let mut ins = ins.into_iter();
         let [x, wk, dy] = [(); 3].map(|()| ins.next().expect("three inputs").0);
