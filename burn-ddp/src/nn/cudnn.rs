@@ -472,9 +472,8 @@ impl DeviceState {
             Plan::Graph(g) => return unsafe { super::cudnn_graph::execute(h, g, p, ws) },
             Plan::Legacy(l) => l,
         };
-        let (one, zero) = (1f32, 0f32);
-        let beta = if dir == Direction::BackwardDataAccumulate { &one } else { &zero };
-        let (a, b) = (&one as *const f32 as *const c_void, beta as *const f32 as *const c_void);
+        let (one, beta) = (1f32, dir.beta());
+        let (a, b) = (&one as *const f32 as *const c_void, &beta as *const f32 as *const c_void);
         let (xp, wp, yp, wsp) = (p.x as *mut c_void, p.w as *mut c_void, p.y as *mut c_void, ws as *mut c_void);
         // SAFETY: the plan's descriptors match `shape`; the caller vouches for the buffers.
         let status = unsafe {

@@ -161,9 +161,9 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash:
         // The first of a kind is waited for on the host (cuDNN measures algorithms then): burn's
         // queued kernels are submitted first. Later ones need no flush (launches are immediate).
         let flush = !device_thread::is_proven(kind);
-        let server = device.clone();
+        let job_device = device.clone();
         let job = move || -> Result<()> {
-            let (_held, ptrs) = timed(Phase::Resources, || resources(&server, bindings))?;
+            let (_held, ptrs) = timed(Phase::Resources, || resources(&job_device, bindings))?;
             let order = timed(Phase::WaitBurn, || match stream_bridge::before(Channel::Cudnn, index, &client, flush) {
                 Ok(fence) => Ok(Order::Device(fence)),
                 Err(e) => {

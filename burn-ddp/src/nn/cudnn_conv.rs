@@ -11,7 +11,7 @@
 
 use super::cudnn::{self, ConvShape, Direction, Pointers};
 use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empty, launch, packed_shape, same_data_type, warn_once};
-use super::fusion_op::{self, Cube, packed};
+use super::fusion_op::{self, Cube, packed, row_major};
 use super::layout::Layout;
 use super::profile::{Phase, timed};
 use super::report::note_path;
@@ -260,7 +260,7 @@ fn backward_cubes(x: Cube, wk: Cube, dy: Cube, acc: Option<(Cube, bool)>, shape:
     let (x, dy) = timed(Phase::Prepare, || (packed(x), packed(dy)));
     if let Some((a, true)) = &acc
         && a.can_mut()
-        && writable_as_dx(a, shape)
+        && writable_as_dx(a, &x, shape)
     {
         match cudnn_backward(&x, &wk, &dy, Some(a), shape, need_dx, need_dw) {
             Ok(grads) => return grads,
@@ -283,26 +283,22 @@ fn backward_cubes(x: Cube, wk: Cube, dy: Cube, acc: Option<(Cube, bool)>, shape:
 }
 
 /// Whether cuDNN may write the input gradient of `shape` straight into `t`: its dims, type and
-/// packed strides are those of the buffer it would otherwise allocate.
-fn writable_as_dx(t: &Cube, shape: &ConvShape) -> bool {
-    let dims: Vec<usize> = shape.layout.from_nchw(shape.x).map(|v| v as usize).to_vec();
-    let packed: Vec<usize> = (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect();
-    t.dtype == cube_dtype(shape.dtype) && t.meta.shape().as_slice() == dims.as_slice() && t.meta.strides().to_vec() == packed
+/// packed strides are those of the buffer it would otherwise allocate (`x`'s type).
+fn writable_as_dx(t: &Cube, x: &Cube, shape: &ConvShape) -> bool {
+    let dims = dx_dims(shape);
+    t.dtype == x.dtype && t.meta.shape().as_slice() == dims.as_slice() && t.meta.strides().to_vec() == row_major(&dims)
 }
 
-fn cube_dtype(d: super::cudnn::DataType) -> DType {
-    match d {
-        super::cudnn::DataType::F32 => DType::F32,
-        super::cudnn::DataType::Bf16 => DType::BF16,
-        super::cudnn::DataType::F16 => DType::F16,
-    }
+/// The input gradient's dims, in the layout's order.
+fn dx_dims(shape: &ConvShape) -> [usize; 4] {
+    shape.layout.from_nchw(shape.x).map(|v| v as usize)
 }
 
 /// Both gradients in one cuDNN job (one fence pair), or the one asked for. With `into`, the
 /// input gradient is added into that buffer (cuDNN's β = 1) and it is returned as `dx`.
 fn cudnn_backward(x: &Cube, wk: &Cube, dy: &Cube, into: Option<&Cube>, shape: &ConvShape, need_dx: bool, need_dw: bool) -> Result<Grads> {
     let layout = shape.layout;
-    let dx = into.cloned().unwrap_or_else(|| empty(x, &layout.from_nchw(shape.x).map(|v| v as usize)));
+    let dx = into.cloned().unwrap_or_else(|| empty(x, &dx_dims(shape)));
     let dw = empty(x, &layout.from_nchw(shape.w).map(|v| v as usize));
     let data_dir = if into.is_some() { Direction::BackwardDataAccumulate } else { Direction::BackwardData };
     let (device, sh) = (x.device.index, shape.clone());

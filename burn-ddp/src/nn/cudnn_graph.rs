@@ -103,11 +103,10 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
     op.descs(aw, &[&w])?;
     op.descs(ay, &[&y])?;
     op.descs(ac, &[&conv])?;
-    let accumulate = if dir == Direction::BackwardDataAccumulate { 1f32 } else { 0f32 };
     // SAFETY: FLOAT attributes read f32.
     unsafe {
         op.set(alpha, T::CUDNN_TYPE_FLOAT, &[1f32])?;
-        op.set(beta, T::CUDNN_TYPE_FLOAT, &[accumulate])?;
+        op.set(beta, T::CUDNN_TYPE_FLOAT, &[dir.beta()])?;
     }
     let op = op.finalize()?;
     Ok((operation_graph(handle, &[&op])?, vec![x, w, y, conv, op]))

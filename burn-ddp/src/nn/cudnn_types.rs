@@ -83,6 +83,13 @@ pub enum Direction {
     BackwardFilter,
 }
 
+impl Direction {
+    /// cuDNN's β: how much of the output buffer's old contents the result is added to.
+    pub(super) fn beta(self) -> f32 {
+        if self == Direction::BackwardDataAccumulate { 1.0 } else { 0.0 }
+    }
+}
+
 /// Device addresses of one call. Which are read and which written depends on the direction:
 /// forward writes `y`, backward-data writes `x`, backward-filter writes `w`.
 #[derive(Clone, Copy, Debug)]

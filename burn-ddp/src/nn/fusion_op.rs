@@ -84,10 +84,14 @@ pub(super) fn packed(t: Cube) -> Cube {
 /// The buffer packed, checked to be row-major (what plans built for packed strides need).
 pub(super) fn dense(t: Cube) -> Cube {
     let t = packed(t);
-    let dims = t.meta.shape().as_slice().to_vec();
-    let expect: Vec<usize> = (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect();
+    let expect = row_major(t.meta.shape().as_slice());
     assert_eq!(t.meta.strides().to_vec(), expect, "a packed buffer has row-major strides");
     t
+}
+
+/// The strides of a packed row-major buffer of `dims`, in elements.
+pub(super) fn row_major(dims: &[usize]) -> Vec<usize> {
+    (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect()
 }
 
 /// `(shape, dtype)` of a tensor, for [`queue`]'s outputs.
