@@ -1,11 +1,13 @@
 """PyTorch/torchvision baselines for the burn-vision benchmarks, run in the same device call.
 
 Modes (each prints one JSON line prefixed with RESULT):
-  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc] [eager|compile]
+  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc] [eager|compile|ddp]
              forward+backward+SGD(momentum 0.9) on random data, fp32 (cuDNN may use TF32, as
-             PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager or
-             torch.compile (compiled during the warm-up steps): the same work
-             `burn-vision bench --precision ...` does. cudnn.benchmark is on.
+             PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager,
+             torch.compile (compiled during the warm-up steps) or eager under
+             DistributedDataParallel over a one-rank NCCL group (its defaults: 25 MB buckets, the
+             first 1 MB; every bucket goes through NCCL): the same work
+             `burn-vision bench --precision ... [--ddp]` does. cudnn.benchmark is on.
   folder     DIR BATCH STEPS [nchw|nhwc]  ResNet-50 on an ImageFolder with
              RandomResizedCrop(224)+flip, 8 DataLoader workers: real decoding and augmentation
              (fp32; nhwc: model and batches channels_last).
@@ -107,16 +109,31 @@ def synthetic(name, batch, size, channels, classes, small, warmup, steps, precis
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if mode == "compile":
         model = torch.compile(model)
+    if mode == "ddp":
+        model = one_rank_ddp(model)
     x = torch.randn(batch, channels, size, size, device=dev).to(memory_format=fmt)
     y = torch.randint(0, classes, (batch,), device=dev)
     amp = {"f32": None, "bf16": torch.bfloat16}[precision]
     ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps, amp)
     peak = torch.cuda.max_memory_allocated() / 2**30
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
-                                      precision=precision, layout=layout, compiled=mode == "compile",
+                                      precision=precision, layout=layout, compiled=mode == "compile", ddp=mode == "ddp",
                                       img_per_s=ips, peak_mem_gib=peak, allocated_after_forward_gib=allocated_after_forward(model, x, y, amp),
                                       reserved_gib=torch.cuda.max_memory_reserved() / 2**30, device_used_gib=device_used_gib(),
                                       first_step=FIRST, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)
+
+
+def one_rank_ddp(model):
+    """`model` under DDP in a world of this process alone (NCCL, a free loopback port)."""
+    import socket
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    return nn.parallel.DistributedDataParallel(model, device_ids=[0])
 
 
 def folder(path, batch, steps, layout="nchw"):

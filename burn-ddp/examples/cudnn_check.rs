@@ -1064,6 +1064,62 @@ fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> b
     ok
 }
 
+/// One step's gradients of `m` on (x, g), through `ddp` when given, in parameter order.
+fn step_gradients(m: &ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParallel>, (x, g): (&Tensor<Ad, 4>, &Tensor<Ad, 4>)) -> Vec<f64> {
+    let step = ddp.map(|d| d.step(m).expect("ddp step"));
+    let loss = m.loss(x.clone(), g);
+    let grads = match step {
+        Some(s) => s.backward(loss, m).expect("ddp backward"),
+        None => burn_optim::GradientsParams::from_grads(loss.backward(), m),
+    };
+    let values = |t: Option<Vec<f32>>| t.expect("a gradient for every parameter").into_iter().map(f64::from);
+    m.convs
+        .iter()
+        .flat_map(|c| {
+            let w = values(grads.get::<Cuda, 4>(c.weight.id).map(|t| t.into_data().to_vec::<f32>().expect("f32")));
+            let b = values(grads.get::<Cuda, 1>(c.bias.as_ref().expect("bias").id).map(|t| t.into_data().to_vec::<f32>().expect("f32")));
+            w.chain(b).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// DDP's other device-route settings against plain gradients of one step: bf16 on the wire
+/// (each gradient rounded to bf16 once: within 2^-8 of its magnitude, beside cuDNN's own
+/// noise) and `find_unused_parameters` (presence counts summed through NCCL beside the
+/// gradients, read back; equal to plain up to cuDNN's noise).
+fn check_nccl_ddp_settings(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
+    <Ad as Backend>::seed(device, 11);
+    let model = ConvStack::<Ad>::new(device, &[8, 32, 32, 16]);
+    let (x, g) = (Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device));
+    let base = burn_ddp::DdpConfig { bucket_bytes: 16 << 10, ..Default::default() };
+    let plain = step_gradients(&model, None, (&x, &g));
+    let scale = plain.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    // Relative to each value, with a floor of 1e-3 of the largest (values near zero).
+    let rel = |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
+    let noise = rel(&step_gradients(&model, None, (&x, &g)));
+    let mut ok = true;
+    for (name, config, bound) in [
+        ("bf16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Bf16, ..base }, 2f64.powi(-8) + 1e-4),
+        ("fp16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Fp16, ..base }, 2f64.powi(-11) + 1e-4),
+        ("find_unused", burn_ddp::DdpConfig { find_unused_parameters: true, ..base }, 1e-4),
+    ] {
+        let ddp = burn_ddp::DistributedDataParallel::new(pg.clone(), config);
+        let _ = step_gradients(&model, Some(&ddp), (&x, &g));
+        let err = rel(&step_gradients(&model, Some(&ddp), (&x, &g)));
+        let s = ddp.stats();
+        let pass = err <= bound && s.on_device == s.buckets && s.buckets > 2;
+        ok &= pass;
+        println!(
+            "RESULT check=nccl_ddp_{name} grads={} max_rel_err={err:.2e} (plain vs plain {noise:.1e}) bound={bound:.2e} buckets={} on_device={} {}",
+            plain.len(),
+            s.buckets,
+            s.on_device,
+            if pass { "ok" } else { "FAIL" }
+        );
+    }
+    ok
+}
+
 /// Host time per step of plain training, DDP on the device route and DDP with blocking
 /// collectives (`BURN_DDP_NCCL_HOST_SYNC=1`), one-rank NCCL, 6 convolutions of 64 features at
 /// 56², batch 32, f32.
@@ -1175,7 +1231,7 @@ fn check_sync_bn(device: &CudaDevice) -> bool {
 
 fn check_nccl(device: &CudaDevice) -> bool {
     let pg = nccl_group();
-    let ok = check_nccl_ordering(device, &pg) & check_nccl_ddp(device, pg.clone());
+    let ok = check_nccl_ordering(device, &pg) & check_nccl_ddp(device, pg.clone()) & check_nccl_ddp_settings(device, pg.clone());
     bench_nccl_ddp(device, pg);
     ok
 }

@@ -5,26 +5,31 @@
 //! own stream, and the group waits for NCCL before burn reads the buffer again. The fusion tensor
 //! is kept alive during the call, so its id still names the (now reduced) buffer afterwards.
 //!
-//! DDP's buckets take another route, [`all_reduce_ordered`]: NCCL's stream is ordered after
-//! burn's on the device and burn's after NCCL's only where the result is read, so backward
-//! goes on computing while a bucket is summed, and the host waits for neither.
+//! DDP's buckets take another route, [`all_reduce_bucket`] (and SyncBatchNorm's exchanges
+//! [`all_reduce_ordered`]): NCCL's stream is ordered after burn's on the device and burn's after
+//! NCCL's only where the result is read, so backward goes on computing while a bucket is
+//! summed, and the host waits for neither.
 
 use crate::ReduceOp;
 use crate::error::{Error, Result};
-use crate::nn::side_stream;
+use crate::nn::{bucket_copy, side_stream};
 use crate::process_group::buffer::{Buffer, DType, Memory};
+use crate::process_group::nccl::DeviceReduction;
 use crate::process_group::{AllReduceOptions, BroadcastOptions, ProcessGroup};
 use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
+use burn::tensor::ops::FloatTensor;
 use burn_cubecl::CubeBackend;
 use burn_cuda::Cuda;
 use cubecl::cuda::CudaRuntime;
+use std::sync::Arc;
 
 type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
 
 /// Runs `op` on the device buffer of `t`.
 ///
 /// # Errors
-/// [`Error::Cuda`] when the tensor is not f32, or when `op` fails.
+/// [`Error::Cuda`] when the tensor is not f32, bf16 or f16, or when `op` fails.
 fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<Cuda, D>> {
     // burn-cuda pitches the rows of 2-D and larger allocations (a [2, 2] tensor gets strides
     // [4, 1]); as one dimension the tensor is dense, copied only when it was pitched.
@@ -42,23 +47,29 @@ fn with_dense_buffer(t: Tensor<Cuda, 1>, op: impl FnOnce(Buffer<'_>) -> Result<(
     let cube = client.resolve_tensor_float::<Inner>(prim);
     // Strides decide: the allocation may be padded past the last element, which NCCL never
     // touches (it reads and writes `len` elements from the start).
-    if !cube.is_contiguous() || cube.dtype != burn::tensor::DType::F32 {
-        return Err(Error::Cuda { op: "collective on a burn-cuda tensor".into(), reason: format!("needs a contiguous f32 tensor, got {:?} with strides {:?}", cube.dtype, cube.meta.strides()) });
+    let dtype = match cube.dtype {
+        burn::tensor::DType::F32 => DType::F32,
+        burn::tensor::DType::BF16 => DType::BF16,
+        burn::tensor::DType::F16 => DType::F16,
+        other => return Err(Error::Cuda { op: "collective on a burn-cuda tensor".into(), reason: format!("needs an f32, bf16 or f16 tensor, got {other:?}") }),
+    };
+    if !cube.is_contiguous() {
+        return Err(Error::Cuda { op: "collective on a burn-cuda tensor".into(), reason: format!("needs a contiguous tensor, got strides {:?}", cube.meta.strides()) });
     }
     let device = cube.device.index;
     <Inner as Backend>::sync(&cube.device).map_err(|e| Error::Cuda { op: "synchronising burn's stream".into(), reason: format!("{e:?}") })?;
     let resource = cube.client.get_resource(cube.handle.clone()).map_err(|e| Error::Cuda { op: "device pointer".into(), reason: format!("{e:?}") })?;
     let ptr = resource.resource().ptr;
-    op(Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr, device } })?;
+    op(Buffer { dtype, len, memory: Memory::Cuda { ptr, device } })?;
     drop(resource);
     drop(cube);
     Ok(Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(keep)))
 }
 
-/// Reduces an f32 burn-cuda tensor (any layout) across ranks with NCCL, in place.
+/// Reduces an f32, bf16 or f16 burn-cuda tensor (any layout) across ranks with NCCL, in place.
 ///
 /// # Errors
-/// As [`ProcessGroup::all_reduce`], and for a tensor that is not f32.
+/// As [`ProcessGroup::all_reduce`], and for a tensor of another type.
 pub fn all_reduce<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, op: ReduceOp) -> Result<Tensor<Cuda, D>> {
     let opts = AllReduceOptions { op, timeout: None };
     with_device_buffer(t, |buf| pg.all_reduce(buf, &opts))
@@ -73,26 +84,101 @@ pub fn broadcast<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, root
     with_device_buffer(t, |buf| pg.broadcast(buf, &opts))
 }
 
-/// Starts the sum of `t` (f32, dense) over `pg`'s ranks on NCCL's stream, each rank's values
-/// first multiplied by `scale` when given, ordered on the device after burn's kernels that
-/// produce `t` (`nn::side_stream`); neither the host nor burn's stream waits. The result is the
+/// Starts the sum of `t` (f32) over `pg`'s ranks on NCCL's stream, each rank's values first
+/// multiplied by `scale` when given, ordered on the device after burn's kernels that produce
+/// `t` (`nn::side_stream`); neither the host nor burn's stream waits. The result is the
 /// returned tensor once given to `side_stream::join`; nothing may read it before.
 ///
 /// # Errors
 /// A group other than NCCL, or one that failed (its watchdog's error); a tensor that is not f32;
 /// no device-side ordering on this GPU.
-pub(crate) fn all_reduce_ordered(pg: std::sync::Arc<dyn ProcessGroup>, t: Tensor<Cuda, 1>, scale: Option<f32>, label: String) -> Result<(Tensor<Cuda, 1>, side_stream::Join)> {
+pub(crate) fn all_reduce_ordered(pg: Arc<dyn ProcessGroup>, t: Tensor<Cuda, 1>, scale: Option<f32>, label: String) -> Result<(Tensor<Cuda, 1>, side_stream::Join)> {
     let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda { op: label.clone(), reason: "only an NCCL group sums on the device without the host waiting".into() })?;
     nccl.check()?;
     if t.dtype() != burn::tensor::DType::F32 {
         return Err(Error::Cuda { op: label, reason: format!("needs an f32 tensor, got {:?}", t.dtype()) });
     }
     let (len, device) = (t.shape().num_elements(), nccl.device());
-    side_stream::fork(t, move |ptr, fence| {
+    let (mut out, join) = side_stream::fork(vec![t.into_primitive().tensor()], Vec::new(), move |bufs, fence| {
         let nccl = pg.as_nccl().expect("checked above");
-        let buf = Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr, device } };
-        nccl.all_reduce_async(buf, scale, label, |s| fence.wait_on(s), |s| fence.signal_on(s))
-    })
+        let item = DeviceReduction { src: Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr: bufs.inputs[0], device } }, dst: bufs.outputs[0], scale };
+        nccl.all_reduce_async(&[item], label, |s| fence.wait_on(s), |s| fence.signal_on(s))
+    })?;
+    Ok((Tensor::from_primitive(TensorPrimitive::Float(out.remove(0))), join))
+}
+
+/// A bucket's summed gradients, in flight on NCCL's stream: give them to `side_stream::join`
+/// before reading them.
+pub(crate) struct BucketInFlight {
+    /// One per gradient, of its shape: the average over the ranks.
+    pub grads: Vec<FloatTensor<Cuda>>,
+    /// The presence counts summed over the ranks, when they were sent.
+    pub presence: Option<FloatTensor<Cuda>>,
+    pub join: side_stream::Join,
+}
+
+/// Starts averaging a bucket of f32 gradients over `pg`'s ranks on NCCL's stream, ordered on
+/// the device after their producers, with one collective: a kernel copies every gradient,
+/// times `1 / world`, into one flat buffer of `flat` (f32, or bf16 / f16 to halve the bytes
+/// sent), NCCL sums it, and a kernel copies it back out as f32 — into the gradients' own
+/// buffers where nothing else sees them. `presence` (f32 counts) is summed as is beside it, in
+/// the same NCCL group. Neither the host nor burn's stream waits.
+///
+/// # Errors
+/// A group other than NCCL, or one that failed; no device-side ordering on this GPU.
+pub(crate) fn all_reduce_bucket(pg: Arc<dyn ProcessGroup>, grads: Vec<FloatTensor<Cuda>>, presence: Option<FloatTensor<Cuda>>, flat: burn::tensor::DType, label: String) -> Result<BucketInFlight> {
+    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda { op: label.clone(), reason: "only an NCCL group sums on the device without the host waiting".into() })?;
+    nccl.check()?;
+    if let Some(g) = grads.iter().find(|g| g.dtype != burn::tensor::DType::F32) {
+        return Err(Error::Cuda { op: label, reason: format!("DDP averages f32 gradients, got one of {:?}", g.dtype) });
+    }
+    let (device, scale) = (nccl.device(), 1.0 / pg.world_size() as f32);
+    let lens: Vec<usize> = grads.iter().map(|g| g.shape.num_elements()).collect();
+    let total: usize = lens.iter().sum();
+    let counts = presence.as_ref().map(|p| p.shape.num_elements());
+    let flat_type = match flat {
+        burn::tensor::DType::F32 => DType::F32,
+        burn::tensor::DType::BF16 => DType::BF16,
+        burn::tensor::DType::F16 => DType::F16,
+        other => return Err(Error::Cuda { op: label, reason: format!("gradients travel as f32, bf16 or f16, not {other:?}") }),
+    };
+    let inputs: Vec<FloatTensor<Cuda>> = grads.into_iter().chain(presence).collect();
+    let (mut outs, join) = side_stream::fork(inputs, vec![(burn::tensor::Shape::new([total]), flat)], move |bufs, fence| {
+        let nccl = pg.as_nccl().expect("checked above");
+        let parts = |at: &[u64]| {
+            let mut next = 0;
+            let mut part = |(&len, &at): (&usize, &u64)| {
+                let offset = next;
+                next += len;
+                bucket_copy::Part { at, offset, len, scale }
+            };
+            lens.iter().zip(at).map(&mut part).collect::<Vec<_>>()
+        };
+        let (ins, outs, flat_at) = (parts(&bufs.inputs), parts(&bufs.outputs), bufs.scratch[0]);
+        let cuda = |ptr| Memory::Cuda { ptr, device };
+        let mut items = vec![DeviceReduction { src: Buffer { dtype: flat_type, len: total, memory: cuda(flat_at) }, dst: flat_at, scale: None }];
+        if let Some(k) = counts {
+            let at = lens.len();
+            items.push(DeviceReduction { src: Buffer { dtype: DType::F32, len: k, memory: cuda(bufs.inputs[at]) }, dst: bufs.outputs[at], scale: None });
+        }
+        nccl.all_reduce_async(
+            &items,
+            label,
+            |s| {
+                fence.wait_on(s)?;
+                // SAFETY: the gradients and the flat buffer are live buffers of this device
+                // (held by the fork until its join); nothing of burn's writes them until then.
+                unsafe { bucket_copy::gather(device, s, &ins, flat_at, flat) }
+            },
+            |s| {
+                // SAFETY: as above.
+                unsafe { bucket_copy::scatter(device, s, &outs, flat_at, flat) }?;
+                fence.signal_on(s)
+            },
+        )
+    })?;
+    let presence = counts.map(|_| outs.pop().expect("the presence counts' output"));
+    Ok(BucketInFlight { grads: outs, presence, join })
 }
 
 /// Whether `pg` can sum burn-cuda tensors on `device` without the host waiting: an NCCL group,
@@ -100,6 +186,10 @@ pub(crate) fn all_reduce_ordered(pg: std::sync::Arc<dyn ProcessGroup>, t: Tensor
 /// keeps the older path: drain burn's stream, then a blocking collective).
 pub(crate) fn orders_on_device(pg: &dyn ProcessGroup, device: usize) -> bool {
     if pg.as_nccl().is_none() || std::env::var("BURN_DDP_NCCL_HOST_SYNC").is_ok_and(|v| v == "1") {
+        return false;
+    }
+    if !bucket_copy::available() {
+        log::warn!("NCCL collectives wait on the host: burn-ddp's bucket-copy kernels did not compile (NVRTC)");
         return false;
     }
     match side_stream::ready(device) {

@@ -11,13 +11,14 @@ use crate::error::{Error, Result};
 use crate::grad_ready::{GradSink, Scope};
 use crate::process_group::ProcessGroup;
 use crate::process_group::buffer::MemoryKind;
-use crate::reducer::{CommThread, Route, StepReducer, plan};
+use crate::reducer::{CommThread, Plan, Route, Settings, StepReducer};
 use crate::tensor;
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, TensorPrimitive};
 use burn_optim::{GradientsAccumulator, GradientsParams};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -44,11 +45,41 @@ pub struct DdpConfig {
     /// them: nothing else may use the group while backward runs, so turn overlap off with
     /// SyncBatchNorm on the same group (its backward exchanges statistics).
     pub overlap: bool,
+    /// The type gradients travel in (PyTorch's `bf16_compress_hook` / `fp16_compress_hook`):
+    /// each rank's f32 gradients, divided by the world size, are sent as bf16 or f16 — half
+    /// the bytes — and the average comes back as f32; parameters and optimizer state stay
+    /// f32. Off ([`GradCompression::None`]) by default: what pays across nodes, not within
+    /// one.
+    pub compression: GradCompression,
+}
+
+/// The type of DDP's gradient all-reduce ([`DdpConfig::compression`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum GradCompression {
+    /// f32, as computed.
+    #[default]
+    None,
+    /// bfloat16: f32's range, 8 bits of mantissa.
+    Bf16,
+    /// IEEE half precision: 11 bits of mantissa, a range to ±65504 (gradients are divided by
+    /// the world size first, as PyTorch's hook does).
+    Fp16,
+}
+
+impl GradCompression {
+    /// The element type gradients travel in.
+    pub fn wire_type(self) -> DType {
+        match self {
+            Self::None => DType::F32,
+            Self::Bf16 => DType::BF16,
+            Self::Fp16 => DType::F16,
+        }
+    }
 }
 
 impl Default for DdpConfig {
     fn default() -> Self {
-        Self { bucket_bytes: 25 << 20, find_unused_parameters: false, overlap: true }
+        Self { bucket_bytes: 25 << 20, find_unused_parameters: false, overlap: true, compression: GradCompression::None }
     }
 }
 
@@ -69,6 +100,9 @@ pub struct SyncStats {
     /// Of those, the ones summed on the device (NCCL ordered after burn's stream; the host
     /// waited for none of them).
     pub on_device: usize,
+    /// burn tensor operations the reduction itself enqueued, summed over steps (on the
+    /// device two per bucket, plus one per sum of a parameter read more than once).
+    pub operations: usize,
 }
 
 /// The DDP wrapper's state: the group, the settings, the bucket plan and the statistics.
@@ -76,9 +110,9 @@ pub struct DistributedDataParallel {
     pg: Arc<dyn ProcessGroup>,
     config: DdpConfig,
     stats: Mutex<SyncStats>,
-    /// The buckets' order once the first overlapped step has fixed it (slot order of the
-    /// parameters, which are listed in registration order).
-    order: Mutex<Option<Vec<usize>>>,
+    /// The buckets of the model last stepped: built once, rebuilt in the order of finished
+    /// gradients after the first overlapped step, and again only for other parameters.
+    plan: Mutex<Option<Arc<Plan>>>,
     comm: OnceLock<Arc<CommThread>>,
 }
 
@@ -112,17 +146,20 @@ impl<B: Backend> ModuleMapper<B> for Broadcast<'_> {
     }
 }
 
-/// A step's reducer and each trained parameter's slot in it.
-type StepParts<B> = (Arc<StepReducer<B>>, HashMap<ParamId, usize>);
+/// The trained parameters (require a gradient) of a module, in registration order, and the
+/// device of the first.
+struct Params<B: Backend> {
+    list: Vec<(ParamId, Vec<usize>)>,
+    device: Option<B::Device>,
+}
 
-/// The trained parameters (require a gradient) of a module, in registration order.
-struct Params(Vec<(ParamId, Vec<usize>)>);
-
-impl<B: Backend> ModuleVisitor<B> for Params {
+impl<B: Backend> ModuleVisitor<B> for Params<B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
-        if param.val().is_require_grad() {
-            self.0.push((param.id, param.shape().dims::<D>().to_vec()));
+        let value = param.val();
+        if value.is_require_grad() {
+            self.device.get_or_insert_with(|| value.device());
+            self.list.push((param.id, value.dims().to_vec()));
         }
     }
 }
@@ -161,22 +198,24 @@ fn name_parameter<B: Backend, M: Module<B>>(e: Error, module: &M) -> Error {
     }
 }
 
-/// Moves this rank's gradients from `grads` into the reducer (skipping slots the layers
-/// already reported).
+/// Moves this rank's gradients from `grads` into the reducer. A slot the layers already
+/// reported has no gradient left there (the hook took it): one that does was also read
+/// directly, and that use would be lost (`mixed`).
 struct Hand<'a, B: AutodiffBackend> {
     grads: &'a mut GradientsParams,
-    slot_of: &'a HashMap<ParamId, usize>,
+    plan: &'a Plan,
     reducer: &'a StepReducer<B::InnerBackend>,
     reported: &'a [bool],
+    mixed: Option<usize>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<B> for Hand<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(&slot) = self.slot_of.get(&param.id) else { return };
-        let grad = self.grads.remove::<B::InnerBackend, D>(param.id);
-        if let Some(g) = grad.filter(|_| !self.reported[slot]) {
-            let n = g.shape().num_elements();
-            self.reducer.put(slot, g.reshape([n]));
+        let Some(&slot) = self.plan.slot_of.get(&param.id) else { return };
+        let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) else { return };
+        match self.reported[slot] {
+            true => _ = self.mixed.get_or_insert(self.plan.slots[slot].index),
+            false => self.reducer.put(slot, g.into_primitive().tensor()),
         }
     }
 }
@@ -186,7 +225,6 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Hand<'_, B> {
 pub struct DdpStep<'a, B: AutodiffBackend> {
     ddp: &'a DistributedDataParallel,
     reducer: Arc<StepReducer<B::InnerBackend>>,
-    slot_of: HashMap<ParamId, usize>,
     scope: Option<Scope>,
 }
 
@@ -202,14 +240,14 @@ impl<B: AutodiffBackend> DdpStep<'_, B> {
         let grads = GradientsParams::from_grads(loss.backward(), module);
         // What follows is the exposed part of the sync: waiting for buckets not yet done.
         let reported: Vec<bool> = self.reducer.reported();
-        self.ddp.finish(module, grads, &self.reducer, &self.slot_of, &reported, Instant::now())
+        self.ddp.finish(module, grads, &self.reducer, &reported, Instant::now())
     }
 }
 
 impl DistributedDataParallel {
     /// Wraps `pg` with `config`.
     pub fn new(pg: Arc<dyn ProcessGroup>, config: DdpConfig) -> Self {
-        Self { pg, config, stats: Mutex::new(SyncStats::default()), order: Mutex::new(None), comm: OnceLock::new() }
+        Self { pg, config, stats: Mutex::new(SyncStats::default()), plan: Mutex::new(None), comm: OnceLock::new() }
     }
 
     /// The process group.
@@ -259,12 +297,12 @@ impl DistributedDataParallel {
     /// [`Error::Unsupported`] for a module without trained parameters, or for an autodiff
     /// backend other than burn's `Autodiff<_>` when overlapping.
     pub fn step<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M) -> Result<DdpStep<'_, B>> {
-        let (reducer, slot_of) = crate::trace::span("ddp: plan the step (host)", "ddp", || self.reducer::<B, M>(module, self.config.overlap))?;
+        let reducer = crate::trace::span("ddp: plan the step (host)", "ddp", || self.reducer::<B, M>(module, self.config.overlap))?;
         let scope = match reducer.overlapping() {
-            true => Some(Scope::enter::<B>(reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>, Arc::new(slot_of.clone()))?),
+            true => Some(Scope::enter::<B>(reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>, reducer.plan().slot_of.clone())?),
             false => None,
         };
-        Ok(DdpStep { ddp: self, reducer, slot_of, scope })
+        Ok(DdpStep { ddp: self, reducer, scope })
     }
 
     /// Averages `grads` (of `module`) across ranks after backward and returns them, ready for
@@ -275,20 +313,18 @@ impl DistributedDataParallel {
     /// [`Error::UnusedParameter`] when a parameter has a gradient on some ranks but not others,
     /// or on none (unless `find_unused_parameters`), collective errors otherwise.
     pub fn sync_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, grads: GradientsParams) -> Result<GradientsParams> {
-        let (reducer, slot_of) = self.reducer::<B, M>(module, false)?;
-        let reported = vec![false; slot_of.len()];
-        self.finish(module, grads, &reducer, &slot_of, &reported, Instant::now())
+        let reducer = self.reducer::<B, M>(module, false)?;
+        let reported = vec![false; reducer.plan().slots.len()];
+        self.finish(module, grads, &reducer, &reported, Instant::now())
     }
 
     /// This step's reducer over `module`'s trained parameters, in the bucket order in force;
     /// `overlap`: whether buckets may start during backward.
-    fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<StepParts<B::InnerBackend>> {
-        let mut params = Params(Vec::new());
+    fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<Arc<StepReducer<B::InnerBackend>>> {
+        let mut params = Params::<B> { list: Vec::new(), device: None };
         module.visit(&mut params);
-        let device = module.devices().into_iter().next().ok_or_else(|| Error::Unsupported { what: "DDP on a module without parameters".into() })?;
-        let order = self.order.lock().unwrap_or_else(|p| p.into_inner()).clone().filter(|o| o.len() == params.0.len());
-        let (slots, buckets) = plan(&params.0, self.config.bucket_bytes, order.as_deref());
-        let slot_of = slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let device = params.device.ok_or_else(|| Error::Unsupported { what: "DDP on a module without trained parameters".into() })?;
+        let plan = self.plan_for(params.list);
         let route = if tensor::orders_on_device::<B::InnerBackend>(&*self.pg, &device) {
             Route::Device { overlap }
         } else if overlap && self.pg.memory() == MemoryKind::Host {
@@ -296,7 +332,18 @@ impl DistributedDataParallel {
         } else {
             Route::Inline
         };
-        Ok((Arc::new(StepReducer::new(slots, buckets, self.pg.clone(), route, device)), slot_of))
+        let settings = Settings { find_unused: self.config.find_unused_parameters, wire: self.config.compression.wire_type() };
+        Ok(Arc::new(StepReducer::new(plan, self.pg.clone(), route, settings, device)))
+    }
+
+    /// The plan of the model last stepped when `params` are still its parameters; else a new
+    /// one, its buckets in reverse registration order until an overlapped step fixes theirs.
+    fn plan_for(&self, params: Vec<(ParamId, Vec<usize>)>) -> Arc<Plan> {
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        match plan.as_ref().filter(|p| p.params == params) {
+            Some(p) => p.clone(),
+            None => plan.insert(Arc::new(Plan::new(params, self.config.bucket_bytes, None))).clone(),
+        }
     }
 
     /// Hands the rest of this rank's gradients to `reducer`, waits for every bucket and
@@ -306,23 +353,33 @@ impl DistributedDataParallel {
         module: &M,
         mut grads: GradientsParams,
         reducer: &StepReducer<B::InnerBackend>,
-        slot_of: &HashMap<ParamId, usize>,
         reported: &[bool],
         started: Instant,
     ) -> Result<GradientsParams> {
-        crate::trace::span("ddp: hand over the gradients (host)", "ddp", || module.visit(&mut Hand::<B> { grads: &mut grads, slot_of, reducer, reported }));
+        let plan = reducer.plan().clone();
+        let mut hand = Hand::<B> { grads: &mut grads, plan: &plan, reducer, reported, mixed: None };
+        crate::trace::span("ddp: hand over the gradients (host)", "ddp", || module.visit(&mut hand));
+        let mixed = hand.mixed;
         let early = reducer.launched_early();
-        let mut reduced = HashMap::new();
-        let bytes = crate::trace::span("ddp: finish (host)", "ddp", || reducer.finish(self.config.find_unused_parameters, &mut reduced)).map_err(|e| name_parameter(e, module))?;
-        if reducer.overlapping() && self.order.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
-            self.fix_order::<B::InnerBackend>(reducer.finish_order(), &reducer.device())?;
+        let (reduced, bytes) = crate::trace::span("ddp: finish (host)", "ddp", || reducer.finish()).map_err(|e| name_parameter(e, module))?;
+        if let Some(index) = mixed {
+            let mut names = ParamNames::default();
+            module.visit(&mut names);
+            let name = names.names.get(index).cloned().unwrap_or_default();
+            return Err(Error::Unsupported {
+                what: format!(
+                    "DDP: parameter `{name}` was read both through burn_ddp::grad_ready::param_val and directly in one forward pass, so its bucket was summed without the direct use; read it one way"
+                ),
+            });
+        }
+        if reducer.overlapping() && plan.order.is_none() {
+            self.fix_order::<B::InnerBackend>(&plan, reducer.finish_order(), &reducer.device())?;
         }
         let mut out = GradientsParams::new();
-        crate::trace::span("ddp: register the averages (host)", "ddp", || {
-            for (id, (flat, shape)) in reduced {
-                register(&mut out, id, flat, &shape);
-            }
-        });
+        for (slot, grad) in reduced {
+            let slot = &plan.slots[slot];
+            register::<B::InnerBackend>(&mut out, slot.id, grad, slot.shape.len());
+        }
         let mut stats = self.stats.lock().expect("stats poisoned");
         stats.steps += 1;
         stats.seconds += started.elapsed().as_secs_f64();
@@ -330,26 +387,28 @@ impl DistributedDataParallel {
         stats.buckets += reducer.bucket_count();
         stats.overlapped += early;
         stats.on_device += if reducer.on_device() { reducer.bucket_count() } else { 0 };
+        stats.operations += reducer.operations();
         Ok(out)
     }
 
     /// Keeps rank 0's order of finished gradients (every rank the same) for the next steps'
     /// buckets, as PyTorch rebuilds its buckets after the first iteration.
-    fn fix_order<D: Backend>(&self, order: Vec<usize>, device: &D::Device) -> Result<()> {
+    fn fix_order<D: Backend>(&self, plan: &Plan, order: Vec<usize>, device: &D::Device) -> Result<()> {
         let values: Vec<f32> = order.iter().map(|&i| i as f32).collect();
         let shared = tensor::broadcast(&*self.pg, Tensor::<D, 1>::from_floats(values.as_slice(), device), 0)?;
         let order: Vec<usize> = shared.into_data().convert::<f32>().to_vec::<f32>().expect("f32").into_iter().map(|v| v as usize).collect();
         log::debug!("DDP buckets re-ordered by the first step's gradient order");
-        *self.order.lock().unwrap_or_else(|p| p.into_inner()) = Some(order);
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Plan::new(plan.params.clone(), self.config.bucket_bytes, Some(order))));
         Ok(())
     }
 }
 
-fn register<B: Backend>(out: &mut GradientsParams, id: ParamId, flat: Tensor<B, 1>, shape: &[usize]) {
+/// Registers `grad` (already in its parameter's shape, of `rank` dimensions) as `id`'s.
+fn register<B: Backend>(out: &mut GradientsParams, id: ParamId, grad: FloatTensor<B>, rank: usize) {
     macro_rules! reg {
         ($($d:literal),*) => {
-            match shape.len() {
-                $( $d => out.register::<B, $d>(id, flat.reshape::<$d, _>(<[usize; $d]>::try_from(shape).expect("rank checked"))), )*
+            match rank {
+                $( $d => out.register::<B, $d>(id, Tensor::from_primitive(TensorPrimitive::Float(grad))), )*
                 d => panic!("Got a {d}-D parameter; DDP supports 1- to 6-D parameters"),
             }
         };

@@ -7,8 +7,9 @@
 //! [`Scope`] is active on the thread, inserts an identity operation whose parents are the
 //! parameter *and the layer's input* (the anchor). Its depth is then one below the layer's own
 //! operation, so it runs right after that operation's backward — when the parameter's gradient
-//! is final — and hands the gradient to the scope's [`GradSink`]. It registers nothing for the
-//! anchor. burn-ddp's layers (`nn::Conv2d`, `nn::BatchNorm`) read their parameters this way;
+//! is final — and hands the gradient to the scope's [`GradSink`], which takes it: the
+//! parameter's leaf gets no gradient from that use (nothing else holds the buffer, so DDP may
+//! average it in place), and nothing is registered for the anchor. burn-ddp's layers (`nn::Conv2d`, `nn::BatchNorm`) read their parameters this way;
 //! a user's layer can too. Outside a scope, or on a backend without autodiff, [`param_val`] is
 //! `param.val()`.
 //!
@@ -18,9 +19,9 @@
 use crate::error::{Error, Result};
 use burn::module::{Param, ParamId};
 use burn::prelude::*;
+use burn::tensor::TensorPrimitive;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{TensorMetadata, TensorPrimitive};
 use burn_autodiff::Autodiff;
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
@@ -31,11 +32,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Receives parameter gradients (flattened, in the inner backend) as backward finishes them.
+/// Receives parameter gradients (in the parameter's shape, in the inner backend) as backward
+/// finishes them, and owns them from then on.
 pub trait GradSink<B: Backend>: Send + Sync {
     /// One use's gradient of the parameter in `slot`; a parameter read `n` times in the
     /// forward pass (see [`Scope::uses`]) sends `n` of them.
-    fn ready(&self, slot: usize, grad: Tensor<B, 1>);
+    fn ready(&self, slot: usize, grad: FloatTensor<B>);
 }
 
 /// The identity with a notification, on the primitives of one backend: `(param, anchor, sink,
@@ -145,14 +147,9 @@ impl<B: Backend> Backward<B, 2> for HookBackward {
     type State = HookState<B>;
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [param, _anchor] = ops.parents;
+        // The sink takes this use's gradient; the parameter's leaf gets none from it.
         let grad = grads.consume::<B>(&ops.node);
-        let n = grad.shape().num_elements();
-        let flat = B::float_reshape(grad.clone(), Shape::new([n]));
-        ops.state.sink.ready(ops.state.slot, Tensor::from_primitive(TensorPrimitive::Float(flat)));
-        if let Some(node) = param {
-            grads.register::<B>(node.id, grad);
-        }
+        ops.state.sink.ready(ops.state.slot, grad);
     }
 }
 
@@ -191,14 +188,15 @@ mod tests {
     struct Record(Mutex<Vec<(usize, Vec<f32>)>>);
 
     impl GradSink<Flex> for Record {
-        fn ready(&self, slot: usize, grad: Tensor<Flex, 1>) {
-            self.0.lock().unwrap().push((slot, grad.into_data().to_vec().unwrap()));
+        fn ready(&self, slot: usize, grad: FloatTensor<Flex>) {
+            self.0.lock().unwrap().push((slot, Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(grad)).into_data().to_vec().unwrap()));
         }
     }
 
     /// Two layers `y = relu(x·a)·b`: b's notification comes first (right after its own
-    /// operation's backward, before a's operation ran), each carries the parameter's gradient,
-    /// and the leaves still get their gradients.
+    /// operation's backward, before a's operation ran), each carries the parameter's gradient
+    /// (its analytic value, in the parameter's shape), and the sink keeps it: the leaves get
+    /// none, while a plain read outside the scope still gives the leaf its gradient.
     #[test]
     fn notifies_after_each_use_with_the_final_gradient() {
         let device = Default::default();
@@ -215,15 +213,14 @@ mod tests {
         let grads = y.sum().backward();
         let got = sink.0.lock().unwrap().clone();
         assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 0], "b is final before a");
-        let leaf = |p: &Param<Tensor<B, 2>>| p.val().grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
-        assert_eq!(got[0].1, leaf(&b));
-        assert_eq!(got[1].1, leaf(&a));
         // h = relu([[4, -1.5], [-1, -4.5]]) = [[4, 0], [0, 0]]; dy/db = column sums of h.
-        assert_eq!(leaf(&b), [4.0, 0.0]);
+        assert_eq!(got[0].1, [4.0, 0.0]);
         // dy/da = xᵀ · (relu' ⊙ bᵀ): only h[0][0] is active, with b[0] = 0.5.
-        assert_eq!(leaf(&a), [0.5, 0.0, 0.5, 0.0]);
-        // Outside a scope: plain values, no notification.
-        let _ = param_val(&a, &x).sum().backward();
+        assert_eq!(got[1].1, [0.5, 0.0, 0.5, 0.0]);
+        assert!(a.val().grad(&grads).is_none() && b.val().grad(&grads).is_none(), "the sink took the hooked gradients");
+        // Outside a scope: plain values, no notification, the leaf's own gradient.
+        let grads = param_val(&a, &x).sum().backward();
         assert_eq!(sink.0.lock().unwrap().len(), 2);
+        assert_eq!(a.val().grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap(), [1.0, 1.0, 1.0, 1.0]);
     }
 }

@@ -26,6 +26,8 @@ pub enum EnvSource {
     Slurm,
     /// OpenMPI's `mpirun` (or another PMIx launcher that sets OpenMPI's sizes).
     OpenMpi,
+    /// No launcher: a world of this process alone (`RendezvousConfig::single_process`).
+    SingleProcess,
 }
 
 impl std::fmt::Display for EnvSource {
@@ -34,6 +36,7 @@ impl std::fmt::Display for EnvSource {
             EnvSource::Torchrun => "RANK/WORLD_SIZE (torchrun or burn-ddp launch)",
             EnvSource::Slurm => "Slurm (SLURM_PROCID/SLURM_NTASKS)",
             EnvSource::OpenMpi => "OpenMPI (OMPI_COMM_WORLD_RANK/SIZE)",
+            EnvSource::SingleProcess => "this process alone (no launcher)",
         })
     }
 }

@@ -31,7 +31,7 @@ pub mod testing;
 pub mod trace;
 
 pub use data_parallel::{DataParallel, DataParallelStep};
-pub use ddp::{DdpConfig, DdpStep, DistributedDataParallel, SyncStats};
+pub use ddp::{DdpConfig, DdpStep, DistributedDataParallel, GradCompression, SyncStats};
 pub use device::{check_gpu_ids, cuda_device_count, gpu_memory_used};
 pub use error::{Error, Result};
 pub use process_group::{ProcessGroup, ReduceOp};

@@ -1,23 +1,32 @@
 //! DDP's mechanism: trained parameters assigned to buckets (reverse registration order, up to
-//! `bucket_bytes` each), each bucket's gradients flattened into one buffer and summed over the
-//! ranks by one collective, launched in bucket order as soon as every gradient of the bucket
-//! (and of the buckets before it) is final — during backward when the layers report them
-//! ([`crate::grad_ready`]), else all at once after it. The collective runs on a communication
-//! thread (host-memory groups), or on the device without anyone waiting ([`Route::Device`]:
-//! burn-cuda on NCCL).
+//! `bucket_bytes` each) by a [`Plan`] built once per model, each bucket's gradients summed over
+//! the ranks by one collective, launched in bucket order as soon as every gradient of the
+//! bucket (and of the buckets before it) is final — during backward when the layers report them
+//! ([`crate::grad_ready`]), else all at once after it.
 //!
-//! Each buffer ends with one presence count per parameter (1 where this rank has the gradient,
-//! 0 where not), summed with the gradients: every rank learns in the same collective which
-//! parameters some rank did not use, so there is no separate exchange and no rank can take a
-//! different path (PyTorch's `find_unused_parameters` semantics, or an error naming the
-//! parameter, decided identically everywhere).
+//! Two routes. On the device ([`Route::Device`]: burn-cuda on NCCL) a bucket costs burn two
+//! operations whatever its size — one that hands its gradients to NCCL's stream (a kernel copies
+//! them, times `1 / world`, into one flat buffer, NCCL sums it, a kernel copies it back into the
+//! gradients' own buffers: `cuda_tensor::all_reduce_bucket`) and one where burn's stream waits
+//! for that — and nobody waits on the host. On host-memory groups (tcp) the bucket is flattened
+//! with burn's operations and summed on the communication thread.
+//!
+//! Presence counts (one per parameter: 1 where this rank has the gradient, 0 where not) travel
+//! with a bucket's sum where ranks must agree on missing gradients: always on host-memory
+//! groups, and with `find_unused_parameters` on the device. Every rank then learns in the same
+//! collective which parameters some rank did not use, so no rank can take a different path
+//! (PyTorch's `find_unused_parameters` semantics, or an error naming the parameter). Without
+//! them, on the device, a rank that lacks a gradient stops with that error after starting its
+//! collectives, and its peers learn of it from the group.
 
 use crate::error::{Error, Result};
 use crate::grad_ready::GradSink;
-use crate::process_group::ProcessGroup;
-use crate::{ReduceOp, tensor};
+use crate::process_group::{ProcessGroup, ReduceOp};
+use crate::tensor;
 use burn::module::ParamId;
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, FloatDType, TensorPrimitive};
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -53,6 +62,27 @@ pub(crate) fn plan(params: &[(ParamId, Vec<usize>)], bucket_bytes: usize, order:
     (slots, buckets)
 }
 
+/// A model's buckets, built once for its trained parameters and a bucket order, and kept by DDP
+/// for every step they still describe.
+pub(crate) struct Plan {
+    /// The trained parameters (id and shape, registration order) it was built for.
+    pub params: Vec<(ParamId, Vec<usize>)>,
+    /// The bucket order it follows (registration indices), `None`: reverse registration.
+    pub order: Option<Vec<usize>>,
+    pub slots: Vec<Slot>,
+    pub buckets: Vec<Vec<usize>>,
+    /// Each trained parameter's slot.
+    pub slot_of: Arc<HashMap<ParamId, usize>>,
+}
+
+impl Plan {
+    pub fn new(params: Vec<(ParamId, Vec<usize>)>, bucket_bytes: usize, order: Option<Vec<usize>>) -> Self {
+        let (slots, buckets) = plan(&params, bucket_bytes, order.as_deref());
+        let slot_of = Arc::new(slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect());
+        Self { params, order, slots, buckets, slot_of }
+    }
+}
+
 /// A job for the communication thread.
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -82,7 +112,7 @@ impl CommThread {
 
 struct StepState<B: Backend> {
     /// Per slot: its gradient so far (summed over the uses reported).
-    grads: Vec<Option<Tensor<B, 1>>>,
+    grads: Vec<Option<FloatTensor<B>>>,
     /// Per slot: uses reported.
     reported: Vec<usize>,
     /// Per slot: uses expected (0 until the forward pass has run).
@@ -93,26 +123,26 @@ struct StepState<B: Backend> {
     ready_order: Vec<usize>,
     /// Per launched bucket: its sum under way, and whether this rank had each member's gradient.
     results: Vec<(Pending<B>, Vec<bool>)>,
+    /// Tensor operations this step's reduction enqueued.
+    operations: usize,
 }
 
 /// A bucket's sum under way.
 enum Pending<B: Backend> {
-    /// On the communication thread (or done on the calling one).
-    Host(Receiver<Result<Tensor<B, 1>>>),
+    /// On the communication thread (or done on the calling one): the flat sum, and the
+    /// presence counts' sum when they travelled apart (compressed gradients).
+    Host(Receiver<Result<Vec<Tensor<B, 1>>>>),
     /// On the device (NCCL after burn's stream): join before reading.
-    Device(Tensor<B, 1>, tensor::DeviceJoin),
+    Device(tensor::DeviceBucket<B>),
     /// Could not be started.
     Failed(Error),
 }
 
-impl<B: Backend> Pending<B> {
-    fn wait(self) -> Result<Tensor<B, 1>> {
-        match self {
-            Self::Host(rx) => rx.recv().map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })?,
-            Self::Device(t, join) => Ok(tensor::join_on_device(t, &join)),
-            Self::Failed(e) => Err(e),
-        }
-    }
+/// A bucket's result: each member's average over the ranks (in its shape), and the summed
+/// presence counts when they travelled.
+struct Reduced<B: Backend> {
+    grads: Vec<FloatTensor<B>>,
+    presence: Option<Tensor<B, 1>>,
 }
 
 /// How a step's buckets are summed.
@@ -123,25 +153,39 @@ pub(crate) enum Route {
     /// On the communication thread, each as soon as it is ready (blocking collectives there).
     Thread(Arc<CommThread>),
     /// On the device, each as soon as it is ready: NCCL ordered after burn's stream; nobody
-    /// waits (`tensor::all_reduce_on_device`).
+    /// waits (`tensor::all_reduce_bucket_on_device`).
     Device { overlap: bool },
+}
+
+/// What a step's reduction does with the gradients.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// PyTorch's `find_unused_parameters` (see `DdpConfig`).
+    pub find_unused: bool,
+    /// The type gradients travel in: f32, or bf16 / f16 (compressed).
+    pub wire: DType,
 }
 
 /// One step's gradient reduction.
 pub(crate) struct StepReducer<B: Backend> {
-    slots: Vec<Slot>,
-    buckets: Vec<Vec<usize>>,
+    plan: Arc<Plan>,
     pg: Arc<dyn ProcessGroup>,
     route: Route,
+    settings: Settings,
     device: B::Device,
     state: Mutex<StepState<B>>,
 }
 
 impl<B: Backend> StepReducer<B> {
-    pub fn new(slots: Vec<Slot>, buckets: Vec<Vec<usize>>, pg: Arc<dyn ProcessGroup>, route: Route, device: B::Device) -> Self {
-        let n = slots.len();
-        let state = StepState { grads: vec![None; n], reported: vec![0; n], expected: vec![0; n], launched: 0, ready_order: Vec::new(), results: Vec::new() };
-        Self { slots, buckets, pg, route, device, state: Mutex::new(state) }
+    pub fn new(plan: Arc<Plan>, pg: Arc<dyn ProcessGroup>, route: Route, settings: Settings, device: B::Device) -> Self {
+        let n = plan.slots.len();
+        let state = StepState { grads: vec![None; n], reported: vec![0; n], expected: vec![0; n], launched: 0, ready_order: Vec::new(), results: Vec::new(), operations: 0 };
+        Self { plan, pg, route, settings, device, state: Mutex::new(state) }
+    }
+
+    /// The buckets this step follows.
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
     }
 
     /// The uses of each slot's parameter in the forward pass (from the hook scope); until this
@@ -163,31 +207,45 @@ impl<B: Backend> StepReducer<B> {
 
     /// Launches, in order, every bucket whose gradients are all final.
     fn launch_ready(&self, s: &mut StepState<B>) {
-        while s.launched < self.buckets.len() && self.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
+        while s.launched < self.plan.buckets.len() && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(s, b));
         }
     }
 
-    /// Flattens bucket `b` (zeros for gradients this rank lacks) with its presence counts and
-    /// starts its sum over the ranks.
+    /// Whether presence counts travel with the buckets (see the module docs).
+    fn sends_presence(&self) -> bool {
+        !matches!(self.route, Route::Device { .. }) || self.settings.find_unused
+    }
+
+    /// Starts bucket `b`'s sum over the ranks (zeros for gradients this rank lacks), with its
+    /// presence counts where they travel.
     fn launch(&self, s: &mut StepState<B>, b: usize) {
-        let mut parts = Vec::with_capacity(self.buckets[b].len() + 1);
-        let mut present = Vec::with_capacity(self.buckets[b].len());
-        for &i in &self.buckets[b] {
-            let numel = self.slots[i].shape.iter().product::<usize>();
+        let members = &self.plan.buckets[b];
+        let mut present = Vec::with_capacity(members.len());
+        let mut grads = Vec::with_capacity(members.len());
+        for &i in members {
             present.push(s.grads[i].is_some());
-            parts.push(s.grads[i].take().unwrap_or_else(|| Tensor::zeros([numel], &self.device)));
+            grads.push(s.grads[i].take().unwrap_or_else(|| {
+                s.operations += 1;
+                B::float_zeros(self.plan.slots[i].shape.clone().into(), &self.device, FloatDType::F32)
+            }));
         }
-        parts.push(crate::trace::span("ddp: presence counts tensor (host)", "ddp", || self.presence(&present)));
-        let flat = crate::trace::span("ddp: flatten a bucket (host)", "ddp", || Tensor::cat(parts, 0));
-        let pending = crate::trace::span("ddp: start its sum (host)", "ddp", || match &self.route {
-            Route::Device { .. } => match tensor::all_reduce_on_device(self.pg.clone(), flat, None, format!("all-reduce bucket {b}")) {
-                Ok((t, join)) => Pending::Device(t, join),
-                Err(e) => Pending::Failed(e),
-            },
-            Route::Inline | Route::Thread(_) => Pending::Host(self.launch_blocking(b, flat)),
+        let presence = self.sends_presence().then(|| {
+            s.operations += 1 + usize::from(!present.iter().all(|&p| p)) * present.len();
+            self.presence(&present)
         });
+        let label = format!("all-reduce bucket {b}");
+        let pending = match &self.route {
+            Route::Device { .. } => {
+                s.operations += 2;
+                match tensor::all_reduce_bucket_on_device(self.pg.clone(), grads, presence.map(|p| p.into_primitive().tensor()), self.settings.wire, label) {
+                    Ok(bucket) => Pending::Device(bucket),
+                    Err(e) => Pending::Failed(e),
+                }
+            }
+            Route::Inline | Route::Thread(_) => Pending::Host(self.launch_blocking(s, b, grads, presence, label)),
+        };
         s.results.push((pending, present));
         s.launched += 1;
     }
@@ -201,18 +259,34 @@ impl<B: Backend> StepReducer<B> {
         Tensor::cat(present.iter().map(|&p| Tensor::full([1], if p { 1.0 } else { 0.0 }, &self.device)).collect(), 0)
     }
 
-    /// Sums `flat` with a blocking collective, on the communication thread when there is one.
-    fn launch_blocking(&self, b: usize, flat: Tensor<B, 1>) -> Receiver<Result<Tensor<B, 1>>> {
+    /// Flattens `grads` (and `presence`) with burn's operations and sums them with blocking
+    /// collectives, on the communication thread when there is one. f32 gradients travel as
+    /// their sum (averaged after), compressed ones pre-divided by the world and converted, with
+    /// the presence counts in a collective of their own (they must stay exact).
+    fn launch_blocking(&self, s: &mut StepState<B>, b: usize, grads: Vec<FloatTensor<B>>, presence: Option<Tensor<B, 1>>, label: String) -> Receiver<Result<Vec<Tensor<B, 1>>>> {
+        s.operations += grads.len() + 1;
+        let flat = Tensor::cat(grads.into_iter().map(|g| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flatten::<B>(g)))).collect(), 0);
+        let payloads = match (self.settings.wire, presence) {
+            (DType::F32, Some(p)) => {
+                s.operations += 1;
+                vec![Tensor::cat(vec![flat, p], 0)]
+            }
+            (DType::F32, None) => vec![flat],
+            (wire, p) => {
+                s.operations += 2;
+                std::iter::once(flat.mul_scalar(1.0 / self.pg.world_size() as f64).cast(wire)).chain(p).collect()
+            }
+        };
         let (tx, rx) = channel();
         let pg = self.pg.clone();
-        let (params, queued) = (self.buckets[b].len(), std::time::Instant::now());
+        let (params, queued) = (self.plan.buckets[b].len(), std::time::Instant::now());
         let job = move || {
             let started = std::time::Instant::now();
-            let bytes = flat.shape().num_elements() * 4;
-            let _ = tx.send(tensor::all_reduce(&*pg, flat, ReduceOp::Sum));
+            let bytes: usize = payloads.iter().map(|t| t.shape().num_elements() * t.dtype().size()).sum();
+            let _ = tx.send(payloads.into_iter().map(|t| tensor::all_reduce(&*pg, t, ReduceOp::Sum)).collect());
             if crate::trace::enabled() {
                 let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
-                crate::trace::record(format!("all-reduce bucket {b}"), "comm", started, std::time::Instant::now(), args);
+                crate::trace::record(label, "comm", started, std::time::Instant::now(), args);
             }
         };
         match &self.route {
@@ -222,66 +296,88 @@ impl<B: Backend> StepReducer<B> {
         rx
     }
 
-    /// Launches what is left, waits for every bucket, and returns the averaged gradients —
-    /// or the error every rank reaches alike for a parameter some rank did not use.
+    /// Bucket `b`'s result from the flat sums a host route returned: each member's slice,
+    /// averaged (f32) or converted back (compressed), in its shape.
+    fn unflatten(&self, s: &mut StepState<B>, b: usize, mut sums: Vec<Tensor<B, 1>>) -> Reduced<B> {
+        let world = self.pg.world_size() as f64;
+        let compressed = self.settings.wire != DType::F32;
+        let mut flat = sums.remove(0);
+        if compressed {
+            s.operations += 1;
+            flat = flat.cast(DType::F32);
+        }
+        let mut offset = 0;
+        let grads = self.plan.buckets[b]
+            .iter()
+            .map(|&i| {
+                let shape = &self.plan.slots[i].shape;
+                let n = shape.iter().product::<usize>();
+                let part = flat.clone().slice([offset..offset + n]);
+                let part = if compressed { part } else { part.div_scalar(world) };
+                s.operations += 3 - usize::from(compressed);
+                offset += n;
+                B::float_reshape(part.into_primitive().tensor(), shape.clone().into())
+            })
+            .collect();
+        let presence = match compressed {
+            true => sums.pop(),
+            false => self.sends_presence().then(|| flat.clone().slice([offset..flat.dims()[0]])),
+        };
+        Reduced { grads, presence }
+    }
+
+    /// Launches what is left, waits for (joins) every bucket, and returns each parameter's
+    /// averaged gradient (slot, value in the parameter's shape) — or the error every rank
+    /// reaches alike for a parameter some rank did not use — and the bytes averaged.
     ///
     /// # Errors
     /// [`Error::UnusedParameter`] (without `find_unused`), and collective errors.
-    pub fn finish(&self, find_unused: bool, out: &mut HashMap<ParamId, (Tensor<B, 1>, Vec<usize>)>) -> Result<usize> {
+    pub fn finish(&self) -> Result<(Vec<(usize, FloatTensor<B>)>, usize)> {
         let mut s = self.lock();
-        while s.launched < self.buckets.len() {
+        while s.launched < self.plan.buckets.len() {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(&mut s, b));
         }
-        let results = std::mem::take(&mut s.results);
+        let (pending, present): (Vec<_>, Vec<_>) = std::mem::take(&mut s.results).into_iter().unzip();
+        // Every bucket is joined, failed or not: its buffers must not serve burn again while
+        // NCCL may still write them.
+        let reduced: Vec<Result<Reduced<B>>> = crate::trace::span("ddp: wait for / join the buckets (host)", "ddp", || pending.into_iter().enumerate().map(|(b, p)| self.wait(&mut s, b, p)).collect());
         drop(s);
-        let (pending, present): (Vec<_>, Vec<_>) = results.into_iter().unzip();
-        let reduced = crate::trace::span("ddp: wait for / join the buckets (host)", "ddp", || pending.into_iter().map(Pending::wait).collect::<Result<Vec<_>>>())?;
         if let Some(nccl) = self.pg.as_nccl() {
             nccl.check()?;
         }
-        let world = self.pg.world_size();
-        let counts = crate::trace::span("ddp: presence counts (host)", "ddp", || self.counts(&reduced, &present, find_unused));
-        let mut bytes = 0;
-        for ((b, reduced), counts) in reduced.into_iter().enumerate().zip(counts) {
-            let mut offset = 0;
-            for (&i, count) in self.buckets[b].iter().zip(counts) {
-                let slot = &self.slots[i];
-                let n = slot.shape.iter().product::<usize>();
-                if count < world && !find_unused {
-                    // DDP, which holds the module, names it (`name_parameter`).
-                    return Err(Error::UnusedParameter { name: String::new(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
-                }
-                if count > 0 {
-                    out.insert(slot.id, (reduced.clone().slice([offset..offset + n]).div_scalar(world as f64), slot.shape.clone()));
-                    bytes += n * 4;
-                }
-                offset += n;
+        let reduced = reduced.into_iter().collect::<Result<Vec<_>>>()?;
+        let counts = crate::trace::span("ddp: presence counts (host)", "ddp", || self.counts(&reduced, &present));
+        self.averages(reduced, counts)
+    }
+
+    /// Bucket `b`'s result, once its sum is done (host routes) or joined (the device).
+    fn wait(&self, s: &mut StepState<B>, b: usize, pending: Pending<B>) -> Result<Reduced<B>> {
+        match pending {
+            Pending::Host(rx) => {
+                let sums = rx.recv().map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })??;
+                Ok(self.unflatten(s, b, sums))
             }
+            Pending::Device(bucket) => {
+                let (grads, presence) = tensor::join_bucket_on_device(bucket);
+                Ok(Reduced { grads, presence: presence.map(|p| Tensor::from_primitive(TensorPrimitive::Float(p))) })
+            }
+            Pending::Failed(e) => Err(e),
         }
-        Ok(bytes)
     }
 
     /// Per bucket and member: how many ranks had its gradient, from the summed presence counts
-    /// (one read for all buckets). On the device route without `find_unused`, this rank's own
-    /// presence instead (a member it lacks counts 0, one it has counts every rank), so the host
-    /// never waits for the device: a rank missing a gradient stops with the error after its
-    /// collectives were started, and the others learn of it from the group (a peer left).
-    fn counts(&self, reduced: &[Tensor<B, 1>], present: &[Vec<bool>], find_unused: bool) -> Vec<Vec<usize>> {
+    /// (one read for all buckets) where they travelled; else from this rank's own presence (a
+    /// member it lacks counts 0, one it has counts every rank), so the host never waits for the
+    /// device: a rank missing a gradient stops with the error after its collectives were
+    /// started, and the others learn of it from the group (a peer left).
+    fn counts(&self, reduced: &[Reduced<B>], present: &[Vec<bool>]) -> Vec<Vec<usize>> {
         let world = self.pg.world_size();
-        let device_route = matches!(self.route, Route::Device { .. });
-        if device_route && !find_unused {
+        if !self.sends_presence() {
             return present.iter().map(|p| p.iter().map(|&had| if had { world } else { 0 }).collect()).collect();
         }
-        let tails: Vec<Tensor<B, 1>> = reduced
-            .iter()
-            .zip(present)
-            .map(|(t, p)| {
-                let total = t.dims()[0];
-                t.clone().slice([total - p.len()..total])
-            })
-            .collect();
-        let all: Vec<f32> = Tensor::cat(tails, 0).into_data().convert::<f32>().to_vec().expect("f32 counts");
+        let sums: Vec<Tensor<B, 1>> = reduced.iter().map(|r| r.presence.clone().expect("presence counts travel on this route")).collect();
+        let all: Vec<f32> = Tensor::cat(sums, 0).into_data().convert::<f32>().to_vec().expect("f32 counts");
         let mut at = 0;
         present
             .iter()
@@ -293,10 +389,30 @@ impl<B: Backend> StepReducer<B> {
             .collect()
     }
 
+    /// The averaged gradients of the parameters some rank had, in bucket order, and their bytes;
+    /// the error naming a parameter some rank lacked (without `find_unused`).
+    fn averages(&self, reduced: Vec<Reduced<B>>, counts: Vec<Vec<usize>>) -> Result<(Vec<(usize, FloatTensor<B>)>, usize)> {
+        let world = self.pg.world_size();
+        let (mut out, mut bytes) = (Vec::with_capacity(self.plan.slots.len()), 0);
+        for ((b, r), counts) in reduced.into_iter().enumerate().zip(counts) {
+            for ((&i, grad), count) in self.plan.buckets[b].iter().zip(r.grads).zip(counts) {
+                let slot = &self.plan.slots[i];
+                if count < world && !self.settings.find_unused {
+                    // DDP, which holds the module, names it (`name_parameter`).
+                    return Err(Error::UnusedParameter { name: String::new(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
+                }
+                if count > 0 {
+                    bytes += slot.shape.iter().product::<usize>() * 4;
+                    out.push((i, grad));
+                }
+            }
+        }
+        Ok((out, bytes))
+    }
+
     /// Records this rank's gradient of `slot` (already complete: after backward).
-    pub fn put(&self, slot: usize, grad: Tensor<B, 1>) {
-        let mut s = self.lock();
-        s.grads[slot] = Some(grad);
+    pub fn put(&self, slot: usize, grad: FloatTensor<B>) {
+        self.lock().grads[slot] = Some(grad);
     }
 
     /// Buckets the layers' notifications launched before [`finish`](Self::finish).
@@ -304,10 +420,15 @@ impl<B: Backend> StepReducer<B> {
         self.lock().launched
     }
 
+    /// Tensor operations this step's reduction enqueued so far.
+    pub fn operations(&self) -> usize {
+        self.lock().operations
+    }
+
     /// Per slot: whether the layers reported its whole gradient.
     pub fn reported(&self) -> Vec<bool> {
         let s = self.lock();
-        (0..self.slots.len()).map(|i| Self::complete(&s, i)).collect()
+        (0..self.plan.slots.len()).map(|i| Self::complete(&s, i)).collect()
     }
 
     /// Whether buckets are summed on the device ([`Route::Device`]).
@@ -324,9 +445,10 @@ impl<B: Backend> StepReducer<B> {
     /// ones as backward finished them, then the rest in slot order.
     pub fn finish_order(&self) -> Vec<usize> {
         let s = self.lock();
-        let mut order: Vec<usize> = s.ready_order.iter().map(|&i| self.slots[i].index).collect();
+        let slots = &self.plan.slots;
+        let mut order: Vec<usize> = s.ready_order.iter().map(|&i| slots[i].index).collect();
         let seen: std::collections::HashSet<usize> = s.ready_order.iter().copied().collect();
-        order.extend((0..self.slots.len()).filter(|i| !seen.contains(i)).map(|i| self.slots[i].index));
+        order.extend((0..slots.len()).filter(|i| !seen.contains(i)).map(|i| slots[i].index));
         order
     }
 
@@ -337,23 +459,33 @@ impl<B: Backend> StepReducer<B> {
 
     /// Buckets of this step.
     pub fn bucket_count(&self) -> usize {
-        self.buckets.len()
+        self.plan.buckets.len()
     }
 }
 
 impl<B: Backend> GradSink<B> for StepReducer<B> {
-    fn ready(&self, slot: usize, grad: Tensor<B, 1>) {
+    fn ready(&self, slot: usize, grad: FloatTensor<B>) {
         let mut s = self.lock();
-        s.grads[slot] = Some(match s.grads[slot].take() {
-            Some(g) => g + grad,
+        let sum = match s.grads[slot].take() {
+            Some(g) => {
+                s.operations += 1;
+                B::float_add(g, grad)
+            }
             None => grad,
-        });
+        };
+        s.grads[slot] = Some(sum);
         s.reported[slot] += 1;
         if Self::complete(&s, slot) {
             s.ready_order.push(slot);
             self.launch_ready(&mut s);
         }
     }
+}
+
+/// `g` as one dimension (a reshape: burn's operation, free for a packed tensor).
+fn flatten<B: Backend>(g: FloatTensor<B>) -> FloatTensor<B> {
+    let n = burn::tensor::TensorMetadata::shape(&g).num_elements();
+    B::float_reshape(g, Shape::new([n]))
 }
 
 #[cfg(test)]
@@ -371,5 +503,8 @@ mod tests {
         let (slots, buckets) = plan(&params, 250, Some(&[1, 3, 0, 2]));
         assert_eq!(slots.iter().map(|s| s.index).collect::<Vec<_>>(), [1, 3, 0, 2]);
         assert_eq!(buckets, [vec![0, 1], vec![2], vec![3]]);
+        // The plan keeps each parameter's slot.
+        let plan = Plan::new(params.clone(), 250, None);
+        assert_eq!(params.iter().map(|(id, _)| plan.slot_of[id]).collect::<Vec<_>>(), [3, 2, 1, 0]);
     }
 }

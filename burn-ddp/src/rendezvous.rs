@@ -69,6 +69,24 @@ impl RendezvousConfig {
         Ok(config)
     }
 
+    /// A world of this process alone, its store on a free loopback port (`master_port` 0:
+    /// the system picks it), its device `device` (`local_rank`; the local world then counts
+    /// up to it): the same program runs without a launcher, and every collective still goes
+    /// through a real group.
+    pub fn single_process(device: usize) -> Self {
+        Self {
+            master_addr: "127.0.0.1".into(),
+            master_port: 0,
+            rank: 0,
+            world_size: 1,
+            local_rank: device,
+            local_world_size: device + 1,
+            timeout: DEFAULT_TIMEOUT,
+            token: None,
+            source: crate::launch_env::EnvSource::SingleProcess,
+        }
+    }
+
     /// Checks that the rank fits in the world.
     ///
     /// # Errors
@@ -76,6 +94,9 @@ impl RendezvousConfig {
     pub fn check(&self) -> Result<()> {
         if self.world_size == 0 || self.rank >= self.world_size {
             return Err(Error::Env { name: "RANK", reason: format!("rank {} is outside WORLD_SIZE={}", self.rank, self.world_size) });
+        }
+        if self.master_port == 0 && self.world_size > 1 {
+            return Err(Error::Env { name: "MASTER_PORT", reason: "0 (a port the system picks) serves a world of one process only; give every rank the same port".into() });
         }
         if self.local_rank >= self.local_world_size.max(1) {
             return Err(Error::Env { name: "LOCAL_RANK", reason: format!("{} is outside LOCAL_WORLD_SIZE={}", self.local_rank, self.local_world_size) });
@@ -106,7 +127,9 @@ pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
     } else {
         None
     };
-    let store = TcpStore::connect(&config.master_addr, config.master_port, config.token.as_deref(), config.timeout).map_err(|e| match e {
+    // Port 0 (a world of one): the port the system gave the store.
+    let port = server.as_ref().map_or(config.master_port, |s| s.local_addr().port());
+    let store = TcpStore::connect(&config.master_addr, port, config.token.as_deref(), config.timeout).map_err(|e| match e {
         Error::Timeout { waited, .. } => Error::Timeout { op: format!("connecting to rank 0's store at {}:{}", config.master_addr, config.master_port), rank: config.rank, waited, missing: vec![0] },
         other => other,
     })?;

@@ -8,7 +8,8 @@
 //! collective), which carries every rank's loss into every rank's input gradient — the result
 //! equals BatchNorm over the concatenated batch, values and gradients. Running statistics follow
 //! burn's BatchNorm (biased variance, `momentum` weighting). Evaluation mode (a backend without
-//! autodiff) uses the running statistics and never communicates.
+//! autodiff) uses the running statistics and never communicates, and neither does a world of one
+//! process, where this is plain batch norm ([`crate::nn::batch_norm`]), as in PyTorch.
 //!
 //! It is a function over the parameters of [`crate::nn::BatchNorm`] (burn-nn's, with settings),
 //! so a model switches between the two without changing its parameters or checkpoints. The
@@ -144,13 +145,31 @@ pub fn sync_batch_norm_relu<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Te
     sync_batch_norm_act(bn, x, sync, true)
 }
 
-fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync, relu: bool) -> Tensor<B, D> {
+/// `from` as `To` when they are the same type, else `from` back.
+fn same_type<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
+    let boxed: Box<dyn std::any::Any> = Box::new(from);
+    boxed.downcast::<To>().map(|b| *b).map_err(|b| *b.downcast::<From>().expect("the same value back"))
+}
+
+fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, mut x: Tensor<B, D>, sync: &BatchNormSync, relu: bool) -> Tensor<B, D> {
     let relu_if = |y: Tensor<B, D>| if relu { burn::tensor::activation::relu(y) } else { y };
     let device = x.device();
     if !B::ad_enabled(&device) {
         let dtype = x.dtype();
         return relu_if(bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()))).cast(dtype);
     }
+    // A world of one: the global batch is this rank's own, so this is plain batch norm, as
+    // PyTorch's SyncBatchNorm (it synchronises only when the world size is over 1).
+    if sync.pg.world_size() == 1 {
+        match same_type::<Tensor<B, D>, Tensor<B, 4>>(x) {
+            Ok(x4) => return same_type(crate::nn::batch_norm(bn, x4, relu)).unwrap_or_else(|_| unreachable!("D is 4")),
+            Err(back) => x = back,
+        }
+    }
+    // γ and β report their gradients to DDP as soon as this layer's backward has run, like
+    // every burn-ddp layer's parameters (outside a DDP step: their plain values).
+    let hooked = crate::grad_ready::active().then(|| bn.through_grad_hooks(&x));
+    let bn = hooked.as_ref().unwrap_or(bn);
     #[cfg(feature = "cuda")]
     let x = match crate::sync_batch_norm_nhwc::try_sync_batch_norm(bn, x, &sync.pg, relu) {
         Ok(y) => return y,

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::process_group::buffer::MemoryKind;
 use crate::process_group::*;
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType as BurnDType, TensorData};
 
 fn dtype_of(d: BurnDType) -> Result<DType> {
@@ -170,11 +171,63 @@ pub fn all_reduce_on_device<B: Backend>(pg: std::sync::Arc<dyn ProcessGroup>, t:
 pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<B, 1> {
     #[cfg(feature = "cuda")]
     let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
-        Ok(cuda) => return cast(crate::nn::side_stream::join(cuda, &join.0)).unwrap_or_else(|_| unreachable!("B is burn-cuda")),
+        Ok(cuda) => {
+            let joined = crate::nn::side_stream::join(vec![cuda.into_primitive().tensor()], &join.0).remove(0);
+            return cast(Tensor::<burn_cuda::Cuda, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(joined))).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+        }
         Err(t) => t,
     };
     let _ = join;
     t
+}
+
+/// A DDP bucket summed on the device (from [`all_reduce_bucket_on_device`]): read it only
+/// through [`join_bucket_on_device`].
+pub(crate) struct DeviceBucket<B: Backend> {
+    grads: Vec<FloatTensor<B>>,
+    presence: Option<FloatTensor<B>>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    join: DeviceJoin,
+}
+
+/// Starts averaging `grads` (f32, any shapes) over the ranks on the device, as one collective
+/// over a flat buffer of `flat` (f32, bf16 or f16), with `presence` (f32 counts) summed beside
+/// them; returns at once (see `cuda_tensor::all_reduce_bucket`). Only where
+/// [`orders_on_device`].
+///
+/// # Errors
+/// As `cuda_tensor::all_reduce_bucket`; [`Error::Unsupported`] elsewhere.
+pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
+    pg: std::sync::Arc<dyn ProcessGroup>,
+    grads: Vec<FloatTensor<B>>,
+    presence: Option<FloatTensor<B>>,
+    flat: BurnDType,
+    label: String,
+) -> Result<DeviceBucket<B>> {
+    #[cfg(feature = "cuda")]
+    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
+        let to = |t: FloatTensor<B>| cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+        let from = |t: FloatTensor<burn_cuda::Cuda>| cast::<_, FloatTensor<B>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+        let b = crate::cuda_tensor::all_reduce_bucket(pg, grads.into_iter().map(to).collect(), presence.map(to), flat, label)?;
+        return Ok(DeviceBucket { grads: b.grads.into_iter().map(from).collect(), presence: b.presence.map(from), join: DeviceJoin(b.join) });
+    }
+    let _ = (pg, grads, presence, flat);
+    Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
+}
+
+/// A bucket's averaged gradients and summed presence counts, readable: burn's stream waits for
+/// the collective on the device (one operation for the bucket).
+pub(crate) fn join_bucket_on_device<B: Backend>(bucket: DeviceBucket<B>) -> (Vec<FloatTensor<B>>, Option<FloatTensor<B>>) {
+    #[cfg(feature = "cuda")]
+    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
+        let n = bucket.grads.len();
+        let to = |t: FloatTensor<B>| cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+        let all: Vec<_> = bucket.grads.into_iter().chain(bucket.presence).map(to).collect();
+        let mut joined: Vec<FloatTensor<B>> = crate::nn::side_stream::join(all, &bucket.join.0).into_iter().map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))).collect();
+        let presence = (joined.len() > n).then(|| joined.pop().expect("the presence counts"));
+        return (joined, presence);
+    }
+    (bucket.grads, bucket.presence)
 }
 
 /// `from` as `To` when they are the same type, else `from` back.

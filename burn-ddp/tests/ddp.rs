@@ -342,3 +342,90 @@ fn broadcast_running_means(port: u16) -> Option<Vec<Vec<f32>>> {
     }
     Some(results.into_iter().map(|r| r.unwrap()).collect())
 }
+
+/// A module's gradients in `grads`, flattened in visiting order.
+struct GradValues<'a> {
+    grads: &'a GradientsParams,
+    out: Vec<f32>,
+}
+
+impl burn::module::ModuleVisitor<B> for GradValues<'_> {
+    fn visit_float<const D: usize>(&mut self, p: &burn::module::Param<Tensor<B, D>>) {
+        if let Some(g) = self.grads.get::<Flex, D>(p.id) {
+            self.out.extend(g.into_data().convert::<f32>().to_vec::<f32>().unwrap());
+        }
+    }
+}
+
+fn grad_values<M: burn::module::Module<B>>(module: &M, grads: &GradientsParams) -> Vec<f32> {
+    let mut v = GradValues { grads, out: Vec::new() };
+    module.visit(&mut v);
+    v.out
+}
+
+/// Gradients sent as bf16 or fp16 (PyTorch's compress hooks) average to the f32 average within
+/// the type's rounding: each rank's share rounded once on the way in and the sum once more,
+/// so per element |compressed − f32| ≤ 2 · 2^-m · mean over ranks of |gradient| (m = 8 for bf16,
+/// 11 for fp16), plus twice fp16's half-spacing below its normal range (2^-25). The f32 average is each rank's own gradients' mean (to 1e-6), and the rounding
+/// must show somewhere (the compressed average is not the f32 one).
+#[test]
+fn ddp_compressed_gradients_average_within_their_rounding() {
+    let test = "ddp_compressed_gradients_average_within_their_rounding";
+    if is_worker() {
+        use burn_ddp::GradCompression;
+        let device = Default::default();
+        let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).unwrap();
+        let rank = pg.rank();
+        B::seed(&device, 5);
+        let model = Mlp::<B>::new(&device);
+        let (x, y) = batch(rank * PER_RANK..(rank + 1) * PER_RANK, &device);
+        let grads = || GradientsParams::from_grads(CrossEntropyLossConfig::new().init(&device).forward(model.forward(x.clone()), y.clone()).backward(), &model);
+        println!("LOCAL {}", serde_json::to_string(&grad_values(&model, &grads())).unwrap());
+        for (name, compression) in [("f32", GradCompression::None), ("bf16", GradCompression::Bf16), ("fp16", GradCompression::Fp16)] {
+            let ddp = DistributedDataParallel::new(pg.clone(), DdpConfig { compression, bucket_bytes: 256, ..DdpConfig::default() });
+            let avg = ddp.sync_gradients(&model, grads()).unwrap();
+            println!("AVG_{name} {}", serde_json::to_string(&grad_values(&model, &avg)).unwrap());
+        }
+        return;
+    }
+    let outs = spawn(test, 2, &[0, 1], &[]);
+    assert_all_ok(test, &outs);
+    let line = |o: &std::process::Output, key: &str| -> Vec<f32> {
+        let text = String::from_utf8_lossy(&o.stdout);
+        // libtest's "test … " may precede a worker's first line.
+        serde_json::from_str(text.lines().find_map(|l| l.split_once(&format!("{key} ")).map(|(_, v)| v)).unwrap_or_else(|| panic!("no {key} line: {text}"))).unwrap()
+    };
+    let (g0, g1) = (line(&outs[0], "LOCAL"), line(&outs[1], "LOCAL"));
+    let f32_avg = line(&outs[0], "AVG_f32");
+    let mean: Vec<f32> = g0.iter().zip(&g1).map(|(a, b)| (a + b) / 2.0).collect();
+    assert!(max_relative_diff(&f32_avg, &mean, 1e-6) < 1e-6, "the f32 average is the ranks' mean");
+    for (name, m, floor) in [("bf16", 8, 0.0), ("fp16", 11, 2.0 * 2f32.powi(-25))] {
+        let avg = line(&outs[0], &format!("AVG_{name}"));
+        assert_eq!(avg, line(&outs[1], &format!("AVG_{name}")), "{name}: both ranks get the same average");
+        let mut worst = 0.0f32;
+        for (i, (&c, &f)) in avg.iter().zip(&f32_avg).enumerate() {
+            let bound = 2.0 * 2f32.powi(-m) * (g0[i].abs() + g1[i].abs()) / 2.0 + floor + 1e-12;
+            assert!((c - f).abs() <= bound, "{name}: element {i}: {c} vs f32 {f}, bound {bound}");
+            worst = worst.max((c - f).abs() / bound);
+        }
+        assert!(avg.iter().zip(&f32_avg).any(|(c, f)| c != f), "{name}: the gradients travelled rounded");
+        eprintln!("{name}: {} gradients, worst error {worst:.2} of the bound", avg.len());
+    }
+}
+
+/// A world of one process without a launcher (`RendezvousConfig::single_process`: a store on a
+/// port the system picks): DDP over it averages a rank's gradients to themselves.
+#[test]
+fn ddp_in_a_world_of_one_process_returns_the_gradients() {
+    let device = Default::default();
+    let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::single_process(0)).unwrap();
+    assert_eq!((pg.rank(), pg.world_size()), (0, 1));
+    B::seed(&device, 3);
+    let model = Mlp::<B>::new(&device);
+    let (x, y) = batch(0..PER_RANK, &device);
+    let grads = || GradientsParams::from_grads(CrossEntropyLossConfig::new().init(&device).forward(model.forward(x.clone()), y.clone()).backward(), &model);
+    let ddp = DistributedDataParallel::new(pg, DdpConfig { bucket_bytes: 256, ..DdpConfig::default() });
+    let (plain, averaged) = (grad_values(&model, &grads()), grad_values(&model, &ddp.sync_gradients(&model, grads()).unwrap()));
+    assert!(!plain.is_empty());
+    assert_eq!(averaged, plain);
+}

@@ -117,6 +117,14 @@ struct BenchArgs {
     /// operation per step on CUDA instead of seven per parameter).
     #[arg(long)]
     burn_sgd: bool,
+    /// Step through DistributedDataParallel: under `burn-ddp launch` (or torchrun) in its
+    /// world, else in a one-rank group of its own whose every bucket still goes through NCCL
+    /// (TCP on the CPU) — DDP's own cost is then the difference from the same command without it.
+    #[arg(long)]
+    ddp: bool,
+    /// With --ddp, the type the gradients travel in: `none` (f32), `bf16` or `fp16`.
+    #[arg(long, value_name = "TYPE", requires = "ddp")]
+    grad_compression: Option<String>,
 }
 
 #[derive(Args)]
@@ -211,6 +219,10 @@ struct TrainArgs {
     /// Per-rank BatchNorm statistics even where the preset synchronises them.
     #[arg(long, conflicts_with = "sync_bn")]
     no_sync_bn: bool,
+    /// The type DDP's gradient all-reduce sends: `none` (f32, the default), `bf16` or `fp16`
+    /// (half the bytes across the wire; parameters and optimizer state stay f32).
+    #[arg(long, value_name = "TYPE")]
+    grad_compression: Option<String>,
     /// Activation precision: `f32` (the default), `bf16` or `f16` (PyTorch's autocast:
     /// parameters, optimizer and BatchNorm statistics stay f32; f16 adds dynamic loss scaling,
     /// PyTorch's GradScaler).
@@ -391,6 +403,9 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     }
     if a.no_sync_bn {
         c.sync_bn = false;
+    }
+    if let Some(g) = a.grad_compression {
+        c.grad_compression = burn_vision::train::config::parse_grad_compression(&g)?;
     }
     if let Some(p) = a.precision {
         c.precision = p.parse()?;
@@ -587,6 +602,8 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         host_profile: a.host_profile,
         host_profile_first_step: a.host_profile_first_step,
         burn_sgd: a.burn_sgd,
+        ddp: a.ddp,
+        grad_compression: a.grad_compression.as_deref().map(burn_vision::train::config::parse_grad_compression).transpose()?.unwrap_or_default(),
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);

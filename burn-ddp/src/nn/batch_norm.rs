@@ -12,7 +12,7 @@ use burn::tensor::activation::relu as relu_op;
 impl<B: Backend> BatchNorm<B> {
     /// The same layer reading `gamma` and `beta` through the gradient hook (DDP's overlap),
     /// with `anchor` the input of the operation that uses them; running statistics shared.
-    fn through_grad_hooks(&self, anchor: &Tensor<B, 4>) -> Self {
+    pub(crate) fn through_grad_hooks<const D: usize>(&self, anchor: &Tensor<B, D>) -> Self {
         let mut copy = self.clone();
         copy.gamma = Param::initialized(self.gamma.id, grad_ready::param_val(&self.gamma, anchor));
         copy.beta = Param::initialized(self.beta.id, grad_ready::param_val(&self.beta, anchor));

@@ -133,7 +133,7 @@ pub(super) fn empty_f32(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeT
     empty_of(like, dims, burn::tensor::DType::F32)
 }
 
-fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: burn::tensor::DType) -> CubeTensor<CudaRuntime> {
+pub(super) fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: burn::tensor::DType) -> CubeTensor<CudaRuntime> {
     burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), Shape::from(dims.to_vec()), dtype)
 }
 

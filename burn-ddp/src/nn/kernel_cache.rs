@@ -44,6 +44,23 @@ pub fn dir() -> Option<PathBuf> {
     DONE.get().cloned().flatten()
 }
 
+/// Files and bytes under [`dir`]: what the kernel caches hold so far. Steady training steps
+/// that compile and tune nothing new leave it as it was.
+pub fn usage() -> Option<(usize, u64)> {
+    fn walk(dir: &Path, total: &mut (usize, u64)) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => walk(&entry.path(), total),
+                Ok(m) => *total = (total.0 + 1, total.1 + m.len()),
+                Err(_) => {}
+            }
+        }
+    }
+    let mut total = (0, 0);
+    walk(&dir()?, &mut total);
+    Some(total)
+}
+
 /// How burn-cuda's memory is allocated (cubecl's memory management).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Allocator {

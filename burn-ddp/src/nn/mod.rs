@@ -12,6 +12,8 @@ mod bn_nhwc_cuda;
 mod bn_nhwc_kernels;
 #[cfg(feature = "cuda")]
 pub(crate) mod bn_nhwc_phases;
+#[cfg(feature = "cuda")]
+pub(crate) mod bucket_copy;
 pub mod conv;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]

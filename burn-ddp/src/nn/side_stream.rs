@@ -1,28 +1,32 @@
-//! Work on a CUDA stream of someone else's (NCCL's collectives) on a buffer of burn's, ordered
-//! on the device: it starts after burn's kernels that produced the buffer, burn reads the buffer
-//! again only after it has finished, and neither the training thread nor cubecl's device thread
-//! waits for anything in between — burn keeps computing while the other stream works.
+//! Work on a CUDA stream of someone else's (NCCL's collectives) on buffers of burn's, ordered
+//! on the device: it starts after burn's kernels that produced the buffers, burn reads its
+//! results only after it has finished, and neither the training thread nor cubecl's device
+//! thread waits for anything in between — burn keeps computing while the other stream works.
 //!
-//! [`fork`] is an operation of burn-fusion's stream (see `fusion_op`): on cubecl's device thread,
-//! in order with burn's kernels, it stores a flag on burn's stream (`stream_bridge`, its own
-//! [`Channel::Side`] flags) and hands the buffer's address and a [`SideFence`] to the caller's
-//! work, which enqueues on its stream the fence's wait, its computation and the fence's signal.
-//! Its output is the same buffer, which nothing of burn's touches until [`join`], another
-//! operation of the stream, makes burn's stream wait for that signal. Between the two, burn's
-//! stream runs on (a DDP backward keeps computing the next buckets' gradients).
+//! [`fork`] is an operation of burn-fusion's stream (see `fusion_op`) over any number of
+//! buffers: on cubecl's device thread, in order with burn's kernels, it stores a flag on burn's
+//! stream (`stream_bridge`, its own [`Channel::Side`] flags) and hands the buffers' addresses —
+//! each input's, its output's, and scratch buffers' — and a [`SideFence`] to the caller's work,
+//! which enqueues on its stream the fence's wait, its computation and the fence's signal. An
+//! output is its input's own buffer, written in place, when nothing else can see that buffer
+//! (the fork is its tensor's last user and no view shares it), else a fresh buffer; nothing of
+//! burn's touches the outputs until [`join`], another operation of the stream, makes burn's
+//! stream wait for that signal, and the sources read and the scratch buffers stay allocated
+//! until then. Between the two, burn's stream runs on (a DDP backward keeps computing the next
+//! buckets' gradients).
 //!
 //! Should the work fail to enqueue, it is logged, [`join`] does not wait (nothing would signal),
 //! and the next [`fork`] returns the error: the caller's own checks (the process group's
 //! error) report what the values are worth.
 
-use super::cudnn_burn::device_index;
+use super::cudnn_burn::{Prim, empty_of};
 use super::fusion_op::{self, Cube};
 use super::stream_bridge::{self, Channel, DeviceKernels, Fence};
 use super::{cudnn_types::fail, device_thread};
 use crate::error::{Error, Result};
-use burn::prelude::*;
-use burn::tensor::TensorPrimitive;
-use burn_cuda::Cuda;
+use burn::tensor::{DType, Shape};
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::ComputeClient;
 use cudarc::driver::{CudaContext, sys as driver};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -65,8 +69,10 @@ impl SideFence {
 enum JoinState {
     /// The fork has not run on the device thread yet.
     Pending,
-    /// The work and its signal are enqueued.
-    Enqueued(Fence),
+    /// The work and its signal are enqueued; the buffers it reads or writes that no tensor
+    /// holds (sources copied from, scratch) stay allocated until the join has made burn's
+    /// stream wait for it.
+    Enqueued(Fence, Vec<Cube>),
     /// The work failed to enqueue: nothing to wait for.
     Failed,
 }
@@ -74,6 +80,16 @@ enum JoinState {
 /// What [`join`] waits for: the signal of one [`fork`]'s work.
 #[derive(Clone)]
 pub struct Join(Arc<Mutex<JoinState>>);
+
+/// The device addresses a [`fork`]'s work reads and writes: per input its buffer (packed,
+/// row-major in its dims' order) and the output's (the same address where the output is the
+/// input's buffer, written in place), then the scratch buffers asked for.
+#[derive(Debug, Clone, Default)]
+pub struct ForkBuffers {
+    pub inputs: Vec<u64>,
+    pub outputs: Vec<u64>,
+    pub scratch: Vec<u64>,
+}
 
 fn failure() -> &'static Mutex<Option<String>> {
     static FAILURE: OnceLock<Mutex<Option<String>>> = OnceLock::new();
@@ -106,39 +122,80 @@ pub fn ready(device: usize) -> Result<()> {
     kernels(device).map(|_| ())
 }
 
-/// Hands `t`'s buffer to `work` once burn's producers of it are queued (see the module docs);
-/// returns the same buffer as a tensor that only [`join`] may be given, and what it waits for.
-/// `work` runs on cubecl's device thread with the buffer's address (the tensor packed, as
-/// `t.dims()` row-major) and must enqueue `fence.wait_on`, its computation and
-/// `fence.signal_on` on its stream, and not block.
+/// The device addresses of `cubes` (on cubecl's device thread: direct calls), and what keeps
+/// them valid while held.
+fn addresses(client: &ComputeClient<CudaRuntime>, cubes: &[Cube]) -> Result<(Vec<u64>, Vec<impl Sized + use<>>)> {
+    let held = cubes.iter().map(|c| client.get_resource(c.handle.clone()).map_err(|e| fail("device pointer", e))).collect::<Result<Vec<_>>>()?;
+    Ok((held.iter().map(|r| r.resource().ptr).collect(), held))
+}
+
+/// One input's buffer on the fusion thread, packed, and the output buffer of the same shape:
+/// the input's own when no one else can see it (this operation is its tensor's last user and
+/// no view shares it, or it is a packed copy of ours), else a fresh one (then the input is
+/// kept until the join: the work still reads it).
+fn place(cube: Cube, last_user: bool) -> (Cube, Cube, Option<Cube>) {
+    let row_major = cube.meta.strides().to_vec() == fusion_op::row_major(cube.meta.shape().as_slice());
+    let (cube, mine) = if row_major {
+        let mine = last_user && cube.handle.can_mut();
+        (cube, mine)
+    } else {
+        (fusion_op::dense(cube), true)
+    };
+    if mine {
+        return (cube.clone(), cube, None);
+    }
+    let out = empty_of(&cube, cube.meta.shape().as_slice(), cube.dtype);
+    (cube.clone(), out, Some(cube))
+}
+
+/// Hands `inputs`' buffers (and `scratch` buffers of the given shapes and types, fresh) to
+/// `work` once burn's producers of the inputs are queued (see the module docs); returns one
+/// output per input, of its shape and type, that only [`join`] may be given, and what it waits
+/// for. `work` runs on cubecl's device thread with the buffers' addresses ([`ForkBuffers`])
+/// and must enqueue `fence.wait_on`, its computation — which writes every output — and
+/// `fence.signal_on` on its stream, and not block. Every output must be joined: the work may
+/// still be writing it.
 ///
 /// # Errors
-/// When device-side ordering is unavailable on `t`'s device ([`ready`]), or an earlier work
-/// failed to enqueue.
-pub fn fork<const D: usize>(t: Tensor<Cuda, D>, work: impl FnOnce(u64, &SideFence) -> Result<()> + Send + 'static) -> Result<(Tensor<Cuda, D>, Join)> {
+/// When device-side ordering is unavailable on the inputs' device ([`ready`]), or an earlier
+/// work failed to enqueue.
+///
+/// # Panics
+/// When `inputs` is empty.
+pub fn fork(inputs: Vec<Prim>, scratch: Vec<(Shape, DType)>, work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static) -> Result<(Vec<Prim>, Join)> {
     if let Some(e) = failure().lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Err(Error::Cuda { op: "work on another CUDA stream".into(), reason: e.clone() });
     }
-    let side = kernels(device_index(&t))?;
+    let side = kernels(inputs.first().expect("a fork has inputs").client.device().index)?;
     let join = Join(Arc::new(Mutex::new(JoinState::Pending)));
     let state = join.0.clone();
     let work = Mutex::new(Some(work));
-    let prim = t.into_primitive().tensor();
-    let out = fusion_op::like(&prim);
-    let exec = move |inputs: Vec<Cube>| {
-        let cube = fusion_op::dense(inputs.into_iter().next().expect("one input"));
-        let (device, client, handle) = (cube.device.clone(), cube.client.clone(), cube.handle.clone());
+    let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
+    let exec = move |ins: Vec<(Cube, bool)>| {
+        let (mut sources, mut outs, mut keep) = (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
+        for (cube, last_user) in ins {
+            let (src, out, kept) = place(cube, last_user);
+            sources.push(src);
+            outs.push(out);
+            keep.extend(kept);
+        }
+        let scratch: Vec<Cube> = scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
         let (work, state, side) = (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
+        let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
+        let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
         device_thread::submit(&device, move || {
+            let (sources, outs, scratch) = buffers;
             let enqueue = || -> Result<Fence> {
                 let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
-                let resource = client.get_resource(handle).map_err(|e| fail("device pointer", e))?;
+                // The resources are held until the work is enqueued.
+                let ((inputs, _i), (outputs, _o), (scratch, _s)) = (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
+                let bufs = ForkBuffers { inputs, outputs, scratch };
                 let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
-                work(resource.resource().ptr, &SideFence { fence, kernels: side })?;
+                work(&bufs, &SideFence { fence, kernels: side })?;
                 Ok(fence)
             };
             let outcome = match enqueue() {
-                Ok(fence) => JoinState::Enqueued(fence),
+                Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
                 Err(e) => {
                     log::error!("work on another CUDA stream failed to enqueue: {e}");
                     failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
@@ -147,28 +204,27 @@ pub fn fork<const D: usize>(t: Tensor<Cuda, D>, work: impl FnOnce(u64, &SideFenc
             };
             *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
         });
-        vec![cube]
+        returned
     };
-    let forked = fusion_op::queue("side-stream fork", vec![prim], &[out], exec).remove(0);
-    Ok((Tensor::from_primitive(TensorPrimitive::Float(forked)), join))
+    Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
 }
 
-/// `t` (a [`fork`]'s output) once burn's stream has waited for the work's signal: what burn
-/// launches after this reads the work's result. The host does not wait.
-pub fn join<const D: usize>(t: Tensor<Cuda, D>, join: &Join) -> Tensor<Cuda, D> {
+/// `outputs` (a [`fork`]'s) once burn's stream has waited for the work's signal: what burn
+/// launches after this reads the work's results. The host does not wait.
+pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
     let state = join.0.clone();
-    let prim = t.into_primitive().tensor();
-    let out = fusion_op::like(&prim);
+    let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
     let exec = move |inputs: Vec<Cube>| {
-        let cube = inputs.into_iter().next().expect("one input");
-        let (device, state) = (cube.device.clone(), state.clone());
+        let (device, state) = (inputs[0].device.clone(), state.clone());
         device_thread::submit(&device, move || {
-            if let JoinState::Enqueued(fence) = *state.lock().unwrap_or_else(|p| p.into_inner()) {
+            let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
+            if let JoinState::Enqueued(fence, keep) = done {
                 stream_bridge::after(Channel::Side, device.index, &fence);
+                // Burn's stream now waits for the work: its buffers may serve burn again.
+                drop(keep);
             }
         });
-        vec![cube]
+        inputs
     };
-    let joined = fusion_op::queue("side-stream join", vec![prim], &[out], exec).remove(0);
-    Tensor::from_primitive(TensorPrimitive::Float(joined))
+    fusion_op::queue("side-stream join", outputs, &shapes, exec)
 }

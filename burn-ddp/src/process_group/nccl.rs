@@ -7,7 +7,7 @@
 //! [`Error::CudaNotCompiled`](crate::Error::CudaNotCompiled), so callers need no `cfg`.
 
 #[cfg(feature = "cuda")]
-pub use imp::NcclProcessGroup;
+pub use imp::{DeviceReduction, NcclProcessGroup};
 
 #[cfg(not(feature = "cuda"))]
 pub use stand_in::NcclProcessGroup;
@@ -211,12 +211,14 @@ mod imp {
             self.device
         }
 
-        /// Sums `buf` in place over the ranks — each rank's values first multiplied by `scale`
-        /// when given (NCCL's pre-multiplied sum: `1 / world` averages in the same pass) — on
-        /// the group's stream, and returns at once. `wait` enqueues on that stream what the
-        /// collective must follow, `signal` what announces its end (the device-side ordering
-        /// with burn's stream). The group's watchdog follows it: its device time goes to the
-        /// collective clock and the trace, and a time-out or a failed peer aborts the
+        /// Sums each of `items` over the ranks as one NCCL group (`ncclGroupStart`/`End`: one
+        /// launch for them all) on the group's stream, and returns at once: each item's values
+        /// (first multiplied by its `scale` when given — NCCL's pre-multiplied sum: `1 / world`
+        /// averages in the same pass) read at its source, the sum written at its destination
+        /// (the same address: in place). `before` enqueues on that stream what the collectives
+        /// must follow, `after` what follows them (the device-side ordering with burn's stream,
+        /// and any copies in and out). The group's watchdog follows them: their device time goes
+        /// to the collective clock and the trace, and a time-out or a failed peer aborts the
         /// communicator, after which this and every other call returns that error.
         ///
         /// # Errors
@@ -224,39 +226,31 @@ mod imp {
         /// other than f32, or a failed launch.
         pub fn all_reduce_async(
             &self,
-            buf: Buffer<'_>,
-            scale: Option<f32>,
+            items: &[DeviceReduction<'_>],
             label: String,
-            wait: impl FnOnce(driver::CUstream) -> Result<()>,
-            signal: impl FnOnce(driver::CUstream) -> Result<()>,
+            before: impl FnOnce(driver::CUstream) -> Result<()>,
+            after: impl FnOnce(driver::CUstream) -> Result<()>,
         ) -> Result<()> {
-            let ptr = device_ptr(&buf, self.device)?;
-            if scale.is_some() && buf.dtype != DType::F32 {
-                return Err(cuda_err("ncclAllReduce", format!("a pre-multiplied sum needs an f32 buffer, got {:?}", buf.dtype)));
+            let mut bytes = 0;
+            for item in items {
+                device_ptr(&item.src, self.device)?;
+                if item.scale.is_some() && item.src.dtype != DType::F32 {
+                    return Err(cuda_err("ncclAllReduce", format!("a pre-multiplied sum needs an f32 buffer, got {:?}", item.src.dtype)));
+                }
+                bytes += item.src.len * item.src.dtype.size();
             }
             let events = Events::new()?;
             let stream = self.stream.cu_stream();
             self.state.with(&label, |comm| {
                 self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
-                wait(stream)?;
+                before(stream)?;
                 Events::record(events.start, stream)?;
-                let op = match scale {
-                    Some(s) => premul_sum(comm, s)?,
-                    None => ns::ncclRedOp_t::ncclSum,
-                };
-                // SAFETY: ptr is live device memory of `len` elements on this GPU (caller
-                // contract), untouched by others until `signal`'s consumers run.
-                let launched = unsafe { nr::all_reduce(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), op, comm, stream as _) };
-                if scale.is_some() {
-                    // SAFETY: NCCL allows destroying the operator once the call using it returned.
-                    unsafe { ns::ncclRedOpDestroy(op, comm) };
-                }
-                launched.map_err(|e| cuda_err("ncclAllReduce", e))?;
+                grouped(comm, stream, items, self.device)?;
                 Events::record(events.end, stream)?;
-                signal(stream)
+                after(stream)
             })?;
             let watchdog = self.watchdog.as_ref().expect("present until drop");
-            watchdog.follow(Ticket { label, bytes: buf.len * buf.dtype.size(), enqueued: Instant::now(), events });
+            watchdog.follow(Ticket { label, bytes, enqueued: Instant::now(), events });
             Ok(())
         }
 
@@ -267,6 +261,45 @@ mod imp {
         pub fn check(&self) -> Result<()> {
             self.state.with("NCCL group", |_| Ok(()))
         }
+    }
+
+    /// One buffer of [`NcclProcessGroup::all_reduce_async`]: the values at `src`, their sum
+    /// over the ranks written at `dst` (`src`'s own address: in place), each rank's values first
+    /// multiplied by `scale` when given (f32 only).
+    pub struct DeviceReduction<'a> {
+        pub src: Buffer<'a>,
+        pub dst: u64,
+        pub scale: Option<f32>,
+    }
+
+    /// Enqueues every item's all-reduce on `stream` as one NCCL group; the group is closed
+    /// whatever happens inside it.
+    fn grouped(comm: ns::ncclComm_t, stream: driver::CUstream, items: &[DeviceReduction<'_>], device: usize) -> Result<()> {
+        let mut ops = Vec::new();
+        nr::group_start().map_err(|e| cuda_err("ncclGroupStart", e))?;
+        let launched = items.iter().try_for_each(|item| {
+            let src = device_ptr(&item.src, device)?;
+            let op = match item.scale {
+                Some(s) => {
+                    let op = premul_sum(comm, s)?;
+                    ops.push(op);
+                    op
+                }
+                None => ns::ncclRedOp_t::ncclSum,
+            };
+            // SAFETY: src and dst are live device memory of `len` elements on this GPU (the
+            // caller's contract), untouched by others until `after`'s consumers run.
+            unsafe { nr::all_reduce(src as *const c_void, item.dst as *mut c_void, item.src.len, nccl_dtype(item.src.dtype), op, comm, stream as _) }
+                .map(|_| ())
+                .map_err(|e| cuda_err("ncclAllReduce", e))
+        });
+        let ended = nr::group_end().map(|_| ()).map_err(|e| cuda_err("ncclGroupEnd", e));
+        for op in ops {
+            // SAFETY: NCCL allows destroying an operator once the calls using it returned (the
+            // group has ended).
+            unsafe { ns::ncclRedOpDestroy(op, comm) };
+        }
+        launched.and(ended)
     }
 
     /// NCCL's sum of each rank's values times `scale` (an f32 given by value).

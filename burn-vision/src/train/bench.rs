@@ -1,12 +1,15 @@
 //! Training throughput on synthetic data: the same model, loss and optimiser step as `train`,
-//! with random images, so data loading is out of the measurement.
+//! with random images, so data loading is out of the measurement — plain, or through
+//! DistributedDataParallel (`--ddp`), so DDP's own cost is the difference of two runs.
 
+use super::distributed::Distributed;
 use crate::error::Result;
 use crate::model::{Classifier, ImageClassifier, create};
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::GradCompression;
 use burn_ddp::nn::cross_entropy;
 use burn_ddp::nn::memory::MemoryReport;
 use burn_ddp::nn::profile::cuda_profiler_range;
@@ -59,6 +62,14 @@ pub struct BenchConfig {
     /// their host cost).
     #[serde(default)]
     pub burn_sgd: bool,
+    /// Each step through DistributedDataParallel: under a launcher in its world, else in a
+    /// one-rank group of its own — every bucket still goes through the group (NCCL on a GPU,
+    /// TCP on the CPU); there is no shortcut for one rank.
+    #[serde(default)]
+    pub ddp: bool,
+    /// The type DDP's gradients travel in (with `ddp`).
+    #[serde(default)]
+    pub grad_compression: GradCompression,
 }
 
 /// The two implementations of the bench's SGD (momentum 0.9).
@@ -122,6 +133,59 @@ pub struct BenchResult {
     /// CPU seconds of each of the process's threads over the timed steps, busiest first
     /// (Linux; empty elsewhere): which host thread sets the pace.
     pub threads: Vec<super::thread_clock::ThreadTime>,
+    /// DDP's own cost over the timed steps (`ddp` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ddp: Option<DdpCost>,
+    /// burn-ddp's kernel caches on disk, `[files, bytes]` before and after the timed steps:
+    /// the same when the steady steps compiled and tuned nothing new (`None` without caches).
+    pub kernel_cache: Option<[(usize, u64); 2]>,
+}
+
+/// What DDP did per timed step (`bench --ddp`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DdpCost {
+    /// Ranks in the group, and its backend (`nccl`, `tcp`).
+    pub world: usize,
+    pub backend: &'static str,
+    /// Buckets all-reduced per step, and of those the ones summed on the device and the ones
+    /// started while backward still ran.
+    pub buckets: f64,
+    pub on_device: f64,
+    pub started_in_backward: f64,
+    /// burn tensor operations DDP's reduction enqueued per step.
+    pub operations: f64,
+    /// Host milliseconds per step inside DDP's own code (its trace spans, overlaps merged).
+    pub host_ms: f64,
+    /// Milliseconds per step the training thread waited in DDP after backward (the exposed
+    /// sync: on the device route, only the joins' enqueueing).
+    pub exposed_ms: f64,
+    /// Per trace span: milliseconds per step.
+    pub spans: std::collections::BTreeMap<String, f64>,
+}
+
+/// Host milliseconds per step inside DDP's spans of `spans` (each thread's overlapping spans
+/// merged), and each span name's milliseconds per step.
+fn ddp_host_ms(spans: &[burn_ddp::trace::Span], steps: usize) -> (f64, std::collections::BTreeMap<String, f64>) {
+    let mut by_name = std::collections::BTreeMap::<String, f64>::new();
+    let mut intervals: Vec<(u64, f64, f64)> = Vec::new();
+    for s in spans.iter().filter(|s| s.cat == "ddp") {
+        *by_name.entry(s.name.clone()).or_default() += s.dur_us / 1e3 / steps as f64;
+        intervals.push((s.thread, s.start_us, s.start_us + s.dur_us));
+    }
+    intervals.sort_by(|a, b| (a.0, a.1).partial_cmp(&(b.0, b.1)).expect("finite times"));
+    let (mut total_us, mut open): (f64, Option<(u64, f64, f64)>) = (0.0, None);
+    for (thread, start, end) in intervals {
+        open = match open {
+            Some((t, s, e)) if t == thread && start <= e => Some((t, s, e.max(end))),
+            Some((_, s, e)) => {
+                total_us += e - s;
+                Some((thread, start, end))
+            }
+            None => Some((thread, start, end)),
+        };
+    }
+    total_us += open.map_or(0.0, |(_, s, e)| e - s);
+    (total_us / 1e3 / steps as f64, by_name)
 }
 
 /// Where the time to the first step went (the cold start a user waits through).
@@ -173,7 +237,7 @@ fn warm_up<B: AutodiffBackend>(
     steps: usize,
     device: &B::Device,
     mut model: Classifier<B>,
-    step: &mut impl FnMut(Classifier<B>) -> (Classifier<B>, Tensor<B, 1>),
+    step: &mut impl FnMut(Classifier<B>) -> Result<(Classifier<B>, Tensor<B, 1>)>,
     profile: Option<&std::path::Path>,
 ) -> Result<WarmedUp<B>> {
     B::sync(device).expect("device sync");
@@ -182,7 +246,7 @@ fn warm_up<B: AutodiffBackend>(
     let mut first_step = FirstStep { setup_s: crate::since_start(), ..FirstStep::default() };
     let mut loss = None;
     for i in 0..steps {
-        let (m, l) = step(model);
+        let (m, l) = step(model)?;
         model = m;
         loss = Some(l);
         B::sync(device).expect("device sync");
@@ -208,11 +272,12 @@ fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, (x, y): (&Ten
     gib
 }
 
-/// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data.
+/// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data,
+/// through `dist`'s DDP when given.
 ///
 /// # Errors
-/// For an unknown model.
-pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device) -> Result<BenchResult> {
+/// For an unknown model, or a failed DDP step.
+pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device, dist: Option<&Distributed>) -> Result<BenchResult> {
     B::seed(device, 0);
     let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
     let mut optim = BenchSgd::<B>::new(config.burn_sgd);
@@ -222,7 +287,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let host = config.host_input.then(|| host_batches(&x));
     let upload_s = std::cell::Cell::new(0.0);
     let host_s = std::cell::Cell::new([0.0f64; 3]);
-    let mut step = |model: Classifier<B>| -> (Classifier<B>, Tensor<B, 1>) {
+    let mut step = |model: Classifier<B>| -> Result<(Classifier<B>, Tensor<B, 1>)> {
         let x = match &host {
             Some(h) => {
                 let images = h.recv().expect("the producer thread runs until the receiver is dropped");
@@ -234,15 +299,22 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
             None => x.clone(),
         };
         let t = Instant::now();
+        let ddp_step = dist.map(|d| d.ddp.step(&model)).transpose()?;
         let loss = cross_entropy(model.forward(x), y.clone(), 0.0);
         let t_fwd = t.elapsed().as_secs_f64();
-        let grads = loss.backward();
-        let t_bwd = t.elapsed().as_secs_f64();
-        let grads = GradientsParams::from_grads(grads, &model);
+        let (grads, t_bwd) = match ddp_step {
+            // DDP's backward hands over and averages the gradients too.
+            Some(s) => (s.backward(loss.clone(), &model)?, t.elapsed().as_secs_f64()),
+            None => {
+                let grads = loss.backward();
+                let t_bwd = t.elapsed().as_secs_f64();
+                (GradientsParams::from_grads(grads, &model), t_bwd)
+            }
+        };
         let model = optim.step(0.01, model, grads);
         let h = host_s.get();
         host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
-        (model, loss)
+        Ok((model, loss))
     };
     let first_step_profile = config.host_profile.as_deref().filter(|_| config.host_profile_first_step);
     let (m, mut loss, first_step, warmup_seconds) = warm_up::<B>(config.warmup, device, model, &mut step, first_step_profile)?;
@@ -256,9 +328,14 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let profile = config.host_profile.as_deref().filter(|_| !config.host_profile_first_step).map(super::host_profile::HostProfile::start).transpose()?;
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
+    let cache_before = burn_ddp::nn::kernel_cache::usage();
+    let ddp_before = dist.map(|d| d.ddp.stats());
+    if dist.is_some() {
+        burn_ddp::trace::start();
+    }
     let clock = super::thread_clock::ThreadClock::now();
     for _ in 0..config.steps {
-        let (m, l) = step(model);
+        let (m, l) = step(model)?;
         model = m;
         loss = Some(l);
     }
@@ -266,6 +343,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
+    let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), config.steps));
+    let kernel_cache = cache_before.zip(burn_ddp::nn::kernel_cache::usage()).map(|(a, b)| [a, b]);
     let threads = super::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     if let Some(profile) = profile {
@@ -292,5 +371,25 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         upload_s,
         host: HostTimes { enqueued_s, forward_s: host_s.get()[0], backward_s: host_s.get()[1], optimizer_s: host_s.get()[2] },
         threads,
+        ddp,
+        kernel_cache,
     })
+}
+
+/// DDP's statistics since `before` and its trace `spans`, per step.
+fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::trace::Span], steps: usize) -> DdpCost {
+    let now = d.ddp.stats();
+    let per_step = |a: usize, b: usize| (a - b) as f64 / steps as f64;
+    let (host_ms, spans) = ddp_host_ms(spans, steps);
+    DdpCost {
+        world: d.world,
+        backend: d.device_group.backend(),
+        buckets: per_step(now.buckets, before.buckets),
+        on_device: per_step(now.on_device, before.on_device),
+        started_in_backward: per_step(now.overlapped, before.overlapped),
+        operations: per_step(now.operations, before.operations),
+        host_ms,
+        exposed_ms: (now.seconds - before.seconds) * 1e3 / steps as f64,
+        spans,
+    }
 }

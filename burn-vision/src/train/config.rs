@@ -2,6 +2,7 @@
 
 use crate::data::DataSource;
 use crate::error::{Error, Result};
+use burn_ddp::GradCompression;
 use burn_ddp::nn::Precision;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -113,6 +114,10 @@ pub struct TrainConfig {
     /// BatchNorm statistics over the global batch of all ranks (DDP only).
     #[serde(default)]
     pub sync_bn: bool,
+    /// The type DDP's gradient all-reduce sends: f32, or bf16 / fp16 (half the bytes;
+    /// parameters and optimizer state stay f32: PyTorch's `bf16_compress_hook`).
+    #[serde(default)]
+    pub grad_compression: GradCompression,
     /// Activation precision (autocast); parameters and optimizer state stay f32.
     #[serde(default)]
     pub precision: Precision,
@@ -221,6 +226,7 @@ impl Default for TrainConfig {
             show_progress: true,
             strategy: Strategy::Ddp,
             sync_bn: false,
+            grad_compression: GradCompression::None,
             precision: Precision::F32,
             channels_last: None,
             world: None,
@@ -235,6 +241,19 @@ impl Default for TrainConfig {
             mixup: super::mixup::MixupConfig::default(),
             drop_path: 0.0,
         }
+    }
+}
+
+/// `--grad-compression`: `none` (f32; also `f32`), `bf16`, or `fp16` (also `f16`).
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for anything else.
+pub fn parse_grad_compression(value: &str) -> Result<GradCompression> {
+    match value.to_ascii_lowercase().as_str() {
+        "none" | "f32" | "fp32" => Ok(GradCompression::None),
+        "bf16" => Ok(GradCompression::Bf16),
+        "fp16" | "f16" => Ok(GradCompression::Fp16),
+        _ => Err(Error::InvalidConfig { name: "--grad-compression", value: value.into(), reason: "use none (f32), bf16 or fp16".into() }),
     }
 }
 

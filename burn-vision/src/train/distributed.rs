@@ -2,7 +2,7 @@
 //! training loop needs (sharding, reductions of metrics). One process = `None` everywhere.
 
 use crate::error::{Error, Result};
-use burn_ddp::{CommBackend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig, init_process_groups};
+use burn_ddp::{CommBackend as Collectives, DdpConfig, DistributedDataParallel, GradCompression, ProcessGroup, ReduceOp, RendezvousConfig, init_process_groups};
 use std::sync::Arc;
 
 /// A joined process group with DDP on top.
@@ -30,11 +30,12 @@ impl Distributed {
     /// backward runs — pass it off with SyncBatchNorm, whose backward uses the same group; on
     /// NCCL it stays on regardless (collectives are enqueued on the device in program order, so
     /// SyncBatchNorm's and DDP's interleave alike on every rank). `timeout_s`
-    /// replaces `BURN_DDP_TIMEOUT_S` for the rendezvous and every collective.
+    /// replaces `BURN_DDP_TIMEOUT_S` for the rendezvous and every collective; `compression`
+    /// is the type the gradients travel in.
     ///
     /// # Errors
     /// Rendezvous failures, NCCL set-up failures, or a local rank without a GPU in `--gpus`.
-    pub fn from_env(local_gpus: Option<usize>, overlap: bool, timeout_s: Option<f64>) -> Result<Option<Self>> {
+    pub fn from_env(local_gpus: Option<usize>, overlap: bool, timeout_s: Option<f64>, compression: GradCompression) -> Result<Option<Self>> {
         if !burn_ddp::launch_env::launched(&|k| std::env::var(k).ok()) {
             return Ok(None);
         }
@@ -49,10 +50,24 @@ impl Distributed {
                 reason: format!("this process is local rank {} of {} on its node: list one GPU per local rank (each node names its own GPUs)", config.local_rank, config.local_world_size),
             });
         }
-        let gpus = local_gpus.is_some();
+        Self::join(&config, local_gpus.is_some(), overlap, compression).map(Some)
+    }
+
+    /// A world of this process alone: a one-rank group of its own on a free loopback port, so
+    /// DDP runs its whole path — every bucket through the group (NCCL on `gpu`, TCP on the CPU
+    /// when `None`) — with no peer to wait for: what `bench --ddp` times against plain steps.
+    ///
+    /// # Errors
+    /// As [`Distributed::from_env`].
+    pub fn alone(gpu: Option<usize>, compression: GradCompression) -> Result<Self> {
+        Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu.is_some(), true, compression)
+    }
+
+    /// The groups of the world `config` describes, DDP over the device group.
+    fn join(config: &RendezvousConfig, gpus: bool, overlap: bool, compression: GradCompression) -> Result<Self> {
         let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
-        let groups = init_process_groups(backends, &config).map_err(|e| match e {
+        let groups = init_process_groups(backends, config).map_err(|e| match e {
             burn_ddp::Error::Cuda { op, reason } if nccl => burn_ddp::Error::Cuda { op, reason: format!("{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)") },
             other => other,
         })?;
@@ -61,14 +76,14 @@ impl Distributed {
         if config.rank == 0 {
             log::info!("{} ranks from {}; gradients over {}, metrics over {}", config.world_size, config.source, device_group.backend(), host_group.backend());
         }
-        Ok(Some(Self {
-            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap: overlap || nccl, ..DdpConfig::default() }),
+        Ok(Self {
+            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap: overlap || nccl, compression, ..DdpConfig::default() }),
             device_group,
             host_group,
             rank: config.rank,
             world: config.world_size,
             local_rank: config.local_rank,
-        }))
+        })
     }
 
     /// The host-memory group (metrics and tallies).

@@ -14,7 +14,7 @@ use super::phases::StepPhases;
 use super::schedule::CosineSchedule;
 use super::trace::StepTracer;
 use crate::data::source::LoadedData;
-use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, shuffle_for_epoch, split_per_class};
+use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, split_per_class};
 use crate::error::Result;
 use crate::model::{Classifier, ImageClassifier};
 use burn::module::AutodiffModule;
@@ -60,16 +60,13 @@ impl EpochPlan {
         Self { dataset, train_idx, val_idx, sampler, steps_per_epoch, schedule, loader }
     }
 
-    /// This rank's training samples of `epoch`, in order.
-    fn order(&self, seed: u64, epoch: usize, dist: Dist<'_>) -> Vec<usize> {
-        match dist {
-            None => shuffle_for_epoch(&self.train_idx, seed, epoch as u64),
-            Some(_) => {
-                let mut sampler = self.sampler.clone();
-                sampler.set_epoch(epoch as u64);
-                sampler.indices().into_iter().map(|i| self.train_idx[i]).collect()
-            }
-        }
+    /// This rank's training samples of `epoch`, in order: the sampler's (a single process is
+    /// its world of one, so it trains on the order a one-rank DDP run does, and N ranks with
+    /// batch b see in each step the samples one process with batch N·b sees).
+    fn order(&self, epoch: usize) -> Vec<usize> {
+        let mut sampler = self.sampler.clone();
+        sampler.set_epoch(epoch as u64);
+        sampler.indices().into_iter().map(|i| self.train_idx[i]).collect()
     }
 }
 
@@ -167,7 +164,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let (started, collectives_before) = (Instant::now(), burn_ddp::tensor::collective_seconds());
     let (device, epoch, done) = (&at.device, start.epoch, start.done);
     // A resumed epoch skips the batches its checkpoint had trained on.
-    let order = plan.order(config.seed, epoch, at.dist);
+    let order = plan.order(epoch);
     let order = order[(done.steps * plan.loader.batch_size).min(order.len())..].to_vec();
     let loader = Loader::new(plan.dataset.clone(), order, train_pipeline.clone(), epoch as u64, plan.loader.clone(), skips.clone());
     let main_rank = at.dist.is_none_or(|d| d.rank == 0);

@@ -50,9 +50,30 @@ pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
 /// As [`bench::synthetic_throughput`], plus device errors.
 pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench::BenchResult> {
     match spec {
-        DeviceSpec::Cpu => bench::synthetic_throughput::<Autodiff<Flex>>(config, &Default::default()),
+        DeviceSpec::Cpu => {
+            let (dist, _) = bench_world(config, None)?;
+            bench::synthetic_throughput::<Autodiff<Flex>>(config, &Default::default(), dist.as_ref())
+        }
         DeviceSpec::Cuda(ids) => bench_cuda(config, ids),
     }
+}
+
+/// The DDP world `bench --ddp` steps in, and this process's GPU of `gpus` (the CPU: `None`):
+/// the launcher's world when there is one (the GPU of its local rank), else one of this
+/// process alone on the only GPU named; no world without `--ddp`.
+///
+/// # Errors
+/// As [`distributed::Distributed::from_env`]; several GPUs without a launcher.
+fn bench_world(config: &bench::BenchConfig, gpus: Option<&[usize]>) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
+    let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
+    if config.ddp && launched {
+        let d = distributed::Distributed::from_env(gpus.map(<[usize]>::len), true, None, config.grad_compression)?.expect("a launcher's world");
+        let gpu = gpus.map(|ids| ids[d.local_rank]);
+        return Ok((Some(d), gpu));
+    }
+    let gpu = gpus.map(cuda_device).transpose()?;
+    let dist = config.ddp.then(|| distributed::Distributed::alone(gpu, config.grad_compression)).transpose()?;
+    Ok((dist, gpu))
 }
 
 /// GPU `id` as burn-cuda's device, with burn-ddp's persistent kernel caches set up before its
@@ -66,8 +87,11 @@ pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
 
 #[cfg(feature = "cuda")]
 fn bench_cuda(config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::BenchResult> {
-    let id = cuda_device(ids)?;
-    bench::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(config, &gpu(id))
+    check_gpus(ids)?;
+    let (dist, id) = bench_world(config, Some(ids))?;
+    let id = id.expect("a GPU");
+    let config = bench::BenchConfig { gpu: Some(id), ..config.clone() };
+    bench::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(&config, &gpu(id), dist.as_ref())
 }
 
 #[cfg(not(feature = "cuda"))]

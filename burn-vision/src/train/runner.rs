@@ -69,7 +69,7 @@ pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device
         DeviceSpec::Cpu => None,
     };
     let dist = match config.strategy {
-        Strategy::Ddp => Distributed::from_env(local_gpus, !config.sync_bn, config.timeout_s)?,
+        Strategy::Ddp => Distributed::from_env(local_gpus, !config.sync_bn, config.timeout_s, config.grad_compression)?,
         Strategy::Dp => None,
     };
     // The launcher's world sets the learning-rate scaling and the log, whatever --nproc said.
