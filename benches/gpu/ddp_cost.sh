@@ -32,16 +32,16 @@ if [ "$PART" = 1 ]; then
   R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
   VIT=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
   for i in 1 2; do
-    step r50_plain_$i 300 "$BV" "${R50[@]}"
-    step r50_ddp_$i 300 "$BV" "${R50[@]}" --ddp
-    step r50_torch_$i 200 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
-    step r50_torch_ddp_$i 200 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
+    step r50_plain_$i 150 "$BV" "${R50[@]}"
+    step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
+    step r50_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
+    step r50_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
   done
   for i in 1 2; do
-    step vitb16_plain_$i 300 "$BV" "${VIT[@]}"
-    step vitb16_ddp_$i 300 "$BV" "${VIT[@]}" --ddp
-    step vitb16_torch_$i 200 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
-    step vitb16_torch_ddp_$i 200 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
+    step vitb16_plain_$i 150 "$BV" "${VIT[@]}"
+    step vitb16_ddp_$i 150 "$BV" "${VIT[@]}" --ddp
+    step vitb16_torch_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
+    step vitb16_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
   done
 elif [ "$PART" = 2 ]; then
   L=("$B"/burn-ddp launch --standalone --nproc-per-node 1)
@@ -70,6 +70,7 @@ elif [ "$PART" = 2 ]; then
 fi
 if [ -n "${OLD:-}" ] && [ "$PART" = 2 ]; then
   # The earlier build's DDP (its bench has no --ddp): the training rows only.
+  chmod +x "$OLD"/burn-vision "$OLD"/burn-ddp
   for i in 1; do
     rm -rf /tmp/old-r18-*
     step old_r18_plain_$i 300 "$OLD"/burn-vision "${R18[@]}" --out /tmp/old-r18-plain

@@ -5,7 +5,8 @@
 //! matrix products against f64 (`bench-gemm` times them against burn's kernels) and cuDNN's fused
 //! attention (`bench-sdpa` times it against the unfused path at ViT-B/16's shape);
 //! `check-nccl` checks NCCL's sums ordered on the device with burn's stream and DDP over them
-//! (one rank: needs libnccl).
+//! (one rank: needs libnccl): against plain training, with large gradients summed in place,
+//! with bf16 / fp16 on the wire, with `find_unused_parameters`; then DDP's host time per step.
 //!
 //! `cargo build --release -p burn-ddp --features cuda --example cudnn_check`; run it with
 //! `cudnn_check [check] [check-transformer] [check-relu] [check-accumulate] [check-sgd] [check-ce] [check-nccl] [check-sync-bn] [bench] [bench-gemm] [bench-sdpa] [bench-bn] [--batch N] [--iters N] [--strided] [--dtype f32|bf16|f16]
@@ -1083,6 +1084,26 @@ fn step_gradients(m: &ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParal
         .collect()
 }
 
+/// A bucket whose large gradient (a 128×256×3×3 filter, 1.2 MB) NCCL sums in its own buffer
+/// beside packed small ones (a 0.6 MB filter, the biases): one step's gradients equal plain
+/// training's up to cuDNN's noise.
+fn check_nccl_ddp_large(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
+    <Ad as Backend>::seed(device, 13);
+    let model = ConvStack::<Ad>::new(device, &[64, 256, 128]);
+    let (x, g) = (Tensor::<Ad, 4>::random([2, 64, 8, 8], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([2, 128, 8, 8], Distribution::Normal(0.0, 1.0), device));
+    let plain = step_gradients(&model, None, (&x, &g));
+    let scale = plain.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let rel = |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
+    let noise = rel(&step_gradients(&model, None, (&x, &g)));
+    let ddp = burn_ddp::DistributedDataParallel::new(pg, burn_ddp::DdpConfig::default());
+    let _ = step_gradients(&model, Some(&ddp), (&x, &g));
+    let err = rel(&step_gradients(&model, Some(&ddp), (&x, &g)));
+    let s = ddp.stats();
+    let pass = err <= 1e-4 && s.on_device == s.buckets;
+    println!("RESULT check=nccl_ddp_large_in_place grads={} max_rel_err={err:.2e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} {}", plain.len(), s.buckets, s.on_device, if pass { "ok" } else { "FAIL" });
+    pass
+}
+
 /// DDP's other device-route settings against plain gradients of one step: bf16 on the wire
 /// (each gradient rounded to bf16 once: within 2^-8 of its magnitude, beside cuDNN's own
 /// noise) and `find_unused_parameters` (presence counts summed through NCCL beside the
@@ -1097,7 +1118,7 @@ fn check_nccl_ddp_settings(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Gro
     // Relative to each value, with a floor of 1e-3 of the largest (values near zero).
     let rel = |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
     let noise = rel(&step_gradients(&model, None, (&x, &g)));
-    let mut ok = true;
+    let mut ok = check_nccl_ddp_large(device, pg.clone());
     for (name, config, bound) in [
         ("bf16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Bf16, ..base }, 2f64.powi(-8) + 1e-4),
         ("fp16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Fp16, ..base }, 2f64.powi(-11) + 1e-4),

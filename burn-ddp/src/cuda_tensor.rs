@@ -117,62 +117,105 @@ pub(crate) struct BucketInFlight {
     pub join: side_stream::Join,
 }
 
+/// f32 gradients of at least this many bytes are summed by NCCL in their own buffers (in place
+/// where nothing else sees them); smaller ones travel packed in one flat buffer.
+const DIRECT_BYTES: usize = 1 << 20;
+
+/// Where each gradient of a bucket travels: packed at an offset of the flat buffer, or on its own.
+struct BucketLayout {
+    lens: Vec<usize>,
+    /// Per gradient: its offset in the flat buffer when packed.
+    offsets: Vec<Option<usize>>,
+    /// Elements of the flat buffer.
+    flat_len: usize,
+}
+
+impl BucketLayout {
+    /// Compressed gradients all travel packed (they are converted on the way); f32 ones of
+    /// [`DIRECT_BYTES`] and more on their own. Decided by sizes alone, so every rank issues the
+    /// same collectives.
+    fn new(lens: Vec<usize>, compressed: bool) -> Self {
+        let mut flat_len = 0;
+        let offsets = lens
+            .iter()
+            .map(|&n| {
+                (compressed || n * 4 < DIRECT_BYTES).then(|| {
+                    flat_len += n;
+                    flat_len - n
+                })
+            })
+            .collect();
+        Self { lens, offsets, flat_len }
+    }
+
+    /// The packed gradients at `at` (their buffers' addresses, in order), as the copy kernels
+    /// take them.
+    fn parts(&self, at: &[u64], scale: f32) -> Vec<bucket_copy::Part> {
+        self.offsets.iter().zip(&self.lens).zip(at).filter_map(|((o, &len), &at)| o.map(|offset| bucket_copy::Part { at, offset, len, scale })).collect()
+    }
+}
+
 /// Starts averaging a bucket of f32 gradients over `pg`'s ranks on NCCL's stream, ordered on
-/// the device after their producers, with one collective: a kernel copies every gradient,
-/// times `1 / world`, into one flat buffer of `flat` (f32, or bf16 / f16 to halve the bytes
-/// sent), NCCL sums it, and a kernel copies it back out as f32 — into the gradients' own
-/// buffers where nothing else sees them. `presence` (f32 counts) is summed as is beside it, in
-/// the same NCCL group. Neither the host nor burn's stream waits.
+/// the device after their producers, as one NCCL group: the large gradients summed in their own
+/// buffers (each rank's values times `1 / world` by NCCL's pre-multiplied sum; into the
+/// gradient's own buffer where nothing else sees it), the small ones copied by one kernel,
+/// times `1 / world`, into one flat buffer, summed there and copied back out. With `flat` bf16
+/// or f16 every gradient travels packed in that type (half the bytes sent) and comes back as
+/// f32. `presence` (f32 counts) is summed as is, in the same group. Neither the host nor burn's
+/// stream waits.
 ///
 /// # Errors
-/// A group other than NCCL, or one that failed; no device-side ordering on this GPU.
+/// A group other than NCCL, or one that failed; gradients that are not f32; no device-side
+/// ordering on this GPU.
 pub(crate) fn all_reduce_bucket(pg: Arc<dyn ProcessGroup>, grads: Vec<FloatTensor<Cuda>>, presence: Option<FloatTensor<Cuda>>, flat: burn::tensor::DType, label: String) -> Result<BucketInFlight> {
     let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda { op: label.clone(), reason: "only an NCCL group sums on the device without the host waiting".into() })?;
     nccl.check()?;
     if let Some(g) = grads.iter().find(|g| g.dtype != burn::tensor::DType::F32) {
         return Err(Error::Cuda { op: label, reason: format!("DDP averages f32 gradients, got one of {:?}", g.dtype) });
     }
-    let (device, scale) = (nccl.device(), 1.0 / pg.world_size() as f32);
-    let lens: Vec<usize> = grads.iter().map(|g| g.shape.num_elements()).collect();
-    let total: usize = lens.iter().sum();
-    let counts = presence.as_ref().map(|p| p.shape.num_elements());
     let flat_type = match flat {
         burn::tensor::DType::F32 => DType::F32,
         burn::tensor::DType::BF16 => DType::BF16,
         burn::tensor::DType::F16 => DType::F16,
         other => return Err(Error::Cuda { op: label, reason: format!("gradients travel as f32, bf16 or f16, not {other:?}") }),
     };
+    let (device, world) = (nccl.device(), pg.world_size());
+    let layout = BucketLayout::new(grads.iter().map(|g| g.shape.num_elements()).collect(), flat_type != DType::F32);
+    let counts = presence.as_ref().map(|p| p.shape.num_elements());
+    let scratch = if layout.flat_len > 0 { vec![(burn::tensor::Shape::new([layout.flat_len]), flat)] } else { Vec::new() };
     let inputs: Vec<FloatTensor<Cuda>> = grads.into_iter().chain(presence).collect();
-    let (mut outs, join) = side_stream::fork(inputs, vec![(burn::tensor::Shape::new([total]), flat)], move |bufs, fence| {
+    let (mut outs, join) = side_stream::fork(inputs, scratch, move |bufs, fence| {
         let nccl = pg.as_nccl().expect("checked above");
-        let parts = |at: &[u64]| {
-            let mut next = 0;
-            let mut part = |(&len, &at): (&usize, &u64)| {
-                let offset = next;
-                next += len;
-                bucket_copy::Part { at, offset, len, scale }
-            };
-            lens.iter().zip(at).map(&mut part).collect::<Vec<_>>()
-        };
-        let (ins, outs, flat_at) = (parts(&bufs.inputs), parts(&bufs.outputs), bufs.scratch[0]);
-        let cuda = |ptr| Memory::Cuda { ptr, device };
-        let mut items = vec![DeviceReduction { src: Buffer { dtype: flat_type, len: total, memory: cuda(flat_at) }, dst: flat_at, scale: None }];
+        let scale = 1.0 / world as f32;
+        let (ins, outs, flat_at) = (layout.parts(&bufs.inputs, scale), layout.parts(&bufs.outputs, scale), bufs.scratch.first().copied());
+        let buffer = |dtype, len, ptr| Buffer { dtype, len, memory: Memory::Cuda { ptr, device } };
+        let mut items: Vec<DeviceReduction> = flat_at.iter().map(|&at| DeviceReduction { src: buffer(flat_type, layout.flat_len, at), dst: at, scale: None }).collect();
+        for (i, &len) in layout.lens.iter().enumerate().filter(|&(i, _)| layout.offsets[i].is_none()) {
+            // In a world of one the sum is the values themselves: no pre-multiplier (NCCL then
+            // has nothing to compute for an in-place sum).
+            items.push(DeviceReduction { src: buffer(DType::F32, len, bufs.inputs[i]), dst: bufs.outputs[i], scale: (world > 1).then_some(scale) });
+        }
         if let Some(k) = counts {
-            let at = lens.len();
-            items.push(DeviceReduction { src: Buffer { dtype: DType::F32, len: k, memory: cuda(bufs.inputs[at]) }, dst: bufs.outputs[at], scale: None });
+            let at = layout.lens.len();
+            items.push(DeviceReduction { src: buffer(DType::F32, k, bufs.inputs[at]), dst: bufs.outputs[at], scale: None });
         }
         nccl.all_reduce_async(
             &items,
             label,
             |s| {
                 fence.wait_on(s)?;
-                // SAFETY: the gradients and the flat buffer are live buffers of this device
-                // (held by the fork until its join); nothing of burn's writes them until then.
-                unsafe { bucket_copy::gather(device, s, &ins, flat_at, flat) }
+                match flat_at {
+                    // SAFETY: the gradients and the flat buffer are live buffers of this device
+                    // (held by the fork until its join); nothing of burn's writes them until then.
+                    Some(at) => unsafe { bucket_copy::gather(device, s, &ins, at, flat) },
+                    None => Ok(()),
+                }
             },
             |s| {
-                // SAFETY: as above.
-                unsafe { bucket_copy::scatter(device, s, &outs, flat_at, flat) }?;
+                if let Some(at) = flat_at {
+                    // SAFETY: as above.
+                    unsafe { bucket_copy::scatter(device, s, &outs, at, flat) }?;
+                }
                 fence.signal_on(s)
             },
         )

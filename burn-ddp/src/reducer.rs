@@ -5,10 +5,10 @@
 //! ([`crate::grad_ready`]), else all at once after it.
 //!
 //! Two routes. On the device ([`Route::Device`]: burn-cuda on NCCL) a bucket costs burn two
-//! operations whatever its size — one that hands its gradients to NCCL's stream (a kernel copies
-//! them, times `1 / world`, into one flat buffer, NCCL sums it, a kernel copies it back into the
-//! gradients' own buffers: `cuda_tensor::all_reduce_bucket`) and one where burn's stream waits
-//! for that — and nobody waits on the host. On host-memory groups (tcp) the bucket is flattened
+//! operations whatever its size — one that hands its gradients to NCCL's stream (one NCCL group:
+//! the large gradients summed in their own buffers, the small ones packed by a kernel into one
+//! flat buffer and back: `cuda_tensor::all_reduce_bucket`) and one where burn's stream waits for
+//! that — and nobody waits on the host. On host-memory groups (tcp) the bucket is flattened
 //! with burn's operations and summed on the communication thread.
 //!
 //! Presence counts (one per parameter: 1 where this rank has the gradient, 0 where not) travel
