@@ -6,10 +6,11 @@
 #           bf16-compressed DDP within bf16 rounding; DDP's host time per step), then
 #           ResNet-50 bf16 channels-last b256 and ViT-B/16 bf16 b128 on synthetic batches:
 #           ours plain, ours `bench --ddp`, PyTorch eager, PyTorch DDP — twice in that order.
-#   PART=2  ResNet-18 on the bundled 28² data b256 (host-bound) for 3 epochs and the tutorial
-#           preset (ResNet-34, batch 16, SyncBatchNorm) on 224² JPEGs for 1 epoch, each plain
-#           and under `burn-ddp launch --nproc-per-node 1`, alternated twice; ResNet-50 with
-#           bf16-compressed gradients.
+#   PART=2  ResNet-18 on the bundled 28² data b256 (host-bound): the synthetic step plain,
+#           `--ddp` and `--ddp --no-overlap` (DDP without gradient hooks), then training for 6
+#           epochs; and the tutorial preset (ResNet-34, batch 16, SyncBatchNorm) on 224² JPEGs
+#           for 1 epoch — each plain and under `burn-ddp launch --nproc-per-node 1`, alternated
+#           twice; ResNet-50 with bf16-compressed gradients.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -45,7 +46,13 @@ if [ "$PART" = 1 ]; then
   done
 elif [ "$PART" = 2 ]; then
   L=("$B"/burn-ddp launch --standalone --nproc-per-node 1)
-  R18=(train --model resnet18 --batch-size 256 --epochs 3 --optimizer sgd --precision bf16 --gpus 0 --quiet)
+  R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
+  for i in 1 2; do
+    step r18s_plain_$i 150 "$BV" "${R18B[@]}"
+    step r18s_ddp_$i 150 "$BV" "${R18B[@]}" --ddp
+    step r18s_ddp_no_overlap_$i 150 "$BV" "${R18B[@]}" --ddp --no-overlap
+  done
+  R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
   for i in 1 2; do
     rm -rf /tmp/r18-*-$i
     step r18_plain_$i 300 "$BV" "${R18[@]}" --out /tmp/r18-plain-$i

@@ -47,6 +47,12 @@ def steady(records, skip_first=True):
     return sum(vals) / len(vals) if vals else None
 
 
+def host(r):
+    """The training thread's forward / backward / optimizer seconds over the timed steps."""
+    h = r.get("host") or {}
+    return "/".join(f"{h.get(k, 0):.3f}" for k in ("forward_s", "backward_s", "optimizer_s"))
+
+
 def f(v, fmt="{:.0f}"):
     return "n/a" if v is None else fmt.format(v)
 
@@ -59,9 +65,14 @@ def main(path):
                 if line.startswith("RESULT "):
                     print(f"{name}: {line}")
     rows = []
-    for base in ["r50", "vitb16"]:
+    for base in ["r50", "vitb16", "r18s"]:
         for i in range(1, 4):
             plain, ddp = result(runs.get(f"{base}_plain_{i}", [])), result(runs.get(f"{base}_ddp_{i}", []))
+            no_overlap = result(runs.get(f"{base}_ddp_no_overlap_{i}", []))
+            if plain and no_overlap:
+                cost = no_overlap.get("ddp") or {}
+                rows.append((f"{base} ours pair {i}, DDP without overlap", plain["img_per_s"], no_overlap["img_per_s"],
+                             f"host fwd/bwd/opt s {host(plain)} / {host(no_overlap)}; DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, {f(cost.get('operations'), '{:.0f}')} ops/step"))
             if plain and ddp:
                 cost = ddp.get("ddp") or {}
                 rows.append((f"{base} ours pair {i}", plain["img_per_s"], ddp["img_per_s"],
@@ -70,7 +81,7 @@ def main(path):
                              f"DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, {f(cost.get('operations'), '{:.0f}')} ops/step, "
                              f"{f(cost.get('buckets'), '{:.0f}')} buckets ({f(cost.get('on_device'), '{:.0f}')} on device, "
                              f"{f(cost.get('started_in_backward'), '{:.0f}')} in backward), exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; "
-                             f"kernel cache {ddp.get('kernel_cache')}"))
+                             f"kernel cache {ddp.get('kernel_cache')}; host fwd/bwd/opt s {host(plain)} / {host(ddp)}"))
             tp, td = result(runs.get(f"{base}_torch_{i}", [])), result(runs.get(f"{base}_torch_ddp_{i}", []))
             if tp and td:
                 rows.append((f"{base} PyTorch pair {i}", tp["img_per_s"], td["img_per_s"],

@@ -987,17 +987,12 @@ struct ConvStack<B: Backend> {
     convs: Vec<burn_ddp::nn::Conv2d<B>>,
 }
 
-/// The identity mapping, which draws lazily initialised parameters (a clone of a fresh module
-/// would draw its own).
-struct Initialise;
-
-impl<B: Backend> burn::module::ModuleMapper<B> for Initialise {}
-
 impl<B: Backend> ConvStack<B> {
     /// Convolutions from `channels[i]` to `channels[i + 1]` features, 3×3, padding 1.
     fn new(device: &B::Device, channels: &[usize]) -> Self {
         let conv = |c, k| burn_ddp::nn::Conv2d::from(burn_nn::conv::Conv2dConfig::new([c, k], [3, 3]).with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device));
-        Self { convs: channels.windows(2).map(|w| conv(w[0], w[1])).collect() }.map(&mut Initialise)
+        // Drawn now: a clone of a fresh module would draw its own.
+        burn_ddp::params::initialized(Self { convs: channels.windows(2).map(|w| conv(w[0], w[1])).collect() })
     }
 
     fn loss(&self, x: Tensor<B, 4>, g: &Tensor<B, 4>) -> Tensor<B, 1> {
@@ -1100,7 +1095,13 @@ fn check_nccl_ddp_large(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>
     let err = rel(&step_gradients(&model, Some(&ddp), (&x, &g)));
     let s = ddp.stats();
     let pass = err <= 1e-4 && s.on_device == s.buckets;
-    println!("RESULT check=nccl_ddp_large_in_place grads={} max_rel_err={err:.2e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} {}", plain.len(), s.buckets, s.on_device, if pass { "ok" } else { "FAIL" });
+    println!(
+        "RESULT check=nccl_ddp_large_in_place grads={} max_rel_err={err:.2e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} {}",
+        plain.len(),
+        s.buckets,
+        s.on_device,
+        if pass { "ok" } else { "FAIL" }
+    );
     pass
 }
 

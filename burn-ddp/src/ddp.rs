@@ -116,11 +116,6 @@ pub struct DistributedDataParallel {
     comm: OnceLock<Arc<CommThread>>,
 }
 
-/// The identity mapping (which initialises lazily initialised parameters, in visiting order).
-struct Initialise;
-
-impl<B: Backend> ModuleMapper<B> for Initialise {}
-
 struct Broadcast<'a> {
     pg: &'a dyn ProcessGroup,
     error: Option<Error>,
@@ -270,7 +265,7 @@ impl DistributedDataParallel {
         // until read, and `map` sees only the value from before them. Making a record folds
         // them in (clones share the state, so the module itself is synced) — after an identity
         // pass has drawn any lazily initialised parameter, which a clone would draw again.
-        let module = module.map(&mut Initialise);
+        let module = crate::params::initialized(module);
         let _ = module.clone().into_record();
         let mut mapper = Broadcast { pg: &*self.pg, error: None };
         let module = module.map(&mut mapper);

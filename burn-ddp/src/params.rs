@@ -1,7 +1,7 @@
-//! Reading a module's parameters as one flat host vector (for checks, equivalence tests and
-//! broadcasts).
+//! A module's parameters: drawn in a fixed order ([`initialized`]), and read as one flat host
+//! vector (for checks, equivalence tests and broadcasts).
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::prelude::*;
 
 struct Collect<'a> {
@@ -13,6 +13,20 @@ impl<B: Backend> ModuleVisitor<B> for Collect<'_> {
         let data = param.val().into_data().convert::<f32>();
         self.out.extend_from_slice(&data.to_vec::<f32>().expect("f32 after convert"));
     }
+}
+
+/// The identity mapping: mapping a module with it draws its lazily initialised parameters.
+struct Initialise;
+
+impl<B: Backend> ModuleMapper<B> for Initialise {}
+
+/// `module` with every lazily initialised parameter drawn now, in visiting order. Burn draws a
+/// parameter from the backend's generator when it is first read, so a model whose forward
+/// pass reads its parameters in another order than they are visited — or that is broadcast
+/// first, or whose threads read it concurrently — would otherwise start from other values for
+/// the same seed. Call it right after seeding and building the model.
+pub fn initialized<B: Backend, M: Module<B>>(module: M) -> M {
+    module.map(&mut Initialise)
 }
 
 /// Every float tensor of `module` (parameters and running statistics), in visiting order,

@@ -283,11 +283,13 @@ impl<B: Backend> StepReducer<B> {
         let job = move || {
             let started = std::time::Instant::now();
             let bytes: usize = payloads.iter().map(|t| t.shape().num_elements() * t.dtype().size()).sum();
-            let _ = tx.send(payloads.into_iter().map(|t| tensor::all_reduce(&*pg, t, ReduceOp::Sum)).collect());
+            let sums: Result<Vec<_>> = payloads.into_iter().map(|t| tensor::all_reduce(&*pg, t, ReduceOp::Sum)).collect();
+            // Recorded before the result is handed over: the caller may stop the trace next.
             if crate::trace::enabled() {
                 let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
                 crate::trace::record(label, "comm", started, std::time::Instant::now(), args);
             }
+            let _ = tx.send(sums);
         };
         match &self.route {
             Route::Thread(comm) => comm.run(Box::new(job)),

@@ -162,7 +162,11 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, mut x: Ten
     // PyTorch's SyncBatchNorm (it synchronises only when the world size is over 1).
     if sync.pg.world_size() == 1 {
         match same_type::<Tensor<B, D>, Tensor<B, 4>>(x) {
-            Ok(x4) => return same_type(crate::nn::batch_norm(bn, x4, relu)).unwrap_or_else(|_| unreachable!("D is 4")),
+            // The caller's NCHW-ordered dims, in the layer's own layout for `nn::batch_norm`.
+            Ok(x4) => {
+                let y = bn.layout.view_nchw(crate::nn::batch_norm(bn, bn.layout.view_from_nchw(x4), relu));
+                return same_type(y).unwrap_or_else(|_| unreachable!("D is 4"));
+            }
             Err(back) => x = back,
         }
     }

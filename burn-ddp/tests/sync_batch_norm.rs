@@ -121,3 +121,31 @@ fn sync_bn_2_ranks_unequal_batches() {
 fn sync_bn_3_ranks_unequal_batches() {
     equivalence("sync_bn_3_ranks_unequal_batches", &[2, 5, 1]);
 }
+
+/// In a world of one process SyncBatchNorm is plain BatchNorm (PyTorch's rule), for NCHW and
+/// channels-last layers alike (the caller hands NCHW-ordered dims in both): outputs, all
+/// gradients and running statistics equal burn-nn's BatchNorm on the same batch.
+#[test]
+fn sync_bn_in_a_world_of_one_is_batch_norm_in_both_layouts() {
+    use burn_ddp::nn::Layout;
+    let device = Default::default();
+    let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::single_process(0)).unwrap();
+    let sync = BatchNormSync::new::<B>(pg).unwrap();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let bn = burn_ddp::nn::BatchNorm::from(layer(&device)).with_layout(layout);
+        let x = input(0..6, &device).require_grad();
+        let y = sync_batch_norm(&bn, x.clone(), &sync);
+        let grads = (y.clone() * upstream(0..6, &device)).sum().backward();
+        let bn_ref = layer(&device);
+        let x_ref = input(0..6, &device).require_grad();
+        let y_ref = bn_ref.forward(x_ref.clone());
+        let grads_ref = (y_ref.clone() * upstream(0..6, &device)).sum().backward();
+        let what = |s: &str| format!("{layout:?} {s}");
+        check(&what("output"), &host(y), &host(y_ref));
+        check(&what("input gradient"), &host(x.grad(&grads).unwrap()), &host(x_ref.grad(&grads_ref).unwrap()));
+        check(&what("gamma gradient"), &host(bn.gamma.grad(&grads).unwrap()), &host(bn_ref.gamma.grad(&grads_ref).unwrap()));
+        check(&what("beta gradient"), &host(bn.beta.grad(&grads).unwrap()), &host(bn_ref.beta.grad(&grads_ref).unwrap()));
+        check(&what("running mean"), &host(bn.running_mean.value()), &host(bn_ref.running_mean.value()));
+        check(&what("running var"), &host(bn.running_var.value()), &host(bn_ref.running_var.value()));
+    }
+}

@@ -125,6 +125,10 @@ struct BenchArgs {
     /// With --ddp, the type the gradients travel in: `none` (f32), `bf16` or `fp16`.
     #[arg(long, value_name = "TYPE", requires = "ddp")]
     grad_compression: Option<String>,
+    /// With --ddp, all-reduce every bucket after backward instead of during it (one rank; a
+    /// launcher's NCCL world keeps the overlap).
+    #[arg(long, requires = "ddp")]
+    no_overlap: bool,
 }
 
 #[derive(Args)]
@@ -604,6 +608,7 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         burn_sgd: a.burn_sgd,
         ddp: a.ddp,
         grad_compression: a.grad_compression.as_deref().map(burn_vision::train::config::parse_grad_compression).transpose()?.unwrap_or_default(),
+        no_overlap: a.no_overlap,
     };
     let result = run_bench(&config, &spec)?;
     println!("{}", serde_json::to_string(&result)?);

@@ -177,3 +177,24 @@ fn vit_mini_learns_on_bundled_data() {
     let restored = restore::<Flex>(&best_path(dir.path()), &Default::default()).unwrap();
     assert_eq!(restored.meta.model, "vit-mini");
 }
+
+/// One process is DDP's world of one: the same run through a one-rank DDP group (rank 0's
+/// broadcast at the start, the averaged gradients, the epoch-end buffer broadcast) trains
+/// bit-for-bit like the run without it — the same initial weights and the same data order.
+#[test]
+fn one_rank_ddp_trains_exactly_like_one_process() {
+    let _serial = serial();
+    let data = folder_set();
+    let (plain_dir, ddp_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let plain = run(&folder_config(plain_dir.path(), &data)).unwrap();
+    let dist = burn_vision::train::distributed::Distributed::alone(None, true, burn_ddp::GradCompression::None).unwrap();
+    let ddp = burn_vision::train::train_with::<burn_autodiff::Autodiff<Flex>>(&folder_config(ddp_dir.path(), &data), Default::default(), Some(&dist)).unwrap();
+    assert!(dist.ddp.stats().steps > 0, "the gradients went through DDP");
+    let device = Default::default();
+    let (a, b) = (restore::<Flex>(&last_path(plain_dir.path()), &device).unwrap(), restore::<Flex>(&last_path(ddp_dir.path()), &device).unwrap());
+    let (va, vb) = (flat_values(&a.model), flat_values(&b.model));
+    assert_eq!(va, vb, "parameters differ: max rel diff {}", max_relative_diff(&va, &vb, 1e-6));
+    for (p, d) in plain.epochs.iter().zip(&ddp.epochs) {
+        assert_eq!((p.train_loss, p.val_loss, p.val_acc), (d.train_loss, d.val_loss, d.val_acc), "epoch {}", p.epoch);
+    }
+}

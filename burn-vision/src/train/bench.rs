@@ -70,6 +70,9 @@ pub struct BenchConfig {
     /// The type DDP's gradients travel in (with `ddp`).
     #[serde(default)]
     pub grad_compression: GradCompression,
+    /// With `ddp`: every bucket after backward instead of during it (no gradient hooks).
+    #[serde(default)]
+    pub no_overlap: bool,
 }
 
 /// The two implementations of the bench's SGD (momentum 0.9).
@@ -280,6 +283,11 @@ fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, (x, y): (&Ten
 pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device, dist: Option<&Distributed>) -> Result<BenchResult> {
     B::seed(device, 0);
     let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
+    model = burn_ddp::params::initialized(model);
+    if let Some(d) = dist {
+        // Every rank starts from rank 0's parameters, as in training.
+        model = d.ddp.broadcast_module(model)?;
+    }
     let mut optim = BenchSgd::<B>::new(config.burn_sgd);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);

@@ -56,11 +56,14 @@ impl Distributed {
     /// A world of this process alone: a one-rank group of its own on a free loopback port, so
     /// DDP runs its whole path — every bucket through the group (NCCL on `gpu`, TCP on the CPU
     /// when `None`) — with no peer to wait for: what `bench --ddp` times against plain steps.
+    /// `overlap`: buckets start during backward ([`DdpConfig::overlap`]).
     ///
     /// # Errors
     /// As [`Distributed::from_env`].
-    pub fn alone(gpu: Option<usize>, compression: GradCompression) -> Result<Self> {
-        Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu.is_some(), true, compression)
+    pub fn alone(gpu: Option<usize>, overlap: bool, compression: GradCompression) -> Result<Self> {
+        let d = Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu.is_some(), overlap, compression)?;
+        // `overlap` exactly as asked (the training loop keeps it on over NCCL).
+        Ok(Self { ddp: DistributedDataParallel::new(d.device_group.clone(), DdpConfig { overlap, compression, ..DdpConfig::default() }), ..d })
     }
 
     /// The groups of the world `config` describes, DDP over the device group.

@@ -67,12 +67,12 @@ pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench
 fn bench_world(config: &bench::BenchConfig, gpus: Option<&[usize]>) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
     let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
     if config.ddp && launched {
-        let d = distributed::Distributed::from_env(gpus.map(<[usize]>::len), true, None, config.grad_compression)?.expect("a launcher's world");
+        let d = distributed::Distributed::from_env(gpus.map(<[usize]>::len), !config.no_overlap, None, config.grad_compression)?.expect("a launcher's world");
         let gpu = gpus.map(|ids| ids[d.local_rank]);
         return Ok((Some(d), gpu));
     }
     let gpu = gpus.map(cuda_device).transpose()?;
-    let dist = config.ddp.then(|| distributed::Distributed::alone(gpu, config.grad_compression)).transpose()?;
+    let dist = config.ddp.then(|| distributed::Distributed::alone(gpu, !config.no_overlap, config.grad_compression)).transpose()?;
     Ok((dist, gpu))
 }
 

@@ -120,7 +120,9 @@ static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn seeded_model<B: AutodiffBackend>(config: &TrainConfig, classes: usize, channels: usize, device: &B::Device) -> Result<Classifier<B>> {
     let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     B::seed(device, config.seed);
-    create(&config.model, classes, channels, config.small_input, device)
+    // Every parameter drawn here, in visiting order: a plain run and a DDP run (whose broadcast
+    // draws them in that order) start from the same values.
+    Ok(burn_ddp::params::initialized(create(&config.model, classes, channels, config.small_input, device)?))
 }
 
 /// Settings that must match between a run and its resumption for it to continue exactly.
