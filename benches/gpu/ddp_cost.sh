@@ -11,6 +11,9 @@
 #           epochs; and the tutorial preset (ResNet-34, batch 16, SyncBatchNorm) on 224² JPEGs
 #           for 1 epoch — each plain and under `burn-ddp launch --nproc-per-node 1`, alternated
 #           twice; ResNet-50 with bf16-compressed gradients.
+#   PART=3  the rows a host-bound step makes noisy, with more pairs: `cudnn_check check-nccl`,
+#           the tutorial preset plain / under the launcher three times, the ResNet-18 28²
+#           synthetic step plain / `--ddp` four times.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -28,10 +31,28 @@ BV="$B"/burn-vision
 STEPS=${STEPS:-30}
 # A training run's metrics.jsonl into the log, each line prefixed with the run's name.
 metrics() { sed "s/^/METRICS $1 /" "$2/metrics.jsonl" >>"$LOG" 2>/dev/null; }
+# `train_pair NAME I BINDIR ARGS...`: BINDIR's `burn-vision ARGS` alone (NAME_plain_I), then
+# under its `burn-ddp launch --nproc-per-node 1` (NAME_ddp_I), each run's metrics into the log.
+train_pair() {
+  local name=$1 i=$2 bins=$3; shift 3
+  rm -rf /tmp/$name-plain-$i /tmp/$name-ddp-$i
+  step ${name}_plain_$i 300 "$bins"/burn-vision "$@" --out /tmp/$name-plain-$i
+  metrics ${name}_plain_$i /tmp/$name-plain-$i
+  step ${name}_ddp_$i 300 "$bins"/burn-ddp launch --standalone --nproc-per-node 1 "$bins"/burn-vision "$@" --out /tmp/$name-ddp-$i
+  metrics ${name}_ddp_$i /tmp/$name-ddp-$i
+}
+# The 224² JPEG class folders of the bundled images (the tutorial's data), made once.
+fm224() {
+  local d=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $d/images-idx3-ubyte.gz $d/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+}
+R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
+R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
+TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
+R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+VIT=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 if [ "$PART" = 1 ]; then
   step check_nccl 300 "$B"/cudnn_check check-nccl
-  R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-  VIT=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
   for i in 1 2; do
     step r50_plain_$i 150 "$BV" "${R50[@]}"
     step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
@@ -45,45 +66,29 @@ if [ "$PART" = 1 ]; then
     step vitb16_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
   done
 elif [ "$PART" = 2 ]; then
-  L=("$B"/burn-ddp launch --standalone --nproc-per-node 1)
-  R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
   for i in 1 2; do
     step r18s_plain_$i 150 "$BV" "${R18B[@]}"
     step r18s_ddp_$i 150 "$BV" "${R18B[@]}" --ddp
     step r18s_ddp_no_overlap_$i 150 "$BV" "${R18B[@]}" --ddp --no-overlap
   done
-  R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
-  for i in 1 2; do
-    rm -rf /tmp/r18-*-$i
-    step r18_plain_$i 300 "$BV" "${R18[@]}" --out /tmp/r18-plain-$i
-    metrics r18_plain_$i /tmp/r18-plain-$i
-    step r18_ddp_$i 300 "${L[@]}" "$BV" "${R18[@]}" --out /tmp/r18-ddp-$i
-    metrics r18_ddp_$i /tmp/r18-ddp-$i
-  done
-  D=datasets/fashion-mnist-10k
-  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
-  TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
-  for i in 1 2; do
-    rm -rf /tmp/tut-*-$i
-    step tut_plain_$i 300 "$BV" "${TUT[@]}" --out /tmp/tut-plain-$i
-    metrics tut_plain_$i /tmp/tut-plain-$i
-    step tut_ddp_$i 300 "${L[@]}" "$BV" "${TUT[@]}" --out /tmp/tut-ddp-$i
-    metrics tut_ddp_$i /tmp/tut-ddp-$i
-  done
-  R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+  for i in 1 2; do train_pair r18 $i "$B" "${R18[@]}"; done
+  fm224
+  for i in 1 2; do train_pair tut $i "$B" "${TUT[@]}"; done
   step r50_ddp_bf16 300 "$BV" "${R50[@]}" --ddp --grad-compression bf16
   step r50_plain_3 300 "$BV" "${R50[@]}"
   step r50_ddp_3 300 "$BV" "${R50[@]}" --ddp
-fi
-if [ -n "${OLD:-}" ] && [ "$PART" = 2 ]; then
-  # The earlier build's DDP (its bench has no --ddp): the training rows only.
-  chmod +x "$OLD"/burn-vision "$OLD"/burn-ddp
-  for i in 1; do
-    rm -rf /tmp/old-r18-*
-    step old_r18_plain_$i 300 "$OLD"/burn-vision "${R18[@]}" --out /tmp/old-r18-plain
-    metrics old_r18_plain_$i /tmp/old-r18-plain
-    step old_r18_ddp_$i 300 "$OLD"/burn-ddp launch --standalone --nproc-per-node 1 "$OLD"/burn-vision "${R18[@]}" --out /tmp/old-r18-ddp
-    metrics old_r18_ddp_$i /tmp/old-r18-ddp
+  if [ -n "${OLD:-}" ]; then
+    # The earlier build's DDP (its bench has no --ddp): the training rows only.
+    chmod +x "$OLD"/burn-vision "$OLD"/burn-ddp
+    train_pair old_r18 1 "$OLD" "${R18[@]}"
+  fi
+elif [ "$PART" = 3 ]; then
+  step check_nccl 300 "$B"/cudnn_check check-nccl
+  fm224
+  for i in 1 2 3; do train_pair tut $i "$B" "${TUT[@]}"; done
+  for i in 1 2 3 4; do
+    step r18s_plain_$i 150 "$BV" "${R18B[@]}"
+    step r18s_ddp_$i 150 "$BV" "${R18B[@]}" --ddp
   done
 fi
 save_cache

@@ -66,7 +66,7 @@ def main(path):
                     print(f"{name}: {line}")
     rows = []
     for base in ["r50", "vitb16", "r18s"]:
-        for i in range(1, 4):
+        for i in range(1, 5):
             plain, ddp = result(runs.get(f"{base}_plain_{i}", [])), result(runs.get(f"{base}_ddp_{i}", []))
             no_overlap = result(runs.get(f"{base}_ddp_no_overlap_{i}", []))
             if plain and no_overlap:
@@ -87,7 +87,7 @@ def main(path):
                 rows.append((f"{base} PyTorch pair {i}", tp["img_per_s"], td["img_per_s"],
                              f"peak {tp['peak_mem_gib']:.2f} / {td['peak_mem_gib']:.2f} GiB allocated, device {tp['device_used_gib']:.2f} / {td['device_used_gib']:.2f} GiB"))
     for base in ["r18", "tut", "old_r18"]:
-        for i in range(1, 3):
+        for i in range(1, 4):
             p, d = metrics.get(f"{base}_plain_{i}"), metrics.get(f"{base}_ddp_{i}")
             if p and d:
                 rows.append((f"{base} train pair {i}", steady(p), steady(d),

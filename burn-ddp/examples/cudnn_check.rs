@@ -1079,6 +1079,13 @@ fn step_gradients(m: &ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParal
         .collect()
 }
 
+/// The bound on DDP's difference from plain gradients beside `noise`, plain training's own
+/// difference from itself: 1e-4, or three times the noise where cuDNN chose a filter-gradient
+/// algorithm that sums in no fixed order (6.8e-4 seen on one machine, 6e-6 on another).
+fn noise_floor(noise: f64) -> f64 {
+    1e-4f64.max(3.0 * noise)
+}
+
 /// A bucket whose large gradient (a 128×256×3×3 filter, 1.2 MB) NCCL sums in its own buffer
 /// beside packed small ones (a 0.6 MB filter, the biases): one step's gradients equal plain
 /// training's up to cuDNN's noise.
@@ -1094,9 +1101,10 @@ fn check_nccl_ddp_large(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>
     let _ = step_gradients(&model, Some(&ddp), (&x, &g));
     let err = rel(&step_gradients(&model, Some(&ddp), (&x, &g)));
     let s = ddp.stats();
-    let pass = err <= 1e-4 && s.on_device == s.buckets;
+    let bound = noise_floor(noise);
+    let pass = err <= bound && s.on_device == s.buckets;
     println!(
-        "RESULT check=nccl_ddp_large_in_place grads={} max_rel_err={err:.2e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} {}",
+        "RESULT check=nccl_ddp_large_in_place grads={} max_rel_err={err:.2e} (plain vs plain {noise:.1e}) bound={bound:.1e} buckets={} on_device={} {}",
         plain.len(),
         s.buckets,
         s.on_device,
@@ -1121,9 +1129,9 @@ fn check_nccl_ddp_settings(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Gro
     let noise = rel(&step_gradients(&model, None, (&x, &g)));
     let mut ok = check_nccl_ddp_large(device, pg.clone());
     for (name, config, bound) in [
-        ("bf16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Bf16, ..base }, 2f64.powi(-8) + 1e-4),
-        ("fp16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Fp16, ..base }, 2f64.powi(-11) + 1e-4),
-        ("find_unused", burn_ddp::DdpConfig { find_unused_parameters: true, ..base }, 1e-4),
+        ("bf16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Bf16, ..base }, 2f64.powi(-8) + noise_floor(noise)),
+        ("fp16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Fp16, ..base }, 2f64.powi(-11) + noise_floor(noise)),
+        ("find_unused", burn_ddp::DdpConfig { find_unused_parameters: true, ..base }, noise_floor(noise)),
     ] {
         let ddp = burn_ddp::DistributedDataParallel::new(pg.clone(), config);
         let _ = step_gradients(&model, Some(&ddp), (&x, &g));

@@ -54,6 +54,12 @@ impl std::fmt::Debug for BatchNormSync {
 }
 
 impl BatchNormSync {
+    /// Ranks the statistics span: with one, [`sync_batch_norm`] is plain batch norm, and a
+    /// caller may take its own plain path instead.
+    pub fn world_size(&self) -> usize {
+        self.pg.world_size()
+    }
+
     /// Statistics over `pg`'s ranks for a model trained on autodiff backend `B`.
     ///
     /// # Errors

@@ -124,10 +124,11 @@ impl<B: Backend> Block<B> {
 }
 
 /// Convolution then BatchNorm (both through cuDNN on burn-cuda, optionally as one operation),
-/// or SyncBatchNorm with the same parameters when `sync` is given (on the channels-last batch
-/// norm kernels for a channels-last model on burn-cuda); then ReLU when `relu`.
+/// or SyncBatchNorm with the same parameters when `sync` spans more than one rank (on the
+/// channels-last batch norm kernels for a channels-last model on burn-cuda; over one rank it is
+/// this plain path, as PyTorch's SyncBatchNorm); then ReLU when `relu`.
 fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
-    match sync {
+    match sync.filter(|s| s.world_size() > 1) {
         Some(s) => {
             // SyncBatchNorm takes NCHW-ordered dims; the block's output keeps the activations'
             // type and order.
