@@ -145,6 +145,10 @@ struct Reduced<B: Backend> {
     presence: Option<Tensor<B, 1>>,
 }
 
+/// A step's result: each parameter's averaged gradient (slot, value in the parameter's shape),
+/// in bucket order, and the bytes averaged.
+pub(crate) type Averaged<B> = (Vec<(usize, FloatTensor<B>)>, usize);
+
 /// How a step's buckets are summed.
 #[derive(Clone)]
 pub(crate) enum Route {
@@ -334,7 +338,7 @@ impl<B: Backend> StepReducer<B> {
     ///
     /// # Errors
     /// [`Error::UnusedParameter`] (without `find_unused`), and collective errors.
-    pub fn finish(&self) -> Result<(Vec<(usize, FloatTensor<B>)>, usize)> {
+    pub fn finish(&self) -> Result<Averaged<B>> {
         let mut s = self.lock();
         while s.launched < self.plan.buckets.len() {
             let b = s.launched;
@@ -393,7 +397,7 @@ impl<B: Backend> StepReducer<B> {
 
     /// The averaged gradients of the parameters some rank had, in bucket order, and their bytes;
     /// the error naming a parameter some rank lacked (without `find_unused`).
-    fn averages(&self, reduced: Vec<Reduced<B>>, counts: Vec<Vec<usize>>) -> Result<(Vec<(usize, FloatTensor<B>)>, usize)> {
+    fn averages(&self, reduced: Vec<Reduced<B>>, counts: Vec<Vec<usize>>) -> Result<Averaged<B>> {
         let world = self.pg.world_size();
         let (mut out, mut bytes) = (Vec::with_capacity(self.plan.slots.len()), 0);
         for ((b, r), counts) in reduced.into_iter().enumerate().zip(counts) {
