@@ -59,7 +59,7 @@ pub fn run(config: &DoctorConfig, var: &dyn Fn(&str) -> Option<String>) -> Vec<C
     let mut checks = vec![master_addr(config), master_port(config)];
     checks.extend(gpus(config, var));
     checks.push(variables(var));
-    checks.push(check("firewall", Status::Info, format!("open TCP {} on node 0 (the store) and the ephemeral ports between all nodes (TCP ring, NCCL's sockets)", config.master_port)));
+    checks.push(firewall(config));
     if config.all_reduce_mib > 0 {
         checks.push(tcp_all_reduce(config.nproc_per_node.max(2), config.all_reduce_mib));
     }
@@ -241,9 +241,29 @@ pub fn table(checks: &[Check]) -> String {
     out
 }
 
+/// The ports node 0 must accept: the ranks' store on `--master-port`, and with several nodes
+/// the launchers' store on the port after it (under torchrun, torchrun's store and ours).
+fn firewall(config: &DoctorConfig) -> Check {
+    let port = config.master_port;
+    let stores = match (config.nnodes, port.checked_add(1)) {
+        (1, _) => format!("TCP {port} (the store)"),
+        (_, Some(next)) => format!("TCP {port} (the ranks' store) and {next} (the launchers' store; under torchrun, torchrun's store and ours)"),
+        (_, None) => format!("TCP {port} (the store); --master-port 65535 leaves no port for the launchers' store: pick a lower one"),
+    };
+    check("firewall", Status::Info, format!("open {stores} on node 0, and the ephemeral ports between all nodes (TCP ring, NCCL's sockets)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_firewall_line_names_every_port_the_launchers_use() {
+        let one = firewall(&DoctorConfig { master_port: 29500, ..config() });
+        assert!(one.detail.contains("TCP 29500 ") && !one.detail.contains("29501"), "{one:?}");
+        let two = firewall(&DoctorConfig { nnodes: 2, master_port: 29500, ..config() });
+        assert!(two.detail.contains("29500") && two.detail.contains("29501"), "{two:?}");
+    }
 
     fn config() -> DoctorConfig {
         DoctorConfig { nnodes: 1, node_rank: 0, nproc_per_node: 2, master_addr: "127.0.0.1".into(), master_port: 0, all_reduce_mib: 1 }

@@ -110,6 +110,7 @@ fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Ranks
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
         }
+        die_with_launcher(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| Error::io(format!("starting `{}` for rank {rank}", config.program[0]), e))?;
         pumps.push(pump(child.stdout.take().expect("piped"), rank, false));
         pumps.push(pump(child.stderr.take().expect("piped"), rank, true));
@@ -117,6 +118,32 @@ fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Ranks
     }
     Ok((children, pumps))
 }
+
+/// On Linux the rank gets SIGTERM when the launcher dies, however it dies (`kill -9`
+/// included): no rank trains on as an orphan whose output nobody reads. The signal follows the
+/// thread that started the rank, which is the one that supervises it to its end.
+#[cfg(target_os = "linux")]
+fn die_with_launcher(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec this calls only prctl and getppid, which are
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher may have died before the request took effect.
+            if libc::getppid() != launcher {
+                return Err(std::io::Error::other("the launcher exited while starting the rank"));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_launcher(_: &mut Command) {}
 
 /// Sends `signal` to the process group each rank leads.
 fn signal_groups(children: &[(usize, Child)], signal: &str) {

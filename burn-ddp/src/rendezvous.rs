@@ -69,6 +69,21 @@ impl RendezvousConfig {
         Ok(config)
     }
 
+    /// [`from_env`](Self::from_env) under a launcher; with none of the launchers' rank
+    /// variables set, a world of this process alone ([`single_process`](Self::single_process),
+    /// logged), so one program runs alone or under any launcher.
+    ///
+    /// # Errors
+    /// As [`from_env`](Self::from_env) when a launcher's variables are set but wrong.
+    pub fn from_env_or_single_process() -> Result<Self> {
+        let var = |name: &str| std::env::var(name).ok();
+        if crate::launch_env::detect(&var)?.is_some() {
+            return Self::from_env();
+        }
+        log::info!("no launcher's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...): running as a world of one process");
+        Ok(Self::single_process(0))
+    }
+
     /// A world of this process alone, its store on a free loopback port (`master_port` 0:
     /// the system picks it), its device `device` (`local_rank`; the local world then counts
     /// up to it): the same program runs without a launcher, and every collective still goes

@@ -175,3 +175,41 @@ fn a_failure_on_one_node_ends_the_round_on_every_node() {
         }
     }
 }
+
+/// `kill -9` of the launcher takes its ranks with it: each rank writes its pid and sleeps; after
+/// the launcher is killed, none of them is alive two seconds later.
+#[cfg(target_os = "linux")]
+#[test]
+fn ranks_die_with_a_killed_launcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("echo $$ > {}/rank.$RANK; exec sleep 60", dir.path().display());
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
+        .args(["launch", "--standalone", "--nproc-per-node", "2", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = |rank: usize| dir.path().join(format!("rank.{rank}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pids: Vec<String> = loop {
+        let read: Vec<_> = (0..2).filter_map(|r| std::fs::read_to_string(pid_file(r)).ok().filter(|p| p.ends_with('\n'))).collect();
+        if read.len() == 2 {
+            break read.into_iter().map(|p| p.trim().to_string()).collect();
+        }
+        assert!(Instant::now() < deadline, "the ranks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let alive = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    assert!(pids.iter().all(|p| alive(p)), "ranks {pids:?} should be running");
+    launcher.kill().unwrap(); // SIGKILL: the launcher gets no chance to stop them itself
+    launcher.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let orphans: Vec<_> = pids.iter().filter(|p| alive(p)).collect();
+    for p in &orphans {
+        let _ = Command::new("kill").args(["-9", p]).status();
+    }
+    assert!(orphans.is_empty(), "ranks {orphans:?} outlived their killed launcher");
+}

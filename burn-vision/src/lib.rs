@@ -4,6 +4,7 @@
 pub mod atomic_file;
 pub mod data;
 pub mod error;
+pub mod guard;
 pub mod model;
 pub mod plot;
 pub mod train;

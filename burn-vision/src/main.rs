@@ -25,12 +25,14 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 enum Command {
     /// Train a model (with no flags: ResNet-10-mini on the bundled Fashion-MNIST subset, CPU).
+    #[command(allow_negative_numbers = true)]
     Train(TrainArgs),
     /// Evaluate a checkpoint on the validation split of its data (or all of --data).
     Eval(EvalArgs),
     /// Print the top classes of each image.
     Predict(PredictArgs),
     /// Measure training throughput on synthetic data (prints one JSON line).
+    #[command(allow_negative_numbers = true)]
     Bench(BenchArgs),
     /// Measure how fast the input pipeline alone delivers batches (prints one JSON line).
     BenchData(BenchDataArgs),
@@ -658,14 +660,36 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
     }
 }
 
+/// The error and its causes on one line, each said once: burn-vision's errors already end with
+/// their source's text, which `{:#}` would repeat.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1).map(ToString::to_string) {
+        if !line.contains(&cause) {
+            line = format!("{line}: {cause}");
+        }
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
-    use super::without_flag;
+    use super::{one_line, without_flag};
+
+    #[test]
+    fn a_cause_the_message_already_holds_is_not_repeated() {
+        let io = std::io::Error::from_raw_os_error(13);
+        let ours = burn_vision::error::Error::io("creating", std::path::Path::new("/run"), io);
+        let text = one_line(&anyhow::Error::from(ours));
+        assert_eq!(text.matches("os error 13").count(), 1, "{text}");
+        let wrapped = anyhow::Error::from(std::io::Error::from_raw_os_error(2)).context("reading the list");
+        assert!(one_line(&wrapped).starts_with("reading the list: ") && one_line(&wrapped).contains("os error 2"), "{}", one_line(&wrapped));
+    }
 
     #[test]
     fn the_ranks_do_not_get_the_launchers_restarts() {

@@ -13,7 +13,8 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 21] = [
+    let cases: [(&[&str], &str); 22] = [
+        (&["train", "--lr", "-1", "--quiet"], "must be a positive number"),
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
         (&["train", "--data", "/no/such/folder", "--quiet"], "does not exist"),
@@ -473,4 +474,17 @@ fn bench_reports_the_first_step_split() {
     let (setup, step, cudnn, total) = (f["setup_s"].as_f64().unwrap(), f["step_s"].as_f64().unwrap(), f["cudnn_s"].as_f64().unwrap(), f["total_s"].as_f64().unwrap());
     assert!(step > 0.0 && cudnn == 0.0 && total >= setup + step - 1e-3, "{f}");
     assert!(r["device_used_gib"].is_null() && r["img_per_s"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+/// An I/O failure names its cause once ("Not a directory (os error 20)", not twice).
+#[test]
+fn an_io_error_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = cli(&["train", "--out", file.join("run").to_str().unwrap(), "--epochs", "1", "--quiet"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(err.matches("os error").count(), 1, "the cause is repeated: {err}");
 }

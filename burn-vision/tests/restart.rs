@@ -72,13 +72,13 @@ fn a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bit_identical() {
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
 
     let mut run = train(&killed, &["--checkpoint-every", "4", "--max-restarts", "1"]);
-    // Wait for a checkpoint inside the second epoch, then kill rank 1 without warning.
+    // Wait for a checkpoint inside the last (third) epoch, then kill rank 1 without warning.
     let deadline = Instant::now() + Duration::from_secs(300);
     let victim = loop {
-        assert!(Instant::now() < deadline, "no mid-epoch checkpoint in epoch 2 within 300 s");
+        assert!(Instant::now() < deadline, "no mid-epoch checkpoint in epoch 3 within 300 s");
         assert!(run.try_wait().unwrap().is_none(), "the run ended before it could be interrupted");
-        let mid_epoch_2 = sections(&killed.join("last.ckpt")).is_some_and(|(m, _)| m["epoch"] == 1 && m["partial"]["steps"].as_u64().is_some_and(|s| s >= 4));
-        if let Some(pid) = rank_pid(run.id(), 1).filter(|_| mid_epoch_2) {
+        let mid_epoch_3 = sections(&killed.join("last.ckpt")).is_some_and(|(m, _)| m["epoch"] == 2 && m["partial"]["steps"].as_u64().is_some_and(|s| s >= 4));
+        if let Some(pid) = rank_pid(run.id(), 1).filter(|_| mid_epoch_3) {
             break pid;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -89,7 +89,16 @@ fn a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bit_identical() {
     assert!(out.status.success(), "the restarted run failed:\n{stdout}\n{stderr}");
     assert!(stderr.contains("restarting the group (1/1)"), "rank 1 was not restarted:\n{stderr}");
     assert!(stderr.contains("restart 1 of this job: continuing from"), "the restart did not resume:\n{stderr}");
-    assert!(stderr.contains("after epoch 1 and ") && stderr.contains(" steps of epoch 2"), "not resumed mid-epoch:\n{stderr}");
+    assert!(stderr.contains("after epoch 2 and ") && stderr.contains(" steps of epoch 3"), "not resumed mid-epoch:\n{stderr}");
+    // The health table of the resumed epoch: the ranks train in lock step, so their rates
+    // are alike (each counts only its own images since the restart).
+    let rate = |rank: usize| -> f64 {
+        let line =
+            stderr.lines().filter(|l| l.contains(&format!("rank {rank}: ")) && l.contains(" img/s, gradient sync")).last().unwrap_or_else(|| panic!("no health line for rank {rank}:\n{stderr}"));
+        line.split(&format!("rank {rank}: ")).nth(1).unwrap().split(" img/s").next().unwrap().parse().unwrap()
+    };
+    let (r0, r1) = (rate(0), rate(1));
+    assert!(r0.max(r1) / r0.min(r1) < 1.5, "lock-step ranks reported {r0} and {r1} img/s");
 
     let ((meta_a, _), (meta_b, _)) = (sections(&plain.join("last.ckpt")).unwrap(), sections(&killed.join("last.ckpt")).unwrap());
     assert_eq!((&meta_a["epoch"], &meta_a["step"]), (&meta_b["epoch"], &meta_b["step"]));

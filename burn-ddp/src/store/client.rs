@@ -60,24 +60,22 @@ impl TcpStore {
         let server = format!("{host}:{port}");
         let start = Instant::now();
         let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(|e| Error::io(format!("resolving {server}"), e))?.collect();
-        let mut conn = loop {
-            if let Some(c) = addrs.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok()) {
-                break c;
+        loop {
+            if let Some(mut conn) = addrs.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok()) {
+                // A greeting cut off (the server closed a connection it had no room for while
+                // strangers flooded it) is tried again; a refusal is final.
+                match greet(&mut conn, token) {
+                    Ok(Ok(())) => return Ok(Self { conn: Mutex::new(conn), timeout, server }),
+                    Ok(Err(msg)) => return Err(Error::Store { reason: format!("{server} refused the connection: {msg}") }),
+                    Err(e) if start.elapsed() >= timeout => return Err(Error::io(format!("greeting {server}"), e)),
+                    Err(e) => log::debug!("greeting {server} failed ({e}); trying again"),
+                }
             }
             if start.elapsed() >= timeout {
                 return Err(Error::Timeout { op: format!("connecting to the store at {server}"), rank: usize::MAX, waited: start.elapsed(), missing: vec![0] });
             }
             std::thread::sleep(Duration::from_millis(50));
-        };
-        conn.set_nodelay(true).map_err(|e| Error::io("store socket", e))?;
-        let hello = Writer::op(Op::Hello).u32(VERSION).bytes(token.unwrap_or("").as_bytes());
-        write_frame(&mut conn, &hello.0).map_err(|e| Error::io(format!("greeting {server}"), e))?;
-        let reply = read_frame(&mut conn).map_err(|e| Error::io(format!("greeting {server}"), e))?;
-        if reply.first() != Some(&status::OK) {
-            let msg = Reader(&reply[1.min(reply.len())..]).bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-            return Err(Error::Store { reason: format!("{server} refused the connection: {msg}") });
         }
-        Ok(Self { conn: Mutex::new(conn), timeout, server })
     }
 
     /// The address of the local end of the connection: the interface that reaches the server.
@@ -165,4 +163,16 @@ impl Store for TcpStore {
             _ => Err(self.refused(&reply)),
         }
     }
+}
+
+/// Sends the greeting and reads the answer: `Ok(Err(message))` when the server refuses it.
+fn greet(conn: &mut TcpStream, token: Option<&str>) -> std::io::Result<std::result::Result<(), String>> {
+    conn.set_nodelay(true)?;
+    let hello = Writer::op(Op::Hello).u32(VERSION).bytes(token.unwrap_or("").as_bytes());
+    write_frame(conn, &hello.0)?;
+    let reply = read_frame(conn)?;
+    if reply.first() == Some(&status::OK) {
+        return Ok(Ok(()));
+    }
+    Ok(Err(Reader(&reply[1.min(reply.len())..]).bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()))
 }

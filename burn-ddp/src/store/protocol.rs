@@ -73,14 +73,23 @@ pub fn write_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
 
 /// Reads one frame, refusing lengths over [`MAX_FRAME`] before allocating.
 pub fn read_frame(r: &mut impl Read) -> io::Result<Vec<u8>> {
+    read_frame_within(r, MAX_FRAME)
+}
+
+/// Reads one frame of at most `max` bytes. The buffer grows with the bytes that arrive, so a
+/// peer that announces a large frame and sends little of it holds little memory.
+pub fn read_frame_within(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {MAX_FRAME}")));
+    if len > max {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {len} bytes exceeds {max}")));
     }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf)?;
+    let mut buf = Vec::with_capacity(len.min(64 << 10));
+    r.take(len as u64).read_to_end(&mut buf)?;
+    if buf.len() < len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("frame ended after {} of {len} bytes", buf.len())));
+    }
     Ok(buf)
 }
 
@@ -188,6 +197,10 @@ mod tests {
         let huge = (u32::MAX).to_le_bytes();
         let err = read_frame(&mut &huge[..]).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let err = read_frame_within(&mut &buf[..], 4).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "a frame over the given bound");
+        let cut = &buf[..buf.len() - 1];
+        assert_eq!(read_frame(&mut &cut[..]).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The store server, run by rank 0: one thread per connection, a shared map, condition-variable
-//! waits. A malformed, oversized or unauthenticated connection is closed; the server keeps serving.
+//! waits. A malformed, oversized or unauthenticated connection is closed; the server keeps
+//! serving. What a stranger may hold before its token is checked is bounded by
+//! [`super::admission`]: a small greeting, read within a deadline, by one of few pending threads.
 
-use super::protocol::{MAX_FRAME, Op, Reader, VERSION, Writer, read_frame, status, write_frame};
+use super::admission::{Admission, Deadline, GREETING_TIMEOUT, MAX_GREETING, Pending};
+use super::protocol::{MAX_FRAME, Op, Reader, VERSION, Writer, read_frame, read_frame_within, status, write_frame};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
@@ -28,6 +31,7 @@ pub struct StoreServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
+    book: Arc<Admission>,
 }
 
 impl StoreServer {
@@ -43,7 +47,8 @@ impl StoreServer {
         let addr = listener.local_addr().map_err(|e| Error::io("store local address", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(State::default());
-        let stop2 = stop.clone();
+        let book = Arc::new(Admission::default());
+        let (stop2, book2) = (stop.clone(), book.clone());
         let accept = std::thread::Builder::new()
             .name("burn-ddp-store".into())
             .spawn(move || {
@@ -52,19 +57,26 @@ impl StoreServer {
                         break;
                     }
                     let Ok(conn) = conn else { continue };
-                    let (state, token) = (state.clone(), token.clone());
-                    let _ = std::thread::Builder::new().name("burn-ddp-store-conn".into()).spawn(move || {
-                        let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                        if let Err(e) = serve(conn, &state, token.as_deref())
-                            && e.kind() != io::ErrorKind::UnexpectedEof
-                        {
-                            log::warn!("store: closed connection from {peer}: {e}");
-                        }
-                    });
+                    // Booked here, before a thread exists: at most MAX_PENDING threads wait
+                    // for greetings, however fast strangers connect.
+                    let Ok(pending) = book2.admit(&conn) else { continue };
+                    let (state, token, book) = (state.clone(), token.clone(), book2.clone());
+                    let _ = std::thread::Builder::new().name("burn-ddp-store-conn".into()).spawn(move || connection(conn, pending, &state, token.as_deref(), &book));
                 }
             })
             .map_err(|e| Error::io("spawning the store thread", e))?;
-        Ok(Self { addr, stop, accept: Some(accept) })
+        Ok(Self { addr, stop, accept: Some(accept), book })
+    }
+
+    /// Connections refused so far (bad or missing greeting, wrong token, over the caps), by
+    /// address.
+    pub fn refusals(&self) -> std::collections::HashMap<std::net::IpAddr, u64> {
+        self.book.refusals()
+    }
+
+    /// Connections waiting for their greeting now (at most [`super::admission::MAX_PENDING`]).
+    pub fn pending_connections(&self) -> usize {
+        self.book.pending()
     }
 
     /// The address the server listens on.
@@ -87,16 +99,36 @@ fn invalid(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
-fn serve(mut conn: TcpStream, state: &State, token: Option<&str>) -> io::Result<()> {
+/// One connection's life: admitted as pending, greeted, then served until it closes.
+fn connection(conn: TcpStream, pending: Pending, state: &State, token: Option<&str>, book: &Admission) {
+    let peer = conn.peer_addr().map(|a| a.ip()).unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+    match greet(&conn, token) {
+        Ok(()) => {}
+        Err(e) => return book.refuse(peer, &e.to_string()),
+    }
+    let Some(_open) = book.authenticated(pending) else {
+        return book.refuse(peer, "too many open connections");
+    };
+    if let Err(e) = serve(conn, state)
+        && e.kind() != io::ErrorKind::UnexpectedEof
+    {
+        log::warn!("store: closed connection from {peer}: {e}");
+    }
+}
+
+/// Reads the greeting (small, within [`GREETING_TIMEOUT`]) and checks version and token.
+fn greet(conn: &TcpStream, token: Option<&str>) -> io::Result<()> {
     conn.set_nodelay(true)?;
-    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let hello = read_frame(&mut conn)?;
+    // A stranger that never reads cannot hold the thread in a write either.
+    conn.set_write_timeout(Some(GREETING_TIMEOUT))?;
+    let hello = read_frame_within(&mut Deadline::new(conn, GREETING_TIMEOUT), MAX_GREETING)?;
     let mut r = Reader(&hello);
     if r.u8()? != Op::Hello as u8 {
         return Err(invalid("first message is not a greeting"));
     }
     let version = r.u32()?;
     let their_token = r.bytes()?;
+    let mut conn = conn;
     if version != VERSION {
         write_frame(&mut conn, &Writer::default().u8(status::ERROR).bytes(format!("protocol version {version}, server speaks {VERSION}").as_bytes()).0)?;
         return Err(invalid(format!("protocol version {version}")));
@@ -106,7 +138,11 @@ fn serve(mut conn: TcpStream, state: &State, token: Option<&str>) -> io::Result<
         return Err(invalid("wrong token"));
     }
     write_frame(&mut conn, &[status::OK])?;
-    conn.set_read_timeout(None)?;
+    conn.set_write_timeout(None)?;
+    conn.set_read_timeout(None)
+}
+
+fn serve(mut conn: TcpStream, state: &State) -> io::Result<()> {
     loop {
         let msg = read_frame(&mut conn)?;
         let reply = handle(&msg, state)?;

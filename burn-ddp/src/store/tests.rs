@@ -131,3 +131,29 @@ fn overflowing_fields_from_a_peer_do_not_take_the_server_down() {
     let other = TcpStore::connect("127.0.0.1", port, None, T).unwrap();
     assert_eq!(other.get("k").unwrap(), b"v", "the server still serves");
 }
+
+/// Strangers cost the server little: 300 connections that never greet and 8 that announce a
+/// 64 MiB frame instead of a greeting hold at most `MAX_PENDING` slots, are counted as refused,
+/// and a rank with the token still gets in and is served.
+#[test]
+fn stalled_and_oversized_strangers_are_bounded_and_a_rank_still_gets_in() {
+    let (s, port) = server(Some("secret"));
+    let mut strangers: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    for _ in 0..8 {
+        let mut g = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        g.write_all(&(protocol::MAX_FRAME as u32).to_le_bytes()).unwrap();
+        let _ = g.write_all(&[0u8; 1 << 16]);
+        strangers.push(g);
+    }
+    let rank = TcpStore::connect("127.0.0.1", port, Some("secret"), T).unwrap();
+    rank.set("k", b"v").unwrap();
+    assert_eq!(rank.get("k").unwrap(), b"v");
+    let deadline = Instant::now() + T;
+    let refused = || s.refusals().values().sum::<u64>();
+    while refused() < 308 - admission::MAX_PENDING as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(s.pending_connections() <= admission::MAX_PENDING, "{} pending", s.pending_connections());
+    assert!(refused() >= 308 - admission::MAX_PENDING as u64, "{} refused", refused());
+    drop(strangers);
+}

@@ -75,10 +75,23 @@ impl FolderDataset {
 pub fn decode_file(path: &Path) -> Result<DynamicImage> {
     let bad = |reason: String| Error::BadImage { path: path.to_path_buf(), reason };
     let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
+    decode_bytes(bytes).map_err(bad)
+}
+
+/// Decodes an image file's bytes (JPEG, PNG), refusing a JPEG cut short (the decoder alone
+/// would fill the missing part with grey). A decoder that panics on crafted bytes is an error.
+///
+/// # Errors
+/// The reason, for empty, truncated, corrupt or unsupported bytes.
+pub fn decode_bytes(bytes: Vec<u8>) -> std::result::Result<DynamicImage, String> {
     if bytes.is_empty() {
-        return Err(bad("file is empty (0 bytes)".into()));
+        return Err("file is empty (0 bytes)".into());
     }
-    ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().map_err(|e| bad(e.to_string()))?.decode().map_err(|e| bad(e.to_string()))
+    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        super::jpeg::check_whole(&bytes)?;
+    }
+    let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().map_err(|e| e.to_string())?;
+    crate::guard::catch_panic(|| reader.decode()).map_err(|p| format!("the decoder failed: {p}"))?.map_err(|e| e.to_string())
 }
 
 impl Dataset for FolderDataset {

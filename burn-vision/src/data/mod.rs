@@ -3,6 +3,7 @@
 pub mod augment;
 pub mod folder;
 pub mod idx;
+pub mod jpeg;
 pub mod loader;
 pub mod rand_augment;
 pub mod source;

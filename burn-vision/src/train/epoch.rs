@@ -107,6 +107,9 @@ pub(super) struct EpochTrained {
     /// `[loss × samples, correct, samples]` summed over this rank's steps.
     pub sums: [f64; 3],
     pub seconds: f64,
+    /// This rank's own images per second over the steps this process trained (a resumed
+    /// epoch's earlier part, summed over every rank in its checkpoint, is not this rank's).
+    pub rank_img_per_s: f64,
     /// This rank's images per second after the warm-up steps, when there were more.
     pub steady_img_per_s: Option<f64>,
     pub sync_seconds: f64,
@@ -225,6 +228,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     Ok(EpochTrained {
         sums,
         seconds: done.seconds + started.elapsed().as_secs_f64(),
+        rank_img_per_s: seen as f64 / started.elapsed().as_secs_f64(),
         steady_img_per_s,
         sync_seconds,
         collective_seconds: burn_ddp::tensor::collective_seconds() - collectives_before,

@@ -14,10 +14,12 @@ use burn_optim::Optimizer;
 
 type Bytes = BinBytesRecorder<FullPrecisionSettings>;
 
-/// Rank 0's run folder: metrics log and TensorBoard writer.
+/// Rank 0's run folder: metrics log and TensorBoard writer (its folder made with the first
+/// epoch's scalars, so a run that fails before leaves no empty `tensorboard/` behind).
 pub(super) struct RunOutputs {
     metrics: MetricsLog,
-    board: EventWriter,
+    board: Option<EventWriter>,
+    board_dir: std::path::PathBuf,
 }
 
 /// What a checkpoint records besides the model and the optimizer.
@@ -40,7 +42,7 @@ impl RunOutputs {
         std::fs::create_dir_all(out).map_err(|e| Error::io("creating", out, e))?;
         let metrics = MetricsLog::new(&out.join("metrics.jsonl"));
         metrics.truncate_to(start_epoch)?;
-        Ok(Self { metrics, board: EventWriter::create(&out.join("tensorboard"))? })
+        Ok(Self { metrics, board: None, board_dir: out.join("tensorboard") })
     }
 
     /// Logs `record`, saves the checkpoints (best when `improved`), then appends the metrics
@@ -87,10 +89,14 @@ impl RunOutputs {
             ("lr", record.lr),
             ("img_per_s", record.img_per_s),
         ];
+        let board = match &mut self.board {
+            Some(board) => board,
+            empty => empty.insert(EventWriter::create(&self.board_dir)?),
+        };
         for (tag, value) in scalars {
-            self.board.scalar(tag, value, record.epoch as i64)?;
+            board.scalar(tag, value, record.epoch as i64)?;
         }
-        self.board.flush()
+        board.flush()
     }
 
     /// Saves `last.ckpt` inside an epoch (`--checkpoint-every`): `epoch` epochs finished,
@@ -140,4 +146,19 @@ fn checkpoint<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         model: Bytes::default().record(model.clone().into_record(), ()).map_err(bad)?,
         optimizer: Bytes::default().record(optim.to_record(), ()).map_err(bad)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tensorboard_folder_comes_with_the_first_scalars() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = TrainConfig { out: dir.path().join("run"), ..TrainConfig::default() };
+        let outputs = RunOutputs::open(&config, 0).unwrap();
+        drop(outputs); // a run that fails before its first epoch ends
+        assert!(config.out.join("metrics.jsonl").parent().unwrap().exists());
+        assert!(!config.out.join("tensorboard").exists(), "an empty tensorboard/ folder was left behind");
+    }
 }

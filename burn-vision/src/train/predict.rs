@@ -31,7 +31,11 @@ pub fn restore<B: Backend>(path: &Path, device: &B::Device) -> Result<Restored<B
     let model = create::<B>(&meta.model, meta.classes.len(), meta.in_channels, meta.small_input, device)?;
     let record = load_model_record::<B>(&ck.model, device).map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
     let pipeline = if meta.in_channels == 1 { grayscale_pipelines(meta.image_size, &crate::data::Augment::default()).1 } else { Pipeline::imagenet_eval(meta.image_size) };
-    Ok(Restored { model: model.load_record(record), meta, pipeline })
+    // Burn panics when a record's structure differs from the model's (a crafted or foreign
+    // record under a valid checksum); that is a bad checkpoint, not a crash.
+    let model =
+        crate::guard::catch_panic(|| model.load_record(record)).map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
+    Ok(Restored { model, meta, pipeline })
 }
 
 /// One image's top predictions.

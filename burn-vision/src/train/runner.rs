@@ -181,12 +181,15 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
         }
     }
     let record = load_model_record::<B>(&ck.model, device).map_err(|e| bad(format!("model record: {e}")))?;
-    let optim_record = Bytes::default().load(ck.optimizer, device).map_err(|e| bad(format!("optimizer record: {e}")))?;
+    let optim_record =
+        crate::guard::catch_panic(|| Bytes::default().load(ck.optimizer, device)).map_err(|e| bad(format!("optimizer record: {e}")))?.map_err(|e| bad(format!("optimizer record: {e}")))?;
     let partial = ck.meta.partial.unwrap_or_default();
     let within = if partial.steps > 0 { format!(" and {} steps of epoch {}", partial.steps, ck.meta.epoch + 1) } else { String::new() };
     log::info!("resuming {} after epoch {}{within} (step {})", path.display(), ck.meta.epoch, ck.meta.step);
-    trainer.model = trainer.model.load_record(record);
-    trainer.optim = trainer.optim.load_record(optim_record);
+    // Burn panics on a record that does not fit (a crafted file under a valid checksum).
+    let (model, optim) = (trainer.model, trainer.optim);
+    trainer.model = crate::guard::catch_panic(|| model.load_record(record)).map_err(|e| bad(format!("model record does not fit {}: {e}", config.model)))?;
+    trainer.optim = crate::guard::catch_panic(|| optim.load_record(optim_record)).map_err(|e| bad(format!("optimizer record does not fit: {e}")))?;
     trainer.step = ck.meta.step;
     if let Some(tracked) = ck.meta.batches_tracked {
         trainer.batches_tracked_before = tracked - ck.meta.step as i64;
@@ -332,7 +335,7 @@ fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained
 /// rank rank 0's BatchNorm running statistics. Returns the global tally and this rank's
 /// images per second.
 fn reduce_training<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, trained: &EpochTrained, dist: Dist<'_>) -> Result<(Tally, f64)> {
-    let rank_img_per_s = trained.sums[2] / trained.seconds;
+    let rank_img_per_s = trained.rank_img_per_s;
     let mut sums = trained.sums;
     if let Some(d) = dist {
         d.sum(&mut sums)?;

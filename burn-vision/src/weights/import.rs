@@ -116,7 +116,13 @@ fn largest_batches_tracked(src: &Source) -> Option<i64> {
 /// # Errors
 /// [`Error::Weights`] for an unreadable file, or one whose keys or shapes do not fit the model
 /// (all differences in one message), or a tensor that fails to load.
-pub fn load_pretrained<B: Backend>(mut model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
+pub fn load_pretrained<B: Backend>(model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
+    // burn-store's readers may panic on bytes crafted against them (a pickle or a header that
+    // lies); that is a bad weight file, not a crash.
+    crate::guard::catch_panic(|| load_checked(model, model_name, path)).unwrap_or_else(|p| Err(Error::Weights { path: path.to_path_buf(), reason: format!("not a readable weight file: {p}") }))
+}
+
+fn load_checked<B: Backend>(mut model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
     let all = source::read_all(path)?;
     // The family's naming scheme (timm's, torchvision's) that fits the file best.
     // Most names found wins; on a tie the family's first scheme.
