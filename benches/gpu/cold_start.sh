@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200 (issue 17's first row, issue 18's tools on a GPU): time to the
+# One device call on one H200 (the first-hour table's first row, the multi-node tools on a GPU): time to the
 # first step of ResNet-50 bf16 b256 channels-last, fresh and with burn-ddp's kernel caches,
 # and where it goes; device memory beside PyTorch's, in the same call; `--profile-steps` and
 # `burn-ddp doctor` on the GPU machine.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's table, re-measured with PyTorch beside every row in the same call (one H200).
+# The first-hour table, re-measured with PyTorch beside every row in the same call (one H200).
 #   PART=1  the tutorial's recipe (`train --preset tutorial`: ResNet-34, batch 16, SGD, f32) for
 #           EPOCHS (default 5) on a 10-class 224² JPEG folder (the bundled 10k Fashion-MNIST
 #           images; 8,000 train, 2,000 validation): burn-vision on a fresh machine (empty kernel
@@ -16,7 +16,7 @@
 #   PART=5  ResNet-50 bf16 b256 with cuDNN workspace limits of 512, 128 and 64 MiB (memory and
 #           speed), the epoch log's GPU memory line, `bench-data` to host memory and to GPU 0,
 #           PyTorch eager beside.
-#   PART=6  the whole table in one call (session 19): ResNet-50 bf16 b256 from a fresh machine and
+#   PART=6  the whole table in one call (2026-12-03): ResNet-50 bf16 b256 from a fresh machine and
 #           again (first step, speed, memory), PyTorch eager's first run beside; ResNet-50 f32 and
 #           ResNet-34 b16 memory beside PyTorch's; the tutorial's job for EPOCHS (default 5) from a
 #           fresh machine beside PyTorch's (channels_last, 16 loader workers); `eval --gpus 0` and
@@ -106,8 +106,8 @@ elif [ "$PART" = 3 ]; then
   step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 3 100 f32 nhwc eager
   step tut_torch_nhwc_w16 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 2 f32 nhwc 16
 elif [ "$PART" = 4 ]; then
-  # ResNet-34 b16's step, 1263 img/s in session 7 and 1037 in PART=3: cubecl's pages against
-  # the exact-size blocks (session 13's default), and a small cuDNN workspace, alternated.
+  # ResNet-34 b16's step, 1263 img/s on 2026-12-01 and 1037 in PART=3: cubecl's pages against
+  # the exact-size blocks (the default since 2026-12-02), and a small cuDNN workspace, alternated.
   R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps 200)
   step r34_warm_caches 200 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" "${R34[@]}"
   for i in 1 2; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a fresh machine's first step goes (issue 17's cold-start row): ResNet-50 bf16 b256
+# Where a fresh machine's first step goes (the cold-start row of the first-hour table): ResNet-50 bf16 b256
 # channels-last, `bench`, each run from an empty kernel cache unless it says `warm`.
 #   profile   `--host-profile-first-step`: every host thread sampled over the first step
 #             (cubecl's kernel compilation, NVRTC, autotuning, cuDNN's engine timing)

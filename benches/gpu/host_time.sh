@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where a small-batch step's host time goes (issue 17's tutorial row): ResNet-34, batch 16, f32,
+# Where a small-batch step's host time goes (the tutorial row of the first-hour table): ResNet-34, batch 16, f32,
 # channels-last, the bench step (synthetic data, SGD momentum 0.9), PyTorch eager beside it.
 #   PART=1  caches warmed, the step twice, then once under `--host-profile` (every host thread
 #           sampled; the binary built with --features host-profile, its symbol table kept);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200: `eval` and `predict` on the GPU (issue 17). A short ResNet-34
+# One device call on one H200: `eval` and `predict` on the GPU. A short ResNet-34
 # training run on 224² JPEG class folders (the bundled 10k Fashion-MNIST images, 20 % held out
 # = 2,000 validation images) makes the checkpoint; then `eval` on the checkpoint's own GPU (no
 # flag), `eval --gpus 0`, and `predict --gpus 0` on a class folder with one broken file.

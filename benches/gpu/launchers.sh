@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (issue 18's open item, and a GPU smoke run of session 11's changes): whether
+# One device call (the launchers' open item, and a GPU smoke run of 2026-12-01's changes): whether
 # the GPU machine has OpenMPI's mpirun and torchrun, a 2-process CPU `train` under each (the world
 # comes from the launcher's variables), and `train --gpus 0` of vit-mini in bf16 with
 # mixup/cutmix (cuBLAS products, soft-target loss) for a few steps.

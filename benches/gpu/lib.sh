@@ -7,7 +7,7 @@ B=${B:-carry}
 [ -f "$B"/bins.tgz ] && tar xzf "$B"/bins.tgz -C "$B"
 # xz-packed binaries (smaller; Python unpacks them, so no xz tool is needed there).
 [ -f "$B"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$B"/bins.txz "$B"
-# cubecl keeps autotune results under ./target (repo root) for binaries before session 10;
+# cubecl keeps autotune results under ./target (repo root) for binaries built before 2026-12-01's kernel cache;
 # since then burn-ddp's kernel caches (autotune + PTX) live in $BURN_DDP_CACHE_DIR: restore
 # the last call's (carry/kernel-cache.tgz) unless the script wants them cold.
 [ -f "$B"/cubecl-cache.tgz ] && mkdir -p target && tar xzf "$B"/cubecl-cache.tgz -C target

@@ -2,7 +2,7 @@
 # One device call on one H200 (issues 15 and 17): where burn-cuda's GPU memory goes. `bench`
 # reports cubecl's pools per stream (live tensors vs reserved blocks) after the warm-up and,
 # once the warm-up's unused blocks are handed back, after the timed steps.
-# PART=1 (call a, 2026-12-02): ViT-B/16 b128 and ResNet-50 b256 bf16 with cubecl's sub-allocated
+# PART=1 (2026-12-02): ViT-B/16 b128 and ResNet-50 b256 bf16 with cubecl's sub-allocated
 # pages, with one cubecl stream for every thread, and with exact-size blocks (then experiment
 # switches, BURN_DDP_CUBECL_MAX_STREAMS=1 and BURN_DDP_CUBECL_PERSISTENT=enforced; exact-size
 # blocks are now the default and BURN_DDP_ALLOCATOR=pages the old way), a short ViT-B/16 run
@@ -17,24 +17,24 @@
 # PART=4: ResNet blocks rectifying their residual sum with burn_ddp::nn::relu (its backward
 # reads the output): `cudnn_check check-relu` (bit-identical to burn's relu), ResNet-50 twice
 # (the first warms the kernel caches) beside PyTorch.
-# PART=5 (session 18): cubecl's memory log (BURN_DDP_MEMORY_LOG: every reservation, the blocks
+# PART=5 (2026-12-03): cubecl's memory log (BURN_DDP_MEMORY_LOG: every reservation, the blocks
 # by size at each new one) of short ResNet-50 bf16 b256 and ResNet-34 b16 f32 runs with the
 # exact-size blocks, then ResNet-50 timed beside PyTorch (the memory figures the log explains).
-# PART=6 (session 18, call b; its build had an `add_relu` that session 18 then removed, see
+# PART=6 (2026-12-03; its build had an `add_relu` removed the same day, see
 # docs/benchmarks.md): the residual block's end as one operation (its
 # backward masks the incoming gradient in place), the stem's max-pool keeping only its indices
 # (burn_ddp::nn::max_pool2d), and the channels-last batch norm's backward writing over an
 # unshared incoming gradient: `cudnn_check check-relu` (both against f64), the memory log
 # again, ResNet-50 bf16 and f32 and ResNet-34 b16 beside PyTorch, every cudnn_check check.
-# PART=7 (session 18; needs call b's binaries as A): A/B, alternated in one call: A = PART=6's build (ResNet blocks end in
+# PART=7 (2026-12-03; needs PART=6's binaries as A): A/B, alternated in one call: A = PART=6's build (ResNet blocks end in
 # add_relu, the channels-last batch norm's backward may write over its incoming gradient),
 # B = carry/burn-vision-b.xz (ResNet blocks end in relu(out + identity), batch norm as before;
 # both keep the max-pool change): ResNet-50 bf16 b256 and ResNet-34 b16 f32 (speed, memory),
 # then the tutorial's job (2 epochs of the fm224 folder) with each; PyTorch beside.
-# PART=8 (session 18, the committed code): `cudnn_check check-relu` (the max-pool against f64),
-# ResNet-50 bf16 b256 twice beside PyTorch (speed, memory). Not run in session 18 (no device
+# PART=8 (2026-12-03, the committed code): `cudnn_check check-relu` (the max-pool against f64),
+# ResNet-50 bf16 b256 twice beside PyTorch (speed, memory). Not run on 2026-12-03 (no device
 # time left).
-# PART=9 (session 19): queued cuDNN jobs hold buffer bindings instead of tensor handles (burn
+# PART=9 (2026-12-03): queued cuDNN jobs hold buffer bindings instead of tensor handles (burn
 # may write a buffer in place once its tensors are gone), and a convolution whose input
 # already has a gradient adds its share into it (cuDNN's β = 1): `cudnn_check check-accumulate`
 # (an input feeding two and three convolutions, against f64), every cudnn_check check, the

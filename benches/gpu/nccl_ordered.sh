@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200 (issue 14, session 14): NCCL summing on the device, ordered after
+# One device call on one H200 (2026-12-02): NCCL summing on the device, ordered after
 # burn's stream with nobody waiting, and SyncBatchNorm on the channels-last kernels.
 # - cudnn_check check-nccl: a one-rank NCCL group; the ordered sum (pre-multiplied by 2) behind
 #   24 running products, and DDP over it against plain training (bit-identical parameters).
@@ -39,7 +39,7 @@ elif [ "${PART:-1}" = 2 ]; then
   SHOW_LINES=12 step check_nccl 180 "$B"/cudnn_check check-nccl
   run plain 150 "$BIN" $T
   run ddp1 150 $LAUNCH "$BIN" $T
-  run ddp1_flush 150 env BURN_DDP_SIDE_FLUSH=1 $LAUNCH "$BIN" $T  # (knob removed after call c)
+  run ddp1_flush 150 env BURN_DDP_SIDE_FLUSH=1 $LAUNCH "$BIN" $T  # (knob since removed)
   run ddp1_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T
   run ddp1_syncbn 150 $LAUNCH "$BIN" $T --sync-bn --profile-steps 20..24
   run ddp1_syncbn_hostsync 150 env BURN_DDP_NCCL_HOST_SYNC=1 $LAUNCH "$BIN" $T --sync-bn

@@ -1,4 +1,4 @@
-"""Where a fresh machine's kernel compilation time goes (issue 17's cold start): NVRTC on a
+"""Where a fresh machine's kernel compilation time goes (the cold start): NVRTC on a
 small bf16 elementwise kernel of the shape cubecl generates, with the headers cubecl's CUDA
 dialect includes (cuda_runtime.h, cuda_bf16.h, cuda_fp16.h) and with fewer, then the driver's
 PTX -> SASS step (cuModuleLoadData with the compute cache off). Prints one RESULT line per

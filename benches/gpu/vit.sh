@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200 (issue 15's table, first rows): ViT-S/16 (b256) and ViT-B/16
+# One device call on one H200 (the ViT table's first rows): ViT-S/16 (b256) and ViT-B/16
 # (b128), 224², bf16, synthetic data, SGD as for the ResNets — burn-vision (attention on burn's
 # matmul + softmax + matmul: no fused kernel yet) against timm's vit_small_patch16_224 and
 # torchvision's vit_b_16 (both on scaled_dot_product_attention), eager and torch.compile.

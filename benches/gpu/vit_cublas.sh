@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200 (issue 15): matrix products on cuBLAS. cudnn_check's checks
+# One device call on one H200 (2026-12-01): matrix products on cuBLAS. cudnn_check's checks
 # (cuBLAS products and gradients against f64 beside the cuDNN ones), its bench-gemm (forward
 # products at ViT-B/16 shapes, cuBLAS against burn's kernels), then ViT-B/16 b128 bf16 training
 # with cuBLAS (default) and without (BURN_DDP_CUBLAS=0, burn's matmul kernels: the session-10

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One device call on one H200 (issue 15): cuDNN's fused attention. cudnn_check's checks (the
+# One device call on one H200 (2026-12-02): cuDNN's fused attention. cudnn_check's checks (the
 # fused attention forward and backward against f64 in bf16/f16 at 197, 50 and 65 tokens, beside
 # the cuDNN and cuBLAS checks), the attention op alone at ViT-B/16's shape against PyTorch's
 # scaled_dot_product_attention, then ViT-B/16 b128 bf16 training with the fused attention
 # (default) and without (BURN_DDP_SDPA=0) against torchvision's vit_b_16 eager, all in one call.
 # PART=2: ViT-S/16 b256 against timm eager, a ViT trained from the CLI on the GPU with mixup,
-# cutmix and stochastic depth at another image size than it was built for (session 11's fix),
+# cutmix and stochastic depth at another image size than it was built for (fixed 2026-12-01),
 # and an Nsight Compute profile of two ViT-B/16 steps. PART=3: the layer norm on cuDNN (below).
 # Binaries: carry/bins.txz (burn-vision, cudnn_check); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200: the PyTorch weight import/export proof (issue 16).
+# One device call on one H200: the PyTorch weight import/export proof.
 # 1. make_weights.py writes the CI fixtures (small torchvision/timm ResNets, golden logits) and
 #    the full-size models (torchvision resnet50 .pth, timm resnet50 .safetensors, random init
 #    with random BatchNorm statistics) with PyTorch's float64 eval-mode logits;

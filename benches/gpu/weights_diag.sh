@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on one H200: where the GPU logits' error comes from (issue 16). PyTorch's own
+# One device call on one H200: where the GPU logits' error comes from. PyTorch's own
 # f32 GPU logits against the f64 golden ones (TF32 off; cudnn.benchmark on and off; NCHW and
 # channels_last), then ours with cuDNN off, and with TF32 off + deterministic algorithms.
 # Binary: carry/bins.txz with weights_check (see benches/gpu/weights.sh).

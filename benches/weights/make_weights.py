@@ -1,4 +1,4 @@
-"""PyTorch's side of the weight import/export proofs (issue 16).
+"""PyTorch's side of the weight import/export proofs.
 
   make_weights.py fixtures DIR   small torchvision/timm ResNets (same key names as the real
                                  models), saved as the tutorial's scripts save them, plus golden

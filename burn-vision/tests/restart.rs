@@ -94,7 +94,7 @@ fn a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bit_identical() {
     // are alike (each counts only its own images since the restart).
     let rate = |rank: usize| -> f64 {
         let line =
-            stderr.lines().filter(|l| l.contains(&format!("rank {rank}: ")) && l.contains(" img/s, gradient sync")).last().unwrap_or_else(|| panic!("no health line for rank {rank}:\n{stderr}"));
+            stderr.lines().rfind(|l| l.contains(&format!("rank {rank}: ")) && l.contains(" img/s, gradient sync")).unwrap_or_else(|| panic!("no health line for rank {rank}:\n{stderr}"));
         line.split(&format!("rank {rank}: ")).nth(1).unwrap().split(" img/s").next().unwrap().parse().unwrap()
     };
     let (r0, r1) = (rate(0), rate(1));

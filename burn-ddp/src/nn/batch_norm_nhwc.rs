@@ -18,7 +18,7 @@ use burn::tensor::activation::relu as relu_op;
 
 /// Per-channel mean over `[n, h, w]` of an `[n, h, w, c]` tensor, as `[1, 1, 1, c]`: one
 /// reduction per axis, batch first (the fastest of four orders measured on the H200,
-/// docs/benchmarks.md, 2026-12-01).
+/// docs/benchmarks-history.md, 2026-12-01).
 fn channel_mean<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     let [n, h, w, _] = x.dims();
     x.sum_dim(0).sum_dim(1).sum_dim(2).div_scalar((n * h * w) as f64)

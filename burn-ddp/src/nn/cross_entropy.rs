@@ -3,7 +3,7 @@
 //!
 //! burn's `CrossEntropyLoss` is a log-softmax (a max and a sum over the classes), a gather and a
 //! mean: on burn-cuda, reductions that cubecl autotunes — about 20 kernels compiled and timed on
-//! a fresh machine's first step (docs/benchmarks.md, 2026-12-03). On burn-cuda (f32 logits)
+//! a fresh machine's first step (docs/benchmarks-history.md, 2026-12-03). On burn-cuda (f32 logits)
 //! this is one kernel that writes every row's loss and its gradient `(softmax(z) − t) / n`,
 //! another that averages the rows, and a backward that scales the saved gradient
 //! ([`super::cross_entropy_cuda`]); elsewhere, burn's `CrossEntropyLoss`.

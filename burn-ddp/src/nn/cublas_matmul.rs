@@ -3,7 +3,7 @@
 //! stream on the device like the convolutions ([`launch`]).
 //!
 //! burn-cuda's own matmul kernels reach about a sixth of cuBLAS's rate on an H200 for a ViT's
-//! products (`benches/results/2026-12-01-s11-*`). Operands are read where they lie: a
+//! products (`benches/results/2026-12-01-h200-vit-cublas/`). Operands are read where they lie: a
 //! transposed view (`kᵀ` in attention, `Bᵀ` and `Aᵀ` in the backward) becomes cuBLAS's
 //! transpose flag, not a copy, and batches whose axes cannot be walked with one stride (q, k, v
 //! viewed out of one qkv projection) go to cuBLAS as arrays of addresses; only matrices with

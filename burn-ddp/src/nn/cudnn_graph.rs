@@ -4,7 +4,7 @@
 //!
 //! Why: cuDNN 9 builds its legacy `cudnnConvolution*` entry points on this API and pays for it
 //! on every call — about 0.15 ms of host time each on cubecl's compute thread (measured on an
-//! H200, docs/benchmarks.md, 2026-12-01), which then sets the pace of a training step. A finalized plan costs one
+//! H200, docs/benchmarks-history.md, 2026-12-01), which then sets the pace of a training step. A finalized plan costs one
 //! variant pack and `cudnnBackendExecute` (PyTorch runs its convolutions this way).
 //!
 //! Everything here sees raw descriptors and device addresses only; `cudnn.rs` decides when a
