@@ -18,7 +18,10 @@ use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_pool2d_f64, max_rel_err};
-use burn_ddp::nn::{CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, cudnn_ln, cudnn_sdpa, layer_norm, linear, matmul, options, self_attention};
+use burn_ddp::nn::{
+    CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, cudnn_ln, cudnn_sdpa, layer_norm, linear,
+    matmul, options, self_attention,
+};
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
 
@@ -55,11 +58,29 @@ fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType, layout: Lay
     let y_ref = conv2d_f64(case, &x, &w, &b);
     let (dx, dw, db) = conv2d_grads_f64(case, &x, &w, &g);
     let db_err = if case.bias { max_rel_err(&to_f64(bt.grad(&grads).expect("bias grad")), &db) } else { 0.0 };
-    [max_rel_err(&to_f64(y), &y_ref), max_rel_err(&to_f64(xt.grad(&grads).expect("x grad")), &dx), max_rel_err(&to_f64(wt.grad(&grads).expect("w grad")), &dw), db_err]
+    [
+        max_rel_err(&to_f64(y), &y_ref),
+        max_rel_err(&to_f64(xt.grad(&grads).expect("x grad")), &dx),
+        max_rel_err(&to_f64(wt.grad(&grads).expect("w grad")), &dw),
+        db_err,
+    ]
 }
 
 fn check(device: &CudaDevice) -> bool {
-    let c = |n, c, h, w, k, r, stride: usize, pad: usize, dil: usize, groups, bias| Conv2dCase { n, c, h, w, k, r, s: r, stride: [stride; 2], pad: [pad; 2], dil: [dil; 2], groups, bias };
+    let c = |n, c, h, w, k, r, stride: usize, pad: usize, dil: usize, groups, bias| Conv2dCase {
+        n,
+        c,
+        h,
+        w,
+        k,
+        r,
+        s: r,
+        stride: [stride; 2],
+        pad: [pad; 2],
+        dil: [dil; 2],
+        groups,
+        bias,
+    };
     let cases = [
         c(4, 16, 14, 14, 32, 3, 1, 1, 1, 1, false),  // pitched rows (14 floats -> 16)
         c(2, 3, 32, 32, 16, 7, 2, 3, 1, 1, false),   // a stem
@@ -105,7 +126,10 @@ fn check(device: &CudaDevice) -> bool {
                 (false, false) => "info: outside the bound",
             };
             ok &= pass || !opts.enabled;
-            println!("RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} {verdict}", e[0], e[1], e[2], e[3]);
+            println!(
+                "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} {verdict}",
+                e[0], e[1], e[2], e[3]
+            );
         }
     }
     options::set(base);
@@ -143,7 +167,20 @@ fn accumulate_case(cases: &[Conv2dCase], device: &CudaDevice, dtype: FloatDType,
 }
 
 fn check_accumulate(device: &CudaDevice) -> bool {
-    let c = |k, r: usize, stride: usize, pad: usize| Conv2dCase { n: 4, c: 32, h: 14, w: 14, k, r, s: r, stride: [stride; 2], pad: [pad; 2], dil: [1; 2], groups: 1, bias: false };
+    let c = |k, r: usize, stride: usize, pad: usize| Conv2dCase {
+        n: 4,
+        c: 32,
+        h: 14,
+        w: 14,
+        k,
+        r,
+        s: r,
+        stride: [stride; 2],
+        pad: [pad; 2],
+        dil: [1; 2],
+        groups: 1,
+        bias: false,
+    };
     // A bottleneck stage's first block: 1x1 to the narrow width, 1x1 stride-2 downsample; then a
     // third user (a 3x3).
     let (first, down, third) = (c(16, 1, 1, 0), c(64, 1, 2, 0), c(24, 3, 1, 1));
@@ -161,7 +198,11 @@ fn check_accumulate(device: &CudaDevice) -> bool {
                 let (err, added) = accumulate_case(&cases, device, dtype, layout);
                 let pass = err < bound && added == cases.len() as u64 - 1;
                 ok &= pass;
-                println!("RESULT check=conv_input_feeds_{} math={math} layout={layout:?} dx={err:.2e} bound={bound:.0e} added_in_place={added} {}", cases.len(), if pass { "ok" } else { "FAIL" });
+                println!(
+                    "RESULT check=conv_input_feeds_{} math={math} layout={layout:?} dx={err:.2e} bound={bound:.0e} added_in_place={added} {}",
+                    cases.len(),
+                    if pass { "ok" } else { "FAIL" }
+                );
             }
         }
     }
@@ -175,7 +216,17 @@ type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
 /// then inference with the result: (y, dx, dgamma, dbeta), (running mean, var), inference y.
 /// The activations are in `dtype`, the parameters and statistics in f32.
 #[allow(clippy::too_many_arguments)]
-fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool, dtype: FloatDType, layout: Layout) -> BnRun {
+fn bn_case<B: burn::tensor::backend::AutodiffBackend>(
+    d: &B::Device,
+    dims: [usize; 4],
+    x: &[f32],
+    g: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    relu: bool,
+    dtype: FloatDType,
+    layout: Layout,
+) -> BnRun {
     let c = dims[1];
     let mut bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(c).init::<B>(d)).with_layout(layout);
     bn.gamma = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(gamma.to_vec(), [c]), d));
@@ -185,8 +236,15 @@ fn bn_case<B: burn::tensor::backend::AutodiffBackend>(d: &B::Device, dims: [usiz
     let _ = batch_norm(&bn, bn_in(xt.clone() * 0.5), relu);
     let y = layout.view_nchw(batch_norm(&bn, bn_in(xt.clone()), relu));
     assert_eq!(y.dtype(), dtype.into(), "batch norm keeps its input's type");
-    let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d)).sum().backward();
-    let out = [to_f64(y), to_f64(xt.grad(&grads).expect("dx")), to_f64(bn.gamma.val().grad(&grads).expect("dgamma")), to_f64(bn.beta.val().grad(&grads).expect("dbeta"))];
+    let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d))
+        .sum()
+        .backward();
+    let out = [
+        to_f64(y),
+        to_f64(xt.grad(&grads).expect("dx")),
+        to_f64(bn.gamma.val().grad(&grads).expect("dgamma")),
+        to_f64(bn.beta.val().grad(&grads).expect("dbeta")),
+    ];
     let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
     let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
     let infer = batch_norm(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu);
@@ -206,9 +264,21 @@ fn values(seed: u64, len: usize, scale: f32, shift: f32) -> Vec<f32> {
 /// computes in f32; the GPU's outputs and input gradient are rounded to the type).
 fn check_bn(device: &CudaDevice) -> bool {
     let mut ok = true;
-    let f32_cases = [([4, 16, 14, 14], true), ([4, 16, 14, 14], false), ([2, 8, 7, 7], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
+    let f32_cases = [
+        ([4, 16, 14, 14], true),
+        ([4, 16, 14, 14], false),
+        ([2, 8, 7, 7], true),
+        ([3, 5, 9, 11], false),
+        ([16, 64, 28, 28], true),
+    ];
     let half_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true)];
-    let nhwc_cases = [([4, 16, 14, 14], true), ([3, 5, 9, 11], false), ([16, 64, 28, 28], true), ([8, 100, 12, 13], true), ([64, 64, 32, 32], false)];
+    let nhwc_cases = [
+        ([4, 16, 14, 14], true),
+        ([3, 5, 9, 11], false),
+        ([16, 64, 28, 28], true),
+        ([8, 100, 12, 13], true),
+        ([64, 64, 32, 32], false),
+    ];
     let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
     let runs = f32_cases
         .iter()
@@ -222,18 +292,41 @@ fn check_bn(device: &CudaDevice) -> bool {
         .chain(nhwc_cases.iter().map(|&(d, r)| (d, r, FloatDType::F16, 2e-3, nhwc)));
     for (dims, relu, dtype, bound, layout) in runs {
         let n: usize = dims.iter().product();
-        let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
-        let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
+        let x: Vec<f32> = round(&values(1, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        let g: Vec<f32> = round(&values(2, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
         let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
         let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
         let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
-        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
-        let errs: Vec<f64> = out.iter().zip(&ref_out).chain(running.iter().zip(&ref_running)).map(|(a, b)| max_rel_err(a, b)).chain([max_rel_err(&infer, &ref_infer)]).collect();
+        let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(
+            &Default::default(),
+            dims,
+            &x,
+            &g,
+            &gamma,
+            &beta,
+            relu,
+            FloatDType::F32,
+            Layout::Nchw,
+        );
+        let errs: Vec<f64> = out
+            .iter()
+            .zip(&ref_out)
+            .chain(running.iter().zip(&ref_running))
+            .map(|(a, b)| max_rel_err(a, b))
+            .chain([max_rel_err(&infer, &ref_infer)])
+            .collect();
         // Two training forwards, one backward, one inference: on cuDNN (NCHW) or on the
         // channels-last kernels (NHWC, unless switched off with CudnnOptions::nhwc_bn_kernels).
         let want_kernels = if options::get().nhwc_bn_kernels { 4 } else { 0 };
-        let path_ok = if layout == Layout::Nhwc { used == 0 && kernels == want_kernels } else { used >= 4 && kernels == 0 };
+        let path_ok =
+            if layout == Layout::Nhwc { used == 0 && kernels == want_kernels } else { used >= 4 && kernels == 0 };
         let pass = path_ok && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
@@ -272,7 +365,11 @@ fn check_fused(device: &CudaDevice) -> bool {
         let run = |fuse: bool| {
             options::set(CudnnOptions { fuse_conv_bn: fuse, allow_tf32: false, ..base.clone() });
             Ad::seed(device, 3);
-            let conv = Conv2dConfig::new([x_dims[1], k], [r, r]).with_stride([stride, stride]).with_padding(PaddingConfig2d::Explicit(r / 2, r / 2, r / 2, r / 2)).with_bias(false).init::<Ad>(device);
+            let conv = Conv2dConfig::new([x_dims[1], k], [r, r])
+                .with_stride([stride, stride])
+                .with_padding(PaddingConfig2d::Explicit(r / 2, r / 2, r / 2, r / 2))
+                .with_bias(false)
+                .init::<Ad>(device);
             let conv = burn_ddp::nn::Conv2d::from(conv).with_layout(layout);
             let bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(k).init::<Ad>(device)).with_layout(layout);
             let n: usize = x_dims.iter().product();
@@ -280,7 +377,10 @@ fn check_fused(device: &CudaDevice) -> bool {
             let before = cudnn::calls();
             let y = burn_ddp::nn::conv_batch_norm(&conv, &bn, layout.view_from_nchw(x.clone()).cast(dtype), true);
             let y = layout.view_nchw(y).cast(FloatDType::F32);
-            let g = Tensor::<Ad, 4>::from_data(TensorData::new(values(6, y.dims().iter().product(), 2.0, 0.0), y.dims()), device);
+            let g = Tensor::<Ad, 4>::from_data(
+                TensorData::new(values(6, y.dims().iter().product(), 2.0, 0.0), y.dims()),
+                device,
+            );
             let grads = (y.clone() * g).sum().backward();
             let out = [
                 to_f64(y),
@@ -301,7 +401,11 @@ fn check_fused(device: &CudaDevice) -> bool {
         // Channels-last never fuses: the convolution's three cuDNN calls, the batch norm from
         // burn's operations, either way.
         // Channels-last: the convolution's forward and backward sessions, batch norm on burn-ddp's kernels.
-        let calls_ok = if layout == Layout::Nhwc { calls_fused == 2 && calls_separate == 2 } else { calls_fused == 2 && calls_separate == 4 };
+        let calls_ok = if layout == Layout::Nhwc {
+            calls_fused == 2 && calls_separate == 2
+        } else {
+            calls_fused == 2 && calls_separate == 4
+        };
         let pass = calls_ok && errs.iter().all(|&e| e < bound);
         ok &= pass;
         println!(
@@ -367,12 +471,22 @@ fn time_ms(iters: usize, device: &CudaDevice, mut f: impl FnMut()) -> f64 {
     t.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
 
-fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool, dtype: FloatDType, mode: Mode, layout: Layout) {
-    let shapes: Shapes = serde_json::from_str(include_str!("../../benches/resnet50_conv_shapes.json")).expect("shape list");
+fn bench(
+    device: &CudaDevice,
+    batch: usize,
+    iters: usize,
+    strided: bool,
+    dtype: FloatDType,
+    mode: Mode,
+    layout: Layout,
+) {
+    let shapes: Shapes =
+        serde_json::from_str(include_str!("../../benches/resnet50_conv_shapes.json")).expect("shape list");
     let base = options::get();
     // Burn-cuda's activations are pitched; `--strided` also times cuDNN on them as they are.
     let plain = if layout == Layout::Nhwc { "burn-cudnn-nhwc" } else { "burn-cudnn" };
-    let variants: &[(&str, bool)] = if strided { &[(plain, true), ("burn-cudnn-strided", false)] } else { &[(plain, true)] };
+    let variants: &[(&str, bool)] =
+        if strided { &[(plain, true), ("burn-cudnn-strided", false)] } else { &[(plain, true)] };
     for &(label, pack) in variants {
         options::set(CudnnOptions { pack_inputs: pack, ..base.clone() });
         bench_shapes(device, batch, iters, &shapes, label, dtype, mode, layout);
@@ -381,7 +495,16 @@ fn bench(device: &CudaDevice, batch: usize, iters: usize, strided: bool, dtype: 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes, label: &str, dtype: FloatDType, mode: Mode, layout: Layout) {
+fn bench_shapes(
+    device: &CudaDevice,
+    batch: usize,
+    iters: usize,
+    shapes: &Shapes,
+    label: &str,
+    dtype: FloatDType,
+    mode: Mode,
+    layout: Layout,
+) {
     let sync = || {
         if mode == Mode::Latency {
             let _ = <Cuda as Backend>::sync(device);
@@ -429,14 +552,19 @@ fn bench_shapes(device: &CudaDevice, batch: usize, iters: usize, shapes: &Shapes
 fn bench_bn(device: &CudaDevice, batch: usize, iters: usize, dtype: FloatDType, layout: Layout) {
     for (c, hw) in [(64, 112), (64, 56), (256, 56), (128, 28), (512, 28), (256, 14), (1024, 14), (512, 7), (2048, 7)] {
         let bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(c).init::<Ad>(device)).with_layout(layout);
-        let x = Tensor::<Ad, 4>::random(layout.from_nchw([batch, c, hw, hw]), Distribution::Normal(0.0, 1.0), device).cast(dtype).require_grad();
+        let x = Tensor::<Ad, 4>::random(layout.from_nchw([batch, c, hw, hw]), Distribution::Normal(0.0, 1.0), device)
+            .cast(dtype)
+            .require_grad();
         let g = Tensor::<Ad, 4>::random(x.dims(), Distribution::Normal(0.0, 1.0), device).cast(dtype);
         let fwdbwd = time_ms(iters, device, || {
             let y = bn.forward_relu(x.clone());
             let grads = (y * g.clone()).sum().backward();
             drop(x.grad(&grads));
         });
-        println!("RESULT bn dtype={} layout={layout:?} batch={batch} c={c} hw={hw} fwdbwd_ms={fwdbwd:.3}", dtype_name(dtype));
+        println!(
+            "RESULT bn dtype={} layout={layout:?} batch={batch} c={c} hw={hw} fwdbwd_ms={fwdbwd:.3}",
+            dtype_name(dtype)
+        );
     }
 }
 
@@ -454,7 +582,8 @@ fn check_upload(device: &CudaDevice) -> bool {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let v: Vec<f32> = (0..s.iter().product::<usize>()).map(|j| ((j * 7 + i * 13) % 1000) as f32 * 0.01 - 5.0).collect();
+            let v: Vec<f32> =
+                (0..s.iter().product::<usize>()).map(|j| ((j * 7 + i * 13) % 1000) as f32 * 0.01 - 5.0).collect();
             let t = images_to_device::<Ad>(v.clone(), *s, device);
             (v, if i < 5 { t.mul_scalar(1.0) } else { t })
         })
@@ -462,7 +591,12 @@ fn check_upload(device: &CudaDevice) -> bool {
     for (i, (v, t)) in uploads.into_iter().enumerate() {
         let got = t.into_data().into_vec::<f32>().unwrap();
         let exact = got == v;
-        println!("RESULT check=upload n={i} shape={:?} values={} exact={exact} {}", shapes[i], v.len(), if exact { "ok" } else { "FAIL" });
+        println!(
+            "RESULT check=upload n={i} shape={:?} values={} exact={exact} {}",
+            shapes[i],
+            v.len(),
+            if exact { "ok" } else { "FAIL" }
+        );
         ok &= exact;
     }
     ok
@@ -483,12 +617,21 @@ fn mm(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> Vec<f
 
 /// Each `[r, c]` matrix of the batch transposed.
 fn tr(a: &[f64], batch: usize, r: usize, c: usize) -> Vec<f64> {
-    (0..batch * r * c).map(|o| (o / (r * c), (o % (r * c)) / r, o % r)).map(|(t, j, i)| a[(t * r + i) * c + j]).collect()
+    (0..batch * r * c)
+        .map(|o| (o / (r * c), (o % (r * c)) / r, o % r))
+        .map(|(t, j, i)| a[(t * r + i) * c + j])
+        .collect()
 }
 
-fn leaf<const D: usize>(device: &CudaDevice, seed: u64, dims: [usize; D], dtype: FloatDType) -> (Tensor<Ad, D>, Vec<f64>) {
+fn leaf<const D: usize>(
+    device: &CudaDevice,
+    seed: u64,
+    dims: [usize; D],
+    dtype: FloatDType,
+) -> (Tensor<Ad, D>, Vec<f64>) {
     let v = round(&values(seed, dims.iter().product(), 1.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
-    let t = Tensor::<Ad, D>::from_data(TensorData::new(v.iter().map(|&a| a as f32).collect::<Vec<_>>(), dims), device).require_grad();
+    let t = Tensor::<Ad, D>::from_data(TensorData::new(v.iter().map(|&a| a as f32).collect::<Vec<_>>(), dims), device)
+        .require_grad();
     (t, v)
 }
 
@@ -504,7 +647,10 @@ fn check_gemm(device: &CudaDevice) -> bool {
         let (x, xv) = leaf(device, 1, [37, 70], dtype);
         let (g, gv) = leaf(device, 3, [37, 19], dtype);
         let layer = burn_nn::LinearConfig::new(70, 19).init::<Ad>(device);
-        let (wv, bv) = (round(&to_f64(layer.weight.val()), dtype), round(&to_f64(layer.bias.as_ref().expect("bias").val()), dtype));
+        let (wv, bv) = (
+            round(&to_f64(layer.weight.val()), dtype),
+            round(&to_f64(layer.bias.as_ref().expect("bias").val()), dtype),
+        );
         let y = linear(&layer, x.clone().cast(dtype));
         let grads = (y.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
         let y_ref: Vec<f64> = mm(&xv, &wv, 1, 37, 70, 19).iter().enumerate().map(|(i, v)| v + bv[i % 19]).collect();
@@ -536,7 +682,13 @@ fn check_gemm(device: &CudaDevice) -> bool {
         let pass = used == 7 && e2.iter().chain(&e3).all(|&e| e < bound);
         ok &= pass;
         let f = |e: &[f64]| e.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/");
-        println!("RESULT check=cublas_{} linear(y/dx/dw/db)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}", dtype_name(dtype), f(&e2), f(&e3), if pass { "ok" } else { "FAIL" });
+        println!(
+            "RESULT check=cublas_{} linear(y/dx/dw/db)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}",
+            dtype_name(dtype),
+            f(&e2),
+            f(&e3),
+            if pass { "ok" } else { "FAIL" }
+        );
     }
     ok
 }
@@ -544,11 +696,17 @@ fn check_gemm(device: &CudaDevice) -> bool {
 /// Forward products at a ViT-B/16 step's shapes (batch 128), cuBLAS against burn's kernels.
 fn bench_gemm(device: &CudaDevice, iters: usize) {
     let base = options::get();
-    let shapes: [(&str, [usize; 4], [usize; 4]); 3] =
-        [("fc1", [1, 1, 25216, 768], [1, 1, 768, 3072]), ("fc2", [1, 1, 25216, 3072], [1, 1, 3072, 768]), ("q·kT", [128, 12, 197, 64], [128, 12, 64, 197])];
+    let shapes: [(&str, [usize; 4], [usize; 4]); 3] = [
+        ("fc1", [1, 1, 25216, 768], [1, 1, 768, 3072]),
+        ("fc2", [1, 1, 25216, 3072], [1, 1, 3072, 768]),
+        ("q·kT", [128, 12, 197, 64], [128, 12, 64, 197]),
+    ];
     for (name, a, b) in shapes {
         let normal = Distribution::Normal(0.0, 1.0);
-        let (x, y) = (Tensor::<Cuda, 4>::random(a, normal, device).cast(FloatDType::BF16), Tensor::<Cuda, 4>::random(b, normal, device).cast(FloatDType::BF16));
+        let (x, y) = (
+            Tensor::<Cuda, 4>::random(a, normal, device).cast(FloatDType::BF16),
+            Tensor::<Cuda, 4>::random(b, normal, device).cast(FloatDType::BF16),
+        );
         let flops = 2.0 * (a[0] * a[1] * a[2] * a[3] * b[3]) as f64;
         for (label, on) in [("cublas", true), ("burn", false)] {
             options::set(CudnnOptions { cublas: on, ..base.clone() });
@@ -611,10 +769,18 @@ fn check_sdpa(device: &CudaDevice) -> bool {
         for dims in [[2, 197, 3, 64], [3, 50, 2, 64], [2, 65, 4, 32]] {
             let [n, t, h, d] = dims;
             let before = cudnn_sdpa::calls();
-            let xv = round(&values(21, n * t * 3 * h * d, 6.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
+            let xv =
+                round(&values(21, n * t * 3 * h * d, 6.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
             let gv = round(&values(22, n * t * h * d, 2.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
-            let x = Tensor::<Ad, 5>::from_data(TensorData::new(xv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, 3, h, d]), device).require_grad();
-            let g = Tensor::<Ad, 4>::from_data(TensorData::new(gv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, h, d]), device);
+            let x = Tensor::<Ad, 5>::from_data(
+                TensorData::new(xv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, 3, h, d]),
+                device,
+            )
+            .require_grad();
+            let g = Tensor::<Ad, 4>::from_data(
+                TensorData::new(gv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, h, d]),
+                device,
+            );
             let o = self_attention(x.clone().cast(dtype));
             let grads = (o.clone().cast(FloatDType::F32) * g).sum().backward();
             let (o_ref, dx_ref) = attention_f64(&xv, &gv, dims);
@@ -623,7 +789,13 @@ fn check_sdpa(device: &CudaDevice) -> bool {
             let fused_calls = if dtype == FloatDType::F32 { 0 } else { 2 };
             let pass = used == fused_calls && e.iter().all(|&v| v < bound);
             ok &= pass;
-            println!("RESULT check=sdpa_{} shape={dims:?} o={:.1e} dqkv={:.1e} bound={bound:.0e} sdpa_calls={used} {}", dtype_name(dtype), e[0], e[1], if pass { "ok" } else { "FAIL" });
+            println!(
+                "RESULT check=sdpa_{} shape={dims:?} o={:.1e} dqkv={:.1e} bound={bound:.0e} sdpa_calls={used} {}",
+                dtype_name(dtype),
+                e[0],
+                e[1],
+                if pass { "ok" } else { "FAIL" }
+            );
         }
     }
     ok
@@ -638,23 +810,33 @@ fn check_ln(device: &CudaDevice) -> bool {
             let before = cudnn_ln::calls();
             let xv = round(&values(31, rows * f, 6.0, 1.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
             let gv = round(&values(32, rows * f, 2.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
-            let (gamma, beta): (Vec<f64>, Vec<f64>) = (values(33, f, 2.0, 1.0).into_iter().map(f64::from).collect(), values(34, f, 1.0, 0.0).into_iter().map(f64::from).collect());
+            let (gamma, beta): (Vec<f64>, Vec<f64>) = (
+                values(33, f, 2.0, 1.0).into_iter().map(f64::from).collect(),
+                values(34, f, 1.0, 0.0).into_iter().map(f64::from).collect(),
+            );
             let mut norm = burn_nn::LayerNormConfig::new(f).with_epsilon(1e-6).init::<Ad>(device);
             let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
-            norm.gamma = norm.gamma.map(|_| Tensor::from_data(TensorData::new(f32s(&gamma), [f]), device).require_grad());
-            norm.beta = norm.beta.map(|b| b.map(|_| Tensor::from_data(TensorData::new(f32s(&beta), [f]), device).require_grad()));
+            norm.gamma =
+                norm.gamma.map(|_| Tensor::from_data(TensorData::new(f32s(&gamma), [f]), device).require_grad());
+            norm.beta = norm
+                .beta
+                .map(|b| b.map(|_| Tensor::from_data(TensorData::new(f32s(&beta), [f]), device).require_grad()));
             let x = Tensor::<Ad, 2>::from_data(TensorData::new(f32s(&xv), [rows, f]), device).require_grad();
             let g = Tensor::<Ad, 2>::from_data(TensorData::new(f32s(&gv), [rows, f]), device);
             let y = layer_norm(&norm, x.clone().cast(dtype), 1e-6);
             let grads = (y.clone().cast(FloatDType::F32) * g).sum().backward();
-            let (mut y_ref, mut dx_ref, mut dg_ref, mut db_ref) = (vec![0.0; rows * f], vec![0.0; rows * f], vec![0.0; f], vec![0.0; f]);
+            let (mut y_ref, mut dx_ref, mut dg_ref, mut db_ref) =
+                (vec![0.0; rows * f], vec![0.0; rows * f], vec![0.0; f], vec![0.0; f]);
             for r in 0..rows {
                 let row = &xv[r * f..(r + 1) * f];
                 let mean = row.iter().sum::<f64>() / f as f64;
                 let rstd = 1.0 / (row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / f as f64 + 1e-6).sqrt();
                 let xhat: Vec<f64> = row.iter().map(|v| (v - mean) * rstd).collect();
                 let dxhat: Vec<f64> = (0..f).map(|i| gv[r * f + i] * gamma[i]).collect();
-                let (m1, m2) = (dxhat.iter().sum::<f64>() / f as f64, dxhat.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / f as f64);
+                let (m1, m2) = (
+                    dxhat.iter().sum::<f64>() / f as f64,
+                    dxhat.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / f as f64,
+                );
                 for i in 0..f {
                     y_ref[r * f + i] = xhat[i] * gamma[i] + beta[i];
                     dx_ref[r * f + i] = rstd * (dxhat[i] - m1 - xhat[i] * m2);
@@ -672,7 +854,11 @@ fn check_ln(device: &CudaDevice) -> bool {
             let pass = used == 2 && e.iter().all(|&v| v < bound);
             ok &= pass;
             let list = e.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/");
-            println!("RESULT check=layer_norm_{} rows={rows} features={f} y/dx/dgamma/dbeta={list} bound={bound:.0e} cudnn_ln_calls={used} {}", dtype_name(dtype), if pass { "ok" } else { "FAIL" });
+            println!(
+                "RESULT check=layer_norm_{} rows={rows} features={f} y/dx/dgamma/dbeta={list} bound={bound:.0e} cudnn_ln_calls={used} {}",
+                dtype_name(dtype),
+                if pass { "ok" } else { "FAIL" }
+            );
         }
     }
     ok
@@ -683,12 +869,17 @@ fn check_ln(device: &CudaDevice) -> bool {
 /// `o.sum().backward()`, as `benches/pytorch_sdpa.py` does with PyTorch's.
 fn bench_sdpa(device: &CudaDevice, iters: usize) {
     let base = options::get();
-    let qkv = Tensor::<Ad, 5>::random([128, 197, 3, 12, 64], Distribution::Normal(0.0, 1.0), device).cast(FloatDType::BF16).detach().require_grad();
+    let qkv = Tensor::<Ad, 5>::random([128, 197, 3, 12, 64], Distribution::Normal(0.0, 1.0), device)
+        .cast(FloatDType::BF16)
+        .detach()
+        .require_grad();
     for (label, on) in [("cudnn_fused", true), ("unfused", false)] {
         options::set(CudnnOptions { fused_attention: on, ..base.clone() });
         let fwd = time_ms(iters, device, || drop(self_attention(qkv.clone().inner())));
         let both = time_ms(iters, device, || drop(self_attention(qkv.clone()).sum().backward()));
-        println!("RESULT bench=sdpa shape=[128,197,12,64] path={label} forward_ms={fwd:.3} forward_backward_ms={both:.3}");
+        println!(
+            "RESULT bench=sdpa shape=[128,197,12,64] path={label} forward_ms={fwd:.3} forward_backward_ms={both:.3}"
+        );
     }
     options::set(base);
 }
@@ -709,7 +900,10 @@ fn check_relu(device: &CudaDevice) -> bool {
     for dtype in [FloatDType::F32, FloatDType::BF16] {
         let leaf = |seed: u64| {
             <Ad as Backend>::seed(device, seed);
-            Tensor::<Ad, 4>::random([4, 7, 9, 16], Distribution::Normal(0.0, 1.0), device).cast(dtype).detach().require_grad()
+            Tensor::<Ad, 4>::random([4, 7, 9, 16], Distribution::Normal(0.0, 1.0), device)
+                .cast(dtype)
+                .detach()
+                .require_grad()
         };
         let (a, b, w) = (leaf(1), leaf(2), leaf(3).detach());
         let run = |ours: bool| {
@@ -722,7 +916,11 @@ fn check_relu(device: &CudaDevice) -> bool {
         let (mine, burns) = (run(true), run(false));
         let same = mine.iter().zip(&burns).all(|(m, r)| m == r);
         let positive = mine[0].iter().filter(|&&v| v > 0.0).count();
-        println!("RESULT check=relu_from_output dtype={dtype:?} elements={} positive={positive} y/da/db bit-identical={same} {}", mine[0].len(), if same { "ok" } else { "FAIL" });
+        println!(
+            "RESULT check=relu_from_output dtype={dtype:?} elements={} positive={positive} y/da/db bit-identical={same} {}",
+            mine[0].len(),
+            if same { "ok" } else { "FAIL" }
+        );
         ok &= same;
     }
     ok
@@ -732,7 +930,10 @@ fn check_relu(device: &CudaDevice) -> bool {
 /// the NCHW view of a channels-last one: in f32 against f64 (distinct values: one maximum per
 /// window), in bf16 against burn's own max-pool on the same GPU (values and gradient bit for bit).
 fn check_max_pool(device: &CudaDevice) -> bool {
-    let pool = burn_nn::pool::MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1)).init();
+    let pool = burn_nn::pool::MaxPool2dConfig::new([3, 3])
+        .with_strides([2, 2])
+        .with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1))
+        .init();
     let (n, ch, h, w) = (2usize, 5usize, 11usize, 12usize);
     let count = n * ch * h * w;
     let distinct: Vec<f32> = (0..count).map(|i| ((i * 7919) % count) as f32 / count as f32 - 0.5).collect();
@@ -747,7 +948,12 @@ fn check_max_pool(device: &CudaDevice) -> bool {
         let run = |ours: bool| {
             let y = if ours { burn_ddp::nn::max_pool2d(&pool, x.clone()) } else { pool.forward(x.clone()) };
             let [_, _, ho, wo] = y.dims();
-            let wt = Tensor::<Ad, 1>::from_floats((0..n * ch * ho * wo).map(|i| (i % 13) as f32 + 1.0).collect::<Vec<_>>().as_slice(), device).reshape([n, ch, ho, wo]).cast(dtype);
+            let wt = Tensor::<Ad, 1>::from_floats(
+                (0..n * ch * ho * wo).map(|i| (i % 13) as f32 + 1.0).collect::<Vec<_>>().as_slice(),
+                device,
+            )
+            .reshape([n, ch, ho, wo])
+            .cast(dtype);
             let grads = (y.clone() * wt).sum().backward();
             (to_f64(y.inner()), to_f64(x.grad(&grads).expect("x's gradient")), [ho, wo])
         };
@@ -797,10 +1003,16 @@ impl<B: Backend> SgdNet<B> {
 
     fn values(&self) -> Vec<f64> {
         let m = self.clone();
-        [m.conv.weight.val().flatten::<1>(0, 3), m.fc1.weight.val().flatten::<1>(0, 1), m.fc1.bias.unwrap().val(), m.fc2.weight.val().flatten::<1>(0, 1), m.fc2.bias.unwrap().val()]
-            .into_iter()
-            .flat_map(to_f64)
-            .collect()
+        [
+            m.conv.weight.val().flatten::<1>(0, 3),
+            m.fc1.weight.val().flatten::<1>(0, 1),
+            m.fc1.bias.unwrap().val(),
+            m.fc2.weight.val().flatten::<1>(0, 1),
+            m.fc2.bias.unwrap().val(),
+        ]
+        .into_iter()
+        .flat_map(to_f64)
+        .collect()
     }
 }
 
@@ -825,8 +1037,13 @@ fn check_sgd(device: &CudaDevice) -> bool {
         FusedSgdConfig { momentum: 0.5, dampening: 0.1, weight_decay: 1e-2, ..d },
         FusedSgdConfig { weight_decay: 1e-3, ..d },
     ] {
-        let momentum = (c.momentum > 0.0).then(|| MomentumConfig::new().with_momentum(c.momentum).with_dampening(c.dampening).with_nesterov(c.nesterov));
-        let mut burns = SgdConfig::new().with_momentum(momentum).with_weight_decay((c.weight_decay > 0.0).then(|| WeightDecayConfig::new(c.weight_decay as f32))).init::<Ad, SgdNet<Ad>>();
+        let momentum = (c.momentum > 0.0).then(|| {
+            MomentumConfig::new().with_momentum(c.momentum).with_dampening(c.dampening).with_nesterov(c.nesterov)
+        });
+        let mut burns = SgdConfig::new()
+            .with_momentum(momentum)
+            .with_weight_decay((c.weight_decay > 0.0).then(|| WeightDecayConfig::new(c.weight_decay as f32)))
+            .init::<Ad, SgdNet<Ad>>();
         let mut fused = c.init::<Ad, SgdNet<Ad>>();
         // The same starting values: parameters are initialised lazily, so a clone before the
         // first read would draw its own; mapping reads (initialises) them all first.
@@ -865,14 +1082,25 @@ fn check_cross_entropy(device: &CudaDevice) -> bool {
     use burn_ddp::nn::cross_entropy::{cross_entropy, fused_calls, reference};
     let mut ok = true;
     for (n, k, eps) in [(256usize, 1000usize, 0.0f32), (256, 1000, 0.1), (5, 7, 0.1), (3, 1500, 0.0)] {
-        let z: Vec<f32> = Tensor::<Cuda, 1>::random([n * k], Distribution::Normal(0.0, 4.0), device).into_data().into_vec().expect("f32");
+        let z: Vec<f32> = Tensor::<Cuda, 1>::random([n * k], Distribution::Normal(0.0, 4.0), device)
+            .into_data()
+            .into_vec()
+            .expect("f32");
         let y: Vec<i64> = (0..n).map(|r| ((r * 7919 + 13) % k) as i64).collect();
         let zt = Tensor::<Ad, 1>::from_floats(z.as_slice(), device).reshape([n, k]).require_grad();
         let yt = Tensor::<Ad, 1, Int>::from_ints(y.iter().map(|&v| v as i32).collect::<Vec<_>>().as_slice(), device);
         let before = fused_calls();
         let loss = cross_entropy(zt.clone(), yt, eps);
         let got: f64 = f64::from(loss.clone().into_scalar().elem::<f32>());
-        let grad: Vec<f64> = zt.grad(&loss.backward()).expect("a gradient").into_data().into_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
+        let grad: Vec<f64> = zt
+            .grad(&loss.backward())
+            .expect("a gradient")
+            .into_data()
+            .into_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect();
         let want = reference(&z, &y, k, f64::from(eps));
         let want_grad: Vec<f64> = z
             .chunks(k)
@@ -882,13 +1110,22 @@ fn check_cross_entropy(device: &CudaDevice) -> bool {
                 let s: f64 = row.iter().map(|&v| (f64::from(v) - m).exp()).sum();
                 row.iter()
                     .enumerate()
-                    .map(move |(i, &v)| ((f64::from(v) - m).exp() / s - f64::from(eps) / k as f64 - if i as i64 == label { 1.0 - f64::from(eps) } else { 0.0 }) / n as f64)
+                    .map(move |(i, &v)| {
+                        ((f64::from(v) - m).exp() / s
+                            - f64::from(eps) / k as f64
+                            - if i as i64 == label { 1.0 - f64::from(eps) } else { 0.0 })
+                            / n as f64
+                    })
                     .collect::<Vec<_>>()
             })
             .collect();
-        let (loss_err, grad_err) = ((got - want).abs() / want.abs().max(1e-12), max_abs_err(&grad, &want_grad) * n as f64);
+        let (loss_err, grad_err) =
+            ((got - want).abs() / want.abs().max(1e-12), max_abs_err(&grad, &want_grad) * n as f64);
         let pass = loss_err < 1e-5 && grad_err < 1e-5 && fused_calls() == before + 1;
-        println!("RESULT check=cross_entropy n={n} k={k} eps={eps} loss={got:.6} f64={want:.6} rel_err={loss_err:.1e} grad_abs_err_x_n={grad_err:.1e} {}", if pass { "ok" } else { "FAIL" });
+        println!(
+            "RESULT check=cross_entropy n={n} k={k} eps={eps} loss={got:.6} f64={want:.6} rel_err={loss_err:.1e} grad_abs_err_x_n={grad_err:.1e} {}",
+            if pass { "ok" } else { "FAIL" }
+        );
         ok &= pass;
     }
     let z = Tensor::<Ad, 2>::random([4, 10], Distribution::Normal(0.0, 1.0), device);
@@ -901,20 +1138,38 @@ fn check_cross_entropy(device: &CudaDevice) -> bool {
 /// gradient (each input's is the output's over the axis length).
 fn check_mean_over(device: &CudaDevice) -> bool {
     let (n, a, b) = (8usize, 49usize, 2048usize);
-    let x: Vec<f32> = Tensor::<Cuda, 1>::random([n * a * b], Distribution::Normal(1.0, 2.0), device).into_data().into_vec().expect("f32");
+    let x: Vec<f32> = Tensor::<Cuda, 1>::random([n * a * b], Distribution::Normal(1.0, 2.0), device)
+        .into_data()
+        .into_vec()
+        .expect("f32");
     let mut ok = true;
     for dim in [1usize, 2] {
         let xt = Tensor::<Ad, 1>::from_floats(x.as_slice(), device).reshape([n, a, b]).require_grad();
         let y = burn_ddp::nn::linear::mean_over(xt.clone(), dim);
         let got: Vec<f64> = y.clone().into_data().into_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
         let (len, other) = if dim == 1 { (a, b) } else { (b, a) };
-        let at = |i: usize, r: usize, o: usize| f64::from(x[if dim == 1 { (i * a + r) * b + o } else { (i * a + o) * b + r }]);
-        let want: Vec<f64> = (0..n).flat_map(|i| (0..other).map(move |o| (0..len).map(|r| at(i, r, o)).sum::<f64>() / len as f64)).collect();
-        let grad: Vec<f64> = xt.grad(&y.sum().backward()).expect("a gradient").into_data().into_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
+        let at = |i: usize, r: usize, o: usize| {
+            f64::from(x[if dim == 1 { (i * a + r) * b + o } else { (i * a + o) * b + r }])
+        };
+        let want: Vec<f64> = (0..n)
+            .flat_map(|i| (0..other).map(move |o| (0..len).map(|r| at(i, r, o)).sum::<f64>() / len as f64))
+            .collect();
+        let grad: Vec<f64> = xt
+            .grad(&y.sum().backward())
+            .expect("a gradient")
+            .into_data()
+            .into_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect();
         let grad_err = grad.iter().map(|g| (g - 1.0 / len as f64).abs() * len as f64).fold(0.0, f64::max);
         let err = max_rel_err(&got, &want);
         let pass = err < 1e-5 && grad_err < 1e-5;
-        println!("RESULT check=mean_over dim={dim} [{n}, {a}, {b}] max_rel_err={err:.1e} grad_rel_err={grad_err:.1e} {}", if pass { "ok" } else { "FAIL" });
+        println!(
+            "RESULT check=mean_over dim={dim} [{n}, {a}, {b}] max_rel_err={err:.1e} grad_rel_err={grad_err:.1e} {}",
+            if pass { "ok" } else { "FAIL" }
+        );
         ok &= pass;
     }
     ok
@@ -960,7 +1215,8 @@ fn check_nccl_ordering(device: &CudaDevice, pg: &std::sync::Arc<burn_ddp::Group>
     let flat = a.reshape([2048 * 2048]);
     let keep = flat.clone().mul_scalar(1.0);
     let started = Instant::now();
-    let (summed, join) = all_reduce_on_device(pg, flat, Some(2.0), "ordering check".into()).expect("all_reduce_on_device");
+    let (summed, join) =
+        all_reduce_on_device(pg, flat, Some(2.0), "ordering check".into()).expect("all_reduce_on_device");
     let enqueued_ms = started.elapsed().as_secs_f64() * 1e3;
     let got = join_on_device(summed, &join).into_data().to_vec::<f32>().expect("f32");
     let want = keep.mul_scalar(2.0).into_data().to_vec::<f32>().expect("f32");
@@ -990,7 +1246,13 @@ struct ConvStack<B: Backend> {
 impl<B: Backend> ConvStack<B> {
     /// Convolutions from `channels[i]` to `channels[i + 1]` features, 3×3, padding 1.
     fn new(device: &B::Device, channels: &[usize]) -> Self {
-        let conv = |c, k| burn_ddp::nn::Conv2d::from(burn_nn::conv::Conv2dConfig::new([c, k], [3, 3]).with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device));
+        let conv = |c, k| {
+            burn_ddp::nn::Conv2d::from(
+                burn_nn::conv::Conv2dConfig::new([c, k], [3, 3])
+                    .with_padding(burn_nn::PaddingConfig2d::Explicit(1, 1, 1, 1))
+                    .init(device),
+            )
+        };
         // Drawn now: a clone of a fresh module would draw its own.
         burn_ddp::params::initialized(Self { convs: channels.windows(2).map(|w| conv(w[0], w[1])).collect() })
     }
@@ -1001,13 +1263,27 @@ impl<B: Backend> ConvStack<B> {
     }
 
     fn values(&self) -> Vec<f32> {
-        self.convs.iter().flat_map(|c| [c.weight.val().into_data().to_vec::<f32>().expect("f32"), c.bias.as_ref().expect("bias").val().into_data().to_vec::<f32>().expect("f32")]).flatten().collect()
+        self.convs
+            .iter()
+            .flat_map(|c| {
+                [
+                    c.weight.val().into_data().to_vec::<f32>().expect("f32"),
+                    c.bias.as_ref().expect("bias").val().into_data().to_vec::<f32>().expect("f32"),
+                ]
+            })
+            .flatten()
+            .collect()
     }
 }
 
 /// `steps` SGD steps of `model` on (x, g), through `ddp` when given; host milliseconds per step
 /// spent in backward (with DDP's finish) and in the optimizer, and the wall time per step.
-fn ddp_steps(mut m: ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParallel>, (x, g): (&Tensor<Ad, 4>, &Tensor<Ad, 4>), steps: usize) -> (ConvStack<Ad>, [f64; 3]) {
+fn ddp_steps(
+    mut m: ConvStack<Ad>,
+    ddp: Option<&burn_ddp::DistributedDataParallel>,
+    (x, g): (&Tensor<Ad, 4>, &Tensor<Ad, 4>),
+    steps: usize,
+) -> (ConvStack<Ad>, [f64; 3]) {
     use burn_optim::{GradientsParams, Optimizer, SgdConfig};
     let mut opt = SgdConfig::new().init::<Ad, ConvStack<Ad>>();
     let (mut backward, mut optimizer) = (0.0, 0.0);
@@ -1036,7 +1312,10 @@ fn ddp_steps(mut m: ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParalle
 fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
     <Ad as Backend>::seed(device, 9);
     let model = ConvStack::<Ad>::new(device, &[8, 32, 32, 16]);
-    let (x, g) = (Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device));
+    let (x, g) = (
+        Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device),
+        Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device),
+    );
     let config = burn_ddp::DdpConfig { bucket_bytes: 16 << 10, ..Default::default() };
     let ddp = burn_ddp::DistributedDataParallel::new(pg, config);
     let plain = ddp_steps(model.clone(), None, (&x, &g), 3).0.values();
@@ -1061,7 +1340,11 @@ fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> b
 }
 
 /// One step's gradients of `m` on (x, g), through `ddp` when given, in parameter order.
-fn step_gradients(m: &ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParallel>, (x, g): (&Tensor<Ad, 4>, &Tensor<Ad, 4>)) -> Vec<f64> {
+fn step_gradients(
+    m: &ConvStack<Ad>,
+    ddp: Option<&burn_ddp::DistributedDataParallel>,
+    (x, g): (&Tensor<Ad, 4>, &Tensor<Ad, 4>),
+) -> Vec<f64> {
     let step = ddp.map(|d| d.step(m).expect("ddp step"));
     let loss = m.loss(x.clone(), g);
     let grads = match step {
@@ -1073,7 +1356,11 @@ fn step_gradients(m: &ConvStack<Ad>, ddp: Option<&burn_ddp::DistributedDataParal
         .iter()
         .flat_map(|c| {
             let w = values(grads.get::<Cuda, 4>(c.weight.id).map(|t| t.into_data().to_vec::<f32>().expect("f32")));
-            let b = values(grads.get::<Cuda, 1>(c.bias.as_ref().expect("bias").id).map(|t| t.into_data().to_vec::<f32>().expect("f32")));
+            let b = values(
+                grads
+                    .get::<Cuda, 1>(c.bias.as_ref().expect("bias").id)
+                    .map(|t| t.into_data().to_vec::<f32>().expect("f32")),
+            );
             w.chain(b).collect::<Vec<_>>()
         })
         .collect()
@@ -1092,10 +1379,14 @@ fn noise_floor(noise: f64) -> f64 {
 fn check_nccl_ddp_large(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
     <Ad as Backend>::seed(device, 13);
     let model = ConvStack::<Ad>::new(device, &[64, 256, 128]);
-    let (x, g) = (Tensor::<Ad, 4>::random([2, 64, 8, 8], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([2, 128, 8, 8], Distribution::Normal(0.0, 1.0), device));
+    let (x, g) = (
+        Tensor::<Ad, 4>::random([2, 64, 8, 8], Distribution::Normal(0.0, 1.0), device),
+        Tensor::<Ad, 4>::random([2, 128, 8, 8], Distribution::Normal(0.0, 1.0), device),
+    );
     let plain = step_gradients(&model, None, (&x, &g));
     let scale = plain.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let rel = |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
+    let rel =
+        |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
     let noise = rel(&step_gradients(&model, None, (&x, &g)));
     let ddp = burn_ddp::DistributedDataParallel::new(pg, burn_ddp::DdpConfig::default());
     let _ = step_gradients(&model, Some(&ddp), (&x, &g));
@@ -1120,17 +1411,29 @@ fn check_nccl_ddp_large(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>
 fn check_nccl_ddp_settings(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) -> bool {
     <Ad as Backend>::seed(device, 11);
     let model = ConvStack::<Ad>::new(device, &[8, 32, 32, 16]);
-    let (x, g) = (Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device));
+    let (x, g) = (
+        Tensor::<Ad, 4>::random([4, 8, 16, 16], Distribution::Normal(0.0, 1.0), device),
+        Tensor::<Ad, 4>::random([4, 16, 16, 16], Distribution::Normal(0.0, 1.0), device),
+    );
     let base = burn_ddp::DdpConfig { bucket_bytes: 16 << 10, ..Default::default() };
     let plain = step_gradients(&model, None, (&x, &g));
     let scale = plain.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     // Relative to each value, with a floor of 1e-3 of the largest (values near zero).
-    let rel = |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
+    let rel =
+        |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
     let noise = rel(&step_gradients(&model, None, (&x, &g)));
     let mut ok = check_nccl_ddp_large(device, pg.clone());
     for (name, config, bound) in [
-        ("bf16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Bf16, ..base }, 2f64.powi(-8) + noise_floor(noise)),
-        ("fp16_wire", burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Fp16, ..base }, 2f64.powi(-11) + noise_floor(noise)),
+        (
+            "bf16_wire",
+            burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Bf16, ..base },
+            2f64.powi(-8) + noise_floor(noise),
+        ),
+        (
+            "fp16_wire",
+            burn_ddp::DdpConfig { compression: burn_ddp::GradCompression::Fp16, ..base },
+            2f64.powi(-11) + noise_floor(noise),
+        ),
         ("find_unused", burn_ddp::DdpConfig { find_unused_parameters: true, ..base }, noise_floor(noise)),
     ] {
         let ddp = burn_ddp::DistributedDataParallel::new(pg.clone(), config);
@@ -1155,13 +1458,20 @@ fn check_nccl_ddp_settings(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Gro
 /// 56², batch 32, f32.
 fn bench_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) {
     let model = ConvStack::<Ad>::new(device, &[64; 7]);
-    let (x, g) = (Tensor::<Ad, 4>::random([32, 64, 56, 56], Distribution::Normal(0.0, 1.0), device), Tensor::<Ad, 4>::random([32, 64, 56, 56], Distribution::Normal(0.0, 1.0), device));
+    let (x, g) = (
+        Tensor::<Ad, 4>::random([32, 64, 56, 56], Distribution::Normal(0.0, 1.0), device),
+        Tensor::<Ad, 4>::random([32, 64, 56, 56], Distribution::Normal(0.0, 1.0), device),
+    );
     let config = burn_ddp::DdpConfig { bucket_bytes: 64 << 10, ..Default::default() };
     let ddp = burn_ddp::DistributedDataParallel::new(pg.clone(), config);
     let after_backward = burn_ddp::DistributedDataParallel::new(pg, burn_ddp::DdpConfig { overlap: false, ..config });
-    for (name, with_ddp, host_sync) in
-        [("plain", None, false), ("ddp_device", Some(&ddp), false), ("ddp_device_after_backward", Some(&after_backward), false), ("ddp_host_sync", Some(&ddp), true), ("ddp_device", Some(&ddp), false)]
-    {
+    for (name, with_ddp, host_sync) in [
+        ("plain", None, false),
+        ("ddp_device", Some(&ddp), false),
+        ("ddp_device_after_backward", Some(&after_backward), false),
+        ("ddp_host_sync", Some(&ddp), true),
+        ("ddp_device", Some(&ddp), false),
+    ] {
         // SAFETY: read by this thread only (the route is chosen per step on this thread).
         unsafe { std::env::set_var("BURN_DDP_NCCL_HOST_SYNC", if host_sync { "1" } else { "0" }) };
         let _ = ddp_steps(model.clone(), with_ddp, (&x, &g), 3);
@@ -1173,7 +1483,10 @@ fn bench_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) {
             (e.0, e.1) = (e.0 + 1, e.1 + s.dur_us / 1e3 / 20.0);
         }
         let spans: Vec<String> = spans.into_iter().map(|(k, (n, ms))| format!("{k}: {n}x {ms:.2} ms/step")).collect();
-        println!("RESULT bench=nccl_ddp run={name} host_ms_per_step backward={backward:.2} optimizer={optimizer:.2} wall_ms_per_step={wall:.2} | {}", spans.join("; "));
+        println!(
+            "RESULT bench=nccl_ddp run={name} host_ms_per_step backward={backward:.2} optimizer={optimizer:.2} wall_ms_per_step={wall:.2} | {}",
+            spans.join("; ")
+        );
     }
     unsafe { std::env::remove_var("BURN_DDP_NCCL_HOST_SYNC") };
 }
@@ -1183,7 +1496,18 @@ fn bench_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::Group>) {
 /// forward on half the values (running statistics move twice): `[y, dx, dγ, dβ]` and the
 /// running statistics.
 #[allow(clippy::too_many_arguments)]
-fn sync_bn_rank(device: &CudaDevice, port: u16, rank: usize, dims: [usize; 4], x: &[f32], g: &[f32], gamma: &[f32], beta: &[f32], relu: bool, dtype: FloatDType) -> BnRun {
+fn sync_bn_rank(
+    device: &CudaDevice,
+    port: u16,
+    rank: usize,
+    dims: [usize; 4],
+    x: &[f32],
+    g: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    relu: bool,
+    dtype: FloatDType,
+) -> BnRun {
     let config = burn_ddp::RendezvousConfig {
         master_addr: "127.0.0.1".into(),
         master_port: port,
@@ -1204,12 +1528,26 @@ fn sync_bn_rank(device: &CudaDevice, port: u16, rank: usize, dims: [usize; 4], x
     let xt = Tensor::<Ad, 4>::from_data(TensorData::new(x.to_vec(), dims), device).require_grad();
     // NCHW-ordered dims over channels-last memory, as a channels-last model hands it over.
     let bn_in = |t: Tensor<Ad, 4>| Layout::Nhwc.view_nchw(Layout::Nhwc.view_from_nchw(t).cast(dtype));
-    let run = |t| if relu { burn_ddp::sync_batch_norm_relu(&bn, bn_in(t), &sync) } else { burn_ddp::sync_batch_norm(&bn, bn_in(t), &sync) };
+    let run = |t| {
+        if relu {
+            burn_ddp::sync_batch_norm_relu(&bn, bn_in(t), &sync)
+        } else {
+            burn_ddp::sync_batch_norm(&bn, bn_in(t), &sync)
+        }
+    };
     let _ = run(xt.clone() * 0.5);
     let y = run(xt.clone());
     assert_eq!(y.dtype(), dtype.into(), "SyncBatchNorm keeps its input's type");
-    let grads = (y.clone().cast(FloatDType::F32) * Tensor::<Ad, 4>::from_data(TensorData::new(g.to_vec(), dims), device)).sum().backward();
-    let out = [to_f64(y), to_f64(xt.grad(&grads).expect("dx")), to_f64(bn.gamma.val().grad(&grads).expect("dgamma")), to_f64(bn.beta.val().grad(&grads).expect("dbeta"))];
+    let grads = (y.clone().cast(FloatDType::F32)
+        * Tensor::<Ad, 4>::from_data(TensorData::new(g.to_vec(), dims), device))
+    .sum()
+    .backward();
+    let out = [
+        to_f64(y),
+        to_f64(xt.grad(&grads).expect("dx")),
+        to_f64(bn.gamma.val().grad(&grads).expect("dgamma")),
+        to_f64(bn.beta.val().grad(&grads).expect("dbeta")),
+    ];
     (out, [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())], Vec::new())
 }
 
@@ -1219,12 +1557,32 @@ fn sync_bn_rank(device: &CudaDevice, port: u16, rank: usize, dims: [usize; 4], x
 /// ranks, as the whole batch's loss sums them), running statistics on both ranks.
 fn check_sync_bn(device: &CudaDevice) -> bool {
     let mut ok = true;
-    for (dims, relu, dtype, bound) in [([8, 24, 6, 5], true, FloatDType::F32, 1e-4), ([6, 100, 7, 9], false, FloatDType::F32, 1e-4), ([8, 64, 14, 14], true, FloatDType::BF16, 1e-2)] {
+    for (dims, relu, dtype, bound) in [
+        ([8, 24, 6, 5], true, FloatDType::F32, 1e-4),
+        ([6, 100, 7, 9], false, FloatDType::F32, 1e-4),
+        ([8, 64, 14, 14], true, FloatDType::BF16, 1e-2),
+    ] {
         let n: usize = dims.iter().product();
-        let x: Vec<f32> = round(&values(11, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
-        let g: Vec<f32> = round(&values(12, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype).into_iter().map(|v| v as f32).collect();
+        let x: Vec<f32> = round(&values(11, n, 4.0, 0.7).into_iter().map(f64::from).collect::<Vec<_>>(), dtype)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        let g: Vec<f32> = round(&values(12, n, 2.0, 0.1).into_iter().map(f64::from).collect::<Vec<_>>(), dtype)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
         let (gamma, beta) = (values(13, dims[1], 1.0, 1.0), values(14, dims[1], 1.0, 0.0));
-        let (ref_out, ref_running, _) = bn_case::<Autodiff<burn_flex::Flex>>(&Default::default(), dims, &x, &g, &gamma, &beta, relu, FloatDType::F32, Layout::Nchw);
+        let (ref_out, ref_running, _) = bn_case::<Autodiff<burn_flex::Flex>>(
+            &Default::default(),
+            dims,
+            &x,
+            &g,
+            &gamma,
+            &beta,
+            relu,
+            FloatDType::F32,
+            Layout::Nchw,
+        );
         let half = [dims[0] / 2, dims[1], dims[2], dims[3]];
         let per_rank = n / 2;
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
@@ -1232,7 +1590,8 @@ fn check_sync_bn(device: &CudaDevice) -> bool {
         let ranks: Vec<BnRun> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..2)
                 .map(|r| {
-                    let (x, g, gamma, beta) = (&x[r * per_rank..(r + 1) * per_rank], &g[r * per_rank..(r + 1) * per_rank], &gamma, &beta);
+                    let (x, g, gamma, beta) =
+                        (&x[r * per_rank..(r + 1) * per_rank], &g[r * per_rank..(r + 1) * per_rank], &gamma, &beta);
                     s.spawn(move || sync_bn_rank(device, port, r, half, x, g, gamma, beta, relu, dtype))
                 })
                 .collect();
@@ -1241,7 +1600,12 @@ fn check_sync_bn(device: &CudaDevice) -> bool {
         let kernels = burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before;
         let joined = |k: usize| [ranks[0].0[k].clone(), ranks[1].0[k].clone()].concat();
         let summed = |k: usize| ranks[0].0[k].iter().zip(&ranks[1].0[k]).map(|(a, b)| a + b).collect::<Vec<f64>>();
-        let mut errs = vec![max_rel_err(&joined(0), &ref_out[0]), max_rel_err(&joined(1), &ref_out[1]), max_rel_err(&summed(2), &ref_out[2]), max_rel_err(&summed(3), &ref_out[3])];
+        let mut errs = vec![
+            max_rel_err(&joined(0), &ref_out[0]),
+            max_rel_err(&joined(1), &ref_out[1]),
+            max_rel_err(&summed(2), &ref_out[2]),
+            max_rel_err(&summed(3), &ref_out[3]),
+        ];
         errs.extend(ranks.iter().flat_map(|r| r.1.iter().zip(&ref_running).map(|(a, b)| max_rel_err(a, b))));
         // Per rank: two training forwards (moments) and one backward (input gradient).
         let pass = kernels == 6 && errs.iter().all(|&e| e < bound);
@@ -1261,7 +1625,9 @@ fn check_sync_bn(device: &CudaDevice) -> bool {
 
 fn check_nccl(device: &CudaDevice) -> bool {
     let pg = nccl_group();
-    let ok = check_nccl_ordering(device, &pg) & check_nccl_ddp(device, pg.clone()) & check_nccl_ddp_settings(device, pg.clone());
+    let ok = check_nccl_ordering(device, &pg)
+        & check_nccl_ddp(device, pg.clone())
+        & check_nccl_ddp_settings(device, pg.clone());
     bench_nccl_ddp(device, pg);
     ok
 }
@@ -1271,7 +1637,13 @@ fn main() {
     // As burn-vision runs: kernel caches, cuDNN's plans on disk, exact-size allocations.
     let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str, default: usize| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default);
+    let flag = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
     let all = !args.iter().any(|a| {
         a == "check"
             || a == "bench"
@@ -1306,7 +1678,12 @@ fn main() {
         // Unless asked to wait on the host, every cuDNN call must have been ordered on the device.
         let t = CudnnTimes::now();
         let ordered = options::get().host_sync || (t.calls > 0 && t.device_ordered == t.calls);
-        println!("RESULT cuDNN calls={} ordered_on_device={} {}", t.calls, t.device_ordered, if ordered { "ok" } else { "FAIL" });
+        println!(
+            "RESULT cuDNN calls={} ordered_on_device={} {}",
+            t.calls,
+            t.device_ordered,
+            if ordered { "ok" } else { "FAIL" }
+        );
         ok &= ordered;
         println!("RESULT cudnn_check={}", if ok { "ok" } else { "FAIL" });
     }
@@ -1348,7 +1725,9 @@ fn main() {
         }
     }
     if all || args.iter().any(|a| a == "bench") {
-        let text = |name: &str, default: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.into());
+        let text = |name: &str, default: &str| {
+            args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.into())
+        };
         let dtype = match text("--dtype", "f32").as_str() {
             "bf16" => FloatDType::BF16,
             "f16" => FloatDType::F16,
@@ -1357,7 +1736,15 @@ fn main() {
         };
         let mode = if args.iter().any(|a| a == "--pipelined") { Mode::Pipelined } else { Mode::Latency };
         let layout = if args.iter().any(|a| a == "--nhwc") { Layout::Nhwc } else { Layout::Nchw };
-        bench(&device, flag("--batch", 256), flag("--iters", 10), args.iter().any(|a| a == "--strided"), dtype, mode, layout);
+        bench(
+            &device,
+            flag("--batch", 256),
+            flag("--iters", 10),
+            args.iter().any(|a| a == "--strided"),
+            dtype,
+            mode,
+            layout,
+        );
     }
     std::process::exit(if ok { 0 } else { 1 });
 }

@@ -4,7 +4,9 @@
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn_autodiff::Autodiff;
-use burn_ddp::{CommBackend, DistributedDataParallel, DistributedSampler, ProcessGroup, RendezvousConfig, init_process_group};
+use burn_ddp::{
+    CommBackend, DistributedDataParallel, DistributedSampler, ProcessGroup, RendezvousConfig, init_process_group,
+};
 use burn_flex::Flex; // the CPU backend; burn_cuda::Cuda on GPUs
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_nn::{Linear, LinearConfig};

@@ -100,6 +100,8 @@ fn tensor_collectives(pg: &dyn burn_ddp::ProcessGroup, r: usize, w: usize, dev: 
 
 #[cfg(not(feature = "cuda"))]
 fn main() {
-    eprintln!("nccl_bench needs the cuda feature: cargo build --release -p burn-ddp --features cuda --example nccl_bench");
+    eprintln!(
+        "nccl_bench needs the cuda feature: cargo build --release -p burn-ddp --features cuda --example nccl_bench"
+    );
     std::process::exit(1);
 }

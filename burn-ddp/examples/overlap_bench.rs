@@ -35,7 +35,14 @@ struct Wide<B: Backend> {
 
 impl<B: Backend> Wide<B> {
     fn new(channels: usize, layers: usize, device: &B::Device) -> Self {
-        let conv = |i| Conv2d::from(Conv2dConfig::new([i, channels], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).with_bias(false).init(device));
+        let conv = |i| {
+            Conv2d::from(
+                Conv2dConfig::new([i, channels], [3, 3])
+                    .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                    .with_bias(false)
+                    .init(device),
+            )
+        };
         let convs = (0..layers).map(|l| conv(if l == 0 { 3 } else { channels })).collect();
         let bns = (0..layers).map(|_| BatchNorm::from(BatchNormConfig::new(channels).init(device))).collect();
         Self { convs, bns, head: LinearConfig::new(channels, 10).init(device) }
@@ -61,17 +68,21 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let (channels, layers, side, batch, steps) = (arg("--channels", 512), arg("--layers", 6), arg("--side", 4), arg("--batch", 4), arg("--steps", 12));
+    let (channels, layers, side, batch, steps) =
+        (arg("--channels", 512), arg("--layers", 6), arg("--side", 4), arg("--batch", 4), arg("--steps", 12));
     let bucket_bytes = arg("--bucket-mib", 25) << 20;
     let config = RendezvousConfig::from_env().unwrap_or_else(|e| panic!("run under `burn-ddp launch`: {e}"));
     let pg = init_process_group(CommBackend::Tcp, &config).expect("process group");
     let device = Default::default();
-    let ddps = [true, false].map(|overlap| DistributedDataParallel::new(pg.clone(), DdpConfig { overlap, bucket_bytes, ..DdpConfig::default() }));
+    let ddps = [true, false].map(|overlap| {
+        DistributedDataParallel::new(pg.clone(), DdpConfig { overlap, bucket_bytes, ..DdpConfig::default() })
+    });
     let mut model = ddps[0].broadcast_module(Wide::<B>::new(channels, layers, &device)).expect("broadcast");
     let mut optim = SgdConfig::new().init::<B, Wide<B>>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let x = Tensor::<B, 4>::random([batch, 3, side, side], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
-    let y = Tensor::<B, 1, Int>::from_data(TensorData::new((0..batch as i64).map(|i| i % 10).collect(), [batch]), &device);
+    let y =
+        Tensor::<B, 1, Int>::from_data(TensorData::new((0..batch as i64).map(|i| i % 10).collect(), [batch]), &device);
     let mut times = [Vec::new(), Vec::new()];
     for s in 0..2 * (steps + 2) {
         let mode = s % 2;

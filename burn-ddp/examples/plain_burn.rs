@@ -18,7 +18,9 @@ use burn::module::{ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn_ddp::nn::{BatchNorm, Conv2d, Layout, conv_batch_norm, images_to_device};
-use burn_ddp::{CommBackend, DdpConfig, DistributedDataParallel, DistributedSampler, ReduceOp, RendezvousConfig, init_process_group};
+use burn_ddp::{
+    CommBackend, DdpConfig, DistributedDataParallel, DistributedSampler, ReduceOp, RendezvousConfig, init_process_group,
+};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_nn::{BatchNormConfig, Linear, LinearConfig, PaddingConfig2d};
@@ -42,10 +44,23 @@ struct Net<B: Backend> {
 impl<B: Backend> Net<B> {
     fn new(layout: Layout, device: &B::Device) -> Self {
         let conv = |c_in, c_out, stride| {
-            Conv2d::from(Conv2dConfig::new([c_in, c_out], [3, 3]).with_stride([stride, stride]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).with_bias(false).init(device)).with_layout(layout)
+            Conv2d::from(
+                Conv2dConfig::new([c_in, c_out], [3, 3])
+                    .with_stride([stride, stride])
+                    .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                    .with_bias(false)
+                    .init(device),
+            )
+            .with_layout(layout)
         };
         let bn = |c| BatchNorm::from(BatchNormConfig::new(c).init(device)).with_layout(layout);
-        Self { conv1: conv(1, 16, 1), bn1: bn(16), conv2: conv(16, 32, 2), bn2: bn(32), fc: LinearConfig::new(32 * 4, CLASSES).init(device) }
+        Self {
+            conv1: conv(1, 16, 1),
+            bn1: bn(16),
+            conv2: conv(16, 32, 2),
+            bn2: bn(32),
+            fc: LinearConfig::new(32 * 4, CLASSES).init(device),
+        }
     }
 
     /// `[n, 1, 16, 16]` (NCHW) → logits `[n, 4]`.
@@ -107,14 +122,18 @@ fn parse_args() -> Args {
     let mut a = Args { lr: 0.2, steps: 40, batch: 16, gpu: false, channels_last: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut number = |name: &str| it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| fail(&format!("{name} needs a positive number")));
+        let mut number = |name: &str| {
+            it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| fail(&format!("{name} needs a positive number")))
+        };
         match arg.as_str() {
             "--steps" => a.steps = number("--steps"),
             "--lr" => a.lr = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| fail("--lr needs a number")),
             "--batch" => a.batch = number("--batch"),
             "--gpu" => a.gpu = true,
             "--channels-last" => a.channels_last = true,
-            other => fail(&format!("unknown argument {other}; use --steps N --batch N (per rank) --lr X --gpu --channels-last")),
+            other => fail(&format!(
+                "unknown argument {other}; use --steps N --batch N (per rank) --lr X --gpu --channels-last"
+            )),
         }
     }
     a
@@ -126,7 +145,11 @@ fn fail(msg: &str) -> ! {
 }
 
 /// Trains on `device`, as one rank of `ddp`'s group (or alone).
-fn train<B: AutodiffBackend>(args: &Args, ddp: Option<&DistributedDataParallel>, device: &B::Device) -> burn_ddp::Result<()> {
+fn train<B: AutodiffBackend>(
+    args: &Args,
+    ddp: Option<&DistributedDataParallel>,
+    device: &B::Device,
+) -> burn_ddp::Result<()> {
     let (rank, world) = ddp.map_or((0, 1), |d| (d.process_group().rank(), d.process_group().world_size()));
     B::seed(device, 7 + rank as u64); // different on purpose: the broadcast makes them equal
     let layout = if args.channels_last { Layout::Nhwc } else { Layout::Nchw };
@@ -144,9 +167,13 @@ fn train<B: AutodiffBackend>(args: &Args, ddp: Option<&DistributedDataParallel>,
         sampler.set_epoch((step / per_epoch) as u64);
         let order = sampler.indices();
         let at = step % per_epoch * args.batch;
-        let (images, labels): (Vec<Vec<f32>>, Vec<usize>) = order[at..at + args.batch].iter().map(|&i| sample(i)).unzip();
+        let (images, labels): (Vec<Vec<f32>>, Vec<usize>) =
+            order[at..at + args.batch].iter().map(|&i| sample(i)).unzip();
         let x = images_to_device::<B>(images.concat(), [args.batch, 1, SIDE, SIDE], device);
-        let y = Tensor::<B, 1, Int>::from_data(TensorData::new(labels.iter().map(|&l| l as i64).collect(), [args.batch]), device);
+        let y = Tensor::<B, 1, Int>::from_data(
+            TensorData::new(labels.iter().map(|&l| l as i64).collect(), [args.batch]),
+            device,
+        );
         // Under DDP, the step opened before the forward pass lets burn-ddp's layers report their
         // gradients during backward, so each bucket's all-reduce starts while backward runs.
         let ddp_step = ddp.map(|d| d.step(&model)).transpose()?;
@@ -155,7 +182,8 @@ fn train<B: AutodiffBackend>(args: &Args, ddp: Option<&DistributedDataParallel>,
         let grads = match (ddp_step, ddp) {
             (Some(ddp_step), Some(d)) => {
                 let grads = ddp_step.backward(loss, &model)?;
-                mean_loss = burn_ddp::tensor::all_reduce(d.process_group(), mean_loss, ReduceOp::Sum)?.div_scalar(world as f64);
+                mean_loss =
+                    burn_ddp::tensor::all_reduce(d.process_group(), mean_loss, ReduceOp::Sum)?.div_scalar(world as f64);
                 grads
             }
             _ => GradientsParams::from_grads(loss.backward(), &model),
@@ -175,7 +203,12 @@ fn train<B: AutodiffBackend>(args: &Args, ddp: Option<&DistributedDataParallel>,
     let mut sum = Checksum(0xcbf2_9ce4_8422_2325);
     model.visit(&mut sum); // the autodiff module: its trained parameters require a gradient
     let overlapped = ddp.map_or(0, |d| d.stats().overlapped);
-    println!("RESULT rank={rank} world={world} first_loss={:.4} last_loss={:.4} params={:016x} overlapped_buckets={overlapped}", mean(&first), mean(&last), sum.0);
+    println!(
+        "RESULT rank={rank} world={world} first_loss={:.4} last_loss={:.4} params={:016x} overlapped_buckets={overlapped}",
+        mean(&first),
+        mean(&last),
+        sum.0
+    );
     Ok(())
 }
 

@@ -30,7 +30,10 @@ type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
 ///
 /// # Errors
 /// [`Error::Cuda`] when the tensor is not f32, bf16 or f16, or when `op` fails.
-fn with_device_buffer<const D: usize>(t: Tensor<Cuda, D>, op: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<Cuda, D>> {
+fn with_device_buffer<const D: usize>(
+    t: Tensor<Cuda, D>,
+    op: impl FnOnce(Buffer<'_>) -> Result<()>,
+) -> Result<Tensor<Cuda, D>> {
     // burn-cuda pitches the rows of 2-D and larger allocations (a [2, 2] tensor gets strides
     // [4, 1]); as one dimension the tensor is dense, copied only when it was pitched.
     let dims = t.dims();
@@ -51,14 +54,26 @@ fn with_dense_buffer(t: Tensor<Cuda, 1>, op: impl FnOnce(Buffer<'_>) -> Result<(
         burn::tensor::DType::F32 => DType::F32,
         burn::tensor::DType::BF16 => DType::BF16,
         burn::tensor::DType::F16 => DType::F16,
-        other => return Err(Error::Cuda { op: "collective on a burn-cuda tensor".into(), reason: format!("needs an f32, bf16 or f16 tensor, got {other:?}") }),
+        other => {
+            return Err(Error::Cuda {
+                op: "collective on a burn-cuda tensor".into(),
+                reason: format!("needs an f32, bf16 or f16 tensor, got {other:?}"),
+            });
+        }
     };
     if !cube.is_contiguous() {
-        return Err(Error::Cuda { op: "collective on a burn-cuda tensor".into(), reason: format!("needs a contiguous tensor, got strides {:?}", cube.meta.strides()) });
+        return Err(Error::Cuda {
+            op: "collective on a burn-cuda tensor".into(),
+            reason: format!("needs a contiguous tensor, got strides {:?}", cube.meta.strides()),
+        });
     }
     let device = cube.device.index;
-    <Inner as Backend>::sync(&cube.device).map_err(|e| Error::Cuda { op: "synchronising burn's stream".into(), reason: format!("{e:?}") })?;
-    let resource = cube.client.get_resource(cube.handle.clone()).map_err(|e| Error::Cuda { op: "device pointer".into(), reason: format!("{e:?}") })?;
+    <Inner as Backend>::sync(&cube.device)
+        .map_err(|e| Error::Cuda { op: "synchronising burn's stream".into(), reason: format!("{e:?}") })?;
+    let resource = cube
+        .client
+        .get_resource(cube.handle.clone())
+        .map_err(|e| Error::Cuda { op: "device pointer".into(), reason: format!("{e:?}") })?;
     let ptr = resource.resource().ptr;
     op(Buffer { dtype, len, memory: Memory::Cuda { ptr, device } })?;
     drop(resource);
@@ -92,8 +107,16 @@ pub fn broadcast<const D: usize>(pg: &dyn ProcessGroup, t: Tensor<Cuda, D>, root
 /// # Errors
 /// A group other than NCCL, or one that failed (its watchdog's error); a tensor that is not f32;
 /// no device-side ordering on this GPU.
-pub(crate) fn all_reduce_ordered(pg: Arc<dyn ProcessGroup>, t: Tensor<Cuda, 1>, scale: Option<f32>, label: String) -> Result<(Tensor<Cuda, 1>, side_stream::Join)> {
-    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda { op: label.clone(), reason: "only an NCCL group sums on the device without the host waiting".into() })?;
+pub(crate) fn all_reduce_ordered(
+    pg: Arc<dyn ProcessGroup>,
+    t: Tensor<Cuda, 1>,
+    scale: Option<f32>,
+    label: String,
+) -> Result<(Tensor<Cuda, 1>, side_stream::Join)> {
+    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda {
+        op: label.clone(),
+        reason: "only an NCCL group sums on the device without the host waiting".into(),
+    })?;
     nccl.check()?;
     if t.dtype() != burn::tensor::DType::F32 {
         return Err(Error::Cuda { op: label, reason: format!("needs an f32 tensor, got {:?}", t.dtype()) });
@@ -101,7 +124,11 @@ pub(crate) fn all_reduce_ordered(pg: Arc<dyn ProcessGroup>, t: Tensor<Cuda, 1>, 
     let (len, device) = (t.shape().num_elements(), nccl.device());
     let (mut out, join) = side_stream::fork(vec![t.into_primitive().tensor()], Vec::new(), move |bufs, fence| {
         let nccl = pg.as_nccl().expect("checked above");
-        let item = DeviceReduction { src: Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr: bufs.inputs[0], device } }, dst: bufs.outputs[0], scale };
+        let item = DeviceReduction {
+            src: Buffer { dtype: DType::F32, len, memory: Memory::Cuda { ptr: bufs.inputs[0], device } },
+            dst: bufs.outputs[0],
+            scale,
+        };
         nccl.all_reduce_async(&[item], label, |s| fence.wait_on(s), |s| fence.signal_on(s))
     })?;
     Ok((Tensor::from_primitive(TensorPrimitive::Float(out.remove(0))), join))
@@ -151,7 +178,12 @@ impl BucketLayout {
     /// The packed gradients at `at` (their buffers' addresses, in order), as the copy kernels
     /// take them.
     fn parts(&self, at: &[u64], scale: f32) -> Vec<bucket_copy::Part> {
-        self.offsets.iter().zip(&self.lens).zip(at).filter_map(|((o, &len), &at)| o.map(|offset| bucket_copy::Part { at, offset, len, scale })).collect()
+        self.offsets
+            .iter()
+            .zip(&self.lens)
+            .zip(at)
+            .filter_map(|((o, &len), &at)| o.map(|offset| bucket_copy::Part { at, offset, len, scale }))
+            .collect()
     }
 }
 
@@ -167,8 +199,17 @@ impl BucketLayout {
 /// # Errors
 /// A group other than NCCL, or one that failed; gradients that are not f32; no device-side
 /// ordering on this GPU.
-pub(crate) fn all_reduce_bucket(pg: Arc<dyn ProcessGroup>, grads: Vec<FloatTensor<Cuda>>, presence: Option<FloatTensor<Cuda>>, flat: burn::tensor::DType, label: String) -> Result<BucketInFlight> {
-    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda { op: label.clone(), reason: "only an NCCL group sums on the device without the host waiting".into() })?;
+pub(crate) fn all_reduce_bucket(
+    pg: Arc<dyn ProcessGroup>,
+    grads: Vec<FloatTensor<Cuda>>,
+    presence: Option<FloatTensor<Cuda>>,
+    flat: burn::tensor::DType,
+    label: String,
+) -> Result<BucketInFlight> {
+    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda {
+        op: label.clone(),
+        reason: "only an NCCL group sums on the device without the host waiting".into(),
+    })?;
     nccl.check()?;
     if let Some(g) = grads.iter().find(|g| g.dtype != burn::tensor::DType::F32) {
         return Err(Error::Cuda { op: label, reason: format!("DDP averages f32 gradients, got one of {:?}", g.dtype) });
@@ -177,27 +218,45 @@ pub(crate) fn all_reduce_bucket(pg: Arc<dyn ProcessGroup>, grads: Vec<FloatTenso
         burn::tensor::DType::F32 => DType::F32,
         burn::tensor::DType::BF16 => DType::BF16,
         burn::tensor::DType::F16 => DType::F16,
-        other => return Err(Error::Cuda { op: label, reason: format!("gradients travel as f32, bf16 or f16, not {other:?}") }),
+        other => {
+            return Err(Error::Cuda {
+                op: label,
+                reason: format!("gradients travel as f32, bf16 or f16, not {other:?}"),
+            });
+        }
     };
     let (device, world) = (nccl.device(), pg.world_size());
     let layout = BucketLayout::new(grads.iter().map(|g| g.shape.num_elements()).collect(), flat_type != DType::F32);
     let counts = presence.as_ref().map(|p| p.shape.num_elements());
-    let scratch = if layout.flat_len > 0 { vec![(burn::tensor::Shape::new([layout.flat_len]), flat)] } else { Vec::new() };
+    let scratch =
+        if layout.flat_len > 0 { vec![(burn::tensor::Shape::new([layout.flat_len]), flat)] } else { Vec::new() };
     let inputs: Vec<FloatTensor<Cuda>> = grads.into_iter().chain(presence).collect();
     let (mut outs, join) = side_stream::fork(inputs, scratch, move |bufs, fence| {
         let nccl = pg.as_nccl().expect("checked above");
         let scale = 1.0 / world as f32;
-        let (ins, outs, flat_at) = (layout.parts(&bufs.inputs, scale), layout.parts(&bufs.outputs, scale), bufs.scratch.first().copied());
+        let (ins, outs, flat_at) =
+            (layout.parts(&bufs.inputs, scale), layout.parts(&bufs.outputs, scale), bufs.scratch.first().copied());
         let buffer = |dtype, len, ptr| Buffer { dtype, len, memory: Memory::Cuda { ptr, device } };
-        let mut items: Vec<DeviceReduction> = flat_at.iter().map(|&at| DeviceReduction { src: buffer(flat_type, layout.flat_len, at), dst: at, scale: None }).collect();
+        let mut items: Vec<DeviceReduction> = flat_at
+            .iter()
+            .map(|&at| DeviceReduction { src: buffer(flat_type, layout.flat_len, at), dst: at, scale: None })
+            .collect();
         for (i, &len) in layout.lens.iter().enumerate().filter(|&(i, _)| layout.offsets[i].is_none()) {
             // In a world of one the sum is the values themselves: no pre-multiplier (NCCL then
             // has nothing to compute for an in-place sum).
-            items.push(DeviceReduction { src: buffer(DType::F32, len, bufs.inputs[i]), dst: bufs.outputs[i], scale: (world > 1).then_some(scale) });
+            items.push(DeviceReduction {
+                src: buffer(DType::F32, len, bufs.inputs[i]),
+                dst: bufs.outputs[i],
+                scale: (world > 1).then_some(scale),
+            });
         }
         if let Some(k) = counts {
             let at = layout.lens.len();
-            items.push(DeviceReduction { src: buffer(DType::F32, k, bufs.inputs[at]), dst: bufs.outputs[at], scale: None });
+            items.push(DeviceReduction {
+                src: buffer(DType::F32, k, bufs.inputs[at]),
+                dst: bufs.outputs[at],
+                scale: None,
+            });
         }
         nccl.all_reduce_async(
             &items,

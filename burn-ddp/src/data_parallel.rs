@@ -82,7 +82,10 @@ fn replica<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, device: &B::Devi
 }
 
 /// `t` on `device`, through host memory when it is elsewhere.
-fn move_via_host<B: Backend, const D: usize, K: TensorKind<B> + BasicOps<B>>(t: Tensor<B, D, K>, device: &B::Device) -> Tensor<B, D, K> {
+fn move_via_host<B: Backend, const D: usize, K: TensorKind<B> + BasicOps<B>>(
+    t: Tensor<B, D, K>,
+    device: &B::Device,
+) -> Tensor<B, D, K> {
     if &t.device() == device { t } else { Tensor::from_data(t.into_data(), device) }
 }
 
@@ -140,9 +143,16 @@ impl<B: AutodiffBackend> DataParallel<B> {
     ///
     /// # Panics
     /// If the batch has fewer rows than there are devices.
-    pub fn scatter<const D: usize, K: TensorKind<B> + BasicOps<B>>(&self, batch: Tensor<B, D, K>) -> Vec<Tensor<B, D, K>> {
+    pub fn scatter<const D: usize, K: TensorKind<B> + BasicOps<B>>(
+        &self,
+        batch: Tensor<B, D, K>,
+    ) -> Vec<Tensor<B, D, K>> {
         let rows = batch.dims()[0];
-        shard_rows(rows, self.devices.len()).into_iter().zip(&self.devices).map(|(r, device)| move_via_host(batch.clone().slice([r]), device)).collect()
+        shard_rows(rows, self.devices.len())
+            .into_iter()
+            .zip(&self.devices)
+            .map(|(r, device)| move_via_host(batch.clone().slice([r]), device))
+            .collect()
     }
 
     /// Forward and backward of `loss_of(replica, i, device)` — which returns the mean loss of
@@ -189,7 +199,8 @@ impl<B: AutodiffBackend> DataParallel<B> {
             parts.push((g, w));
             outputs.push(x);
         }
-        let mut combine = Combine::<B> { parts: &mut parts, device: self.devices[0].clone(), out: GradientsParams::new() };
+        let mut combine =
+            Combine::<B> { parts: &mut parts, device: self.devices[0].clone(), out: GradientsParams::new() };
         first.visit(&mut combine);
         DataParallelStep { model: first, loss, grads: combine.out, outputs }
     }

@@ -79,7 +79,12 @@ impl GradCompression {
 
 impl Default for DdpConfig {
     fn default() -> Self {
-        Self { bucket_bytes: 25 << 20, find_unused_parameters: false, overlap: true, compression: GradCompression::None }
+        Self {
+            bucket_bytes: 25 << 20,
+            find_unused_parameters: false,
+            overlap: true,
+            compression: GradCompression::None,
+        }
     }
 }
 
@@ -187,7 +192,13 @@ fn name_parameter<B: Backend, M: Module<B>>(e: Error, module: &M) -> Error {
         Error::UnusedParameter { index, shape, everywhere, rank, .. } => {
             let mut names = ParamNames::default();
             module.visit(&mut names);
-            Error::UnusedParameter { name: names.names.get(index).cloned().unwrap_or_default(), index, shape, everywhere, rank }
+            Error::UnusedParameter {
+                name: names.names.get(index).cloned().unwrap_or_default(),
+                index,
+                shape,
+                everywhere,
+                rank,
+            }
         }
         other => other,
     }
@@ -279,7 +290,12 @@ impl DistributedDataParallel {
     /// communication. After the last micro-batch, pass `acc.grads()` to
     /// [`sync_gradients`](Self::sync_gradients) once: k micro-batches cost one all-reduce. Scale
     /// each micro-batch's loss by 1/k to average rather than sum them.
-    pub fn no_sync<B: AutodiffBackend, M: AutodiffModule<B>>(&self, acc: &mut GradientsAccumulator<M>, module: &M, grads: GradientsParams) {
+    pub fn no_sync<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        acc: &mut GradientsAccumulator<M>,
+        module: &M,
+        grads: GradientsParams,
+    ) {
         acc.accumulate(module, grads);
     }
 
@@ -292,9 +308,14 @@ impl DistributedDataParallel {
     /// [`Error::Unsupported`] for a module without trained parameters, or for an autodiff
     /// backend other than burn's `Autodiff<_>` when overlapping.
     pub fn step<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M) -> Result<DdpStep<'_, B>> {
-        let reducer = crate::trace::span("ddp: plan the step (host)", "ddp", || self.reducer::<B, M>(module, self.config.overlap))?;
+        let reducer = crate::trace::span("ddp: plan the step (host)", "ddp", || {
+            self.reducer::<B, M>(module, self.config.overlap)
+        })?;
         let scope = match reducer.overlapping() {
-            true => Some(Scope::enter::<B>(reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>, reducer.plan().slot_of.clone())?),
+            true => Some(Scope::enter::<B>(
+                reducer.clone() as Arc<dyn GradSink<B::InnerBackend>>,
+                reducer.plan().slot_of.clone(),
+            )?),
             false => None,
         };
         Ok(DdpStep { ddp: self, reducer, scope })
@@ -307,7 +328,11 @@ impl DistributedDataParallel {
     /// # Errors
     /// [`Error::UnusedParameter`] when a parameter has a gradient on some ranks but not others,
     /// or on none (unless `find_unused_parameters`), collective errors otherwise.
-    pub fn sync_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, grads: GradientsParams) -> Result<GradientsParams> {
+    pub fn sync_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        grads: GradientsParams,
+    ) -> Result<GradientsParams> {
         let reducer = self.reducer::<B, M>(module, false)?;
         let reported = vec![false; reducer.plan().slots.len()];
         self.finish(module, grads, &reducer, &reported, Instant::now())
@@ -315,10 +340,16 @@ impl DistributedDataParallel {
 
     /// This step's reducer over `module`'s trained parameters, in the bucket order in force;
     /// `overlap`: whether buckets may start during backward.
-    fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M, overlap: bool) -> Result<Arc<StepReducer<B::InnerBackend>>> {
+    fn reducer<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &self,
+        module: &M,
+        overlap: bool,
+    ) -> Result<Arc<StepReducer<B::InnerBackend>>> {
         let mut params = Params::<B> { list: Vec::new(), device: None };
         module.visit(&mut params);
-        let device = params.device.ok_or_else(|| Error::Unsupported { what: "DDP on a module without trained parameters".into() })?;
+        let device = params
+            .device
+            .ok_or_else(|| Error::Unsupported { what: "DDP on a module without trained parameters".into() })?;
         let plan = self.plan_for(params.list);
         let route = if tensor::orders_on_device::<B::InnerBackend>(&*self.pg, &device) {
             Route::Device { overlap }
@@ -327,7 +358,8 @@ impl DistributedDataParallel {
         } else {
             Route::Inline
         };
-        let settings = Settings { find_unused: self.config.find_unused_parameters, wire: self.config.compression.wire_type() };
+        let settings =
+            Settings { find_unused: self.config.find_unused_parameters, wire: self.config.compression.wire_type() };
         Ok(Arc::new(StepReducer::new(plan, self.pg.clone(), route, settings, device)))
     }
 
@@ -356,7 +388,8 @@ impl DistributedDataParallel {
         crate::trace::span("ddp: hand over the gradients (host)", "ddp", || module.visit(&mut hand));
         let mixed = hand.mixed;
         let early = reducer.launched_early();
-        let (reduced, bytes) = crate::trace::span("ddp: finish (host)", "ddp", || reducer.finish()).map_err(|e| name_parameter(e, module))?;
+        let (reduced, bytes) = crate::trace::span("ddp: finish (host)", "ddp", || reducer.finish())
+            .map_err(|e| name_parameter(e, module))?;
         if let Some(index) = mixed {
             let mut names = ParamNames::default();
             module.visit(&mut names);
@@ -391,9 +424,11 @@ impl DistributedDataParallel {
     fn fix_order<D: Backend>(&self, plan: &Plan, order: Vec<usize>, device: &D::Device) -> Result<()> {
         let values: Vec<f32> = order.iter().map(|&i| i as f32).collect();
         let shared = tensor::broadcast(&*self.pg, Tensor::<D, 1>::from_floats(values.as_slice(), device), 0)?;
-        let order: Vec<usize> = shared.into_data().convert::<f32>().to_vec::<f32>().expect("f32").into_iter().map(|v| v as usize).collect();
+        let order: Vec<usize> =
+            shared.into_data().convert::<f32>().to_vec::<f32>().expect("f32").into_iter().map(|v| v as usize).collect();
         log::debug!("DDP buckets re-ordered by the first step's gradient order");
-        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Plan::new(plan.params.clone(), self.config.bucket_bytes, Some(order))));
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::new(Plan::new(plan.params.clone(), self.config.bucket_bytes, Some(order))));
         Ok(())
     }
 }

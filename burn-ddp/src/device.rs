@@ -11,7 +11,8 @@ pub fn cuda_device_count() -> Result<usize> {
     #[cfg(feature = "cuda")]
     {
         driver()?;
-        let n = cudarc::driver::result::device::get_count().map_err(|e| Error::Cuda { op: "cuDeviceGetCount".into(), reason: e.to_string() })?;
+        let n = cudarc::driver::result::device::get_count()
+            .map_err(|e| Error::Cuda { op: "cuDeviceGetCount".into(), reason: e.to_string() })?;
         Ok(n as usize)
     }
     #[cfg(not(feature = "cuda"))]
@@ -29,7 +30,10 @@ pub fn check_gpu_ids(ids: &[usize]) -> Result<()> {
     check_driver(driver_version()?)?;
     if let Some(bad) = ids.iter().find(|&&id| id >= count) {
         let exist = if count == 0 { "none".to_string() } else { format!("0..={}", count - 1) };
-        return Err(Error::Cuda { op: format!("GPU {bad}"), reason: format!("does not exist; this machine has {count} GPU(s): {exist}") });
+        return Err(Error::Cuda {
+            op: format!("GPU {bad}"),
+            reason: format!("does not exist; this machine has {count} GPU(s): {exist}"),
+        });
     }
     Ok(())
 }
@@ -41,9 +45,11 @@ pub fn check_gpu_ids(ids: &[usize]) -> Result<()> {
 pub fn gpu_memory_used(ordinal: usize) -> Result<u64> {
     #[cfg(feature = "cuda")]
     {
-        let ctx = cudarc::driver::CudaContext::new(ordinal).map_err(|e| Error::Cuda { op: format!("context on GPU {ordinal}"), reason: e.to_string() })?;
+        let ctx = cudarc::driver::CudaContext::new(ordinal)
+            .map_err(|e| Error::Cuda { op: format!("context on GPU {ordinal}"), reason: e.to_string() })?;
         ctx.bind_to_thread().map_err(|e| Error::Cuda { op: "binding the context".into(), reason: e.to_string() })?;
-        let (free, total) = cudarc::driver::result::mem_get_info().map_err(|e| Error::Cuda { op: "cuMemGetInfo".into(), reason: e.to_string() })?;
+        let (free, total) = cudarc::driver::result::mem_get_info()
+            .map_err(|e| Error::Cuda { op: "cuMemGetInfo".into(), reason: e.to_string() })?;
         Ok((total - free) as u64)
     }
     #[cfg(not(feature = "cuda"))]
@@ -71,7 +77,11 @@ pub fn check_driver(driver: i32) -> Result<()> {
     let v = |v: i32| format!("{}.{}", v / 1000, v % 1000 / 10);
     Err(Error::Cuda {
         op: "CUDA driver".into(),
-        reason: format!("it supports CUDA {}, this build needs CUDA {} or newer (NVIDIA driver 570 or newer): update the driver", v(driver), v(CUDA_BINDING_VERSION)),
+        reason: format!(
+            "it supports CUDA {}, this build needs CUDA {} or newer (NVIDIA driver 570 or newer): update the driver",
+            v(driver),
+            v(CUDA_BINDING_VERSION)
+        ),
     })
 }
 
@@ -79,7 +89,10 @@ pub fn check_driver(driver: i32) -> Result<()> {
 fn driver() -> Result<()> {
     // SAFETY: only probes whether the shared library can be opened.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(Error::Cuda { op: "loading libcuda.so".into(), reason: "no NVIDIA driver found on this machine (install one to use GPUs; CPU training needs none)".into() });
+        return Err(Error::Cuda {
+            op: "loading libcuda.so".into(),
+            reason: "no NVIDIA driver found on this machine (install one to use GPUs; CPU training needs none)".into(),
+        });
     }
     cudarc::driver::result::init().map_err(|e| Error::Cuda { op: "cuInit".into(), reason: e.to_string() })
 }
@@ -112,8 +125,10 @@ pub fn gpu_name(ordinal: usize) -> Result<String> {
     #[cfg(feature = "cuda")]
     {
         driver()?;
-        let dev = cudarc::driver::result::device::get(ordinal as i32).map_err(|e| Error::Cuda { op: format!("GPU {ordinal}"), reason: e.to_string() })?;
-        cudarc::driver::result::device::get_name(dev).map_err(|e| Error::Cuda { op: "cuDeviceGetName".into(), reason: e.to_string() })
+        let dev = cudarc::driver::result::device::get(ordinal as i32)
+            .map_err(|e| Error::Cuda { op: format!("GPU {ordinal}"), reason: e.to_string() })?;
+        cudarc::driver::result::device::get_name(dev)
+            .map_err(|e| Error::Cuda { op: "cuDeviceGetName".into(), reason: e.to_string() })
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -130,7 +145,10 @@ pub fn can_access_peer(a: usize, b: usize) -> Result<bool> {
     #[cfg(feature = "cuda")]
     {
         driver()?;
-        let get = |o: usize| cudarc::driver::result::device::get(o as i32).map_err(|e| Error::Cuda { op: format!("GPU {o}"), reason: e.to_string() });
+        let get = |o: usize| {
+            cudarc::driver::result::device::get(o as i32)
+                .map_err(|e| Error::Cuda { op: format!("GPU {o}"), reason: e.to_string() })
+        };
         let (da, db) = (get(a)?, get(b)?);
         let mut ok = 0;
         // SAFETY: writes one int; both devices exist.
@@ -157,9 +175,13 @@ pub fn nccl_version() -> Result<i32> {
     {
         // SAFETY: only probes whether the shared library can be opened.
         if !unsafe { cudarc::nccl::sys::is_culib_present() } {
-            return Err(Error::Cuda { op: "loading libnccl.so".into(), reason: "NCCL not found; install libnccl2 or point LD_LIBRARY_PATH at it".into() });
+            return Err(Error::Cuda {
+                op: "loading libnccl.so".into(),
+                reason: "NCCL not found; install libnccl2 or point LD_LIBRARY_PATH at it".into(),
+            });
         }
-        cudarc::nccl::result::get_nccl_version().map_err(|e| Error::Cuda { op: "ncclGetVersion".into(), reason: format!("{e:?}") })
+        cudarc::nccl::result::get_nccl_version()
+            .map_err(|e| Error::Cuda { op: "ncclGetVersion".into(), reason: format!("{e:?}") })
     }
     #[cfg(not(feature = "cuda"))]
     Err(Error::CudaNotCompiled)
@@ -193,7 +215,8 @@ pub fn gpu_use(ordinal: usize) -> Result<GpuUse> {
         use nvml_wrapper::enums::device::UsedGpuMemory;
         driver()?;
         let fail = |op: &str, e: String| Error::Cuda { op: op.into(), reason: e };
-        let dev = cudarc::driver::result::device::get(ordinal as i32).map_err(|e| fail("cuDeviceGet", e.to_string()))?;
+        let dev =
+            cudarc::driver::result::device::get(ordinal as i32).map_err(|e| fail("cuDeviceGet", e.to_string()))?;
         let mut bus = [0 as std::ffi::c_char; 32];
         // SAFETY: writes at most `bus.len()` bytes, NUL-terminated.
         let r = unsafe { cudarc::driver::sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as i32, dev) };
@@ -203,8 +226,11 @@ pub fn gpu_use(ordinal: usize) -> Result<GpuUse> {
         // SAFETY: NUL-terminated by the driver.
         let bus = unsafe { std::ffi::CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
         let nvml = nvml().ok_or_else(|| fail("loading libnvidia-ml.so", "NVML not available".into()))?;
-        let device = nvml.device_by_pci_bus_id(bus.as_str()).map_err(|e| fail("nvmlDeviceGetHandleByPciBusId", e.to_string()))?;
-        let utilization_pct = device.utilization_rates().map_err(|e| fail("nvmlDeviceGetUtilizationRates", e.to_string()))?.gpu;
+        let device = nvml
+            .device_by_pci_bus_id(bus.as_str())
+            .map_err(|e| fail("nvmlDeviceGetHandleByPciBusId", e.to_string()))?;
+        let utilization_pct =
+            device.utilization_rates().map_err(|e| fail("nvmlDeviceGetUtilizationRates", e.to_string()))?.gpu;
         let me = std::process::id();
         let process_bytes = device.running_compute_processes().ok().and_then(|ps| {
             ps.into_iter().find(|p| p.pid == me).and_then(|p| match p.used_gpu_memory {
@@ -230,6 +256,9 @@ mod tests {
         assert!(check_driver(CUDA_BINDING_VERSION).is_ok());
         assert!(check_driver(13000).is_ok());
         let e = check_driver(12040).unwrap_err().to_string();
-        assert!(e.contains("CUDA 12.4") && e.contains("12.8") && e.contains("update the driver") && !e.contains('\n'), "{e}");
+        assert!(
+            e.contains("CUDA 12.4") && e.contains("12.8") && e.contains("update the driver") && !e.contains('\n'),
+            "{e}"
+        );
     }
 }

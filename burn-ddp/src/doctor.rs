@@ -69,7 +69,13 @@ pub fn run(config: &DoctorConfig, var: &dyn Fn(&str) -> Option<String>) -> Vec<C
 fn master_addr(config: &DoctorConfig) -> Check {
     let addrs: Vec<_> = match (config.master_addr.as_str(), config.master_port).to_socket_addrs() {
         Ok(a) => a.collect(),
-        Err(e) => return check("MASTER_ADDR", Status::Fail, format!("`{}` does not resolve ({e}); give node 0's host name or IP", config.master_addr)),
+        Err(e) => {
+            return check(
+                "MASTER_ADDR",
+                Status::Fail,
+                format!("`{}` does not resolve ({e}); give node 0's host name or IP", config.master_addr),
+            );
+        }
     };
     let loopback = addrs.iter().all(|a| a.ip().is_loopback());
     let shown = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
@@ -77,7 +83,10 @@ fn master_addr(config: &DoctorConfig) -> Check {
         return check(
             "MASTER_ADDR",
             Status::Fail,
-            format!("`{}` is loopback ({shown}) but --nnodes is {}: every node would wait for itself; give node 0's address on the network", config.master_addr, config.nnodes),
+            format!(
+                "`{}` is loopback ({shown}) but --nnodes is {}: every node would wait for itself; give node 0's address on the network",
+                config.master_addr, config.nnodes
+            ),
         );
     }
     check("MASTER_ADDR", Status::Pass, format!("{} resolves to {shown}", config.master_addr))
@@ -87,14 +96,29 @@ fn master_port(config: &DoctorConfig) -> Check {
     let port = config.master_port;
     if config.node_rank == 0 {
         return match TcpListener::bind(("0.0.0.0", port)) {
-            Ok(_) => check("MASTER_PORT", Status::Pass, format!("{port} is free on this node (node 0 runs the store there)")),
-            Err(e) => check("MASTER_PORT", Status::Fail, format!("{port} cannot be bound here ({e}): another job or a leftover rank holds it; stop it or choose another --master-port")),
+            Ok(_) => {
+                check("MASTER_PORT", Status::Pass, format!("{port} is free on this node (node 0 runs the store there)"))
+            }
+            Err(e) => check(
+                "MASTER_PORT",
+                Status::Fail,
+                format!(
+                    "{port} cannot be bound here ({e}): another job or a leftover rank holds it; stop it or choose another --master-port"
+                ),
+            ),
         };
     }
     let addr = (config.master_addr.as_str(), port).to_socket_addrs().ok().and_then(|mut a| a.next());
     match addr.map(|a| TcpStream::connect_timeout(&a, Duration::from_secs(3))) {
         Some(Ok(_)) => check("MASTER_PORT", Status::Pass, format!("{}:{port} accepts connections", config.master_addr)),
-        Some(Err(e)) => check("MASTER_PORT", Status::Warn, format!("{}:{port} does not answer ({e}): start node 0 first; if it runs, a firewall blocks the port", config.master_addr)),
+        Some(Err(e)) => check(
+            "MASTER_PORT",
+            Status::Warn,
+            format!(
+                "{}:{port} does not answer ({e}): start node 0 first; if it runs, a firewall blocks the port",
+                config.master_addr
+            ),
+        ),
         None => check("MASTER_PORT", Status::Fail, format!("{} does not resolve", config.master_addr)),
     }
 }
@@ -104,7 +128,13 @@ fn gpus(config: &DoctorConfig, var: &dyn Fn(&str) -> Option<String>) -> Vec<Chec
     let visible = var("CUDA_VISIBLE_DEVICES").map_or(String::new(), |v| format!(" (CUDA_VISIBLE_DEVICES={v})"));
     let count = match device::cuda_device_count() {
         Ok(n) => n,
-        Err(crate::Error::CudaNotCompiled) => return vec![check("GPUs", Status::Info, "this build has no CUDA (`--features cuda`): CPU ranks over TCP only")],
+        Err(crate::Error::CudaNotCompiled) => {
+            return vec![check(
+                "GPUs",
+                Status::Info,
+                "this build has no CUDA (`--features cuda`): CPU ranks over TCP only",
+            )];
+        }
         Err(e) => return vec![check("GPUs", Status::Warn, format!("{e}: ranks will train on CPUs"))],
     };
     let names: Vec<String> = (0..count).map(|i| device::gpu_name(i).unwrap_or_else(|e| e.to_string())).collect();
@@ -112,16 +142,27 @@ fn gpus(config: &DoctorConfig, var: &dyn Fn(&str) -> Option<String>) -> Vec<Chec
         check(
             "GPUs",
             Status::Fail,
-            format!("--nproc-per-node {} but {count} GPU(s) visible{visible}: local ranks ≥ {count} would fail with `invalid device ordinal`; lower --nproc-per-node", config.nproc_per_node),
+            format!(
+                "--nproc-per-node {} but {count} GPU(s) visible{visible}: local ranks ≥ {count} would fail with `invalid device ordinal`; lower --nproc-per-node",
+                config.nproc_per_node
+            ),
         )
     } else {
         check("GPUs", Status::Pass, format!("{count} visible{visible}: {}", names.join(", ")))
     }];
     out.push(match device::driver_version() {
-        Ok(v) if v < device::CUDA_BINDING_VERSION => {
-            check("CUDA driver", Status::Warn, format!("{} < the bindings' {}: update the driver if a CUDA call fails", cuda(v), cuda(device::CUDA_BINDING_VERSION)))
+        Ok(v) if v < device::CUDA_BINDING_VERSION => check(
+            "CUDA driver",
+            Status::Warn,
+            format!(
+                "{} < the bindings' {}: update the driver if a CUDA call fails",
+                cuda(v),
+                cuda(device::CUDA_BINDING_VERSION)
+            ),
+        ),
+        Ok(v) => {
+            check("CUDA driver", Status::Pass, format!("{} (bindings {})", cuda(v), cuda(device::CUDA_BINDING_VERSION)))
         }
-        Ok(v) => check("CUDA driver", Status::Pass, format!("{} (bindings {})", cuda(v), cuda(device::CUDA_BINDING_VERSION))),
         Err(e) => check("CUDA driver", Status::Fail, e.to_string()),
     });
     out.push(match device::nccl_version() {
@@ -140,12 +181,24 @@ fn peer_access(n: usize) -> Check {
     if n < 2 {
         return check("P2P", Status::Info, "fewer than two local GPUs: nothing to check");
     }
-    let pairs: Vec<(usize, usize)> = (0..n).flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b))).collect();
-    let missing: Vec<String> = pairs.iter().filter(|&&(a, b)| !device::can_access_peer(a, b).unwrap_or(false)).map(|(a, b)| format!("{a}→{b}")).collect();
+    let pairs: Vec<(usize, usize)> =
+        (0..n).flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b))).collect();
+    let missing: Vec<String> = pairs
+        .iter()
+        .filter(|&&(a, b)| !device::can_access_peer(a, b).unwrap_or(false))
+        .map(|(a, b)| format!("{a}→{b}"))
+        .collect();
     if missing.is_empty() {
         check("P2P", Status::Pass, format!("every pair of GPUs 0..{} can access each other directly", n - 1))
     } else {
-        check("P2P", Status::Warn, format!("no direct access {}: NCCL goes through host memory there (slower); check the topology with `nvidia-smi topo -m`", missing.join(", ")))
+        check(
+            "P2P",
+            Status::Warn,
+            format!(
+                "no direct access {}: NCCL goes through host memory there (slower); check the topology with `nvidia-smi topo -m`",
+                missing.join(", ")
+            ),
+        )
     }
 }
 
@@ -165,7 +218,10 @@ fn variables(var: &dyn Fn(&str) -> Option<String>) -> Check {
         "BURN_DDP_TOKEN",
         "CUDA_VISIBLE_DEVICES",
     ];
-    let set: Vec<String> = NAMES.iter().filter_map(|n| var(n).map(|v| if *n == "BURN_DDP_TOKEN" { format!("{n}=(set)") } else { format!("{n}={v}") })).collect();
+    let set: Vec<String> = NAMES
+        .iter()
+        .filter_map(|n| var(n).map(|v| if *n == "BURN_DDP_TOKEN" { format!("{n}=(set)") } else { format!("{n}={v}") }))
+        .collect();
     let mut warnings = Vec::new();
     if var("NCCL_P2P_DISABLE").is_some_and(|v| v == "1") {
         warnings.push("NCCL_P2P_DISABLE=1 sends GPU-to-GPU traffic through host memory (several times slower): unset it unless a hang needs it");
@@ -190,19 +246,36 @@ pub fn tcp_all_reduce(ranks: usize, mib: usize) -> Check {
     let n = mib * (1 << 20) / 4;
     let results: Vec<crate::Result<(f64, bool)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..ranks).map(|rank| s.spawn(move || one_rank(rank, ranks, port, n))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(crate::Error::Env { name: "all-reduce", reason: "a rank panicked".into() }))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(crate::Error::Env { name: "all-reduce", reason: "a rank panicked".into() }))
+            })
+            .collect()
     });
     let mut worst = 0.0f64;
     for r in results {
         match r {
-            Ok((_, false)) => return check("all-reduce", Status::Fail, "wrong sum: the TCP ring is broken; report this"),
+            Ok((_, false)) => {
+                return check("all-reduce", Status::Fail, "wrong sum: the TCP ring is broken; report this");
+            }
             Ok((secs, true)) => worst = worst.max(secs),
-            Err(e) => return check("all-reduce", Status::Fail, format!("{e}: local ranks cannot talk over loopback TCP")),
+            Err(e) => {
+                return check("all-reduce", Status::Fail, format!("{e}: local ranks cannot talk over loopback TCP"));
+            }
         }
     }
     // Bus bandwidth, as nccl-tests report it: 2 (n − 1) / n of the buffer crosses each link.
     let bus = 2.0 * (ranks - 1) as f64 / ranks as f64 * (n * 4) as f64 / worst / 1e9;
-    check("all-reduce", Status::Pass, format!("TCP ring of {ranks} local ranks, {mib} MiB f32: {:.1} ms, bus bandwidth {bus:.2} GB/s, sum correct", worst * 1e3))
+    check(
+        "all-reduce",
+        Status::Pass,
+        format!(
+            "TCP ring of {ranks} local ranks, {mib} MiB f32: {:.1} ms, bus bandwidth {bus:.2} GB/s, sum correct",
+            worst * 1e3
+        ),
+    )
 }
 
 fn one_rank(rank: usize, world: usize, port: u16, n: usize) -> crate::Result<(f64, bool)> {
@@ -247,10 +320,18 @@ fn firewall(config: &DoctorConfig) -> Check {
     let port = config.master_port;
     let stores = match (config.nnodes, port.checked_add(1)) {
         (1, _) => format!("TCP {port} (the store)"),
-        (_, Some(next)) => format!("TCP {port} (the ranks' store) and {next} (the launchers' store; under torchrun, torchrun's store and ours)"),
-        (_, None) => format!("TCP {port} (the store); --master-port 65535 leaves no port for the launchers' store: pick a lower one"),
+        (_, Some(next)) => format!(
+            "TCP {port} (the ranks' store) and {next} (the launchers' store; under torchrun, torchrun's store and ours)"
+        ),
+        (_, None) => format!(
+            "TCP {port} (the store); --master-port 65535 leaves no port for the launchers' store: pick a lower one"
+        ),
     };
-    check("firewall", Status::Info, format!("open {stores} on node 0, and the ephemeral ports between all nodes (TCP ring, NCCL's sockets)"))
+    check(
+        "firewall",
+        Status::Info,
+        format!("open {stores} on node 0, and the ephemeral ports between all nodes (TCP ring, NCCL's sockets)"),
+    )
 }
 
 #[cfg(test)]
@@ -266,7 +347,14 @@ mod tests {
     }
 
     fn config() -> DoctorConfig {
-        DoctorConfig { nnodes: 1, node_rank: 0, nproc_per_node: 2, master_addr: "127.0.0.1".into(), master_port: 0, all_reduce_mib: 1 }
+        DoctorConfig {
+            nnodes: 1,
+            node_rank: 0,
+            nproc_per_node: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: 0,
+            all_reduce_mib: 1,
+        }
     }
 
     #[test]
@@ -276,7 +364,10 @@ mod tests {
         let c = master_addr(&multi);
         assert_eq!(c.status, Status::Fail);
         assert!(c.detail.contains("loopback"), "{c:?}");
-        assert_eq!(master_addr(&DoctorConfig { master_addr: "no-such-host.invalid".into(), ..config() }).status, Status::Fail);
+        assert_eq!(
+            master_addr(&DoctorConfig { master_addr: "no-such-host.invalid".into(), ..config() }).status,
+            Status::Fail
+        );
     }
 
     #[test]
@@ -289,7 +380,8 @@ mod tests {
         assert_eq!(master_port(&DoctorConfig { master_port: port, ..config() }).status, Status::Pass);
         // Another node asks whether node 0 listens.
         let listening = TcpListener::bind("127.0.0.1:0").unwrap();
-        let other = DoctorConfig { node_rank: 1, nnodes: 2, master_port: listening.local_addr().unwrap().port(), ..config() };
+        let other =
+            DoctorConfig { node_rank: 1, nnodes: 2, master_port: listening.local_addr().unwrap().port(), ..config() };
         assert_eq!(master_port(&other).status, Status::Pass);
     }
 

@@ -47,7 +47,9 @@ pub enum Error {
         reason: String,
     },
     /// A listening port is taken.
-    #[error("port {port} on {addr} is already in use; pick another MASTER_PORT or use --standalone (or another process is rank 0 already: two nodes given the same --node-rank?)")]
+    #[error(
+        "port {port} on {addr} is already in use; pick another MASTER_PORT or use --standalone (or another process is rank 0 already: two nodes given the same --node-rank?)"
+    )]
     PortInUse {
         /// The address.
         addr: String,

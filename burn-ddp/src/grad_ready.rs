@@ -69,14 +69,19 @@ impl Scope {
     /// # Errors
     /// [`Error::Unsupported`] when `AB` is not burn's `Autodiff<_>` (with or without balanced
     /// checkpointing), or when a scope is already open on this thread.
-    pub fn enter<AB: AutodiffBackend>(sink: Arc<dyn GradSink<AB::InnerBackend>>, slots: Arc<HashMap<ParamId, usize>>) -> Result<Self> {
+    pub fn enter<AB: AutodiffBackend>(
+        sink: Arc<dyn GradSink<AB::InnerBackend>>,
+        slots: Arc<HashMap<ParamId, usize>>,
+    ) -> Result<Self> {
         let hook = hook_for::<AB>()?;
         let uses = Arc::new(Mutex::new(vec![0; slots.values().max().map_or(0, |m| m + 1)]));
         let sink: Arc<dyn Any + Send + Sync> = Arc::new(sink);
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             if a.is_some() {
-                return Err(Error::Unsupported { what: "two gradient-hook scopes on one thread (one DDP step at a time per thread)".into() });
+                return Err(Error::Unsupported {
+                    what: "two gradient-hook scopes on one thread (one DDP step at a time per thread)".into(),
+                });
             }
             *a = Some(Active { hook, sink, slots, uses: uses.clone() });
             Ok(())
@@ -104,7 +109,10 @@ pub fn active() -> bool {
 /// `param.val()`, through the gradient hook when a [`Scope`] for this backend is open on the
 /// thread and knows the parameter. `anchor` is the input of the operation that uses the
 /// parameter (it orders the notification right after that operation's backward).
-pub fn param_val<B: Backend, const D: usize, const DA: usize>(param: &Param<Tensor<B, D>>, anchor: &Tensor<B, DA>) -> Tensor<B, D> {
+pub fn param_val<B: Backend, const D: usize, const DA: usize>(
+    param: &Param<Tensor<B, D>>,
+    anchor: &Tensor<B, DA>,
+) -> Tensor<B, D> {
     let value = param.val();
     if !value.is_require_grad() {
         return value;
@@ -115,7 +123,12 @@ pub fn param_val<B: Backend, const D: usize, const DA: usize>(param: &Param<Tens
         let active = a.as_ref()?;
         let (slot, hook) = (*active.slots.get(&param.id)?, active.hook.downcast_ref::<HookFn<B>>()?);
         active.uses.lock().unwrap_or_else(|p| p.into_inner())[slot] += 1;
-        Some(hook(value.clone().into_primitive().tensor(), anchor.clone().into_primitive().tensor(), &active.sink, slot))
+        Some(hook(
+            value.clone().into_primitive().tensor(),
+            anchor.clone().into_primitive().tensor(),
+            &active.sink,
+            slot,
+        ))
     });
     match hooked {
         Some(out) => Tensor::from_primitive(TensorPrimitive::Float(out)),
@@ -169,12 +182,22 @@ fn hook_autodiff<B: Backend, C: CheckpointStrategy>(
 fn hook_for<AB: AutodiffBackend>() -> Result<Arc<dyn Any + Send + Sync>> {
     let ty = TypeId::of::<AB>();
     if ty == TypeId::of::<Autodiff<AB::InnerBackend, NoCheckpointing>>() {
-        return Ok(Arc::new(hook_autodiff::<AB::InnerBackend, NoCheckpointing> as HookFn<Autodiff<AB::InnerBackend, NoCheckpointing>>));
+        return Ok(Arc::new(
+            hook_autodiff::<AB::InnerBackend, NoCheckpointing> as HookFn<Autodiff<AB::InnerBackend, NoCheckpointing>>,
+        ));
     }
     if ty == TypeId::of::<Autodiff<AB::InnerBackend, BalancedCheckpointing>>() {
-        return Ok(Arc::new(hook_autodiff::<AB::InnerBackend, BalancedCheckpointing> as HookFn<Autodiff<AB::InnerBackend, BalancedCheckpointing>>));
+        return Ok(Arc::new(
+            hook_autodiff::<AB::InnerBackend, BalancedCheckpointing>
+                as HookFn<Autodiff<AB::InnerBackend, BalancedCheckpointing>>,
+        ));
     }
-    Err(Error::Unsupported { what: format!("gradient hooks on backend {}: they need burn_autodiff::Autodiff<_>", std::any::type_name::<AB>()) })
+    Err(Error::Unsupported {
+        what: format!(
+            "gradient hooks on backend {}: they need burn_autodiff::Autodiff<_>",
+            std::any::type_name::<AB>()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -189,7 +212,10 @@ mod tests {
 
     impl GradSink<Flex> for Record {
         fn ready(&self, slot: usize, grad: FloatTensor<Flex>) {
-            self.0.lock().unwrap().push((slot, Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(grad)).into_data().to_vec().unwrap()));
+            self.0.lock().unwrap().push((
+                slot,
+                Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(grad)).into_data().to_vec().unwrap(),
+            ));
         }
     }
 

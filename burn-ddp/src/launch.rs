@@ -38,7 +38,17 @@ pub struct LaunchConfig {
 
 impl Default for LaunchConfig {
     fn default() -> Self {
-        Self { nproc_per_node: 1, nnodes: 1, node_rank: 0, master_addr: "127.0.0.1".into(), master_port: 29500, max_restarts: 0, program: Vec::new(), grace: Duration::from_secs(3), timeout: None }
+        Self {
+            nproc_per_node: 1,
+            nnodes: 1,
+            node_rank: 0,
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            max_restarts: 0,
+            program: Vec::new(),
+            grace: Duration::from_secs(3),
+            timeout: None,
+        }
     }
 }
 
@@ -111,7 +121,8 @@ fn spawn_group(config: &LaunchConfig, port: u16, attempt: usize) -> Result<Ranks
             cmd.process_group(0);
         }
         die_with_launcher(&mut cmd);
-        let mut child = cmd.spawn().map_err(|e| Error::io(format!("starting `{}` for rank {rank}", config.program[0]), e))?;
+        let mut child =
+            cmd.spawn().map_err(|e| Error::io(format!("starting `{}` for rank {rank}", config.program[0]), e))?;
         pumps.push(pump(child.stdout.take().expect("piped"), rank, false));
         pumps.push(pump(child.stderr.take().expect("piped"), rank, true));
         children.push((rank, child));
@@ -149,7 +160,12 @@ fn die_with_launcher(_: &mut Command) {}
 fn signal_groups(children: &[(usize, Child)], signal: &str) {
     #[cfg(unix)]
     for (_, c) in children {
-        let _ = Command::new("kill").arg(format!("-{signal}")).arg("--").arg(format!("-{}", c.id())).stderr(Stdio::null()).status();
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg("--")
+            .arg(format!("-{}", c.id()))
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
@@ -181,7 +197,12 @@ fn remote_failure(link: Option<(&NodeLink, usize)>, poll: usize) -> Option<(usiz
     link.filter(|_| poll.is_multiple_of(5)).and_then(|(l, round)| l.failure(round))
 }
 
-fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: Duration, link: Option<(&NodeLink, usize)>) -> Outcome {
+fn supervise(
+    children: &mut [(usize, Child)],
+    interrupted: &AtomicBool,
+    grace: Duration,
+    link: Option<(&NodeLink, usize)>,
+) -> Outcome {
     let mut done = vec![false; children.len()];
     for poll in 0.. {
         if interrupted.load(Ordering::SeqCst) {
@@ -222,7 +243,10 @@ fn supervise(children: &mut [(usize, Child)], interrupted: &AtomicBool, grace: D
 /// How long the launchers wait for each other: `--timeout-s`, else `BURN_DDP_TIMEOUT_S` (the
 /// ranks' time-out), else 300 s.
 fn agent_timeout(config: &LaunchConfig) -> Duration {
-    let env = std::env::var("BURN_DDP_TIMEOUT_S").ok().and_then(|v| v.trim().parse::<f64>().ok()).filter(|s| *s > 0.0 && s.is_finite());
+    let env = std::env::var("BURN_DDP_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && s.is_finite());
     config.timeout.unwrap_or_else(|| Duration::from_secs_f64(env.unwrap_or(300.0)))
 }
 
@@ -233,10 +257,16 @@ fn agent_timeout(config: &LaunchConfig) -> Duration {
 /// When the program cannot be started or the settings are inconsistent.
 pub fn launch(config: &LaunchConfig, interrupted: Arc<AtomicBool>) -> Result<i32> {
     if config.program.is_empty() {
-        return Err(Error::Env { name: "PROGRAM", reason: "no program given; usage: burn-ddp launch --nproc-per-node N -- PROGRAM ARGS...".into() });
+        return Err(Error::Env {
+            name: "PROGRAM",
+            reason: "no program given; usage: burn-ddp launch --nproc-per-node N -- PROGRAM ARGS...".into(),
+        });
     }
     if config.nproc_per_node == 0 || config.nnodes == 0 || config.node_rank >= config.nnodes {
-        return Err(Error::Env { name: "--nproc-per-node/--nnodes/--node-rank", reason: format!("got {}/{}/{}", config.nproc_per_node, config.nnodes, config.node_rank) });
+        return Err(Error::Env {
+            name: "--nproc-per-node/--nnodes/--node-rank",
+            reason: format!("got {}/{}/{}", config.nproc_per_node, config.nnodes, config.node_rank),
+        });
     }
     let port = if config.master_port == 0 { free_port()? } else { config.master_port };
     let link = match config.nnodes {
@@ -263,7 +293,11 @@ pub fn launch(config: &LaunchConfig, interrupted: Arc<AtomicBool>) -> Result<i32
                 return Ok(code);
             }
             Outcome::Failed { rank, code } => {
-                log::warn!("rank {rank} failed with exit code {code}; restarting the group ({}/{})", attempt + 1, config.max_restarts);
+                log::warn!(
+                    "rank {rank} failed with exit code {code}; restarting the group ({}/{})",
+                    attempt + 1,
+                    config.max_restarts
+                );
             }
         }
     }

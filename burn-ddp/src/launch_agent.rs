@@ -28,7 +28,10 @@ impl NodeLink {
     /// # Errors
     /// When the port is taken on node 0, or node 0 cannot be reached within `timeout`.
     pub fn join(master_addr: &str, port: u16, (nnodes, node_rank): (usize, usize), timeout: Duration) -> Result<Self> {
-        let port = port.checked_add(1).ok_or(Error::Env { name: "--master-port", reason: "65535 leaves no port for the launchers' store (it uses --master-port + 1)".into() })?;
+        let port = port.checked_add(1).ok_or(Error::Env {
+            name: "--master-port",
+            reason: "65535 leaves no port for the launchers' store (it uses --master-port + 1)".into(),
+        })?;
         let token = std::env::var("BURN_DDP_TOKEN").ok();
         let server = match node_rank {
             0 => Some(StoreServer::bind("0.0.0.0", port, token.clone()).map_err(|e| match e {
@@ -42,7 +45,10 @@ impl NodeLink {
         };
         let store = TcpStore::connect(master_addr, port, token.as_deref(), timeout)?;
         if store.add(&format!("burn-ddp-launch/node{node_rank}"), 1)? > 1 {
-            return Err(Error::Env { name: "--node-rank", reason: format!("node {node_rank} joined twice: give every node its own --node-rank in 0..{nnodes}") });
+            return Err(Error::Env {
+                name: "--node-rank",
+                reason: format!("node {node_rank} joined twice: give every node its own --node-rank in 0..{nnodes}"),
+            });
         }
         Ok(Self { _server: server, store, nnodes, node_rank, timeout })
     }

@@ -69,12 +69,18 @@ pub fn launched(var: &dyn Fn(&str) -> Option<String>) -> bool {
 /// `BURN_DDP_RESTART_COUNT`, torchrun's `TORCHELASTIC_RESTART_COUNT`, or Slurm's
 /// `SLURM_RESTART_COUNT` (a requeued job), the first one set; malformed values count as 0.
 pub fn restart_count(var: &dyn Fn(&str) -> Option<String>) -> u64 {
-    ["BURN_DDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"].iter().find_map(|v| var(v)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    ["BURN_DDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"]
+        .iter()
+        .find_map(|v| var(v))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn parse<T: std::str::FromStr>(var: &dyn Fn(&str) -> Option<String>, name: &'static str) -> Result<Option<T>> {
     match var(name) {
-        Some(v) => v.trim().parse().map(Some).map_err(|_| Error::Env { name, reason: format!("`{v}` is not a valid value") }),
+        Some(v) => {
+            v.trim().parse().map(Some).map_err(|_| Error::Env { name, reason: format!("`{v}` is not a valid value") })
+        }
         None => Ok(None),
     }
 }
@@ -91,16 +97,28 @@ pub fn detect(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<JobPlace>> 
     let port = |default: Option<u16>| -> Result<u16> {
         match parse::<u16>(var, "MASTER_PORT")? {
             Some(p) => Ok(p),
-            None => default.ok_or(Error::Env { name: "MASTER_PORT", reason: "not set; start the program with `burn-ddp launch` or torchrun, or set it yourself".into() }),
+            None => default.ok_or(Error::Env {
+                name: "MASTER_PORT",
+                reason: "not set; start the program with `burn-ddp launch` or torchrun, or set it yourself".into(),
+            }),
         }
     };
     if var("RANK").is_some() {
         let rank: usize = required(var, "RANK", "")?;
         let world_size: usize = required(var, "WORLD_SIZE", "RANK is set, so WORLD_SIZE must be too")?;
         let master_addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-        let (local_rank, local_world_size) = (parse(var, "LOCAL_RANK")?.unwrap_or(rank), parse(var, "LOCAL_WORLD_SIZE")?.unwrap_or(world_size));
+        let (local_rank, local_world_size) =
+            (parse(var, "LOCAL_RANK")?.unwrap_or(rank), parse(var, "LOCAL_WORLD_SIZE")?.unwrap_or(world_size));
         let master_port = beside_agent_store(var, port(None)?)?;
-        return Ok(Some(JobPlace { source: EnvSource::Torchrun, rank, world_size, local_rank, local_world_size, master_addr, master_port }));
+        return Ok(Some(JobPlace {
+            source: EnvSource::Torchrun,
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            master_addr,
+            master_port,
+        }));
     }
     if var("SLURM_PROCID").is_some() {
         return slurm(var, port(Some(29500))?).map(Some);
@@ -116,7 +134,11 @@ fn beside_agent_store(var: &dyn Fn(&str) -> Option<String>, port: u16) -> Result
     if !var("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return Ok(port);
     }
-    port.checked_add(1).ok_or(Error::Env { name: "MASTER_PORT", reason: "65535 is torchrun's store; our store needs the port after it: give torchrun a lower --master-port".into() })
+    port.checked_add(1).ok_or(Error::Env {
+        name: "MASTER_PORT",
+        reason: "65535 is torchrun's store; our store needs the port after it: give torchrun a lower --master-port"
+            .into(),
+    })
 }
 
 fn slurm(var: &dyn Fn(&str) -> Option<String>, master_port: u16) -> Result<JobPlace> {
@@ -126,13 +148,17 @@ fn slurm(var: &dyn Fn(&str) -> Option<String>, master_port: u16) -> Result<JobPl
     // "4" or "4(x2),2": the tasks on the first nodes; the count for this node is not needed
     // beyond checking LOCAL ranks, so the largest per-node count bounds it.
     let per_node = var("SLURM_NTASKS_PER_NODE").or_else(|| var("SLURM_TASKS_PER_NODE"));
-    let local_world_size = per_node.as_deref().and_then(|s| s.split(',').filter_map(|p| p.split('(').next()?.trim().parse::<usize>().ok()).max()).unwrap_or(world_size);
+    let local_world_size = per_node
+        .as_deref()
+        .and_then(|s| s.split(',').filter_map(|p| p.split('(').next()?.trim().parse::<usize>().ok()).max())
+        .unwrap_or(world_size);
     let master_addr = match var("MASTER_ADDR") {
         Some(a) => a,
         None => {
-            let list = var("SLURM_JOB_NODELIST")
-                .or_else(|| var("SLURM_NODELIST"))
-                .ok_or(Error::Env { name: "MASTER_ADDR", reason: "not set, and no SLURM_JOB_NODELIST to take the first host from".into() })?;
+            let list = var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")).ok_or(Error::Env {
+                name: "MASTER_ADDR",
+                reason: "not set, and no SLURM_JOB_NODELIST to take the first host from".into(),
+            })?;
             first_host(&list)?
         }
     };
@@ -144,7 +170,11 @@ fn open_mpi(var: &dyn Fn(&str) -> Option<String>, master_port: u16) -> Result<Jo
         Some(r) => r,
         None => required(var, "PMIX_RANK", "")?,
     };
-    let world_size: usize = required(var, "OMPI_COMM_WORLD_SIZE", "the MPI launcher must set OMPI_COMM_WORLD_SIZE (or set RANK/WORLD_SIZE yourself)")?;
+    let world_size: usize = required(
+        var,
+        "OMPI_COMM_WORLD_SIZE",
+        "the MPI launcher must set OMPI_COMM_WORLD_SIZE (or set RANK/WORLD_SIZE yourself)",
+    )?;
     let local_rank: usize = parse(var, "OMPI_COMM_WORLD_LOCAL_RANK")?.unwrap_or(rank);
     let local_world_size: usize = parse(var, "OMPI_COMM_WORLD_LOCAL_SIZE")?.unwrap_or(world_size);
     let master_addr = match var("MASTER_ADDR") {
@@ -153,11 +183,21 @@ fn open_mpi(var: &dyn Fn(&str) -> Option<String>, master_port: u16) -> Result<Jo
         None => {
             return Err(Error::Env {
                 name: "MASTER_ADDR",
-                reason: format!("not set, and the {world_size} MPI ranks span several nodes; export MASTER_ADDR=<rank 0's host> (e.g. mpirun -x MASTER_ADDR=...)"),
+                reason: format!(
+                    "not set, and the {world_size} MPI ranks span several nodes; export MASTER_ADDR=<rank 0's host> (e.g. mpirun -x MASTER_ADDR=...)"
+                ),
             });
         }
     };
-    Ok(JobPlace { source: EnvSource::OpenMpi, rank, world_size, local_rank, local_world_size, master_addr, master_port })
+    Ok(JobPlace {
+        source: EnvSource::OpenMpi,
+        rank,
+        world_size,
+        local_rank,
+        local_world_size,
+        master_addr,
+        master_port,
+    })
 }
 
 /// The first host of a Slurm node list: `gpu[01-04,07],cpu3` → `gpu01`, `a,b` → `a`.
@@ -205,7 +245,14 @@ mod tests {
 
     #[test]
     fn slurm_node_lists() {
-        for (list, first) in [("gpu[01-04,07]", "gpu01"), ("gpu07", "gpu07"), ("a,b,c", "a"), ("node[3,5-6],other[1-2]", "node3"), ("rack[2-3]-gpu", "rack2-gpu"), ("n[010-012]", "n010")] {
+        for (list, first) in [
+            ("gpu[01-04,07]", "gpu01"),
+            ("gpu07", "gpu07"),
+            ("a,b,c", "a"),
+            ("node[3,5-6],other[1-2]", "node3"),
+            ("rack[2-3]-gpu", "rack2-gpu"),
+            ("n[010-012]", "n010"),
+        ] {
             assert_eq!(first_host(list).unwrap(), first, "{list}");
         }
         for bad in ["", "gpu[01-04", "gpu[]", "[1-2]x"] {
@@ -215,10 +262,21 @@ mod tests {
 
     #[test]
     fn torchrun_variables_come_first() {
-        let e =
-            env(&[("RANK", "3"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "2"), ("MASTER_ADDR", "h0"), ("MASTER_PORT", "29400"), ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "9")]);
+        let e = env(&[
+            ("RANK", "3"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h0"),
+            ("MASTER_PORT", "29400"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "9"),
+        ]);
         let p = detect(&e).unwrap().unwrap();
-        assert_eq!((p.source, p.rank, p.world_size, p.local_rank, p.local_world_size, p.master_addr.as_str(), p.master_port), (EnvSource::Torchrun, 3, 4, 1, 2, "h0", 29400));
+        assert_eq!(
+            (p.source, p.rank, p.world_size, p.local_rank, p.local_world_size, p.master_addr.as_str(), p.master_port),
+            (EnvSource::Torchrun, 3, 4, 1, 2, "h0", 29400)
+        );
         let missing_port = detect(&env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap_err().to_string();
         assert!(missing_port.contains("MASTER_PORT"), "{missing_port}");
     }
@@ -226,31 +284,53 @@ mod tests {
     #[test]
     fn under_torchruns_agent_store_our_store_takes_the_next_port() {
         let base = [("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "36039")];
-        let with = |extra: (&'static str, &'static str)| detect(&env(&[base[0], base[1], base[2], extra])).map(|p| p.unwrap().master_port);
+        let with = |extra: (&'static str, &'static str)| {
+            detect(&env(&[base[0], base[1], base[2], extra])).map(|p| p.unwrap().master_port)
+        };
         assert_eq!(with(("TORCHELASTIC_USE_AGENT_STORE", "True")).unwrap(), 36040);
         assert_eq!(with(("TORCHELASTIC_USE_AGENT_STORE", "False")).unwrap(), 36039);
         assert_eq!(with(("LOCAL_RANK", "0")).unwrap(), 36039);
-        let top = detect(&env(&[base[0], base[1], ("MASTER_PORT", "65535"), ("TORCHELASTIC_USE_AGENT_STORE", "True")])).unwrap_err().to_string();
+        let top = detect(&env(&[base[0], base[1], ("MASTER_PORT", "65535"), ("TORCHELASTIC_USE_AGENT_STORE", "True")]))
+            .unwrap_err()
+            .to_string();
         assert!(top.contains("--master-port"), "{top}");
     }
 
     #[test]
     fn srun_gives_the_world_and_the_first_node() {
-        let e = env(&[("SLURM_PROCID", "5"), ("SLURM_NTASKS", "8"), ("SLURM_LOCALID", "1"), ("SLURM_NTASKS_PER_NODE", "4(x2)"), ("SLURM_NODEID", "1"), ("SLURM_JOB_NODELIST", "gpu[01-02]")]);
+        let e = env(&[
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS_PER_NODE", "4(x2)"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_JOB_NODELIST", "gpu[01-02]"),
+        ]);
         let p = detect(&e).unwrap().unwrap();
-        assert_eq!((p.source, p.rank, p.world_size, p.local_rank, p.local_world_size, p.master_addr.as_str(), p.master_port), (EnvSource::Slurm, 5, 8, 1, 4, "gpu01", 29500));
-        let without_list = detect(&env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_LOCALID", "0")])).unwrap_err().to_string();
+        assert_eq!(
+            (p.source, p.rank, p.world_size, p.local_rank, p.local_world_size, p.master_addr.as_str(), p.master_port),
+            (EnvSource::Slurm, 5, 8, 1, 4, "gpu01", 29500)
+        );
+        let without_list = detect(&env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_LOCALID", "0")]))
+            .unwrap_err()
+            .to_string();
         assert!(without_list.contains("MASTER_ADDR") && without_list.contains("SLURM_JOB_NODELIST"), "{without_list}");
     }
 
     #[test]
     fn mpirun_on_one_node_and_on_several() {
-        let one = env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")]);
+        let one = env(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ]);
         let p = detect(&one).unwrap().unwrap();
         assert_eq!((p.source, p.rank, p.world_size, p.master_addr.as_str()), (EnvSource::OpenMpi, 1, 2, "127.0.0.1"));
         let pmix = detect(&env(&[("PMIX_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "1")])).unwrap().unwrap();
         assert_eq!(pmix.rank, 0);
-        let spread = env(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")]);
+        let spread =
+            env(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "4"), ("OMPI_COMM_WORLD_LOCAL_SIZE", "2")]);
         let err = detect(&spread).unwrap_err().to_string();
         assert!(err.contains("MASTER_ADDR") && err.contains("span several nodes"), "{err}");
         assert!(detect(&env(&[])).unwrap().is_none() && !launched(&env(&[])));

@@ -84,7 +84,10 @@ struct DoctorArgs {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
     match Cli::parse().command {
         Cmd::Launch(a) => cmd_launch(a),
         Cmd::Doctor(a) => cmd_doctor(a),
@@ -95,14 +98,32 @@ fn cmd_doctor(a: DoctorArgs) {
     let var = |k: &str| std::env::var(k).ok();
     let master_addr = a.master_addr.or_else(|| var("MASTER_ADDR")).unwrap_or_else(|| "127.0.0.1".into());
     let master_port = a.master_port.or_else(|| var("MASTER_PORT").and_then(|p| p.parse().ok())).unwrap_or(29500);
-    let config = burn_ddp::doctor::DoctorConfig { nnodes: a.nnodes, node_rank: a.node_rank, nproc_per_node: a.nproc_per_node, master_addr, master_port, all_reduce_mib: a.all_reduce_mib };
+    let config = burn_ddp::doctor::DoctorConfig {
+        nnodes: a.nnodes,
+        node_rank: a.node_rank,
+        nproc_per_node: a.nproc_per_node,
+        master_addr,
+        master_port,
+        all_reduce_mib: a.all_reduce_mib,
+    };
     let checks = burn_ddp::doctor::run(&config, &var);
     print!("{}", burn_ddp::doctor::table(&checks));
     std::process::exit(i32::from(checks.iter().any(|c| c.status == burn_ddp::doctor::Status::Fail)));
 }
 
 fn cmd_launch(a: LaunchArgs) {
-    let LaunchArgs { nproc_per_node, nnodes, node_rank, master_addr, master_port, standalone, max_restarts, grace_s, timeout_s, program } = a;
+    let LaunchArgs {
+        nproc_per_node,
+        nnodes,
+        node_rank,
+        master_addr,
+        master_port,
+        standalone,
+        max_restarts,
+        grace_s,
+        timeout_s,
+        program,
+    } = a;
     if let Some(t) = timeout_s.filter(|t| !(*t > 0.0 && t.is_finite())) {
         eprintln!("error: --timeout-s {t}: give a positive number of seconds");
         std::process::exit(2);
@@ -143,13 +164,21 @@ fn node_problem(nnodes: usize, node_rank: usize, master_addr: Option<&str>, stan
         return Some("--nnodes must be at least 1".into());
     }
     if node_rank >= nnodes {
-        return Some(format!("--node-rank {node_rank} is outside --nnodes {nnodes}: number the nodes 0..{}", nnodes - 1));
+        return Some(format!(
+            "--node-rank {node_rank} is outside --nnodes {nnodes}: number the nodes 0..{}",
+            nnodes - 1
+        ));
     }
     if nnodes > 1 && standalone {
-        return Some("--standalone is for one node; with --nnodes > 1 give every node the same --master-addr and --master-port".into());
+        return Some(
+            "--standalone is for one node; with --nnodes > 1 give every node the same --master-addr and --master-port"
+                .into(),
+        );
     }
     if nnodes > 1 && master_addr.is_none() {
-        return Some(format!("--nnodes {nnodes} needs --master-addr: the host of node 0, reachable from every node (127.0.0.1 would make each node wait for itself)"));
+        return Some(format!(
+            "--nnodes {nnodes} needs --master-addr: the host of node 0, reachable from every node (127.0.0.1 would make each node wait for itself)"
+        ));
     }
     None
 }

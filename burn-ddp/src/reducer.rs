@@ -43,7 +43,11 @@ pub(crate) struct Slot {
 /// Parameters (in registration order) → slots and buckets: slots in `order` (registration
 /// indices; by default reverse registration order, since the last layers' gradients are final
 /// first), cut into a new bucket when one would pass `bucket_bytes` (f32 gradients).
-pub(crate) fn plan(params: &[(ParamId, Vec<usize>)], bucket_bytes: usize, order: Option<&[usize]>) -> (Vec<Slot>, Vec<Vec<usize>>) {
+pub(crate) fn plan(
+    params: &[(ParamId, Vec<usize>)],
+    bucket_bytes: usize,
+    order: Option<&[usize]>,
+) -> (Vec<Slot>, Vec<Vec<usize>>) {
     let reverse: Vec<usize> = (0..params.len()).rev().collect();
     let mut slots = Vec::with_capacity(params.len());
     let mut buckets: Vec<Vec<usize>> = Vec::new();
@@ -106,7 +110,11 @@ impl CommThread {
     }
 
     fn run(&self, job: Job) {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).send(job).expect("DDP's communication thread is alive while its DDP is");
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .expect("DDP's communication thread is alive while its DDP is");
     }
 }
 
@@ -181,9 +189,23 @@ pub(crate) struct StepReducer<B: Backend> {
 }
 
 impl<B: Backend> StepReducer<B> {
-    pub fn new(plan: Arc<Plan>, pg: Arc<dyn ProcessGroup>, route: Route, settings: Settings, device: B::Device) -> Self {
+    pub fn new(
+        plan: Arc<Plan>,
+        pg: Arc<dyn ProcessGroup>,
+        route: Route,
+        settings: Settings,
+        device: B::Device,
+    ) -> Self {
         let n = plan.slots.len();
-        let state = StepState { grads: vec![None; n], reported: vec![0; n], expected: vec![0; n], launched: 0, ready_order: Vec::new(), results: Vec::new(), operations: 0 };
+        let state = StepState {
+            grads: vec![None; n],
+            reported: vec![0; n],
+            expected: vec![0; n],
+            launched: 0,
+            ready_order: Vec::new(),
+            results: Vec::new(),
+            operations: 0,
+        };
         Self { plan, pg, route, settings, device, state: Mutex::new(state) }
     }
 
@@ -211,7 +233,9 @@ impl<B: Backend> StepReducer<B> {
 
     /// Launches, in order, every bucket whose gradients are all final.
     fn launch_ready(&self, s: &mut StepState<B>) {
-        while s.launched < self.plan.buckets.len() && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
+        while s.launched < self.plan.buckets.len()
+            && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i))
+        {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(s, b));
         }
@@ -243,7 +267,13 @@ impl<B: Backend> StepReducer<B> {
         let pending = match &self.route {
             Route::Device { .. } => {
                 s.operations += 2;
-                match tensor::all_reduce_bucket_on_device(self.pg.clone(), grads, presence.map(|p| p.into_primitive().tensor()), self.settings.wire, label) {
+                match tensor::all_reduce_bucket_on_device(
+                    self.pg.clone(),
+                    grads,
+                    presence.map(|p| p.into_primitive().tensor()),
+                    self.settings.wire,
+                    label,
+                ) {
                     Ok(bucket) => Pending::Device(bucket),
                     Err(e) => Pending::Failed(e),
                 }
@@ -267,9 +297,22 @@ impl<B: Backend> StepReducer<B> {
     /// collectives, on the communication thread when there is one. f32 gradients travel as
     /// their sum (averaged after), compressed ones pre-divided by the world and converted, with
     /// the presence counts in a collective of their own (they must stay exact).
-    fn launch_blocking(&self, s: &mut StepState<B>, b: usize, grads: Vec<FloatTensor<B>>, presence: Option<Tensor<B, 1>>, label: String) -> Receiver<Result<Vec<Tensor<B, 1>>>> {
+    fn launch_blocking(
+        &self,
+        s: &mut StepState<B>,
+        b: usize,
+        grads: Vec<FloatTensor<B>>,
+        presence: Option<Tensor<B, 1>>,
+        label: String,
+    ) -> Receiver<Result<Vec<Tensor<B, 1>>>> {
         s.operations += grads.len() + 1;
-        let flat = Tensor::cat(grads.into_iter().map(|g| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flatten::<B>(g)))).collect(), 0);
+        let flat = Tensor::cat(
+            grads
+                .into_iter()
+                .map(|g| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flatten::<B>(g))))
+                .collect(),
+            0,
+        );
         let payloads = match (self.settings.wire, presence) {
             (DType::F32, Some(p)) => {
                 s.operations += 1;
@@ -287,7 +330,8 @@ impl<B: Backend> StepReducer<B> {
         let job = move || {
             let started = std::time::Instant::now();
             let bytes: usize = payloads.iter().map(|t| t.shape().num_elements() * t.dtype().size()).sum();
-            let sums: Result<Vec<_>> = payloads.into_iter().map(|t| tensor::all_reduce(&*pg, t, ReduceOp::Sum)).collect();
+            let sums: Result<Vec<_>> =
+                payloads.into_iter().map(|t| tensor::all_reduce(&*pg, t, ReduceOp::Sum)).collect();
             // Recorded before the result is handed over: the caller may stop the trace next.
             if crate::trace::enabled() {
                 let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
@@ -347,7 +391,10 @@ impl<B: Backend> StepReducer<B> {
         let (pending, present): (Vec<_>, Vec<_>) = std::mem::take(&mut s.results).into_iter().unzip();
         // Every bucket is joined, failed or not: its buffers must not serve burn again while
         // NCCL may still write them.
-        let reduced: Vec<Result<Reduced<B>>> = crate::trace::span("ddp: wait for / join the buckets (host)", "ddp", || pending.into_iter().enumerate().map(|(b, p)| self.wait(&mut s, b, p)).collect());
+        let reduced: Vec<Result<Reduced<B>>> =
+            crate::trace::span("ddp: wait for / join the buckets (host)", "ddp", || {
+                pending.into_iter().enumerate().map(|(b, p)| self.wait(&mut s, b, p)).collect()
+            });
         drop(s);
         if let Some(nccl) = self.pg.as_nccl() {
             nccl.check()?;
@@ -361,7 +408,9 @@ impl<B: Backend> StepReducer<B> {
     fn wait(&self, s: &mut StepState<B>, b: usize, pending: Pending<B>) -> Result<Reduced<B>> {
         match pending {
             Pending::Host(rx) => {
-                let sums = rx.recv().map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })??;
+                let sums = rx
+                    .recv()
+                    .map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })??;
                 Ok(self.unflatten(s, b, sums))
             }
             Pending::Device(bucket) => {
@@ -382,7 +431,8 @@ impl<B: Backend> StepReducer<B> {
         if !self.sends_presence() {
             return present.iter().map(|p| p.iter().map(|&had| if had { world } else { 0 }).collect()).collect();
         }
-        let sums: Vec<Tensor<B, 1>> = reduced.iter().map(|r| r.presence.clone().expect("presence counts travel on this route")).collect();
+        let sums: Vec<Tensor<B, 1>> =
+            reduced.iter().map(|r| r.presence.clone().expect("presence counts travel on this route")).collect();
         let all: Vec<f32> = Tensor::cat(sums, 0).into_data().convert::<f32>().to_vec().expect("f32 counts");
         let mut at = 0;
         present
@@ -405,7 +455,13 @@ impl<B: Backend> StepReducer<B> {
                 let slot = &self.plan.slots[i];
                 if count < world && !self.settings.find_unused {
                     // DDP, which holds the module, names it (`name_parameter`).
-                    return Err(Error::UnusedParameter { name: String::new(), index: slot.index, shape: slot.shape.clone(), everywhere: count == 0, rank: self.pg.rank() });
+                    return Err(Error::UnusedParameter {
+                        name: String::new(),
+                        index: slot.index,
+                        shape: slot.shape.clone(),
+                        everywhere: count == 0,
+                        rank: self.pg.rank(),
+                    });
                 }
                 if count > 0 {
                     bytes += slot.shape.iter().product::<usize>() * 4;
@@ -500,7 +556,8 @@ mod tests {
 
     #[test]
     fn buckets_follow_reverse_registration_order_and_the_size_limit() {
-        let params: Vec<(ParamId, Vec<usize>)> = [vec![10, 10], vec![10], vec![50], vec![3, 3]].into_iter().map(|s| (ParamId::new(), s)).collect();
+        let params: Vec<(ParamId, Vec<usize>)> =
+            [vec![10, 10], vec![10], vec![50], vec![3, 3]].into_iter().map(|s| (ParamId::new(), s)).collect();
         // 4 bytes per element: 400, 40, 200, 36 bytes; limit 250.
         let (slots, buckets) = plan(&params, 250, None);
         assert_eq!(slots.iter().map(|s| s.index).collect::<Vec<_>>(), [3, 2, 1, 0]);

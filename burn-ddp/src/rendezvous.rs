@@ -51,7 +51,10 @@ impl RendezvousConfig {
             reason: "not set; start the program with `burn-ddp launch`, torchrun, srun or mpirun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT yourself".into(),
         })?;
         let timeout_s = match var("BURN_DDP_TIMEOUT_S") {
-            Some(v) => v.trim().parse::<f64>().ok().filter(|s| *s > 0.0).ok_or(Error::Env { name: "BURN_DDP_TIMEOUT_S", reason: format!("`{v}` is not a positive number of seconds") })?,
+            Some(v) => v.trim().parse::<f64>().ok().filter(|s| *s > 0.0).ok_or(Error::Env {
+                name: "BURN_DDP_TIMEOUT_S",
+                reason: format!("`{v}` is not a positive number of seconds"),
+            })?,
             None => DEFAULT_TIMEOUT.as_secs_f64(),
         };
         let config = Self {
@@ -108,13 +111,23 @@ impl RendezvousConfig {
     /// [`Error::Env`] otherwise.
     pub fn check(&self) -> Result<()> {
         if self.world_size == 0 || self.rank >= self.world_size {
-            return Err(Error::Env { name: "RANK", reason: format!("rank {} is outside WORLD_SIZE={}", self.rank, self.world_size) });
+            return Err(Error::Env {
+                name: "RANK",
+                reason: format!("rank {} is outside WORLD_SIZE={}", self.rank, self.world_size),
+            });
         }
         if self.master_port == 0 && self.world_size > 1 {
-            return Err(Error::Env { name: "MASTER_PORT", reason: "0 (a port the system picks) serves a world of one process only; give every rank the same port".into() });
+            return Err(Error::Env {
+                name: "MASTER_PORT",
+                reason: "0 (a port the system picks) serves a world of one process only; give every rank the same port"
+                    .into(),
+            });
         }
         if self.local_rank >= self.local_world_size.max(1) {
-            return Err(Error::Env { name: "LOCAL_RANK", reason: format!("{} is outside LOCAL_WORLD_SIZE={}", self.local_rank, self.local_world_size) });
+            return Err(Error::Env {
+                name: "LOCAL_RANK",
+                reason: format!("{} is outside LOCAL_WORLD_SIZE={}", self.local_rank, self.local_world_size),
+            });
         }
         Ok(())
     }
@@ -144,14 +157,26 @@ pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
     };
     // Port 0 (a world of one): the port the system gave the store.
     let port = server.as_ref().map_or(config.master_port, |s| s.local_addr().port());
-    let store = TcpStore::connect(&config.master_addr, port, config.token.as_deref(), config.timeout).map_err(|e| match e {
-        Error::Timeout { waited, .. } => Error::Timeout { op: format!("connecting to rank 0's store at {}:{}", config.master_addr, config.master_port), rank: config.rank, waited, missing: vec![0] },
-        other => other,
-    })?;
+    let store =
+        TcpStore::connect(&config.master_addr, port, config.token.as_deref(), config.timeout).map_err(|e| match e {
+            Error::Timeout { waited, .. } => Error::Timeout {
+                op: format!("connecting to rank 0's store at {}:{}", config.master_addr, config.master_port),
+                rank: config.rank,
+                waited,
+                missing: vec![0],
+            },
+            other => other,
+        })?;
     // Two processes with one rank (two nodes given the same --node-rank, say): the second one
     // to arrive stops at once, naming the cause.
     if store.add(&format!("rdzv/claim/{}", config.rank), 1)? > 1 {
-        return Err(Error::Env { name: "RANK", reason: format!("rank {} joined twice: two processes claim it (two nodes with the same --node-rank?); give every node its own", config.rank) });
+        return Err(Error::Env {
+            name: "RANK",
+            reason: format!(
+                "rank {} joined twice: two processes claim it (two nodes with the same --node-rank?); give every node its own",
+                config.rank
+            ),
+        });
     }
     store.set(&format!("rdzv/world/{}", config.rank), config.world_size.to_string().as_bytes())?;
     let keys: Vec<String> = (0..config.world_size).map(|r| format!("rdzv/world/{r}")).collect();
@@ -163,12 +188,23 @@ pub fn rendezvous(config: &RendezvousConfig) -> Result<Rendezvous> {
             // until their own time-outs have run out, so they too learn which ranks are missing.
             std::thread::sleep(config.timeout.min(RENDEZVOUS_GRACE));
         }
-        return Err(Error::Timeout { op: "rendezvous".into(), rank: config.rank, waited: config.timeout, missing: ranks });
+        return Err(Error::Timeout {
+            op: "rendezvous".into(),
+            rank: config.rank,
+            waited: config.timeout,
+            missing: ranks,
+        });
     }
     for (r, key) in keys.iter().enumerate() {
         let theirs = String::from_utf8_lossy(&store.get(key)?).into_owned();
         if theirs != config.world_size.to_string() {
-            return Err(Error::Env { name: "WORLD_SIZE", reason: format!("rank {r} has WORLD_SIZE={theirs}, rank {} has {}; start every rank with the same value", config.rank, config.world_size) });
+            return Err(Error::Env {
+                name: "WORLD_SIZE",
+                reason: format!(
+                    "rank {r} has WORLD_SIZE={theirs}, rank {} has {}; start every rank with the same value",
+                    config.rank, config.world_size
+                ),
+            });
         }
     }
     Ok(Rendezvous { config: config.clone(), store: Arc::new(store), _server: server })
@@ -221,8 +257,23 @@ pub fn init_process_groups(backends: &[CommBackend], config: &RendezvousConfig) 
     let mut groups = Vec::with_capacity(backends.len());
     for &backend in backends {
         let inner: Box<dyn ProcessGroup> = match backend {
-            CommBackend::Tcp => Box::new(TcpProcessGroup::new(&*rdzv.store, rdzv.store.local_ip()?, config.rank, config.world_size, config.timeout)?.with_hang_check(rdzv.store.clone())),
-            CommBackend::Nccl => Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, config.local_rank, config.timeout)?),
+            CommBackend::Tcp => Box::new(
+                TcpProcessGroup::new(
+                    &*rdzv.store,
+                    rdzv.store.local_ip()?,
+                    config.rank,
+                    config.world_size,
+                    config.timeout,
+                )?
+                .with_hang_check(rdzv.store.clone()),
+            ),
+            CommBackend::Nccl => Box::new(NcclProcessGroup::new(
+                &*rdzv.store,
+                config.rank,
+                config.world_size,
+                config.local_rank,
+                config.timeout,
+            )?),
         };
         // Everyone has finished set-up (and used the store) before anyone may leave.
         inner.barrier(&BarrierOptions::default())?;

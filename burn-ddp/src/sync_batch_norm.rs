@@ -68,11 +68,22 @@ impl BatchNormSync {
     pub fn new<B: AutodiffBackend>(pg: Arc<dyn ProcessGroup>) -> Result<Self> {
         let ty = TypeId::of::<B>();
         let gather: Arc<dyn Any + Send + Sync> = if ty == TypeId::of::<Autodiff<B::InnerBackend, NoCheckpointing>>() {
-            Arc::new(gather_autodiff::<B::InnerBackend, NoCheckpointing> as GatherFn<Autodiff<B::InnerBackend, NoCheckpointing>>)
+            Arc::new(
+                gather_autodiff::<B::InnerBackend, NoCheckpointing>
+                    as GatherFn<Autodiff<B::InnerBackend, NoCheckpointing>>,
+            )
         } else if ty == TypeId::of::<Autodiff<B::InnerBackend, BalancedCheckpointing>>() {
-            Arc::new(gather_autodiff::<B::InnerBackend, BalancedCheckpointing> as GatherFn<Autodiff<B::InnerBackend, BalancedCheckpointing>>)
+            Arc::new(
+                gather_autodiff::<B::InnerBackend, BalancedCheckpointing>
+                    as GatherFn<Autodiff<B::InnerBackend, BalancedCheckpointing>>,
+            )
         } else {
-            return Err(Error::Unsupported { what: format!("SyncBatchNorm on backend {}: it needs burn_autodiff::Autodiff<_>", std::any::type_name::<B>()) });
+            return Err(Error::Unsupported {
+                what: format!(
+                    "SyncBatchNorm on backend {}: it needs burn_autodiff::Autodiff<_>",
+                    std::any::type_name::<B>()
+                ),
+            });
         };
         Ok(Self { pg, gather })
     }
@@ -90,7 +101,8 @@ impl BatchNormSync {
                 .unwrap_or_else(|| panic!("SyncBatchNorm was set up for another backend than {}; build BatchNormSync::new::<YourAutodiffBackend>", std::any::type_name::<B>()));
             f(local, &self.pg)
         } else {
-            gather_plain(local, &self.pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"))
+            gather_plain(local, &self.pg)
+                .unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"))
         }
     }
 }
@@ -108,7 +120,8 @@ impl<B: Backend> Backward<B, 1> for GatherBackward {
         // Every rank runs this collective, whether or not its input needs the gradient, so the
         // ranks' collective sequences stay aligned.
         let g = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(grad));
-        let summed = sum_over_ranks(&pg, g, "SyncBatchNorm statistic gradients").unwrap_or_else(|e| panic!("SyncBatchNorm backward: summing statistic gradients failed: {e}"));
+        let summed = sum_over_ranks(&pg, g, "SyncBatchNorm statistic gradients")
+            .unwrap_or_else(|e| panic!("SyncBatchNorm backward: summing statistic gradients failed: {e}"));
         if let Some(node) = parent {
             let r = pg.rank();
             let own = summed.slice([r * k..(r + 1) * k]);
@@ -117,11 +130,15 @@ impl<B: Backend> Backward<B, 1> for GatherBackward {
     }
 }
 
-fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, C>, 1>, pg: &Arc<dyn ProcessGroup>) -> Tensor<Autodiff<B, C>, 1> {
+fn gather_autodiff<B: Backend, C: CheckpointStrategy>(
+    local: Tensor<Autodiff<B, C>, 1>,
+    pg: &Arc<dyn ProcessGroup>,
+) -> Tensor<Autodiff<B, C>, 1> {
     let k = local.dims()[0];
     let ad = local.into_primitive().tensor();
     let inner = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(ad.primitive.clone()));
-    let gathered = gather_plain(inner, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
+    let gathered =
+        gather_plain(inner, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
     let gathered = gathered.into_primitive().tensor();
     let out = match GatherBackward.prepare::<C>([ad.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish((GroupRef(pg.clone()), k), gathered),
@@ -142,12 +159,20 @@ fn gather_autodiff<B: Backend, C: CheckpointStrategy>(local: Tensor<Autodiff<B, 
 /// # Panics
 /// When the exchange fails (a dead rank, a time-out): a forward pass has no error channel, and
 /// the launcher stops the other ranks.
-pub fn sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync) -> Tensor<B, D> {
+pub fn sync_batch_norm<B: Backend, const D: usize>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, D>,
+    sync: &BatchNormSync,
+) -> Tensor<B, D> {
     sync_batch_norm_act(bn, x, sync, false)
 }
 
 /// [`sync_batch_norm`] then ReLU (one pass on the channels-last kernels).
-pub fn sync_batch_norm_relu<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, sync: &BatchNormSync) -> Tensor<B, D> {
+pub fn sync_batch_norm_relu<B: Backend, const D: usize>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, D>,
+    sync: &BatchNormSync,
+) -> Tensor<B, D> {
     sync_batch_norm_act(bn, x, sync, true)
 }
 
@@ -157,7 +182,12 @@ fn same_type<From: 'static, To: 'static>(from: From) -> std::result::Result<To, 
     boxed.downcast::<To>().map(|b| *b).map_err(|b| *b.downcast::<From>().expect("the same value back"))
 }
 
-fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, mut x: Tensor<B, D>, sync: &BatchNormSync, relu: bool) -> Tensor<B, D> {
+fn sync_batch_norm_act<B: Backend, const D: usize>(
+    bn: &BatchNorm<B>,
+    mut x: Tensor<B, D>,
+    sync: &BatchNormSync,
+    relu: bool,
+) -> Tensor<B, D> {
     let relu_if = |y: Tensor<B, D>| if relu { burn::tensor::activation::relu(y) } else { y };
     let device = x.device();
     if !B::ad_enabled(&device) {
@@ -200,6 +230,7 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(bn: &BatchNorm<B>, mut x: Ten
     let mut shape = [1; D];
     shape[1] = c;
     let std = (var + bn.epsilon).sqrt();
-    let y = (x - mean.reshape(shape)) / std.reshape(shape) * bn.gamma.val().reshape(shape) + bn.beta.val().reshape(shape);
+    let y =
+        (x - mean.reshape(shape)) / std.reshape(shape) * bn.gamma.val().reshape(shape) + bn.beta.val().reshape(shape);
     relu_if(y).cast(dtype)
 }

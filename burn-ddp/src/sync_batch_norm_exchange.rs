@@ -28,7 +28,11 @@ pub(crate) fn gather_plain<B: Backend>(local: Tensor<B, 1>, pg: &Arc<dyn Process
 
 /// `t` summed over the ranks: on the device without the host waiting where the group allows
 /// it (`tensor::orders_on_device`), else by a blocking collective.
-pub(crate) fn sum_over_ranks<B: Backend>(pg: &Arc<dyn ProcessGroup>, t: Tensor<B, 1>, label: &str) -> Result<Tensor<B, 1>> {
+pub(crate) fn sum_over_ranks<B: Backend>(
+    pg: &Arc<dyn ProcessGroup>,
+    t: Tensor<B, 1>,
+    label: &str,
+) -> Result<Tensor<B, 1>> {
     if tensor::orders_on_device::<B>(&**pg, &t.device()) {
         let (summed, join) = tensor::all_reduce_on_device(pg.clone(), t, None, label.into())?;
         return Ok(tensor::join_on_device(summed, &join));
@@ -38,7 +42,11 @@ pub(crate) fn sum_over_ranks<B: Backend>(pg: &Arc<dyn ProcessGroup>, t: Tensor<B
 
 /// Every rank's `[count, mean[c], M2[c]]`, gathered as `[world · (2c + 1)]`, combined with
 /// Chan's formula: the mean `[1, c]`, the biased variance `[1, c]` and the total count `[1, 1]`.
-pub(crate) fn combine<B: Backend>(gathered: Tensor<B, 1>, world: usize, c: usize) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
+pub(crate) fn combine<B: Backend>(
+    gathered: Tensor<B, 1>,
+    world: usize,
+    c: usize,
+) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
     let g = gathered.reshape([world, 2 * c + 1]);
     let counts = g.clone().slice([0..world, 0..1]); // [w, 1]
     let means = g.clone().slice([0..world, 1..1 + c]); // [w, c]
@@ -53,7 +61,9 @@ pub(crate) fn combine<B: Backend>(gathered: Tensor<B, 1>, world: usize, c: usize
 /// Burn's BatchNorm update of the running statistics from a batch's mean and biased variance.
 pub(crate) fn update_running<B: Backend>(bn: &BatchNorm<B>, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
     let (m, device) = (bn.momentum, mean.device());
-    let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| (running.to_device(&device) * (1.0 - m) + batch.detach() * m).detach();
+    let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| {
+        (running.to_device(&device) * (1.0 - m) + batch.detach() * m).detach()
+    };
     bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
     bn.running_var.update(blend(bn.running_var.value_sync(), var));
 }

@@ -41,7 +41,12 @@ fn tensor<const D: usize>(p: Prim) -> Tensor<Cuda, D> {
 /// The kernel path for `x` (NCHW-ordered dims of a channels-last layer) when `B` is
 /// `Autodiff<Cuda>`, `bn` is channels-last and the kernels are on; `x` back untouched otherwise
 /// (and, with one warning, when the kernels refuse it).
-pub(crate) fn try_sync_batch_norm<B: Backend, const D: usize>(bn: &BatchNorm<B>, x: Tensor<B, D>, pg: &Arc<dyn ProcessGroup>, relu: bool) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
+pub(crate) fn try_sync_batch_norm<B: Backend, const D: usize>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, D>,
+    pg: &Arc<dyn ProcessGroup>,
+    relu: bool,
+) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
     if bn.layout != Layout::Nhwc || !crate::nn::options::get().nhwc_bn_kernels {
         return Err(x);
     }
@@ -62,16 +67,27 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, pg: &Arc<dyn ProcessGroup>, relu:
     let xp = x.into_primitive().tensor();
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let local = tensor::<1>(phases::moments(&xp.primitive)?);
-    let gathered = gather_plain(local, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
+    let gathered =
+        gather_plain(local, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
     let (mean, var, total) = combine(gathered, pg.world_size(), c);
     let (mean, var) = (mean.reshape([c]), var.reshape([c]));
     update_running(bn, Tensor::<Ad, 1>::from_inner(mean.clone()), Tensor::from_inner(var.clone()));
     let inv_std = var.add_scalar(bn.epsilon).sqrt().recip();
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.into_primitive().tensor() };
-    let affine = Affine { mean: prim(mean), inv_std: prim(inv_std), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), relu };
+    let affine = Affine {
+        mean: prim(mean),
+        inv_std: prim(inv_std),
+        gamma: gamma.primitive.clone(),
+        beta: beta.primitive.clone(),
+        relu,
+    };
     let y = phases::normalize(&xp.primitive, &affine)?;
     let saved = Saved { x: xp.primitive.clone(), affine, total: prim(total.reshape([1])), group: GroupRef(pg.clone()) };
-    let out = match SyncNhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
+    let out = match SyncNhwcBatchNorm
+        .prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
@@ -109,7 +125,10 @@ impl Backward<Cuda, 3> for SyncNhwcBatchNorm {
         let both = Tensor::cat(vec![tensor::<1>(dgamma.clone()), tensor::<1>(dbeta.clone())], 0);
         let summed = sum_over_ranks(&s.group.0, both, "SyncBatchNorm gradient sums").unwrap_or_else(fail);
         let per_row = summed / tensor::<1>(s.total.clone());
-        let (dgamma_m, dbeta_m) = (per_row.clone().slice([0..c]).into_primitive().tensor(), per_row.slice([c..2 * c]).into_primitive().tensor());
+        let (dgamma_m, dbeta_m) = (
+            per_row.clone().slice([0..c]).into_primitive().tensor(),
+            per_row.slice([c..2 * c]).into_primitive().tensor(),
+        );
         if let Some(node) = node_x {
             let dx = phases::input_grad(&s.x, &dy, &s.affine, dgamma_m, dbeta_m).unwrap_or_else(fail);
             grads.register::<Cuda>(node.id, dx);

@@ -20,19 +20,31 @@ fn dtype_of(d: BurnDType) -> Result<DType> {
         BurnDType::I64 => DType::I64,
         BurnDType::BF16 => DType::BF16,
         BurnDType::F16 => DType::F16,
-        other => return Err(Error::Cuda { op: "collective".into(), reason: format!("element type {other:?} is not supported (f32, f64, i64, bf16, f16)") }),
+        other => {
+            return Err(Error::Cuda {
+                op: "collective".into(),
+                reason: format!("element type {other:?} is not supported (f32, f64, i64, bf16, f16)"),
+            });
+        }
     })
 }
 
 fn host_only(pg: &dyn ProcessGroup) -> Result<()> {
     match pg.memory() {
         MemoryKind::Host => Ok(()),
-        MemoryKind::Cuda => Err(Error::Cuda { op: "tensor collective".into(), reason: "this process group works on CUDA memory; use burn_ddp::cuda_tensor helpers with burn-cuda tensors".into() }),
+        MemoryKind::Cuda => Err(Error::Cuda {
+            op: "tensor collective".into(),
+            reason: "this process group works on CUDA memory; use burn_ddp::cuda_tensor helpers with burn-cuda tensors"
+                .into(),
+        }),
     }
 }
 
 /// Applies `f` to the tensor's bytes on the host and rebuilds it on its device.
-fn host_round_trip<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(Buffer<'_>) -> Result<()>) -> Result<Tensor<B, D>> {
+fn host_round_trip<B: Backend, const D: usize>(
+    t: Tensor<B, D>,
+    f: impl FnOnce(Buffer<'_>) -> Result<()>,
+) -> Result<Tensor<B, D>> {
     let device = t.device();
     let data = t.into_data();
     let (shape, dtype) = (data.shape.clone(), data.dtype);
@@ -45,7 +57,11 @@ fn host_round_trip<B: Backend, const D: usize>(t: Tensor<B, D>, f: impl FnOnce(B
 ///
 /// # Errors
 /// As [`ProcessGroup::all_reduce`].
-pub fn all_reduce<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>, op: ReduceOp) -> Result<Tensor<B, D>> {
+pub fn all_reduce<B: Backend, const D: usize>(
+    pg: &dyn ProcessGroup,
+    t: Tensor<B, D>,
+    op: ReduceOp,
+) -> Result<Tensor<B, D>> {
     #[cfg(feature = "cuda")]
     let t = match on_cuda(pg, t, |pg, t| crate::cuda_tensor::all_reduce(pg, t, op))? {
         Ok(done) => return Ok(done),
@@ -90,7 +106,11 @@ fn on_cuda<B: Backend, const D: usize>(
 ///
 /// # Errors
 /// As [`ProcessGroup::broadcast`].
-pub fn broadcast<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B, D>, root: usize) -> Result<Tensor<B, D>> {
+pub fn broadcast<B: Backend, const D: usize>(
+    pg: &dyn ProcessGroup,
+    t: Tensor<B, D>,
+    root: usize,
+) -> Result<Tensor<B, D>> {
     #[cfg(feature = "cuda")]
     let t = match on_cuda(pg, t, |pg, t| crate::cuda_tensor::broadcast(pg, t, root))? {
         Ok(done) => return Ok(done),
@@ -127,7 +147,8 @@ pub fn all_gather<B: Backend, const D: usize>(pg: &dyn ProcessGroup, t: Tensor<B
 /// As [`ProcessGroup::all_reduce`].
 pub fn all_reduce_f64(pg: &dyn ProcessGroup, values: &mut [f64], op: ReduceOp) -> Result<()> {
     // SAFETY: f64 has no invalid bit patterns; the byte length is scaled.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
     pg.all_reduce(Buffer::host(DType::F64, bytes), &AllReduceOptions { op, timeout: None })
 }
 
@@ -140,7 +161,8 @@ pub struct DeviceJoin(#[cfg(feature = "cuda")] crate::nn::side_stream::Join);
 pub fn orders_on_device<B: Backend>(pg: &dyn ProcessGroup, device: &B::Device) -> bool {
     #[cfg(feature = "cuda")]
     if let Some(d) = (device as &dyn std::any::Any).downcast_ref::<burn_cuda::CudaDevice>() {
-        return std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() && crate::cuda_tensor::orders_on_device(pg, d.index);
+        return std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>()
+            && crate::cuda_tensor::orders_on_device(pg, d.index);
     }
     let _ = (pg, device);
     false
@@ -154,7 +176,12 @@ pub fn orders_on_device<B: Backend>(pg: &dyn ProcessGroup, device: &B::Device) -
 ///
 /// # Errors
 /// As `cuda_tensor::all_reduce_ordered`; [`Error::Unsupported`] elsewhere.
-pub fn all_reduce_on_device<B: Backend>(pg: std::sync::Arc<dyn ProcessGroup>, t: Tensor<B, 1>, scale: Option<f32>, label: String) -> Result<(Tensor<B, 1>, DeviceJoin)> {
+pub fn all_reduce_on_device<B: Backend>(
+    pg: std::sync::Arc<dyn ProcessGroup>,
+    t: Tensor<B, 1>,
+    scale: Option<f32>,
+    label: String,
+) -> Result<(Tensor<B, 1>, DeviceJoin)> {
     #[cfg(feature = "cuda")]
     let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
         Ok(cuda) => {
@@ -173,7 +200,8 @@ pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<
     let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
         Ok(cuda) => {
             let joined = crate::nn::side_stream::join(vec![cuda.into_primitive().tensor()], &join.0).remove(0);
-            return cast(Tensor::<burn_cuda::Cuda, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(joined))).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+            return cast(Tensor::<burn_cuda::Cuda, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(joined)))
+                .unwrap_or_else(|_| unreachable!("B is burn-cuda"));
         }
         Err(t) => t,
     };
@@ -206,10 +234,24 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
 ) -> Result<DeviceBucket<B>> {
     #[cfg(feature = "cuda")]
     if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
-        let to = |t: FloatTensor<B>| cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
-        let from = |t: FloatTensor<burn_cuda::Cuda>| cast::<_, FloatTensor<B>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
-        let b = crate::cuda_tensor::all_reduce_bucket(pg, grads.into_iter().map(to).collect(), presence.map(to), flat, label)?;
-        return Ok(DeviceBucket { grads: b.grads.into_iter().map(from).collect(), presence: b.presence.map(from), join: DeviceJoin(b.join) });
+        let to = |t: FloatTensor<B>| {
+            cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
+        };
+        let from = |t: FloatTensor<burn_cuda::Cuda>| {
+            cast::<_, FloatTensor<B>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
+        };
+        let b = crate::cuda_tensor::all_reduce_bucket(
+            pg,
+            grads.into_iter().map(to).collect(),
+            presence.map(to),
+            flat,
+            label,
+        )?;
+        return Ok(DeviceBucket {
+            grads: b.grads.into_iter().map(from).collect(),
+            presence: b.presence.map(from),
+            join: DeviceJoin(b.join),
+        });
     }
     let _ = (pg, grads, presence, flat);
     Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
@@ -217,13 +259,20 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
 
 /// A bucket's averaged gradients and summed presence counts, readable: burn's stream waits for
 /// the collective on the device (one operation for the bucket).
-pub(crate) fn join_bucket_on_device<B: Backend>(bucket: DeviceBucket<B>) -> (Vec<FloatTensor<B>>, Option<FloatTensor<B>>) {
+pub(crate) fn join_bucket_on_device<B: Backend>(
+    bucket: DeviceBucket<B>,
+) -> (Vec<FloatTensor<B>>, Option<FloatTensor<B>>) {
     #[cfg(feature = "cuda")]
     if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
         let n = bucket.grads.len();
-        let to = |t: FloatTensor<B>| cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+        let to = |t: FloatTensor<B>| {
+            cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
+        };
         let all: Vec<_> = bucket.grads.into_iter().chain(bucket.presence).map(to).collect();
-        let mut joined: Vec<FloatTensor<B>> = crate::nn::side_stream::join(all, &bucket.join.0).into_iter().map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))).collect();
+        let mut joined: Vec<FloatTensor<B>> = crate::nn::side_stream::join(all, &bucket.join.0)
+            .into_iter()
+            .map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda")))
+            .collect();
         let presence = (joined.len() > n).then(|| joined.pop().expect("the presence counts"));
         return (joined, presence);
     }

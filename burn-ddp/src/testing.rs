@@ -65,7 +65,11 @@ pub fn conformance<M: SuiteMemory>(pg: &dyn ProcessGroup, mem: &mut M) {
                     ReduceOp::Max => vals.iter().cloned().fold(f32::MIN, f32::max),
                     ReduceOp::Min => vals.iter().cloned().fold(f32::MAX, f32::min),
                 };
-                assert!((got[i] - expect).abs() <= 1e-5 * expect.abs().max(1.0), "{op:?} n={n} i={i}: {} vs {expect}", got[i]);
+                assert!(
+                    (got[i] - expect).abs() <= 1e-5 * expect.abs().max(1.0),
+                    "{op:?} n={n} i={i}: {} vs {expect}",
+                    got[i]
+                );
             }
             if n > 1000 {
                 break; // the large size checks one op: streaming, not arithmetic
@@ -80,7 +84,8 @@ pub fn conformance<M: SuiteMemory>(pg: &dyn ProcessGroup, mem: &mut M) {
     for (i, c) in ints.chunks(8).enumerate() {
         assert_eq!(i64::from_le_bytes(c.try_into().unwrap()), i as i64 * 100 * w as i64 + sum_r);
     }
-    let mut f64s = mem.upload(&[0.5f64 * (r + 1) as f64, -1.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+    let mut f64s =
+        mem.upload(&[0.5f64 * (r + 1) as f64, -1.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
     pg.all_reduce(mem.buffer(&mut f64s, DType::F64), &AllReduceOptions::default()).unwrap();
     let f64s = mem.download(&f64s);
     assert_eq!(f64::from_le_bytes(f64s[..8].try_into().unwrap()), 0.5 * (w * (w + 1) / 2) as f64);
@@ -92,24 +97,40 @@ pub fn conformance<M: SuiteMemory>(pg: &dyn ProcessGroup, mem: &mut M) {
     // Broadcast from every root, odd sizes, one larger than a broadcast piece.
     for root in 0..w {
         for n in [3usize, 1_500_001] {
-            let mut b = mem.upload(&f32_bytes(&(0..n).map(|i| if r == root { value(root, i) } else { -99.0 }).collect::<Vec<_>>()));
+            let mut b = mem.upload(&f32_bytes(
+                &(0..n).map(|i| if r == root { value(root, i) } else { -99.0 }).collect::<Vec<_>>(),
+            ));
             pg.broadcast(mem.buffer(&mut b, DType::F32), &BroadcastOptions { root, timeout: None }).unwrap();
             let got = to_f32(&mem.download(&b));
-            assert!(got.iter().enumerate().step_by(997).all(|(i, v)| *v == value(root, i)), "broadcast root {root} n {n}");
+            assert!(
+                got.iter().enumerate().step_by(997).all(|(i, v)| *v == value(root, i)),
+                "broadcast root {root} n {n}"
+            );
             assert_eq!(got[n - 1], value(root, n - 1));
         }
     }
     // All-gather: rank k contributes [k*10, k*10+1, k*10+2].
     let mut input = mem.upload(&f32_bytes(&[r as f32 * 10.0, r as f32 * 10.0 + 1.0, r as f32 * 10.0 + 2.0]));
     let mut output = mem.upload(&vec![0u8; 12 * w]);
-    pg.all_gather(mem.buffer(&mut input, DType::F32), mem.buffer(&mut output, DType::F32), &AllGatherOptions::default()).unwrap();
+    pg.all_gather(
+        mem.buffer(&mut input, DType::F32),
+        mem.buffer(&mut output, DType::F32),
+        &AllGatherOptions::default(),
+    )
+    .unwrap();
     let output = mem.download(&output);
-    let expect: Vec<f32> = (0..w).flat_map(|k| [k as f32 * 10.0, k as f32 * 10.0 + 1.0, k as f32 * 10.0 + 2.0]).collect();
+    let expect: Vec<f32> =
+        (0..w).flat_map(|k| [k as f32 * 10.0, k as f32 * 10.0 + 1.0, k as f32 * 10.0 + 2.0]).collect();
     assert_eq!(to_f32(&output), expect);
     // Reduce-scatter: input block j on rank k is (k + j) repeated 5 times; rank r gets Σ_k (k + r).
     let mut input = mem.upload(&f32_bytes(&(0..w * 5).map(|i| (r + i / 5) as f32).collect::<Vec<_>>()));
     let mut output = mem.upload(&[0u8; 5 * 4]);
-    pg.reduce_scatter(mem.buffer(&mut input, DType::F32), mem.buffer(&mut output, DType::F32), &ReduceScatterOptions::default()).unwrap();
+    pg.reduce_scatter(
+        mem.buffer(&mut input, DType::F32),
+        mem.buffer(&mut output, DType::F32),
+        &ReduceScatterOptions::default(),
+    )
+    .unwrap();
     let output = mem.download(&output);
     let expect = (0..w).map(|k| (k + r) as f32).sum::<f32>();
     assert_eq!(to_f32(&output), vec![expect; 5]);

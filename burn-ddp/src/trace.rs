@@ -71,7 +71,14 @@ pub fn record(name: impl Into<String>, cat: &'static str, start: Instant, end: I
     }
     let micros = |t: Instant| t.saturating_duration_since(origin()).as_secs_f64() * 1e6;
     let thread = THREAD.with(|t| *t);
-    let span = Span { name: name.into(), cat, thread, start_us: micros(start), dur_us: (micros(end) - micros(start)).max(0.0), args };
+    let span = Span {
+        name: name.into(),
+        cat,
+        thread,
+        start_us: micros(start),
+        dur_us: (micros(end) - micros(start)).max(0.0),
+        args,
+    };
     SPANS.lock().unwrap_or_else(|p| p.into_inner()).push(span);
 }
 
@@ -89,7 +96,8 @@ pub fn span<T>(name: &str, cat: &'static str, f: impl FnOnce() -> T) -> T {
 /// The trace-event JSON of `spans` (complete events, `ph: "X"`), with `process` and the
 /// recording threads named, as process `pid` (e.g. the rank).
 pub fn chrome_json(spans: &[Span], process: &str, pid: u64) -> Value {
-    let mut events = vec![json!({ "ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": { "name": process } })];
+    let mut events =
+        vec![json!({ "ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": { "name": process } })];
     let threads = THREADS.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for (id, name) in threads.iter().filter(|(id, _)| spans.iter().any(|s| s.thread == *id)) {
         events.push(json!({ "ph": "M", "name": "thread_name", "pid": pid, "tid": id, "args": { "name": name } }));
@@ -113,7 +121,12 @@ mod tests {
         let a = Instant::now();
         std::thread::sleep(Duration::from_millis(2));
         record("forward", "phase", a, Instant::now(), json!({ "step": 3 }));
-        std::thread::Builder::new().name("comm".into()).spawn(|| record("all-reduce bucket 0", "comm", Instant::now(), Instant::now(), json!({ "bytes": 8 }))).unwrap().join().unwrap();
+        std::thread::Builder::new()
+            .name("comm".into())
+            .spawn(|| record("all-reduce bucket 0", "comm", Instant::now(), Instant::now(), json!({ "bytes": 8 })))
+            .unwrap()
+            .join()
+            .unwrap();
         let spans = stop();
         record("after", "phase", t0, t0, Value::Null);
         assert_eq!(spans.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["forward", "all-reduce bucket 0"]);

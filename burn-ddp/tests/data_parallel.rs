@@ -21,7 +21,10 @@ const STEPS: usize = 3;
 static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn optimizer() -> impl Optimizer<Mlp<B>, B> {
-    SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, Mlp<B>>()
+    SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+        .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
+        .init::<B, Mlp<B>>()
 }
 
 fn equivalence(devices: usize, batch_size: usize) {
@@ -53,7 +56,12 @@ fn equivalence(devices: usize, batch_size: usize) {
     for s in 0..STEPS {
         let (x, y) = batch(s * batch_size..(s + 1) * batch_size, &device);
         let (xs, ys) = (dp.scatter(x), dp.scatter(y));
-        let out = dp.step(model, batch_size, |replica: Mlp<B>, i, dev| (CrossEntropyLossConfig::new().init(dev).forward(replica.forward(xs[i].clone()), ys[i].clone()), xs[i].dims()[0]));
+        let out = dp.step(model, batch_size, |replica: Mlp<B>, i, dev| {
+            (
+                CrossEntropyLossConfig::new().init(dev).forward(replica.forward(xs[i].clone()), ys[i].clone()),
+                xs[i].dims()[0],
+            )
+        });
         assert_eq!(out.outputs.iter().sum::<usize>(), batch_size, "every row on exactly one device");
         assert!(out.loss.is_finite());
         model = optim.step(0.1, out.model, out.grads);

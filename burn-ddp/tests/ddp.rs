@@ -8,7 +8,9 @@ use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn_autodiff::Autodiff;
 use burn_ddp::params::{flat_values, max_relative_diff};
-use burn_ddp::{CommBackend, DdpConfig, DistributedDataParallel, Error, ProcessGroup, RendezvousConfig, init_process_group};
+use burn_ddp::{
+    CommBackend, DdpConfig, DistributedDataParallel, Error, ProcessGroup, RendezvousConfig, init_process_group,
+};
 use burn_flex::Flex;
 use burn_nn::loss::CrossEntropyLossConfig;
 use burn_optim::decay::WeightDecayConfig;
@@ -51,9 +53,16 @@ impl RowModel for VitBlock<B> {
 }
 
 /// Trains `STEPS` steps; `rows_of(step)` picks this process's rows; `sync` averages gradients.
-fn train<M: RowModel>(mut model: M, rows_of: impl Fn(usize) -> std::ops::Range<usize>, sync: impl Fn(&M, GradientsParams) -> GradientsParams) -> M {
+fn train<M: RowModel>(
+    mut model: M,
+    rows_of: impl Fn(usize) -> std::ops::Range<usize>,
+    sync: impl Fn(&M, GradientsParams) -> GradientsParams,
+) -> M {
     let device = Default::default();
-    let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, M>();
+    let mut optim = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+        .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
+        .init::<B, M>();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     for step in 0..STEPS {
         let (x, y) = batch(rows_of(step), &device);
@@ -67,7 +76,10 @@ fn train<M: RowModel>(mut model: M, rows_of: impl Fn(usize) -> std::ops::Range<u
 /// The parameters a worker printed on its `PARAMS` line.
 fn printed_params(r: usize, o: &std::process::Output) -> Vec<f32> {
     let text = String::from_utf8_lossy(&o.stdout);
-    let line = text.lines().find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p)).unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("PARAMS ").map(|(_, p)| p))
+        .unwrap_or_else(|| panic!("rank {r} printed no parameters: {text}"));
     serde_json::from_str(line).unwrap()
 }
 
@@ -77,7 +89,10 @@ fn assert_ranks_match(outs: &[std::process::Output], single: &[f32]) {
         let params = printed_params(r, o);
         let diff = max_relative_diff(&params, single, 1e-6);
         assert!(diff < 1e-5, "rank {r}: max relative difference {diff} from single-process training");
-        eprintln!("rank {r}: {} parameters, max relative difference {diff:e} from single-process training", params.len());
+        eprintln!(
+            "rank {r}: {} parameters, max relative difference {diff:e} from single-process training",
+            params.len()
+        );
     }
 }
 
@@ -92,7 +107,11 @@ fn equivalence<M: RowModel>(test: &str, world: usize) {
         let ddp = DistributedDataParallel::new(pg, DdpConfig { bucket_bytes: 256, ..DdpConfig::default() });
         let model = ddp.broadcast_module(M::init(&device)).unwrap();
         let global = w * PER_RANK;
-        let model = train(model, |s| s * global + rank * PER_RANK..s * global + (rank + 1) * PER_RANK, |m, g| ddp.sync_gradients(m, g).unwrap());
+        let model = train(
+            model,
+            |s| s * global + rank * PER_RANK..s * global + (rank + 1) * PER_RANK,
+            |m, g| ddp.sync_gradients(m, g).unwrap(),
+        );
         let stats = ddp.stats();
         assert_eq!(stats.steps, STEPS);
         assert!(stats.buckets > STEPS, "a 256-byte bucket limit must split the gradients");
@@ -130,7 +149,10 @@ fn ddp_no_sync_accumulation_equals_one_process_with_the_global_batch() {
         B::seed(&device, 1000 + rank as u64);
         let ddp = DistributedDataParallel::new(pg, DdpConfig::default());
         let mut model = ddp.broadcast_module(Mlp::<B>::new(&device)).unwrap();
-        let mut optim = SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0))).with_weight_decay(Some(WeightDecayConfig::new(5e-3))).init::<B, Mlp<B>>();
+        let mut optim = SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new().with_momentum(0.9).with_dampening(0.0)))
+            .with_weight_decay(Some(WeightDecayConfig::new(5e-3)))
+            .init::<B, Mlp<B>>();
         let loss_fn = CrossEntropyLossConfig::new().init(&device);
         let global = world * PER_RANK;
         let micro = PER_RANK / MICRO;
@@ -173,7 +195,20 @@ fn ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch() {
     let nodes: Vec<_> = (0..2)
         .map(|node| {
             std::process::Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
-                .args(["launch", "--nnodes", "2", "--node-rank", &node.to_string(), "--master-addr", "127.0.0.1", "--master-port", &port, "--nproc-per-node", "2", "--"])
+                .args([
+                    "launch",
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    &node.to_string(),
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    &port,
+                    "--nproc-per-node",
+                    "2",
+                    "--",
+                ])
                 .arg(&exe)
                 .args([test, "--exact", "--nocapture", "--test-threads=1"])
                 .env("BURN_DDP_TEST_ROLE", "worker")
@@ -189,8 +224,15 @@ fn ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch() {
     let text: String = outs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).collect();
     let ranks: Vec<std::process::Output> = (0..4)
         .map(|r| {
-            let line = text.lines().find(|l| l.starts_with(&format!("[rank {r}] ")) && l.contains("PARAMS ")).unwrap_or_else(|| panic!("no PARAMS from rank {r}:\n{text}"));
-            std::process::Output { status: outs[0].status, stdout: line.split_once("] ").unwrap().1.as_bytes().to_vec(), stderr: Vec::new() }
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("[rank {r}] ")) && l.contains("PARAMS "))
+                .unwrap_or_else(|| panic!("no PARAMS from rank {r}:\n{text}"));
+            std::process::Output {
+                status: outs[0].status,
+                stdout: line.split_once("] ").unwrap().1.as_bytes().to_vec(),
+                stderr: Vec::new(),
+            }
         })
         .collect();
     let device = Default::default();
@@ -269,7 +311,10 @@ fn ddp_parameter_unused_on_one_rank_is_an_error_naming_it() {
     for (r, o) in outs.iter().enumerate() {
         let text = String::from_utf8_lossy(&o.stdout);
         // `extra` is registered last: its bias is parameter #5 (of 0..=5), shape [3].
-        assert!(text.contains("SYNC_ERROR parameter `extra.bias` (#5, shape [3]) has no gradient on some ranks only"), "rank {r}: {text}");
+        assert!(
+            text.contains("SYNC_ERROR parameter `extra.bias` (#5, shape [3]) has no gradient on some ranks only"),
+            "rank {r}: {text}"
+        );
         assert!(text.contains("find_unused_parameters"), "rank {r}: the error says how to opt in: {text}");
     }
 }
@@ -300,7 +345,9 @@ fn ddp_find_unused_parameters_counts_missing_gradients_as_zero() {
 #[test]
 fn broadcast_module_hands_out_rank_0s_pending_batch_norm_statistics() {
     // A port from free_port() can be taken by another test before rank 0 binds it: try again.
-    let means = (0..3).find_map(|_| broadcast_running_means(burn_ddp::launch::free_port().unwrap())).expect("three free ports in a row were taken before rank 0 bound them");
+    let means = (0..3)
+        .find_map(|_| broadcast_running_means(burn_ddp::launch::free_port().unwrap()))
+        .expect("three free ports in a row were taken before rank 0 bound them");
     assert_eq!(means[0], vec![0.1; 3], "rank 0 keeps its own statistics (momentum 0.1 of mean 1)");
     assert_eq!(means[1], means[0], "rank 1 did not get rank 0's running mean");
 }
@@ -324,7 +371,10 @@ fn broadcast_running_means(port: u16) -> Option<Vec<Vec<f32>>> {
                         token: None,
                         source: burn_ddp::launch_env::EnvSource::Torchrun,
                     };
-                    let ddp = DistributedDataParallel::new(init_process_group(CommBackend::Tcp, &config)?, DdpConfig::default());
+                    let ddp = DistributedDataParallel::new(
+                        init_process_group(CommBackend::Tcp, &config)?,
+                        DdpConfig::default(),
+                    );
                     let device = Default::default();
                     let bn: BatchNorm<B> = BatchNormConfig::new(3).init(&device);
                     // Rank-dependent data: the running means differ before the broadcast.
@@ -379,10 +429,20 @@ fn ddp_compressed_gradients_average_within_their_rounding() {
         B::seed(&device, 5);
         let model = Mlp::<B>::new(&device);
         let (x, y) = batch(rank * PER_RANK..(rank + 1) * PER_RANK, &device);
-        let grads = || GradientsParams::from_grads(CrossEntropyLossConfig::new().init(&device).forward(model.forward(x.clone()), y.clone()).backward(), &model);
+        let grads = || {
+            GradientsParams::from_grads(
+                CrossEntropyLossConfig::new().init(&device).forward(model.forward(x.clone()), y.clone()).backward(),
+                &model,
+            )
+        };
         println!("LOCAL {}", serde_json::to_string(&grad_values(&model, &grads())).unwrap());
-        for (name, compression) in [("f32", GradCompression::None), ("bf16", GradCompression::Bf16), ("fp16", GradCompression::Fp16)] {
-            let ddp = DistributedDataParallel::new(pg.clone(), DdpConfig { compression, bucket_bytes: 256, ..DdpConfig::default() });
+        for (name, compression) in
+            [("f32", GradCompression::None), ("bf16", GradCompression::Bf16), ("fp16", GradCompression::Fp16)]
+        {
+            let ddp = DistributedDataParallel::new(
+                pg.clone(),
+                DdpConfig { compression, bucket_bytes: 256, ..DdpConfig::default() },
+            );
             let avg = ddp.sync_gradients(&model, grads()).unwrap();
             println!("AVG_{name} {}", serde_json::to_string(&grad_values(&model, &avg)).unwrap());
         }
@@ -393,7 +453,12 @@ fn ddp_compressed_gradients_average_within_their_rounding() {
     let line = |o: &std::process::Output, key: &str| -> Vec<f32> {
         let text = String::from_utf8_lossy(&o.stdout);
         // libtest's "test … " may precede a worker's first line.
-        serde_json::from_str(text.lines().find_map(|l| l.split_once(&format!("{key} ")).map(|(_, v)| v)).unwrap_or_else(|| panic!("no {key} line: {text}"))).unwrap()
+        serde_json::from_str(
+            text.lines()
+                .find_map(|l| l.split_once(&format!("{key} ")).map(|(_, v)| v))
+                .unwrap_or_else(|| panic!("no {key} line: {text}")),
+        )
+        .unwrap()
     };
     let (g0, g1) = (line(&outs[0], "LOCAL"), line(&outs[1], "LOCAL"));
     let f32_avg = line(&outs[0], "AVG_f32");
@@ -423,9 +488,15 @@ fn ddp_in_a_world_of_one_process_returns_the_gradients() {
     B::seed(&device, 3);
     let model = Mlp::<B>::new(&device);
     let (x, y) = batch(0..PER_RANK, &device);
-    let grads = || GradientsParams::from_grads(CrossEntropyLossConfig::new().init(&device).forward(model.forward(x.clone()), y.clone()).backward(), &model);
+    let grads = || {
+        GradientsParams::from_grads(
+            CrossEntropyLossConfig::new().init(&device).forward(model.forward(x.clone()), y.clone()).backward(),
+            &model,
+        )
+    };
     let ddp = DistributedDataParallel::new(pg, DdpConfig { bucket_bytes: 256, ..DdpConfig::default() });
-    let (plain, averaged) = (grad_values(&model, &grads()), grad_values(&model, &ddp.sync_gradients(&model, grads()).unwrap()));
+    let (plain, averaged) =
+        (grad_values(&model, &grads()), grad_values(&model, &ddp.sync_gradients(&model, grads()).unwrap()));
     assert!(!plain.is_empty());
     assert_eq!(averaged, plain);
 }

@@ -37,9 +37,22 @@ struct Net<B: Backend> {
 
 impl<B: Backend> Net<B> {
     fn new(device: &B::Device) -> Self {
-        let conv = |i, o| Conv2d::from(Conv2dConfig::new([i, o], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).with_bias(false).init(device));
+        let conv = |i, o| {
+            Conv2d::from(
+                Conv2dConfig::new([i, o], [3, 3])
+                    .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                    .with_bias(false)
+                    .init(device),
+            )
+        };
         let bn = |c| BatchNorm::from(BatchNormConfig::new(c).init(device));
-        Self { conv1: conv(2, 6), bn1: bn(6), conv2: conv(6, 8), bn2: bn(8), head: LinearConfig::new(8, 3).init(device) }
+        Self {
+            conv1: conv(2, 6),
+            bn1: bn(6),
+            conv2: conv(6, 8),
+            bn2: bn(8),
+            head: LinearConfig::new(8, 3).init(device),
+        }
     }
 
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
@@ -62,7 +75,10 @@ impl<BB: Backend> ModuleVisitor<BB> for Trained {
 
 fn batch(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
     let n = rows.len();
-    let xs: Vec<f32> = rows.clone().flat_map(|i| (0..2 * 5 * 5).map(move |j| (((i * 37 + j * 11) % 31) as f32 - 15.0) / 8.0)).collect();
+    let xs: Vec<f32> = rows
+        .clone()
+        .flat_map(|i| (0..2 * 5 * 5).map(move |j| (((i * 37 + j * 11) % 31) as f32 - 15.0) / 8.0))
+        .collect();
     let ys: Vec<i64> = rows.map(|i| (i % 3) as i64).collect();
     (Tensor::from_data(TensorData::new(xs, [n, 2, 5, 5]), device), Tensor::from_data(TensorData::new(ys, [n]), device))
 }
@@ -99,7 +115,14 @@ fn overlap_equals_after_backward(test: &str, world: usize) {
         let outs = spawn(test, world, &(0..world).collect::<Vec<_>>(), &[]);
         assert_all_ok(test, &outs);
         let texts: Vec<String> = outs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).collect();
-        let params: Vec<&str> = texts.iter().map(|t| t.lines().find_map(|l| l.split_once("TRAINED ").map(|(_, p)| p)).unwrap_or_else(|| panic!("no TRAINED line: {t}"))).collect();
+        let params: Vec<&str> = texts
+            .iter()
+            .map(|t| {
+                t.lines()
+                    .find_map(|l| l.split_once("TRAINED ").map(|(_, p)| p))
+                    .unwrap_or_else(|| panic!("no TRAINED line: {t}"))
+            })
+            .collect();
         assert!(params.iter().all(|p| *p == params[0]), "ranks ended with different parameters");
         return;
     }
@@ -111,7 +134,11 @@ fn overlap_equals_after_backward(test: &str, world: usize) {
     assert!(early >= STEPS, "only {early} buckets started during backward in {STEPS} steps");
     let diff = max_relative_diff(&over, &plain, 1e-6);
     assert!(diff <= 1e-6, "overlap moved the parameters: max relative difference {diff}");
-    eprintln!("rank {}: {} parameters, overlap vs after-backward max relative difference {diff:e}, {early} buckets early", pg.rank(), over.len());
+    eprintln!(
+        "rank {}: {} parameters, overlap vs after-backward max relative difference {diff:e}, {early} buckets early",
+        pg.rank(),
+        over.len()
+    );
     println!("TRAINED {}", serde_json::to_string(&over).unwrap());
 }
 
@@ -136,7 +163,10 @@ fn overlap_reports_a_parameter_unused_on_one_rank() {
         assert_all_ok(test, &outs);
         for (r, o) in outs.iter().enumerate() {
             let text = String::from_utf8_lossy(&o.stdout);
-            assert!(text.contains("SYNC_ERROR parameter `") && text.contains("has no gradient on some ranks only"), "rank {r}: {text}");
+            assert!(
+                text.contains("SYNC_ERROR parameter `") && text.contains("has no gradient on some ranks only"),
+                "rank {r}: {text}"
+            );
         }
         return;
     }
@@ -149,7 +179,11 @@ fn overlap_reports_a_parameter_unused_on_one_rank() {
     let (x, y) = batch(rank * PER_RANK..(rank + 1) * PER_RANK, &device);
     let step = ddp.step(&model).unwrap();
     let h = conv_batch_norm(&model.conv1, &model.bn1, x, true);
-    let h = if rank == 1 { Tensor::cat(vec![h.clone(), h.slice([0..PER_RANK, 0..2])], 1) } else { conv_batch_norm(&model.conv2, &model.bn2, h, true) };
+    let h = if rank == 1 {
+        Tensor::cat(vec![h.clone(), h.slice([0..PER_RANK, 0..2])], 1)
+    } else {
+        conv_batch_norm(&model.conv2, &model.bn2, h, true)
+    };
     let [n, c, hh, w] = h.dims();
     let logits = model.head.forward(h.reshape([n, c, hh * w]).mean_dim(2).reshape([n, c]));
     match step.backward(CrossEntropyLossConfig::new().init(&device).forward(logits, y), &model) {

@@ -8,16 +8,25 @@ use std::time::{Duration, Instant};
 fn launch(args: &[&str]) -> (i32, String, String, Duration) {
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_burn-ddp")).arg("launch").args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned(), t.elapsed())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        t.elapsed(),
+    )
 }
 
 #[test]
 fn every_rank_gets_its_environment_and_a_prefix() {
     let script = "echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK lws=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR port=$MASTER_PORT timeout=$BURN_DDP_TIMEOUT_S";
-    let (code, out, err, _) = launch(&["--standalone", "--nproc-per-node", "3", "--timeout-s", "7.5", "--", "sh", "-c", script]);
+    let (code, out, err, _) =
+        launch(&["--standalone", "--nproc-per-node", "3", "--timeout-s", "7.5", "--", "sh", "-c", script]);
     assert_eq!(code, 0, "{err}");
     for r in 0..3 {
-        let line = out.lines().find(|l| l.starts_with(&format!("[rank {r}] "))).unwrap_or_else(|| panic!("no line for rank {r}: {out}"));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("[rank {r}] ")))
+            .unwrap_or_else(|| panic!("no line for rank {r}: {out}"));
         assert!(line.contains(&format!("rank={r} world=3 local={r} lws=3 addr=127.0.0.1 port=")), "{line}");
         assert!(!line.contains("port= "), "port missing: {line}");
         assert!(line.ends_with("timeout=7.5"), "--timeout-s did not reach the rank: {line}");
@@ -27,7 +36,8 @@ fn every_rank_gets_its_environment_and_a_prefix() {
 #[test]
 fn a_failing_rank_stops_the_others_and_sets_the_exit_code() {
     let script = r#"if [ "$RANK" = 1 ]; then sleep 0.3; echo failing >&2; exit 7; fi; sleep 60"#;
-    let (code, _, err, elapsed) = launch(&["--standalone", "--nproc-per-node", "3", "--grace-s", "1", "--", "sh", "-c", script]);
+    let (code, _, err, elapsed) =
+        launch(&["--standalone", "--nproc-per-node", "3", "--grace-s", "1", "--", "sh", "-c", script]);
     assert_eq!(code, 7, "{err}");
     assert!(err.contains("[rank 1] failing"), "{err}");
     assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}: the other ranks were not stopped");
@@ -37,7 +47,8 @@ fn a_failing_rank_stops_the_others_and_sets_the_exit_code() {
 fn max_restarts_restarts_the_whole_group() {
     // Fails on the first attempt only.
     let script = r#"if [ "$BURN_DDP_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then exit 3; fi; echo attempt=$BURN_DDP_RESTART_COUNT"#;
-    let (code, out, err, _) = launch(&["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--", "sh", "-c", script]);
+    let (code, out, err, _) =
+        launch(&["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--", "sh", "-c", script]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("[rank 0] attempt=1") && out.contains("[rank 1] attempt=1"), "{out}");
     let (code, _, _, _) = launch(&["--standalone", "--nproc-per-node", "2", "--", "sh", "-c", "exit 3"]);
@@ -55,7 +66,17 @@ fn a_missing_program_is_one_clear_error() {
 fn launched_ranks_form_a_tcp_group() {
     // The launcher, rendezvous and tcp group together: the test binary's own worker mode.
     let exe = std::env::current_exe().unwrap();
-    let (code, out, err, _) = launch(&["--standalone", "--nproc-per-node", "2", "--", exe.to_str().unwrap(), "launched_worker_joins", "--exact", "--ignored", "--nocapture"]);
+    let (code, out, err, _) = launch(&[
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--",
+        exe.to_str().unwrap(),
+        "launched_worker_joins",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("[rank 0] worker joined") && out.contains("[rank 1] worker joined"), "{out}");
 }
@@ -89,7 +110,22 @@ fn wrong_node_ranks_are_one_line_errors() {
     let nodes: Vec<_> = (0..2)
         .map(|_| {
             Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
-                .args(["launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", &port, "--nproc-per-node", "2", "--grace-s", "1", "--"])
+                .args([
+                    "launch",
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    "0",
+                    "--master-addr",
+                    "127.0.0.1",
+                    "--master-port",
+                    &port,
+                    "--nproc-per-node",
+                    "2",
+                    "--grace-s",
+                    "1",
+                    "--",
+                ])
                 .arg(&exe)
                 .args(["launched_worker_joins", "--exact", "--ignored", "--nocapture"])
                 .env("BURN_DDP_TIMEOUT_S", "4")
@@ -100,13 +136,19 @@ fn wrong_node_ranks_are_one_line_errors() {
         })
         .collect();
     let outs: Vec<_> = nodes.into_iter().map(|n| n.wait_with_output().unwrap()).collect();
-    let all: String = outs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)).collect();
+    let all: String = outs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+        .collect();
     assert!(outs.iter().all(|o| !o.status.success()), "a duplicate node rank must fail both nodes:\n{all}");
     // Which node's rank gets there second is a race: it says "joined twice" (rank 1) or finds
     // rank 0's port taken; the other node then loses its peers or its store and stops too.
     // Since the launchers agree through their own store, the second node 0 cannot start it
     // and says so; the first waits for a node 1 that never comes, within the time-out.
-    assert!(all.contains("joined twice") || all.contains("another launcher is node 0 already"), "the duplicate is not named:\n{all}");
+    assert!(
+        all.contains("joined twice") || all.contains("another launcher is node 0 already"),
+        "the duplicate is not named:\n{all}"
+    );
     assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
 }
 
@@ -116,7 +158,13 @@ fn wrong_node_ranks_are_one_line_errors() {
 #[test]
 fn doctor_reports_one_line_per_check_and_fails_on_real_mistakes() {
     let doctor = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_burn-ddp")).arg("doctor").args(args).env_remove("MASTER_ADDR").env_remove("MASTER_PORT").output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
+            .arg("doctor")
+            .args(args)
+            .env_remove("MASTER_ADDR")
+            .env_remove("MASTER_PORT")
+            .output()
+            .unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
     };
     let port = burn_ddp::launch::free_port().unwrap().to_string();
@@ -152,8 +200,31 @@ fn a_failure_on_one_node_ends_the_round_on_every_node() {
         let nodes: Vec<_> = (0..2)
             .map(|node| {
                 Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
-                    .args(["launch", "--nnodes", "2", "--node-rank", &node.to_string(), "--master-addr", "127.0.0.1", "--master-port", &port])
-                    .args(["--nproc-per-node", "1", "--grace-s", "1", "--timeout-s", "60", "--max-restarts", restarts, "--", "sh", "-c", script])
+                    .args([
+                        "launch",
+                        "--nnodes",
+                        "2",
+                        "--node-rank",
+                        &node.to_string(),
+                        "--master-addr",
+                        "127.0.0.1",
+                        "--master-port",
+                        &port,
+                    ])
+                    .args([
+                        "--nproc-per-node",
+                        "1",
+                        "--grace-s",
+                        "1",
+                        "--timeout-s",
+                        "60",
+                        "--max-restarts",
+                        restarts,
+                        "--",
+                        "sh",
+                        "-c",
+                        script,
+                    ])
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -162,12 +233,23 @@ fn a_failure_on_one_node_ends_the_round_on_every_node() {
             .collect();
         let outs: Vec<_> = nodes.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
         let elapsed = t.elapsed();
-        let text = |i: usize| format!("{}{}", String::from_utf8_lossy(&outs[i].stdout), String::from_utf8_lossy(&outs[i].stderr));
-        assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}: node 0 did not hear of node 1's failure\n{}\n{}", text(0), text(1));
+        let text = |i: usize| {
+            format!("{}{}", String::from_utf8_lossy(&outs[i].stdout), String::from_utf8_lossy(&outs[i].stderr))
+        };
+        assert!(
+            elapsed < Duration::from_secs(20),
+            "took {elapsed:?}: node 0 did not hear of node 1's failure\n{}\n{}",
+            text(0),
+            text(1)
+        );
         if restarts == "1" {
             for (i, o) in outs.iter().enumerate() {
                 assert!(o.status.success(), "node {i}:\n{}", text(i));
-                assert!(text(i).contains(&format!("round 1 ok rank {i}")), "node {i} did not run round 2:\n{}", text(i));
+                assert!(
+                    text(i).contains(&format!("round 1 ok rank {i}")),
+                    "node {i} did not run round 2:\n{}",
+                    text(i)
+                );
             }
             assert!(text(0).contains("rank 1 on node 1 exited with code 5"), "{}", text(0));
         } else {
@@ -192,7 +274,8 @@ fn ranks_die_with_a_killed_launcher() {
     let pid_file = |rank: usize| dir.path().join(format!("rank.{rank}"));
     let deadline = Instant::now() + Duration::from_secs(20);
     let pids: Vec<String> = loop {
-        let read: Vec<_> = (0..2).filter_map(|r| std::fs::read_to_string(pid_file(r)).ok().filter(|p| p.ends_with('\n'))).collect();
+        let read: Vec<_> =
+            (0..2).filter_map(|r| std::fs::read_to_string(pid_file(r)).ok().filter(|p| p.ends_with('\n'))).collect();
         if read.len() == 2 {
             break read.into_iter().map(|p| p.trim().to_string()).collect();
         }

@@ -78,7 +78,9 @@ fn single_rank_group_works_without_peers() {
 fn failed_all_reduce(pg: &dyn ProcessGroup, len: usize, timeout: Duration) -> (Error, Duration) {
     let mut b = f32_bytes(&vec![1.0; len]);
     let t = Instant::now();
-    let err = pg.all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(timeout) }).unwrap_err();
+    let err = pg
+        .all_reduce(Buffer::host(DType::F32, &mut b), &AllReduceOptions { op: ReduceOp::Sum, timeout: Some(timeout) })
+        .unwrap_err();
     println!("ERROR rank {}: {err} after {:?}", pg.rank(), t.elapsed());
     (err, t.elapsed())
 }
@@ -103,14 +105,20 @@ fn dead_rank_mid_collective_is_an_error_not_a_hang() {
     let outs = spawn(TEST, 3, &[0, 1, 2], &[]);
     assert_eq!(outs[2].status.code(), Some(3));
     assert_all_ok(TEST, &outs[..2]);
-    assert!(String::from_utf8_lossy(&outs[0].stdout).contains("peer rank 2 failed"), "{}", String::from_utf8_lossy(&outs[0].stdout));
+    assert!(
+        String::from_utf8_lossy(&outs[0].stdout).contains("peer rank 2 failed"),
+        "{}",
+        String::from_utf8_lossy(&outs[0].stdout)
+    );
 }
 
 #[test]
 fn missing_rank_times_out_naming_it() {
     const TEST: &str = "missing_rank_times_out_naming_it";
     if is_worker() {
-        let err = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap()).err().expect("rendezvous must fail");
+        let err = init_process_group(CommBackend::Tcp, &RendezvousConfig::from_env().unwrap())
+            .err()
+            .expect("rendezvous must fail");
         println!("ERROR {err}");
         assert!(matches!(&err, Error::Timeout { missing, .. } if missing == &vec![2]), "{err}");
         return;
@@ -165,17 +173,27 @@ fn nccl_without_cuda_or_a_gpu_is_a_one_line_error() {
     #[cfg(not(feature = "cuda"))]
     {
         let store = burn_ddp::store::StoreServer::bind("127.0.0.1", 0, None).unwrap();
-        let client = burn_ddp::store::TcpStore::connect("127.0.0.1", store.local_addr().port(), None, Duration::from_secs(2)).unwrap();
+        let client =
+            burn_ddp::store::TcpStore::connect("127.0.0.1", store.local_addr().port(), None, Duration::from_secs(2))
+                .unwrap();
         let err = NcclProcessGroup::new(&client, 0, 1, 0, Duration::from_secs(1)).err().unwrap();
         assert!(matches!(err, Error::CudaNotCompiled));
     }
     #[cfg(feature = "cuda")]
     match burn_ddp::cuda_device_count() {
-        Ok(n) if n > 0 => eprintln!("SKIPPED nccl_without_cuda_or_a_gpu_is_a_one_line_error: a CUDA build on a machine with {n} GPU(s)"),
+        Ok(n) if n > 0 => eprintln!(
+            "SKIPPED nccl_without_cuda_or_a_gpu_is_a_one_line_error: a CUDA build on a machine with {n} GPU(s)"
+        ),
         _ => {
             // A CUDA build on a machine without a driver or GPU: an error naming what is missing.
             let store = burn_ddp::store::StoreServer::bind("127.0.0.1", 0, None).unwrap();
-            let client = burn_ddp::store::TcpStore::connect("127.0.0.1", store.local_addr().port(), None, Duration::from_secs(2)).unwrap();
+            let client = burn_ddp::store::TcpStore::connect(
+                "127.0.0.1",
+                store.local_addr().port(),
+                None,
+                Duration::from_secs(2),
+            )
+            .unwrap();
             let err = NcclProcessGroup::new(&client, 0, 1, 0, Duration::from_secs(1)).err().unwrap();
             assert!(matches!(err, Error::Cuda { .. }), "{err}");
             assert_eq!(err.to_string().lines().count(), 1, "{err}");

@@ -9,20 +9,38 @@ use std::process::Command;
 fn example_binary() -> PathBuf {
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let exe = deps.parent().unwrap().join("examples").join(format!("plain_burn{}", std::env::consts::EXE_SUFFIX));
-    assert!(exe.exists(), "{} is missing: run the tests through `cargo test`, which builds the examples", exe.display());
+    assert!(
+        exe.exists(),
+        "{} is missing: run the tests through `cargo test`, which builds the examples",
+        exe.display()
+    );
     exe
 }
 
 /// `(rank, first_loss, last_loss, params)` from a `RESULT` line.
 fn parse(line: &str) -> (usize, f32, f32, String) {
-    let field = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in {line}")).to_string();
-    (field("rank=").parse().unwrap(), field("first_loss=").parse().unwrap(), field("last_loss=").parse().unwrap(), field("params="))
+    let field = |key: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+            .to_string()
+    };
+    (
+        field("rank=").parse().unwrap(),
+        field("first_loss=").parse().unwrap(),
+        field("last_loss=").parse().unwrap(),
+        field("params="),
+    )
 }
 
 #[test]
 fn two_cpu_ranks_train_the_plain_burn_model_identically() {
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_burn-ddp")).args(["launch", "--standalone", "--nproc-per-node", "2", "--"]).arg(example_binary()).args(["--steps", "40", "--batch", "16"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_burn-ddp"))
+        .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
+        .arg(example_binary())
+        .args(["--steps", "40", "--batch", "16"])
+        .output()
+        .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "launch failed:\n{stdout}\n{stderr}");
     let results: Vec<_> = stdout.lines().filter(|l| l.contains("RESULT rank=")).map(parse).collect();

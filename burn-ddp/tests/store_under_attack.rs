@@ -22,8 +22,14 @@ fn rank0_pid(parent: u32) -> Option<u32> {
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(parent) && std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default().split(|&b| b == 0).any(|kv| kv == b"RANK=0") {
+        let ppid =
+            stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent)
+            && std::fs::read(format!("/proc/{pid}/environ"))
+                .unwrap_or_default()
+                .split(|&b| b == 0)
+                .any(|kv| kv == b"RANK=0")
+        {
             return Some(pid);
         }
     }
@@ -33,7 +39,9 @@ fn rank0_pid(parent: u32) -> Option<u32> {
 /// `(VmHWM in KiB, Threads)` of `pid`, while it lives.
 fn usage(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok());
+    let field = |name: &str| {
+        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
     Some((field("VmHWM:")?, field("Threads:")?))
 }
 
@@ -138,7 +146,10 @@ fn all_reduce_worker() {
 }
 
 fn rounds(stdout: &str) -> Vec<String> {
-    stdout.lines().filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("rounds=")).map(String::from)).collect()
+    stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("rounds=")).map(String::from))
+        .collect()
 }
 
 #[test]
@@ -151,8 +162,21 @@ fn ten_thousand_strangers_cost_rank_0_little_and_the_run_finishes() {
         assert!(n.len() == 2 && n[0] == n[1], "both ranks must finish the same rounds:\n{}", r.stdout);
     }
     let extra_mib = attacked.peak_kib.saturating_sub(quiet.peak_kib) as f64 / 1024.0;
-    assert!(extra_mib <= 50.0, "rank 0's peak memory grew by {extra_mib:.1} MiB ({} vs {} KiB)", attacked.peak_kib, quiet.peak_kib);
+    assert!(
+        extra_mib <= 50.0,
+        "rank 0's peak memory grew by {extra_mib:.1} MiB ({} vs {} KiB)",
+        attacked.peak_kib,
+        quiet.peak_kib
+    );
     let bound = quiet.max_threads + burn_ddp::store::admission::MAX_PENDING as u64 + 16;
-    assert!(attacked.max_threads <= bound, "rank 0 ran {} threads (undisturbed: {}, bound {bound})", attacked.max_threads, quiet.max_threads);
-    eprintln!("rank 0 under 10,000 strangers: peak {} KiB (undisturbed {} KiB), at most {} threads (undisturbed {})", attacked.peak_kib, quiet.peak_kib, attacked.max_threads, quiet.max_threads);
+    assert!(
+        attacked.max_threads <= bound,
+        "rank 0 ran {} threads (undisturbed: {}, bound {bound})",
+        attacked.max_threads,
+        quiet.max_threads
+    );
+    eprintln!(
+        "rank 0 under 10,000 strangers: peak {} KiB (undisturbed {} KiB), at most {} threads (undisturbed {})",
+        attacked.peak_kib, quiet.peak_kib, attacked.max_threads, quiet.max_threads
+    );
 }

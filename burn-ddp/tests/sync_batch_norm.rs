@@ -24,14 +24,20 @@ const W: usize = 5;
 /// Rows `rows` of the global input, offset by 3 so a naive E[x²]−mean² would lose digits.
 fn input(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> Tensor<B, 4> {
     let n = rows.len();
-    let v: Vec<f32> = rows.flat_map(|i| (0..C * H * W).map(move |j| 3.0 + (((i * 131 + j * 37) % 101) as f32 - 50.0) / 17.0 * (1.0 + (j / (H * W)) as f32))).collect();
+    let v: Vec<f32> = rows
+        .flat_map(|i| {
+            (0..C * H * W)
+                .map(move |j| 3.0 + (((i * 131 + j * 37) % 101) as f32 - 50.0) / 17.0 * (1.0 + (j / (H * W)) as f32))
+        })
+        .collect();
     Tensor::from_data(TensorData::new(v, [n, C, H, W]), device)
 }
 
 /// The upstream gradient for rows `rows` (loss = Σ y ⊙ G).
 fn upstream(rows: std::ops::Range<usize>, device: &burn::tensor::Device<B>) -> Tensor<B, 4> {
     let n = rows.len();
-    let v: Vec<f32> = rows.flat_map(|i| (0..C * H * W).map(move |j| (((i * 7 + j * 13) % 23) as f32 - 11.0) / 5.0)).collect();
+    let v: Vec<f32> =
+        rows.flat_map(|i| (0..C * H * W).map(move |j| (((i * 7 + j * 13) % 23) as f32 - 11.0) / 5.0)).collect();
     Tensor::from_data(TensorData::new(v, [n, C, H, W]), device)
 }
 
@@ -52,7 +58,12 @@ fn check(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: lengths differ");
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
     let d = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
-    assert!(d < 1e-5, "{what}: max difference {d} of the largest value\n got {:?}\nwant {:?}", &got[..got.len().min(6)], &want[..want.len().min(6)]);
+    assert!(
+        d < 1e-5,
+        "{what}: max difference {d} of the largest value\n got {:?}\nwant {:?}",
+        &got[..got.len().min(6)],
+        &want[..want.len().min(6)]
+    );
 }
 
 fn equivalence(test: &str, sizes: &[usize]) {
@@ -100,7 +111,10 @@ fn equivalence(test: &str, sizes: &[usize]) {
     check("running var", &host(bn.running_var.value()), &host(bn_ref.running_var.value()));
     // The statistics really are global: a rank-local BatchNorm differs.
     let local = host(layer(&device).forward(input(mine.clone(), &device)));
-    assert!(max_relative_diff(&local, &rows(bn_ref.forward(input(0..total, &device))), 1e-3) > 1e-3, "rank-local statistics must differ from global ones");
+    assert!(
+        max_relative_diff(&local, &rows(bn_ref.forward(input(0..total, &device))), 1e-3) > 1e-3,
+        "rank-local statistics must differ from global ones"
+    );
     // Evaluation mode: running statistics, no communication (a lone rank would hang otherwise).
     let eval = sync_batch_norm(&bn.valid(), input(mine.clone(), &device).inner(), &sync);
     assert_eq!(eval.dims(), [sizes[rank], C, H, W]);
@@ -143,8 +157,16 @@ fn sync_bn_in_a_world_of_one_is_batch_norm_in_both_layouts() {
         let what = |s: &str| format!("{layout:?} {s}");
         check(&what("output"), &host(y), &host(y_ref));
         check(&what("input gradient"), &host(x.grad(&grads).unwrap()), &host(x_ref.grad(&grads_ref).unwrap()));
-        check(&what("gamma gradient"), &host(bn.gamma.grad(&grads).unwrap()), &host(bn_ref.gamma.grad(&grads_ref).unwrap()));
-        check(&what("beta gradient"), &host(bn.beta.grad(&grads).unwrap()), &host(bn_ref.beta.grad(&grads_ref).unwrap()));
+        check(
+            &what("gamma gradient"),
+            &host(bn.gamma.grad(&grads).unwrap()),
+            &host(bn_ref.gamma.grad(&grads_ref).unwrap()),
+        );
+        check(
+            &what("beta gradient"),
+            &host(bn.beta.grad(&grads).unwrap()),
+            &host(bn_ref.beta.grad(&grads_ref).unwrap()),
+        );
         check(&what("running mean"), &host(bn.running_mean.value()), &host(bn_ref.running_mean.value()));
         check(&what("running var"), &host(bn.running_var.value()), &host(bn_ref.running_var.value()));
     }

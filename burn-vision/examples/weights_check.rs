@@ -35,7 +35,8 @@ fn gpu_rows(dir: &Path, name: &str, g: &GoldenModel) -> burn_vision::Result<bool
     let mut ok = true;
     for channels_last in [false, true] {
         let t = Instant::now();
-        let model = burn_vision::model::ImageClassifier::with_channels_last(load::<Gpu>(dir, g, &device)?.0, channels_last);
+        let model =
+            burn_vision::model::ImageClassifier::with_channels_last(load::<Gpu>(dir, g, &device)?.0, channels_last);
         let err = logits_error(&model, g, &device);
         ok &= row(name, if channels_last { "GPU, channels-last" } else { "GPU, NCHW" }, err, t.elapsed().as_secs_f64());
     }

@@ -18,7 +18,9 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The data folder does not exist.
-    #[error("data folder {path} does not exist; pass --data with a folder holding one sub-folder per class, or `bundled` / `fashion-mnist`")]
+    #[error(
+        "data folder {path} does not exist; pass --data with a folder holding one sub-folder per class, or `bundled` / `fashion-mnist`"
+    )]
     MissingDataDir {
         /// The folder asked for.
         path: PathBuf,

@@ -31,7 +31,10 @@ pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     let result = catch_unwind(AssertUnwindSafe(f));
     GUARDED.with(|g| g.set(outer));
     result.map_err(|payload| {
-        let text = payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()));
+        let text = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()));
         text.unwrap_or_else(|| "the library panicked".into()).lines().next().unwrap_or_default().to_string()
     })
 }
@@ -43,7 +46,10 @@ mod tests {
     #[test]
     fn a_panic_becomes_its_message_and_values_pass_through() {
         assert_eq!(catch_panic(|| 7), Ok(7));
-        assert_eq!(catch_panic(|| -> u8 { panic!("record of another variant\nsecond line") }), Err("record of another variant".into()));
+        assert_eq!(
+            catch_panic(|| -> u8 { panic!("record of another variant\nsecond line") }),
+            Err("record of another variant".into())
+        );
         let n = 3;
         assert_eq!(catch_panic(|| -> u8 { panic!("got {n}") }), Err("got 3".into()));
         assert_eq!(catch_panic(|| catch_panic(|| -> u8 { panic!("inner") })), Ok(Err("inner".into())));

@@ -381,7 +381,25 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     }
     augmentation(&mut c.augment, &a)?;
     mixing(&mut c.mixup, &a);
-    set!(data, model, epochs, batch_size, lr, optimizer, momentum, weight_decay, warmup_epochs, min_lr_factor, label_smoothing, val_fraction, seed, out, image_size, backbone_lr_scale, drop_path);
+    set!(
+        data,
+        model,
+        epochs,
+        batch_size,
+        lr,
+        optimizer,
+        momentum,
+        weight_decay,
+        warmup_epochs,
+        min_lr_factor,
+        label_smoothing,
+        val_fraction,
+        seed,
+        out,
+        image_size,
+        backbone_lr_scale,
+        drop_path
+    );
     c.pretrained = a.pretrained;
     c.freeze_layers = a.freeze_layers;
     c.clip_grad_norm = a.clip_grad_norm.or(c.clip_grad_norm);
@@ -448,8 +466,11 @@ fn augmentation(aug: &mut burn_vision::data::Augment, a: &TrainArgs) -> Result<(
 
 /// `--randaugment N,M` (or `0`: off; `N` alone keeps magnitude `magnitude`).
 fn parse_rand_augment(text: &str, magnitude: u32) -> Result<(u32, u32)> {
-    let bad =
-        || burn_vision::error::Error::InvalidConfig { name: "--randaugment", value: text.into(), reason: "give N,M: N operations (e.g. 2) at magnitude M of 0–30 (e.g. 9), or 0 for off".into() };
+    let bad = || burn_vision::error::Error::InvalidConfig {
+        name: "--randaugment",
+        value: text.into(),
+        reason: "give N,M: N operations (e.g. 2) at magnitude M of 0–30 (e.g. 9), or 0 for off".into(),
+    };
     let (n, m) = match text.split_once(',') {
         Some((n, m)) => (n.trim().parse().map_err(|_| bad())?, m.trim().parse().map_err(|_| bad())?),
         None => (text.trim().parse().map_err(|_| bad())?, magnitude),
@@ -459,7 +480,12 @@ fn parse_rand_augment(text: &str, magnitude: u32) -> Result<(u32, u32)> {
 
 /// The mixup / cutmix flags over the preset's.
 fn mixing(m: &mut burn_vision::train::mixup::MixupConfig, a: &TrainArgs) {
-    for (flag, field) in [(a.mixup, &mut m.mixup_alpha), (a.cutmix, &mut m.cutmix_alpha), (a.mixup_prob, &mut m.prob), (a.mixup_switch_prob, &mut m.switch_prob)] {
+    for (flag, field) in [
+        (a.mixup, &mut m.mixup_alpha),
+        (a.cutmix, &mut m.cutmix_alpha),
+        (a.mixup_prob, &mut m.prob),
+        (a.mixup_switch_prob, &mut m.switch_prob),
+    ] {
         if let Some(v) = flag {
             *field = v;
         }
@@ -492,7 +518,14 @@ fn launch_ranks(config: &TrainConfig, max_restarts: usize) -> Result<()> {
     // The ranks run this same command, less the restarts, which are this launcher's business.
     let program = without_flag(std::env::args().collect(), "--max-restarts");
     let timeout = config.timeout_s.map(std::time::Duration::from_secs_f64);
-    let launch = burn_ddp::launch::LaunchConfig { nproc_per_node: config.processes(), master_port: 0, max_restarts, program, timeout, ..Default::default() };
+    let launch = burn_ddp::launch::LaunchConfig {
+        nproc_per_node: config.processes(),
+        master_port: 0,
+        max_restarts,
+        program,
+        timeout,
+        ..Default::default()
+    };
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = interrupted.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
@@ -513,7 +546,9 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
         return launch_ranks(&config, max_restarts);
     }
     if max_restarts > 0 && place.as_ref().is_some_and(|p| p.rank == 0) {
-        log::warn!("--max-restarts is for the ranks train starts itself; under an outside launcher give it to the launcher (train continues from last.ckpt when restarted)");
+        log::warn!(
+            "--max-restarts is for the ranks train starts itself; under an outside launcher give it to the launcher (train continues from last.ckpt when restarted)"
+        );
     }
     let summary = run(&config)?;
     if place.is_some_and(|p| p.rank != 0) {
@@ -536,7 +571,13 @@ fn cmd_train(a: TrainArgs) -> Result<()> {
 }
 
 fn cmd_eval(a: EvalArgs) -> Result<()> {
-    let request = EvalRequest { checkpoint: a.checkpoint, data: a.data, all: a.all, batch_size: a.batch_size, gpu: first_gpu(a.gpus.as_deref())? };
+    let request = EvalRequest {
+        checkpoint: a.checkpoint,
+        data: a.data,
+        all: a.all,
+        batch_size: a.batch_size,
+        gpu: first_gpu(a.gpus.as_deref())?,
+    };
     let r = evaluate_checkpoint(&request)?;
     println!(
         "{}: {} images ({} skipped) on {}: loss {:.4}, top-1 {:.2}%, top-5 {:.2}%",
@@ -563,7 +604,11 @@ fn first_gpu(gpus: Option<&str>) -> Result<Option<usize>> {
 
 fn cmd_predict(a: PredictArgs) -> Result<()> {
     let results = predict_paths(&a.checkpoint, &a.images, a.top, first_gpu(a.gpus.as_deref())?)?;
-    anyhow::ensure!(!results.is_empty(), "no .jpg/.jpeg/.png images in {}", a.images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    anyhow::ensure!(
+        !results.is_empty(),
+        "no .jpg/.jpeg/.png images in {}",
+        a.images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
     let mut failed = 0;
     for (path, result) in &results {
         match result {
@@ -609,7 +654,12 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
         host_profile_first_step: a.host_profile_first_step,
         burn_sgd: a.burn_sgd,
         ddp: a.ddp,
-        grad_compression: a.grad_compression.as_deref().map(burn_vision::train::config::parse_grad_compression).transpose()?.unwrap_or_default(),
+        grad_compression: a
+            .grad_compression
+            .as_deref()
+            .map(burn_vision::train::config::parse_grad_compression)
+            .transpose()?
+            .unwrap_or_default(),
         no_overlap: a.no_overlap,
     };
     let result = run_bench(&config, &spec)?;
@@ -620,7 +670,13 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
 fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
     let source: DataSource = a.data.parse().expect("infallible");
     let data = load_source(&source, a.image_size)?;
-    let config = DataBenchConfig { batch_size: a.batch_size, batches: a.batches, eval: a.eval, seed: a.seed, prefetch: a.prefetch };
+    let config = DataBenchConfig {
+        batch_size: a.batch_size,
+        batches: a.batches,
+        eval: a.eval,
+        seed: a.seed,
+        prefetch: a.prefetch,
+    };
     let gpu = first_gpu(a.gpus.as_deref())?;
     println!("{}", serde_json::to_string(&burn_vision::train::bench_data::bench_data(&data, &config, gpu)?)?);
     Ok(())
@@ -632,18 +688,29 @@ fn cmd_export(a: ExportArgs) -> Result<()> {
         (None, Some(out)) => WeightFormat::for_path(out),
         (None, None) => WeightFormat::Pth,
     };
-    let output = a.output.unwrap_or_else(|| a.checkpoint.with_extension(if format == WeightFormat::Safetensors { "safetensors" } else { "pth" }));
+    let output = a.output.unwrap_or_else(|| {
+        a.checkpoint.with_extension(if format == WeightFormat::Safetensors { "safetensors" } else { "pth" })
+    });
     let restored = restore::<burn_flex::Flex>(&a.checkpoint, &Default::default())?;
     let tracked = restored.meta.batches_tracked.unwrap_or(restored.meta.step as i64);
     let scheme = scheme_index(&restored.model, a.names.as_deref())?;
     let n = export(&restored.model, &output, format, (tracked, scheme))?;
-    println!("{}: {} tensors of {} ({} classes) written as {format:?}, num_batches_tracked {tracked}", output.display(), n, restored.meta.model, restored.meta.classes.len());
+    println!(
+        "{}: {} tensors of {} ({} classes) written as {format:?}, num_batches_tracked {tracked}",
+        output.display(),
+        n,
+        restored.meta.model,
+        restored.meta.classes.len()
+    );
     Ok(())
 }
 
 fn main() {
     burn_vision::mark_start();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).format_timestamp(None).format_target(false).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
     let cli = Cli::parse();
     let command = cli.command.or_else(|| Cli::parse_from(["burn-vision", "train"]).command).expect("train parses");
     let result = match command {
@@ -653,7 +720,9 @@ fn main() {
         Command::Bench(a) => cmd_bench(a),
         Command::BenchData(a) => cmd_bench_data(a),
         Command::Export(a) => cmd_export(a),
-        Command::Plot(a) => burn_vision::plot::plot_folders(&a.runs, &a.output).map(|()| println!("wrote {} ({} run(s))", a.output.display(), a.runs.len())).map_err(Into::into),
+        Command::Plot(a) => burn_vision::plot::plot_folders(&a.runs, &a.output)
+            .map(|()| println!("wrote {} ({} run(s))", a.output.display(), a.runs.len()))
+            .map_err(Into::into),
         Command::Models => {
             println!("{}", list_models().join("\n"));
             Ok(())
@@ -688,13 +757,20 @@ mod tests {
         let text = one_line(&anyhow::Error::from(ours));
         assert_eq!(text.matches("os error 13").count(), 1, "{text}");
         let wrapped = anyhow::Error::from(std::io::Error::from_raw_os_error(2)).context("reading the list");
-        assert!(one_line(&wrapped).starts_with("reading the list: ") && one_line(&wrapped).contains("os error 2"), "{}", one_line(&wrapped));
+        assert!(
+            one_line(&wrapped).starts_with("reading the list: ") && one_line(&wrapped).contains("os error 2"),
+            "{}",
+            one_line(&wrapped)
+        );
     }
 
     #[test]
     fn the_ranks_do_not_get_the_launchers_restarts() {
         let args = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        assert_eq!(without_flag(args("bv train --max-restarts 3 --nproc 2"), "--max-restarts"), args("bv train --nproc 2"));
+        assert_eq!(
+            without_flag(args("bv train --max-restarts 3 --nproc 2"), "--max-restarts"),
+            args("bv train --nproc 2")
+        );
         assert_eq!(without_flag(args("bv train --max-restarts=3 --cpu"), "--max-restarts"), args("bv train --cpu"));
         assert_eq!(without_flag(args("bv train --cpu"), "--max-restarts"), args("bv train --cpu"));
     }

@@ -26,7 +26,9 @@ impl RunCurves {
     pub fn read(run: &Path) -> Result<Self> {
         let file = run.join("metrics.jsonl");
         let bad = |reason: String| Error::Plot { path: file.clone(), reason };
-        let text = std::fs::read_to_string(&file).map_err(|e| bad(format!("{e}; pass run folders written by `burn-vision train` (they hold metrics.jsonl)")))?;
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            bad(format!("{e}; pass run folders written by `burn-vision train` (they hold metrics.jsonl)"))
+        })?;
         let epochs = text
             .lines()
             .filter(|l| !l.trim().is_empty())
@@ -54,7 +56,10 @@ struct Panel {
 
 const PANELS: [Panel; 4] = [
     Panel { title: "loss", series: &[("train_loss", "train", 1.0, false), ("val_loss", "val", 1.0, true)] },
-    Panel { title: "top-1 accuracy (%)", series: &[("train_acc", "train", 100.0, false), ("val_acc", "val", 100.0, true)] },
+    Panel {
+        title: "top-1 accuracy (%)",
+        series: &[("train_acc", "train", 100.0, false), ("val_acc", "val", 100.0, true)],
+    },
     Panel { title: "learning rate (end of epoch)", series: &[("lr", "lr", 1.0, false)] },
     Panel { title: "images / s (all ranks)", series: &[("img_per_s", "img/s", 1.0, false)] },
 ];
@@ -85,7 +90,10 @@ pub fn plot_runs(runs: &[RunCurves], out: &Path, (width, height): (u32, u32)) ->
         root.present().map_err(|e| failed(e.to_string()))?;
     }
     let mut png = Vec::new();
-    image::RgbImage::from_raw(width, height, pixels).expect("buffer sized for the image").write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).map_err(|e| failed(e.to_string()))?;
+    image::RgbImage::from_raw(width, height, pixels)
+        .expect("buffer sized for the image")
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .map_err(|e| failed(e.to_string()))?;
     crate::atomic_file::write_atomic(out, &png)
 }
 
@@ -102,17 +110,36 @@ fn padded(values: impl Iterator<Item = f64>) -> (f64, f64) {
 /// One drawn line: the run's index, the series' label, dashed, and its points.
 type Curve<'a> = (usize, &'a str, bool, Vec<(f64, f64)>);
 
-fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, panel: &Panel, runs: &[RunCurves]) -> std::result::Result<(), String> {
-    let curves: Vec<Curve> = runs.iter().enumerate().flat_map(|(i, r)| panel.series.iter().map(move |&(key, label, scale, dashed)| (i, label, dashed, r.points(key, scale)))).collect();
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    runs: &[RunCurves],
+) -> std::result::Result<(), String> {
+    let curves: Vec<Curve> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            panel.series.iter().map(move |&(key, label, scale, dashed)| (i, label, dashed, r.points(key, scale)))
+        })
+        .collect();
     let (x0, x1) = padded(curves.iter().flat_map(|c| c.3.iter().map(|p| p.0)));
     let (y0, y1) = padded(curves.iter().flat_map(|c| c.3.iter().map(|p| p.1)));
-    let mut chart =
-        ChartBuilder::on(area).caption(panel.title, ("sans-serif", 18)).margin(12).x_label_area_size(32).y_label_area_size(70).build_cartesian_2d(x0..x1, y0..y1).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(area)
+        .caption(panel.title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(|e| e.to_string())?;
     chart.configure_mesh().x_desc("epoch").label_style(("sans-serif", 12)).draw().map_err(|e| e.to_string())?;
     for (i, label, dashed, points) in curves {
         let color = Palette99::pick(i).to_rgba();
         let style = color.stroke_width(2);
-        let name = if runs.len() > 1 || panel.series.len() > 1 { format!("{} {label}", runs[i].name) } else { runs[i].name.clone() };
+        let name = if runs.len() > 1 || panel.series.len() > 1 {
+            format!("{} {label}", runs[i].name)
+        } else {
+            runs[i].name.clone()
+        };
         let drawn = if dashed {
             chart.draw_series(DashedLineSeries::new(points.clone(), 6, 4, style)).map_err(|e| e.to_string())?
         } else {

@@ -61,7 +61,20 @@ fn train_then_eval_and_predict() {
     let out = dir.path().join("run");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
     let data = data.to_str().unwrap();
-    let o = cli(&["train", "--data", data, "--image-size", "28", "--epochs", "1", "--batch-size", "16", "--quiet", "--out", out.to_str().unwrap()]);
+    let o = cli(&[
+        "train",
+        "--data",
+        data,
+        "--image-size",
+        "28",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("done: 1 epoch(s)"));
 
@@ -95,12 +108,33 @@ fn train_then_eval_and_predict() {
     let o = cli(&["export", "--checkpoint", ckpt.to_str().unwrap(), "--format", "safetensors"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let exported = out.join("best.safetensors");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("tensors of resnet10-mini"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("tensors of resnet10-mini"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     let o = cli(&["export", "--checkpoint", ckpt.to_str().unwrap(), "--names", "timm"]);
     assert!(stderr(&o).contains("this model's PyTorch names are torchvision"), "{}", stderr(&o));
     let tuned = dir.path().join("tuned");
-    let args = ["train", "--data", data, "--image-size", "28", "--epochs", "1", "--max-steps-per-epoch", "1", "--batch-size", "16", "--quiet"];
-    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision")).args(args).args(["--pretrained", exported.to_str().unwrap(), "--out", tuned.to_str().unwrap()]).output().unwrap();
+    let args = [
+        "train",
+        "--data",
+        data,
+        "--image-size",
+        "28",
+        "--epochs",
+        "1",
+        "--max-steps-per-epoch",
+        "1",
+        "--batch-size",
+        "16",
+        "--quiet",
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
+        .args(args)
+        .args(["--pretrained", exported.to_str().unwrap(), "--out", tuned.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("pretrained weights") && stderr(&o).contains("tensors loaded"), "{}", stderr(&o));
 
@@ -119,10 +153,23 @@ fn train_two_on_the_jpeg_folder(out: &Path, how: &[&str]) -> (String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
         .arg("train")
         .args(how)
-        .args(["--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--quiet", "--out", out.to_str().unwrap()])
+        .args([
+            "--data",
+            data.to_str().unwrap(),
+            "--image-size",
+            "28",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
     assert!(o.status.success(), "{stdout}\n{stderr}");
     (stdout, stderr)
 }
@@ -134,11 +181,19 @@ fn nproc_2_cpu_trains_end_to_end_over_tcp_with_sync_batch_norm() {
     let (stdout, stderr) = train_two_on_the_jpeg_folder(&out, &["--nproc", "2", "--cpu", "--sync-bn"]);
     assert!(stdout.contains("[rank 0] done: 1 epoch(s)"), "{stdout}");
     assert!(!stdout.contains("[rank 1] done"), "only rank 0 reports: {stdout}");
-    assert!(stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DDP, SyncBatchNorm"), "{stderr}");
+    assert!(
+        stderr.contains("2 device(s) x batch 8 = global batch 16") && stderr.contains("DDP, SyncBatchNorm"),
+        "{stderr}"
+    );
     assert!(stderr.contains("peak host memory"), "health table without memory: {stderr}");
     assert!(stderr.contains("rank 1:") && stderr.contains("gradient sync"), "health table missing: {stderr}");
     // The collectives' own share is measured (inside the all-reduce calls), beside the wait.
-    let share: f64 = stderr.split("gradient sync: collectives ").nth(1).and_then(|s| s.split('%').next()).and_then(|s| s.parse().ok()).unwrap_or(-1.0);
+    let share: f64 = stderr
+        .split("gradient sync: collectives ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1.0);
     assert!(share > 0.0 && share < 100.0, "collectives' share {share}: {stderr}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 1, "one writer: {metrics}");
@@ -196,7 +251,10 @@ fn vit_s16_trains_with_two_cpu_processes_mixup_and_clipped_gradients() {
 
 #[test]
 fn half_precision_trains_end_to_end() {
-    for (flags, says) in [(&["--precision", "bf16", "--channels-last"][..], "bf16 activations, channels-last"), (&["--precision", "f16"][..], "f16 activations")] {
+    for (flags, says) in [
+        (&["--precision", "bf16", "--channels-last"][..], "bf16 activations, channels-last"),
+        (&["--precision", "f16"][..], "f16 activations"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("run");
         let how: Vec<&str> = ["--cpu"].iter().chain(flags).copied().collect();
@@ -234,8 +292,23 @@ fn data_parallel_2_cpu_workers_train_end_to_end() {
 /// run, and rank 1 prints nothing.
 fn launched_pair(out: &Path, env_of: impl Fn(usize) -> Vec<(&'static str, String)>) -> (Output, Output) {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
-    let args =
-        ["train", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "8", "--max-steps-per-epoch", "2", "--quiet", "--cpu", "--out", out.to_str().unwrap()];
+    let args = [
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--image-size",
+        "28",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--max-steps-per-epoch",
+        "2",
+        "--quiet",
+        "--cpu",
+        "--out",
+        out.to_str().unwrap(),
+    ];
     let children: Vec<_> = (0..2)
         .map(|r| {
             Command::new(env!("CARGO_BIN_EXE_burn-vision"))
@@ -259,11 +332,28 @@ type LauncherEnv = Box<dyn Fn(usize, &str) -> Vec<(&'static str, String)>>;
 fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
     let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
     let launchers: [(&str, LauncherEnv); 3] = [
-        ("RANK/WORLD_SIZE", Box::new(|r, p| vec![("RANK", r.to_string()), ("WORLD_SIZE", "2".into()), ("LOCAL_RANK", r.to_string()), ("MASTER_ADDR", "127.0.0.1".into()), ("MASTER_PORT", p.into())])),
+        (
+            "RANK/WORLD_SIZE",
+            Box::new(|r, p| {
+                vec![
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "2".into()),
+                    ("LOCAL_RANK", r.to_string()),
+                    ("MASTER_ADDR", "127.0.0.1".into()),
+                    ("MASTER_PORT", p.into()),
+                ]
+            }),
+        ),
         (
             "Slurm",
             Box::new(|r, p| {
-                vec![("SLURM_PROCID", r.to_string()), ("SLURM_NTASKS", "2".into()), ("SLURM_LOCALID", r.to_string()), ("SLURM_JOB_NODELIST", "localhost".into()), ("MASTER_PORT", p.into())]
+                vec![
+                    ("SLURM_PROCID", r.to_string()),
+                    ("SLURM_NTASKS", "2".into()),
+                    ("SLURM_LOCALID", r.to_string()),
+                    ("SLURM_JOB_NODELIST", "localhost".into()),
+                    ("MASTER_PORT", p.into()),
+                ]
             }),
         ),
         (
@@ -286,8 +376,14 @@ fn train_takes_its_world_from_torchrun_srun_or_mpirun() {
         let (rank0, rank1) = launched_pair(&out, |r| env_of(r, &p));
         let (err0, err1) = (stderr(&rank0), stderr(&rank1));
         assert!(rank0.status.success() && rank1.status.success(), "{name}:\n{err0}\n{err1}");
-        assert!(err0.contains(&format!("2 ranks from {name}")), "{name}: rank 0 does not say where the world came from:\n{err0}");
-        assert!(err0.contains("global batch 16") && err0.contains("(0.002 x 2)"), "{name}: not one 2-rank job:\n{err0}");
+        assert!(
+            err0.contains(&format!("2 ranks from {name}")),
+            "{name}: rank 0 does not say where the world came from:\n{err0}"
+        );
+        assert!(
+            err0.contains("global batch 16") && err0.contains("(0.002 x 2)"),
+            "{name}: not one 2-rank job:\n{err0}"
+        );
         assert!(String::from_utf8_lossy(&rank0.stdout).contains("done: 1 epoch(s)"), "{name}");
         assert!(rank1.stdout.is_empty(), "{name}: rank 1 printed {}", String::from_utf8_lossy(&rank1.stdout));
         assert!(out.join("last.ckpt").exists(), "{name}: no checkpoint");
@@ -301,7 +397,10 @@ fn ran_on_gpu(o: &Output, what: &str) -> bool {
         return true;
     }
     let err = stderr(o);
-    assert!(err.contains("--no-default-features") || err.to_lowercase().contains("gpu") || err.contains("CUDA"), "not a device error: {err}");
+    assert!(
+        err.contains("--no-default-features") || err.to_lowercase().contains("gpu") || err.contains("CUDA"),
+        "not a device error: {err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     eprintln!("SKIPPED {what} on GPU 0: {}", err.trim());
     false
@@ -313,12 +412,20 @@ fn ran_on_gpu(o: &Output, what: &str) -> bool {
 fn bench_data_delivers_to_gpu_0() {
     let o = cli(&["bench-data", "--batch-size", "16", "--batches", "2", "--image-size", "28"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"host memory\""), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"host memory\""),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     let o = cli(&["bench-data", "--batch-size", "16", "--batches", "2", "--image-size", "28", "--gpus", "0"]);
     if !ran_on_gpu(&o, "bench-data") {
         return;
     }
-    assert!(String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"gpu 0\""), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("\"delivered_to\":\"gpu 0\""),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 /// `eval --gpus 0` and `predict --gpus 0` on a GPU; without a CUDA build or a GPU, the test
@@ -328,7 +435,22 @@ fn eval_and_predict_on_gpu_0() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
-    let o = cli(&["train", "--data", data.to_str().unwrap(), "--image-size", "28", "--epochs", "1", "--batch-size", "16", "--max-steps-per-epoch", "2", "--quiet", "--out", out.to_str().unwrap()]);
+    let o = cli(&[
+        "train",
+        "--data",
+        data.to_str().unwrap(),
+        "--image-size",
+        "28",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--max-steps-per-epoch",
+        "2",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let ckpt = out.join("best.ckpt");
     let eval = cli(&["eval", "--gpus", "0", "--checkpoint", ckpt.to_str().unwrap()]);
@@ -362,7 +484,10 @@ fn profile_steps_write_a_perfetto_trace_with_steps_phases_and_all_reduces() {
     }
     assert!(named("all-reduce bucket") >= 2, "no bucket all-reduce spans: {trace}");
     let step = |n: &str| spans.iter().find(|e| e["name"] == n).unwrap();
-    let (t0, t1) = (step("step 2")["ts"].as_f64().unwrap(), step("step 3")["ts"].as_f64().unwrap() + step("step 3")["dur"].as_f64().unwrap());
+    let (t0, t1) = (
+        step("step 2")["ts"].as_f64().unwrap(),
+        step("step 3")["ts"].as_f64().unwrap() + step("step 3")["dur"].as_f64().unwrap(),
+    );
     for s in &spans {
         let (ts, dur) = (s["ts"].as_f64().unwrap(), s["dur"].as_f64().unwrap());
         assert!(ts >= t0 - 1.0 && ts + dur <= t1 + 1.0, "span outside the profiled steps: {s}");
@@ -370,7 +495,8 @@ fn profile_steps_write_a_perfetto_trace_with_steps_phases_and_all_reduces() {
     }
     let comm = spans.iter().find(|e| e["cat"] == "comm").unwrap();
     assert!(comm["args"]["bytes"].as_u64().unwrap() > 0 && comm["args"]["backend"] == "tcp", "{comm}");
-    let thread_names: Vec<&str> = events.iter().filter(|e| e["name"] == "thread_name").filter_map(|e| e["args"]["name"].as_str()).collect();
+    let thread_names: Vec<&str> =
+        events.iter().filter(|e| e["name"] == "thread_name").filter_map(|e| e["args"]["name"].as_str()).collect();
     assert!(thread_names.iter().any(|n| n.starts_with("burn-ddp-comm")), "{thread_names:?}");
 }
 
@@ -423,15 +549,22 @@ fn augmentation_flags_are_used_logged_and_recorded() {
         let mut args = vec!["--max-steps-per-epoch", "3"];
         args.extend_from_slice(how);
         let (_, err) = train_two_on_the_jpeg_folder(&out, &args);
-        let metrics: serde_json::Value = serde_json::from_str(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+        let metrics: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap().lines().next().unwrap())
+                .unwrap();
         (err, metrics["train_loss"].as_f64().unwrap(), out)
     };
     let (default_log, default_loss, _) = run("default", &[]);
     assert!(default_log.contains("augmentation: flip 0.5, crop scale 0.08–1"), "{default_log}");
     let (again_log, again_loss, _) = run("again", &[]);
     assert_eq!(default_loss, again_loss, "same seed, same run: {again_log}");
-    let (log, loss, out) = run("strong", &["--hflip", "0", "--rrc-scale", "0.35,1", "--color-jitter", "0.4", "--random-erasing", "0.5"]);
-    assert!(log.contains("augmentation: flip 0, crop scale 0.35–1") && log.contains("colour jitter 0.4, random erasing 0.5"), "{log}");
+    let (log, loss, out) =
+        run("strong", &["--hflip", "0", "--rrc-scale", "0.35,1", "--color-jitter", "0.4", "--random-erasing", "0.5"]);
+    assert!(
+        log.contains("augmentation: flip 0, crop scale 0.35–1")
+            && log.contains("colour jitter 0.4, random erasing 0.5"),
+        "{log}"
+    );
     assert_ne!(loss, default_loss, "the flags changed nothing");
     let eval = cli(&["eval", "--checkpoint", out.join("last.ckpt").to_str().unwrap()]);
     assert!(eval.status.success(), "{}", stderr(&eval));
@@ -460,18 +593,43 @@ fn augmentation_flags_are_used_logged_and_recorded() {
     let bad = stderr(&cli(&["train", "--mixup-prob", "2", "--out", dir.path().join("bad").to_str().unwrap()]));
     assert!(bad.contains("--mixup-prob") && bad.trim().lines().count() == 1, "{bad}");
     let bad = stderr(&cli(&["train", "--drop-path", "0.1", "--out", dir.path().join("bad2").to_str().unwrap()]));
-    assert!(bad.contains("--drop-path") && bad.contains("no stochastic depth") && bad.trim().lines().count() == 1, "{bad}");
+    assert!(
+        bad.contains("--drop-path") && bad.contains("no stochastic depth") && bad.trim().lines().count() == 1,
+        "{bad}"
+    );
 }
 
 /// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from
 /// the process's start covers the first step, which covers its cuDNN share (none here).
 #[test]
 fn bench_reports_the_first_step_split() {
-    let o = cli(&["bench", "--model", "resnet10-mini", "--batch-size", "4", "--image-size", "28", "--channels", "1", "--classes", "10", "--small-input", "--warmup", "2", "--steps", "2"]);
+    let o = cli(&[
+        "bench",
+        "--model",
+        "resnet10-mini",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "28",
+        "--channels",
+        "1",
+        "--classes",
+        "10",
+        "--small-input",
+        "--warmup",
+        "2",
+        "--steps",
+        "2",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = &r["first_step"];
-    let (setup, step, cudnn, total) = (f["setup_s"].as_f64().unwrap(), f["step_s"].as_f64().unwrap(), f["cudnn_s"].as_f64().unwrap(), f["total_s"].as_f64().unwrap());
+    let (setup, step, cudnn, total) = (
+        f["setup_s"].as_f64().unwrap(),
+        f["step_s"].as_f64().unwrap(),
+        f["cudnn_s"].as_f64().unwrap(),
+        f["total_s"].as_f64().unwrap(),
+    );
     assert!(step > 0.0 && cudnn == 0.0 && total >= setup + step - 1e-3, "{f}");
     assert!(r["device_used_gib"].is_null() && r["img_per_s"].as_f64().unwrap() > 0.0, "{r}");
 }

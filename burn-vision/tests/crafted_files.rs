@@ -64,7 +64,10 @@ fn another_models_record_under_a_valid_checksum_is_a_one_line_error() {
     let device = Default::default();
     let whole = checkpoint("resnet10-mini", small_record());
     assert_eq!(restore_outcome(&whole), Ok(()), "the untouched checkpoint must load");
-    for (claimed, actual) in [("resnet10-mini", create::<Flex>("vit-mini", 4, 1, true, &device).unwrap()), ("resnet10-mini", create::<Flex>("resnet18", 4, 1, true, &device).unwrap())] {
+    for (claimed, actual) in [
+        ("resnet10-mini", create::<Flex>("vit-mini", 4, 1, true, &device).unwrap()),
+        ("resnet10-mini", create::<Flex>("resnet18", 4, 1, true, &device).unwrap()),
+    ] {
         let err = restore_outcome(&checkpoint(claimed, record_bytes(actual))).unwrap_err();
         assert!(err.contains("crafted.ckpt") && err.contains("unusable"), "{err}");
         assert!(!err.contains('\n'), "not one line: {err}");

@@ -14,10 +14,30 @@ fn data() -> PathBuf {
 /// A 2-rank run: 240 training images, 15 steps of 2 × 8 per epoch, 3 epochs.
 fn train(out: &Path, extra: &[&str]) -> Child {
     let d = data();
-    let mut args = vec!["train", "--nproc", "2", "--cpu", "--data", d.to_str().unwrap(), "--image-size", "28", "--epochs", "3", "--batch-size", "8", "--quiet"];
+    let mut args = vec![
+        "train",
+        "--nproc",
+        "2",
+        "--cpu",
+        "--data",
+        d.to_str().unwrap(),
+        "--image-size",
+        "28",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--quiet",
+    ];
     args.extend_from_slice(&["--out", out.to_str().unwrap()]);
     args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_burn-vision")).args(args).env("RUST_LOG", "info").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_burn-vision"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// The checkpoint's sections: (metadata JSON, model record bytes), read the way the file is laid out
@@ -39,7 +59,10 @@ fn sections(path: &Path) -> Option<(serde_json::Value, Vec<u8>)> {
 /// `burn-vision export` writes them in safetensors.
 fn values(checkpoint: &Path) -> Vec<u8> {
     let file = checkpoint.with_extension("safetensors");
-    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision")).args(["export", "--checkpoint", checkpoint.to_str().unwrap(), "--output", file.to_str().unwrap()]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
+        .args(["export", "--checkpoint", checkpoint.to_str().unwrap(), "--output", file.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::read(file).unwrap()
 }
@@ -51,7 +74,8 @@ fn rank_pid(parent: u32, rank: usize) -> Option<u32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         // The parent id is the second field after the parenthesised command name.
-        let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        let ppid =
+            stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
         if ppid != Some(parent) {
             continue;
         }
@@ -77,7 +101,8 @@ fn a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bit_identical() {
     let victim = loop {
         assert!(Instant::now() < deadline, "no mid-epoch checkpoint in epoch 3 within 300 s");
         assert!(run.try_wait().unwrap().is_none(), "the run ended before it could be interrupted");
-        let mid_epoch_3 = sections(&killed.join("last.ckpt")).is_some_and(|(m, _)| m["epoch"] == 2 && m["partial"]["steps"].as_u64().is_some_and(|s| s >= 4));
+        let mid_epoch_3 = sections(&killed.join("last.ckpt"))
+            .is_some_and(|(m, _)| m["epoch"] == 2 && m["partial"]["steps"].as_u64().is_some_and(|s| s >= 4));
         if let Some(pid) = rank_pid(run.id(), 1).filter(|_| mid_epoch_3) {
             break pid;
         }
@@ -89,18 +114,24 @@ fn a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bit_identical() {
     assert!(out.status.success(), "the restarted run failed:\n{stdout}\n{stderr}");
     assert!(stderr.contains("restarting the group (1/1)"), "rank 1 was not restarted:\n{stderr}");
     assert!(stderr.contains("restart 1 of this job: continuing from"), "the restart did not resume:\n{stderr}");
-    assert!(stderr.contains("after epoch 2 and ") && stderr.contains(" steps of epoch 3"), "not resumed mid-epoch:\n{stderr}");
+    assert!(
+        stderr.contains("after epoch 2 and ") && stderr.contains(" steps of epoch 3"),
+        "not resumed mid-epoch:\n{stderr}"
+    );
     // The health table of the resumed epoch: the ranks train in lock step, so their rates
     // are alike (each counts only its own images since the restart).
     let rate = |rank: usize| -> f64 {
-        let line =
-            stderr.lines().rfind(|l| l.contains(&format!("rank {rank}: ")) && l.contains(" img/s, gradient sync")).unwrap_or_else(|| panic!("no health line for rank {rank}:\n{stderr}"));
+        let line = stderr
+            .lines()
+            .rfind(|l| l.contains(&format!("rank {rank}: ")) && l.contains(" img/s, gradient sync"))
+            .unwrap_or_else(|| panic!("no health line for rank {rank}:\n{stderr}"));
         line.split(&format!("rank {rank}: ")).nth(1).unwrap().split(" img/s").next().unwrap().parse().unwrap()
     };
     let (r0, r1) = (rate(0), rate(1));
     assert!(r0.max(r1) / r0.min(r1) < 1.5, "lock-step ranks reported {r0} and {r1} img/s");
 
-    let ((meta_a, _), (meta_b, _)) = (sections(&plain.join("last.ckpt")).unwrap(), sections(&killed.join("last.ckpt")).unwrap());
+    let ((meta_a, _), (meta_b, _)) =
+        (sections(&plain.join("last.ckpt")).unwrap(), sections(&killed.join("last.ckpt")).unwrap());
     assert_eq!((&meta_a["epoch"], &meta_a["step"]), (&meta_b["epoch"], &meta_b["step"]));
     assert!(meta_b.get("partial").is_none(), "the final checkpoint is an epoch's");
     // Burn's records carry each parameter's random id, so the values are compared: every
@@ -110,7 +141,13 @@ fn a_rank_killed_mid_epoch_is_restarted_and_the_run_ends_bit_identical() {
     assert!(a == b, "parameters after the kill and restart differ from the uninterrupted run's");
     // One metrics line per epoch, each as the uninterrupted run's (counts are exact; the loss
     // sums of the interrupted epoch are added in another order).
-    let lines = |p: &Path| -> Vec<serde_json::Value> { std::fs::read_to_string(p.join("metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect() };
+    let lines = |p: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
     let (a, b) = (lines(&plain), lines(&killed));
     assert_eq!(b.len(), 3, "{b:?}");
     for (x, y) in a.iter().zip(&b) {

@@ -22,14 +22,30 @@ fn folder_set() -> PathBuf {
 
 /// A quick config over the bundled JPEG class folders (300 images, 10 classes).
 fn folder_config(out: &Path, data: &Path) -> TrainConfig {
-    TrainConfig { data: data.display().to_string(), out: out.to_path_buf(), image_size: 28, batch_size: 16, epochs: 2, max_steps_per_epoch: Some(4), show_progress: false, ..TrainConfig::default() }
+    TrainConfig {
+        data: data.display().to_string(),
+        out: out.to_path_buf(),
+        image_size: 28,
+        batch_size: 16,
+        epochs: 2,
+        max_steps_per_epoch: Some(4),
+        show_progress: false,
+        ..TrainConfig::default()
+    }
 }
 
 #[test]
 fn training_on_bundled_fashion_mnist_learns() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let config = TrainConfig { out: dir.path().to_path_buf(), epochs: 2, batch_size: 32, max_steps_per_epoch: Some(40), show_progress: false, ..TrainConfig::default() };
+    let config = TrainConfig {
+        out: dir.path().to_path_buf(),
+        epochs: 2,
+        batch_size: 32,
+        max_steps_per_epoch: Some(40),
+        show_progress: false,
+        ..TrainConfig::default()
+    };
     let summary = run(&config).unwrap();
     let (first, last) = (&summary.epochs[0], &summary.epochs[1]);
     assert!(last.train_loss < first.train_loss, "loss did not fall: {} -> {}", first.train_loss, last.train_loss);
@@ -70,7 +86,8 @@ fn resume_continues_exactly() {
     let err = run(&folder_config(split.path(), &data)).unwrap_err().to_string();
     assert!(err.contains("--resume"), "{err}");
     // A resumption with other settings is refused with the setting named.
-    let err = run(&TrainConfig { resume: true, seed: 9, ..folder_config(split.path(), &data) }).unwrap_err().to_string();
+    let err =
+        run(&TrainConfig { resume: true, seed: 9, ..folder_config(split.path(), &data) }).unwrap_err().to_string();
     assert!(err.contains("seed=0") && err.contains("seed=9"), "{err}");
 }
 
@@ -99,21 +116,31 @@ fn corrupt_images_are_skipped_and_counted() {
     std::fs::write(bag.join("truncated.jpg"), &good[..20]).unwrap();
 
     let out = tempfile::tempdir().unwrap();
-    let config = TrainConfig { epochs: 1, max_steps_per_epoch: None, val_fraction: 0.0, ..folder_config(out.path(), data.path()) };
+    let config = TrainConfig {
+        epochs: 1,
+        max_steps_per_epoch: None,
+        val_fraction: 0.0,
+        ..folder_config(out.path(), data.path())
+    };
     let summary = run(&config).unwrap();
     assert_eq!(summary.skipped, 3, "skipped: {:?}", summary.first_skipped);
     assert!(summary.first_skipped.iter().any(|p| p.ends_with("zero.jpg")));
     assert_eq!(summary.epochs[0].skipped_images, 3);
 
     let strict = tempfile::tempdir().unwrap();
-    let err = run(&TrainConfig { strict_images: true, ..folder_config(strict.path(), data.path()) }).unwrap_err().to_string();
+    let err =
+        run(&TrainConfig { strict_images: true, ..folder_config(strict.path(), data.path()) }).unwrap_err().to_string();
     assert!(err.contains("Bag/"), "{err}");
 }
 
 /// Parameters by path (running statistics included).
 fn named_params(model: &burn_vision::model::Classifier<Flex>) -> Vec<(String, Vec<f32>)> {
     use burn_store::ModuleSnapshot;
-    model.collect(None, None, true).into_iter().map(|s| (s.full_path(), s.to_data().unwrap().to_vec::<f32>().unwrap())).collect()
+    model
+        .collect(None, None, true)
+        .into_iter()
+        .map(|s| (s.full_path(), s.to_data().unwrap().to_vec::<f32>().unwrap()))
+        .collect()
 }
 
 /// Fine-tunes the default model from PyTorch's `resnet10-mini` weights (the fixture
@@ -137,7 +164,11 @@ fn fine_tune(out: &Path, freeze: bool, backbone_lr_scale: f64) -> Vec<(String, b
     assert_eq!(trained.meta.batches_tracked, Some(1234 + 4), "num_batches_tracked = the file's + the steps");
     let fresh = burn_vision::model::create::<Flex>("resnet10-mini", 10, 1, true, &Default::default()).unwrap();
     let (loaded, _) = burn_vision::weights::load_pretrained(fresh, "resnet10-mini", &file).unwrap();
-    named_params(&trained.model).into_iter().zip(named_params(&loaded)).map(|((path, a), (_, b))| (path, a != b)).collect()
+    named_params(&trained.model)
+        .into_iter()
+        .zip(named_params(&loaded))
+        .map(|((path, a), (_, b))| (path, a != b))
+        .collect()
 }
 
 #[test]
@@ -161,14 +192,26 @@ fn a_zero_backbone_learning_rate_moves_only_the_head() {
     }
     // And at the full rate the backbone moves.
     let dir = tempfile::tempdir().unwrap();
-    assert!(fine_tune(dir.path(), false, 1.0).iter().any(|(p, changed)| p.starts_with("layer1.") && !p.contains("running_") && *changed));
+    assert!(
+        fine_tune(dir.path(), false, 1.0)
+            .iter()
+            .any(|(p, changed)| p.starts_with("layer1.") && !p.contains("running_") && *changed)
+    );
 }
 
 #[test]
 fn vit_mini_learns_on_bundled_data() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let config = TrainConfig { model: "vit-mini".into(), out: dir.path().to_path_buf(), epochs: 1, batch_size: 32, max_steps_per_epoch: Some(60), show_progress: false, ..TrainConfig::default() };
+    let config = TrainConfig {
+        model: "vit-mini".into(),
+        out: dir.path().to_path_buf(),
+        epochs: 1,
+        batch_size: 32,
+        max_steps_per_epoch: Some(60),
+        show_progress: false,
+        ..TrainConfig::default()
+    };
     let summary = run(&config).unwrap();
     let acc = summary.epochs[0].val_acc;
     // 10 balanced classes: chance is 10 %.
@@ -187,11 +230,20 @@ fn one_rank_ddp_trains_exactly_like_one_process() {
     let data = folder_set();
     let (plain_dir, ddp_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let plain = run(&folder_config(plain_dir.path(), &data)).unwrap();
-    let dist = burn_vision::train::distributed::Distributed::alone(None, true, burn_ddp::GradCompression::None).unwrap();
-    let ddp = burn_vision::train::train_with::<burn_autodiff::Autodiff<Flex>>(&folder_config(ddp_dir.path(), &data), Default::default(), Some(&dist)).unwrap();
+    let dist =
+        burn_vision::train::distributed::Distributed::alone(None, true, burn_ddp::GradCompression::None).unwrap();
+    let ddp = burn_vision::train::train_with::<burn_autodiff::Autodiff<Flex>>(
+        &folder_config(ddp_dir.path(), &data),
+        Default::default(),
+        Some(&dist),
+    )
+    .unwrap();
     assert!(dist.ddp.stats().steps > 0, "the gradients went through DDP");
     let device = Default::default();
-    let (a, b) = (restore::<Flex>(&last_path(plain_dir.path()), &device).unwrap(), restore::<Flex>(&last_path(ddp_dir.path()), &device).unwrap());
+    let (a, b) = (
+        restore::<Flex>(&last_path(plain_dir.path()), &device).unwrap(),
+        restore::<Flex>(&last_path(ddp_dir.path()), &device).unwrap(),
+    );
     let (va, vb) = (flat_values(&a.model), flat_values(&b.model));
     assert_eq!(va, vb, "parameters differ: max rel diff {}", max_relative_diff(&va, &vb, 1e-6));
     for (p, d) in plain.epochs.iter().zip(&ddp.epochs) {

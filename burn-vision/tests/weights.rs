@@ -22,7 +22,11 @@ fn fresh(arch: &str, classes: usize) -> Classifier<Flex> {
 
 fn params(model: &Classifier<Flex>) -> Vec<(String, Vec<f32>)> {
     use burn_store::ModuleSnapshot;
-    model.collect(None, None, true).into_iter().map(|s| (s.full_path(), s.to_data().unwrap().to_vec::<f32>().unwrap())).collect()
+    model
+        .collect(None, None, true)
+        .into_iter()
+        .map(|s| (s.full_path(), s.to_data().unwrap().to_vec::<f32>().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -72,7 +76,8 @@ fn vit_weights_load_under_timm_or_torchvision_names_and_export_back() {
         let mut theirs_keys = if g.file.ends_with(".pth") {
             burn_store::ModuleStore::keys(&mut burn_store::PytorchStore::from_file(fixtures().join(&g.file))).unwrap()
         } else {
-            burn_store::ModuleStore::keys(&mut burn_store::SafetensorsStore::from_file(fixtures().join(&g.file))).unwrap()
+            burn_store::ModuleStore::keys(&mut burn_store::SafetensorsStore::from_file(fixtures().join(&g.file)))
+                .unwrap()
         };
         let mut our_keys = burn_store::ModuleStore::keys(&mut ours).unwrap();
         our_keys.sort();
@@ -104,7 +109,8 @@ fn export_then_import_gives_identical_parameters_in_both_formats() {
 
 /// The number of keys in the DDP fixture's state dict (PyTorch's count for that model).
 fn golden_key_count() -> usize {
-    let mut store = burn_store::PytorchStore::from_file(fixtures().join("tv_small_bottleneck_ddp.pth")).with_top_level_key("state_dict");
+    let mut store = burn_store::PytorchStore::from_file(fixtures().join("tv_small_bottleneck_ddp.pth"))
+        .with_top_level_key("state_dict");
     burn_store::ModuleStore::keys(&mut store).unwrap().len()
 }
 
@@ -169,11 +175,20 @@ fn half_precision_files_load_as_f32() {
         .iter()
         .map(|(name, s)| {
             let data = s.to_data().unwrap();
-            let (data, dtype) = if data.dtype == DType::F32 { (data.convert_dtype(DType::F16), safetensors::Dtype::F16) } else { (data, safetensors::Dtype::I64) };
+            let (data, dtype) = if data.dtype == DType::F32 {
+                (data.convert_dtype(DType::F16), safetensors::Dtype::F16)
+            } else {
+                (data, safetensors::Dtype::I64)
+            };
             (name.clone(), data.as_bytes().to_vec(), s.shape.to_vec(), dtype)
         })
         .collect();
-    let views: Vec<_> = halves.iter().map(|(n, b, shape, dtype)| (n.clone(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), b).unwrap())).collect();
+    let views: Vec<_> = halves
+        .iter()
+        .map(|(n, b, shape, dtype)| {
+            (n.clone(), safetensors::tensor::TensorView::new(*dtype, shape.clone(), b).unwrap())
+        })
+        .collect();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("half.safetensors");
     std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();

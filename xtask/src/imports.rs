@@ -64,7 +64,14 @@ fn paths(code: &str) -> Vec<Vec<String>> {
             Some(list) => {
                 let list = &list[..list.find('}').unwrap_or(list.len())];
                 for item in list.split(',') {
-                    let item: Vec<String> = item.split_whitespace().next().unwrap_or("").split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+                    let item: Vec<String> = item
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .split("::")
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect();
                     out.push(base.iter().cloned().chain(item).collect());
                 }
             }
@@ -78,7 +85,9 @@ fn paths(code: &str) -> Vec<Vec<String>> {
 fn reexports(files: &BTreeMap<String, String>, modules: &BTreeSet<String>) -> BTreeMap<(String, String), String> {
     let mut out = BTreeMap::new();
     for (module, text) in files {
-        for line in text.lines().map(str::trim).filter(|l| l.starts_with("pub use ") || l.starts_with("pub(crate) use ") || l.starts_with("pub(super) use ")) {
+        for line in text.lines().map(str::trim).filter(|l| {
+            l.starts_with("pub use ") || l.starts_with("pub(crate) use ") || l.starts_with("pub(super) use ")
+        }) {
             let spec = line.split_once(" use ").map(|(_, s)| s.trim_end_matches(';')).unwrap_or("");
             let Some((child, names)) = spec.split_once("::") else { continue };
             let child = if module.is_empty() { child.to_string() } else { format!("{module}::{child}") };
@@ -98,7 +107,12 @@ fn reexports(files: &BTreeMap<String, String>, modules: &BTreeSet<String>) -> BT
 
 /// The module a path names from `module`: its longest prefix that is a module, or the child a
 /// name re-exported there comes from.
-fn resolve(module: &str, path: &[String], modules: &BTreeSet<String>, reexports: &BTreeMap<(String, String), String>) -> Option<String> {
+fn resolve(
+    module: &str,
+    path: &[String],
+    modules: &BTreeSet<String>,
+    reexports: &BTreeMap<(String, String), String>,
+) -> Option<String> {
     let mut absolute: Vec<String> = Vec::new();
     let mut rest = path;
     match path.first().map(String::as_str) {
@@ -157,7 +171,8 @@ fn visit(start: &str, graph: &Graph, seen: &mut BTreeSet<String>, order: &mut Ve
     if !seen.insert(start.to_string()) {
         return;
     }
-    let mut stack: Vec<(String, Vec<String>)> = vec![(start.to_string(), graph.get(start).map(|s| s.iter().cloned().collect()).unwrap_or_default())];
+    let mut stack: Vec<(String, Vec<String>)> =
+        vec![(start.to_string(), graph.get(start).map(|s| s.iter().cloned().collect()).unwrap_or_default())];
     while let Some((node, next)) = stack.last_mut() {
         match next.pop() {
             Some(n) if seen.insert(n.clone()) => {

@@ -10,8 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const DEBIAN_DIR: &str = "/usr/share/datasets/fashion-mnist";
-const FILES: [&str; 4] = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"];
-const CLASSES: [&str; 10] = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"];
+const FILES: [&str; 4] = [
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+];
+const CLASSES: [&str; 10] =
+    ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"];
 /// Images per class in the bundled subset.
 const BUNDLE_PER_CLASS: usize = 1000;
 /// Images per class in the bundled JPEG class-folder set.
@@ -37,10 +43,14 @@ fn main() -> Result<()> {
         ["data", "fashion-mnist"] => fashion_mnist(),
         ["data", "bundle"] => bundle(),
         ["data", "folder", out] => folder(Path::new(out), 256),
-        ["data", "folder", out, side] => folder(Path::new(out), side.parse().context("SIDE must be a number of pixels")?),
+        ["data", "folder", out, side] => {
+            folder(Path::new(out), side.parse().context("SIDE must be a number of pixels")?)
+        }
         ["data", "flowers"] => {
             println!("flower_photos needs internet access (3,670 JPEGs, 5 classes, 218 MiB):");
-            println!("  curl -L https://storage.googleapis.com/download.tensorflow.org/example_images/flower_photos.tgz | tar xz -C datasets/");
+            println!(
+                "  curl -L https://storage.googleapis.com/download.tensorflow.org/example_images/flower_photos.tgz | tar xz -C datasets/"
+            );
             println!("  cargo run --release -p burn-vision -- train --data datasets/flower_photos --model resnet34");
             Ok(())
         }
@@ -176,7 +186,9 @@ fn folder(out: &Path, side: u32) -> Result<()> {
     }
     for (i, &label) in labels.iter().enumerate() {
         let gray = image::GrayImage::from_raw(28, 28, pixels[i * 784..(i + 1) * 784].to_vec()).expect("784 bytes");
-        let rgb = image::DynamicImage::ImageLuma8(gray).resize_exact(side, side, image::imageops::FilterType::Triangle).to_rgb8();
+        let rgb = image::DynamicImage::ImageLuma8(gray)
+            .resize_exact(side, side, image::imageops::FilterType::Triangle)
+            .to_rgb8();
         rgb.save(out.join(CLASSES[label as usize]).join(format!("{i:05}.jpg")))?;
     }
     println!("wrote {} {side}x{side} JPEGs to {}", labels.len(), out.display());

@@ -82,10 +82,19 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
 /// # Panics
 /// When the two layers' layouts differ.
 pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
-    assert_eq!(conv.layout, bn.layout, "conv_batch_norm: the convolution is {:?}, the batch norm {:?}", conv.layout, bn.layout);
+    assert_eq!(
+        conv.layout, bn.layout,
+        "conv_batch_norm: the convolution is {:?}, the batch norm {:?}",
+        conv.layout, bn.layout
+    );
     #[cfg(feature = "cuda")]
     let x = match (&conv.padding, &conv.bias) {
-        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None) if top == bottom && left == right && conv.layout == Layout::Nchw && super::cudnn_conv_bn::applies::<B>() => {
+        (burn_nn::PaddingConfig2d::Explicit(top, left, bottom, right), None)
+            if top == bottom
+                && left == right
+                && conv.layout == Layout::Nchw
+                && super::cudnn_conv_bn::applies::<B>() =>
+        {
             let x = match conv.precision {
                 Some(p) => x.cast(p.dtype()),
                 None => x,
@@ -122,7 +131,10 @@ mod tests {
         let reference = BatchNormConfig::new(3).init::<B>(&device);
         let expected = relu_op(reference.forward(x));
         y.into_data().assert_approx_eq::<f32>(&expected.into_data(), Tolerance::default());
-        bn.running_mean.value_sync().into_data().assert_approx_eq::<f32>(&reference.running_mean.value_sync().into_data(), Tolerance::default());
+        bn.running_mean
+            .value_sync()
+            .into_data()
+            .assert_approx_eq::<f32>(&reference.running_mean.value_sync().into_data(), Tolerance::default());
         let moved = bn.running_mean.value_sync().abs().sum().into_scalar();
         assert!(moved > 0.0, "running mean was not updated");
     }
@@ -136,6 +148,9 @@ mod tests {
         let x = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.5, 2.0), &device);
         let g = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
         let grads = (bn.forward(x) * g).sum().backward();
-        assert!(bn.gamma.val().grad(&grads).is_some() && bn.beta.val().grad(&grads).is_some(), "gamma and beta got no gradient");
+        assert!(
+            bn.gamma.val().grad(&grads).is_some() && bn.beta.val().grad(&grads).is_some(),
+            "gamma and beta got no gradient"
+        );
     }
 }

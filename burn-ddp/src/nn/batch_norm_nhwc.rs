@@ -46,7 +46,9 @@ pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: boo
         let centered = x - mean.clone();
         let var = channel_mean(centered.clone().square());
         let m = bn.momentum;
-        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 4>| running.to_device(&device).mul_scalar(1.0 - m).add(batch.detach().reshape([c]).mul_scalar(m)).detach();
+        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 4>| {
+            running.to_device(&device).mul_scalar(1.0 - m).add(batch.detach().reshape([c]).mul_scalar(m)).detach()
+        };
         bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
         bn.running_var.update(blend(bn.running_var.value_sync(), var.clone()));
         (centered, var.add_scalar(bn.epsilon).sqrt().recip())
@@ -78,7 +80,8 @@ mod tests {
         let device = Default::default();
         for relu in [false, true] {
             let mine = BatchNorm::from(BatchNormConfig::new(5).init::<B>(&device)).with_layout(crate::nn::Layout::Nhwc);
-            let theirs = BatchNorm::from(BatchNormConfig::new(5).init::<B>(&device)).with_layout(crate::nn::Layout::Nhwc);
+            let theirs =
+                BatchNorm::from(BatchNormConfig::new(5).init::<B>(&device)).with_layout(crate::nn::Layout::Nhwc);
             let gamma = Tensor::<B, 1>::random([5], Distribution::Uniform(0.5, 1.5), &device);
             let beta = Tensor::<B, 1>::random([5], Distribution::Uniform(-0.5, 0.5), &device);
             let (mine, theirs) = [mine, theirs]

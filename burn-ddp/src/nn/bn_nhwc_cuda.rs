@@ -46,7 +46,11 @@ const TARGET_BLOCKS: usize = 2048;
 /// `relu?(bn(x))` for channels-last `x` through the kernels when `B` is burn-cuda (training
 /// statistics with autodiff, running statistics without) and
 /// [`super::CudnnOptions::nhwc_bn_kernels`] is set; otherwise `x` comes back untouched.
-pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+pub(crate) fn try_batch_norm<B: Backend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    relu: bool,
+) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     if !super::options::get().nhwc_bn_kernels {
         return Err(x);
     }
@@ -90,7 +94,10 @@ pub(super) fn extent(t: &Prim) -> Result<(usize, usize)> {
 
 pub(super) fn require_f32(t: &Prim, what: &str) -> Result<()> {
     if t.dtype != DType::F32 {
-        return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} is {:?}; parameters and statistics are f32", t.dtype) });
+        return Err(Error::Kernel {
+            op: "channels-last batch norm",
+            reason: format!("{what} is {:?}; parameters and statistics are f32", t.dtype),
+        });
     }
     Ok(())
 }
@@ -113,8 +120,12 @@ impl Tiling {
     /// operand's buffer is aligned for (f32 statistics: `4·n` bytes); 256-thread blocks, up to
     /// 32 channel vectors wide; enough blocks of rows to fill the GPU.
     pub fn new(rows: usize, c: usize, elem_bytes: usize, operands: &[&Cube]) -> Self {
-        let aligned = |n: usize| operands.iter().all(|t| t.handle.offset_start.unwrap_or(0).is_multiple_of((4 * n) as u64));
-        let n = [8usize, 4, 2, 1].into_iter().find(|&n| n * elem_bytes <= 16 && c.is_multiple_of(n) && aligned(n)).unwrap_or(1);
+        let aligned =
+            |n: usize| operands.iter().all(|t| t.handle.offset_start.unwrap_or(0).is_multiple_of((4 * n) as u64));
+        let n = [8usize, 4, 2, 1]
+            .into_iter()
+            .find(|&n| n * elem_bytes <= 16 && c.is_multiple_of(n) && aligned(n))
+            .unwrap_or(1);
         let cols = c / n;
         let tile_x = cols.next_power_of_two().min(32);
         let tile_y = 256 / tile_x;
@@ -123,7 +134,10 @@ impl Tiling {
     }
 
     pub fn grid(&self) -> (CubeCount, CubeDim) {
-        (CubeCount::Static(self.cols.div_ceil(self.tile_x as usize) as u32, self.groups as u32, 1), CubeDim::new_2d(self.tile_x, self.tile_y))
+        (
+            CubeCount::Static(self.cols.div_ceil(self.tile_x as usize) as u32, self.groups as u32, 1),
+            CubeDim::new_2d(self.tile_x, self.tile_y),
+        )
     }
 }
 
@@ -133,7 +147,15 @@ pub(super) fn arg(t: &Cube) -> TensorArg<CudaRuntime> {
 
 /// The training forward: `(y, mean, inv_std, new running mean, new running variance)`.
 #[allow(clippy::too_many_arguments)]
-fn forward_kernels(x: &Cube, shape: &Shape, [gamma, beta, running_mean, running_var]: [&Cube; 4], (rows, c): (usize, usize), eps: f64, momentum: f64, relu: bool) -> [Cube; 5] {
+fn forward_kernels(
+    x: &Cube,
+    shape: &Shape,
+    [gamma, beta, running_mean, running_var]: [&Cube; 4],
+    (rows, c): (usize, usize),
+    eps: f64,
+    momentum: f64,
+    relu: bool,
+) -> [Cube; 5] {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
@@ -143,7 +165,20 @@ fn forward_kernels(x: &Cube, shape: &Shape, [gamma, beta, running_mean, running_
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
     let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
-    k::stats_partials::launch::<CudaRuntime>(client, count.clone(), dim, t.n, arg(x), arg(&partials), rows32, cols32, groups32, t.tile_x, t.tile_y, dt.into());
+    k::stats_partials::launch::<CudaRuntime>(
+        client,
+        count.clone(),
+        dim,
+        t.n,
+        arg(x),
+        arg(&partials),
+        rows32,
+        cols32,
+        groups32,
+        t.tile_x,
+        t.tile_y,
+        dt.into(),
+    );
     k::stats_finalize::launch::<CudaRuntime>(
         client,
         CubeCount::Static(c as u32, 1, 1),
@@ -163,13 +198,40 @@ fn forward_kernels(x: &Cube, shape: &Shape, [gamma, beta, running_mean, running_
         momentum as f32,
         dt.into(),
     );
-    k::normalize::launch::<CudaRuntime>(client, count, dim, t.n, arg(x), arg(&y), arg(&mean), arg(&inv_std), arg(gamma), arg(beta), rows32, cols32, groups32, t.tile_x, t.tile_y, relu, dt.into());
+    k::normalize::launch::<CudaRuntime>(
+        client,
+        count,
+        dim,
+        t.n,
+        arg(x),
+        arg(&y),
+        arg(&mean),
+        arg(&inv_std),
+        arg(gamma),
+        arg(beta),
+        rows32,
+        cols32,
+        groups32,
+        t.tile_x,
+        t.tile_y,
+        relu,
+        dt.into(),
+    );
     [y, mean, inv_std, new_mean, new_var]
 }
 
 /// `y = relu?(γ·inv_std·(x − mean) + β)` with given statistics (inference, SyncBatchNorm).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: &Cube, beta: &Cube, (rows, c): (usize, usize), relu: bool) {
+pub(super) fn normalize(
+    x: &Cube,
+    y: &Cube,
+    mean: &Cube,
+    inv_std: &Cube,
+    gamma: &Cube,
+    beta: &Cube,
+    (rows, c): (usize, usize),
+    relu: bool,
+) {
     let t = Tiling::new(rows, c, x.dtype.size(), &[x, y, mean, inv_std, gamma, beta]);
     let (count, dim) = t.grid();
     k::normalize::launch::<CudaRuntime>(
@@ -194,7 +256,14 @@ pub(super) fn normalize(x: &Cube, y: &Cube, mean: &Cube, inv_std: &Cube, gamma: 
 }
 
 /// `(dx, dgamma, dbeta)`.
-fn backward_kernels(shape: &Shape, relu: bool, x: &Cube, dy: &Cube, [gamma, beta, mean, inv_std]: [&Cube; 4], (rows, c): (usize, usize)) -> (Cube, Cube, Cube) {
+fn backward_kernels(
+    shape: &Shape,
+    relu: bool,
+    x: &Cube,
+    dy: &Cube,
+    [gamma, beta, mean, inv_std]: [&Cube; 4],
+    (rows, c): (usize, usize),
+) -> (Cube, Cube, Cube) {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
@@ -224,7 +293,17 @@ fn backward_kernels(shape: &Shape, relu: bool, x: &Cube, dy: &Cube, [gamma, beta
         relu,
         dt.into(),
     );
-    k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(inv_std), arg(&dgamma), arg(&dbeta), c as u32, groups32);
+    k::grad_finalize::launch::<CudaRuntime>(
+        client,
+        CubeCount::Static(c as u32, 1, 1),
+        CubeDim::new_1d(FOLD),
+        arg(&partials),
+        arg(inv_std),
+        arg(&dgamma),
+        arg(&dbeta),
+        c as u32,
+        groups32,
+    );
     k::input_grad::launch::<CudaRuntime>(
         client,
         count,
@@ -288,7 +367,10 @@ impl Backward<Cuda, 3> for NhwcBatchNorm {
 fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
     let (rows, c) = extent(&s.x)?;
     if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
-        return Err(Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype) });
+        return Err(Error::Kernel {
+            op: "channels-last batch norm backward",
+            reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype),
+        });
     }
     let (relu, shape) = (s.relu, s.x.shape.clone());
     let outputs = [fusion_op::like(&s.x), fusion_op::like(&s.gamma), fusion_op::like(&s.beta)];
@@ -296,7 +378,14 @@ fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
     let out = fusion_op::queue("bn_nhwc_backward", inputs, &outputs, move |ins| {
         let [x, dy, gamma, beta, mean, inv_std]: [Cube; 6] = ins.try_into().expect("six inputs");
         let (x, dy) = (packed(x), packed(dy));
-        let (dx, dgamma, dbeta) = backward_kernels(&shape, relu, &x, &dy, [&packed(gamma), &packed(beta), &packed(mean), &packed(inv_std)], (rows, c));
+        let (dx, dgamma, dbeta) = backward_kernels(
+            &shape,
+            relu,
+            &x,
+            &dy,
+            [&packed(gamma), &packed(beta), &packed(mean), &packed(inv_std)],
+            (rows, c),
+        );
         vec![dx, dgamma, dbeta]
     });
     let [dx, dgamma, dbeta]: [Prim; 3] = out.try_into().expect("three outputs");
@@ -313,11 +402,16 @@ fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     let (inv_std, gamma) = (per_channel(&s.inv_std), per_channel(&s.gamma));
     let d = t4(s.x.clone()) - per_channel(&s.mean);
     let dy = t4(dy);
-    let dz = if s.relu { dy.mask_fill((d.clone() * (gamma.clone() * inv_std.clone()) + per_channel(&s.beta)).lower_equal_elem(0.0), 0.0) } else { dy };
+    let dz = if s.relu {
+        dy.mask_fill((d.clone() * (gamma.clone() * inv_std.clone()) + per_channel(&s.beta)).lower_equal_elem(0.0), 0.0)
+    } else {
+        dy
+    };
     let m = (s.x.shape.num_elements() / c) as f64;
     let dbeta = sum(dz.clone());
     let dgamma = sum(dz.clone() * d.clone()) * float(s.inv_std.clone());
-    let dx = gamma * inv_std.clone() * (dz - per_channel_of(&dbeta, c) / m - d * inv_std * per_channel_of(&dgamma, c) / m);
+    let dx =
+        gamma * inv_std.clone() * (dz - per_channel_of(&dbeta, c) / m - d * inv_std * per_channel_of(&dgamma, c) / m);
     (dx.cast(s.x.dtype).into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
 }
 
@@ -332,10 +426,15 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
     let (rows, c) = extent(&xp.primitive)?;
     let running = |t: Tensor<Ad, 1>| -> Prim { t.inner().to_device(&device).into_primitive().tensor() };
     let (rm, rv) = (running(bn.running_mean.value_sync()), running(bn.running_var.value_sync()));
-    for (t, what) in [(&gamma.primitive, "gamma"), (&beta.primitive, "beta"), (&rm, "running mean"), (&rv, "running variance")] {
+    for (t, what) in
+        [(&gamma.primitive, "gamma"), (&beta.primitive, "beta"), (&rm, "running mean"), (&rv, "running variance")]
+    {
         require_f32(t, what)?;
         if t.shape.as_slice() != [c] {
-            return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} has shape {:?} for {c} channels", t.shape.as_slice()) });
+            return Err(Error::Kernel {
+                op: "channels-last batch norm",
+                reason: format!("{what} has shape {:?} for {c} channels", t.shape.as_slice()),
+            });
         }
     }
     let (shape, eps, momentum) = (xp.primitive.shape.clone(), bn.epsilon, bn.momentum);
@@ -344,13 +443,33 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
     let inputs = vec![xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), rm, rv];
     let out = fusion_op::queue("bn_nhwc_forward", inputs, &outputs, move |ins| {
         let [x, g, b, rm, rv]: [Cube; 5] = ins.try_into().expect("five inputs");
-        forward_kernels(&packed(x), &shape, [&packed(g), &packed(b), &packed(rm), &packed(rv)], (rows, c), eps, momentum, relu).to_vec()
+        forward_kernels(
+            &packed(x),
+            &shape,
+            [&packed(g), &packed(b), &packed(rm), &packed(rv)],
+            (rows, c),
+            eps,
+            momentum,
+            relu,
+        )
+        .to_vec()
     });
     let [y, mean, inv_std, new_mean, new_var]: [Prim; 5] = out.try_into().expect("five outputs");
     bn.running_mean.update(Tensor::from_inner(float(new_mean)));
     bn.running_var.update(Tensor::from_inner(float(new_var)));
-    let saved = Saved { x: xp.primitive.clone(), gamma: gamma.primitive.clone(), beta: beta.primitive.clone(), mean, inv_std, relu };
-    let out = match NhwcBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
+    let saved = Saved {
+        x: xp.primitive.clone(),
+        gamma: gamma.primitive.clone(),
+        beta: beta.primitive.clone(),
+        mean,
+        inv_std,
+        relu,
+    };
+    let out = match NhwcBatchNorm
+        .prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };

@@ -45,7 +45,16 @@ fn tile_position(#[comptime] tile_x: u32, #[comptime] tile_y: u32, groups: usize
 /// `partials[0, g, cv]` and `partials[1, g, cv]` (in vectors of `N` channels).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn store_partials<N: Size>(s1: Vector<f32, N>, s2: Vector<f32, N>, partials: &mut Tensor<Vector<f32, N>>, cv: usize, cols: usize, groups: usize, #[comptime] tile_x: u32, #[comptime] tile_y: u32) {
+fn store_partials<N: Size>(
+    s1: Vector<f32, N>,
+    s2: Vector<f32, N>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    cv: usize,
+    cols: usize,
+    groups: usize,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+) {
     let tx = UNIT_POS_X as usize;
     let ty = UNIT_POS_Y as usize;
     let mut sum1 = SharedMemory::<Vector<f32, N>>::new(tile_x as usize * tile_y as usize);
@@ -153,7 +162,15 @@ pub(super) fn stats_finalize<F: Float>(
 /// One warp per channel: this batch's moments for SyncBatchNorm's exchange, laid out as
 /// `[count, mean[0..c], M2[0..c]]` with `M2 = Σ (x − mean)²` (Chan's parallel-variance input).
 #[cube(launch)]
-pub(super) fn moments_finalize<F: Float>(x: &Tensor<F>, partials: &Tensor<f32>, moments: &mut Tensor<f32>, rows: u32, channels: u32, groups: u32, #[define(F)] _dtype: StorageType) {
+pub(super) fn moments_finalize<F: Float>(
+    x: &Tensor<F>,
+    partials: &Tensor<f32>,
+    moments: &mut Tensor<f32>,
+    rows: u32,
+    channels: u32,
+    groups: u32,
+    #[define(F)] _dtype: StorageType,
+) {
     let c = CUBE_POS_X as usize;
     let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
     if UNIT_POS_X == 0 {
@@ -249,7 +266,14 @@ pub(super) fn grad_partials<F: Float, N: Size>(
 
 /// One warp per channel: `dβ = Σ dz`, `dγ = inv_std · Σ dz·(x − mean)`.
 #[cube(launch)]
-pub(super) fn grad_finalize(partials: &Tensor<f32>, inv_std: &Tensor<f32>, dgamma: &mut Tensor<f32>, dbeta: &mut Tensor<f32>, channels: u32, groups: u32) {
+pub(super) fn grad_finalize(
+    partials: &Tensor<f32>,
+    inv_std: &Tensor<f32>,
+    dgamma: &mut Tensor<f32>,
+    dbeta: &mut Tensor<f32>,
+    channels: u32,
+    groups: u32,
+) {
     let c = CUBE_POS_X as usize;
     let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
     if UNIT_POS_X == 0 {

@@ -34,10 +34,15 @@ pub(crate) struct Affine {
 
 impl Affine {
     fn check(&self, c: usize) -> Result<()> {
-        for (t, what) in [(&self.mean, "mean"), (&self.inv_std, "inv_std"), (&self.gamma, "gamma"), (&self.beta, "beta")] {
+        for (t, what) in
+            [(&self.mean, "mean"), (&self.inv_std, "inv_std"), (&self.gamma, "gamma"), (&self.beta, "beta")]
+        {
             require_f32(t, what)?;
             if t.shape.as_slice() != [c] {
-                return Err(Error::Kernel { op: "channels-last batch norm", reason: format!("{what} has shape {:?} for {c} channels", t.shape.as_slice()) });
+                return Err(Error::Kernel {
+                    op: "channels-last batch norm",
+                    reason: format!("{what} has shape {:?} for {c} channels", t.shape.as_slice()),
+                });
             }
         }
         Ok(())
@@ -55,29 +60,43 @@ impl Affine {
 /// What the kernels do not take (see `bn_nhwc_cuda`).
 pub(crate) fn moments(x: &Prim) -> Result<Prim> {
     let (rows, c) = extent(x)?;
-    let out = fusion_op::queue("bn_nhwc_moments", vec![x.clone()], &[(Shape::new([2 * c + 1]), DType::F32)], move |ins| {
-        let x = packed(ins.into_iter().next().expect("one input"));
-        let moments = empty_f32(&x, &[2 * c + 1]);
-        let t = Tiling::new(rows, c, x.dtype.size(), &[&x]);
-        let partials = empty_f32(&x, &[2, t.groups, c]);
-        let (count, dim) = t.grid();
-        let (rows32, groups32) = (rows as u32, t.groups as u32);
-        k::stats_partials::launch::<CudaRuntime>(&x.client, count, dim, t.n, arg(&x), arg(&partials), rows32, t.cols as u32, groups32, t.tile_x, t.tile_y, x.dtype.into());
-        k::moments_finalize::launch::<CudaRuntime>(
-            &x.client,
-            CubeCount::Static(c as u32, 1, 1),
-            CubeDim::new_1d(FOLD),
-            arg(&x),
-            arg(&partials),
-            arg(&moments),
-            rows32,
-            c as u32,
-            groups32,
-            x.dtype.into(),
-        );
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        vec![moments]
-    });
+    let out =
+        fusion_op::queue("bn_nhwc_moments", vec![x.clone()], &[(Shape::new([2 * c + 1]), DType::F32)], move |ins| {
+            let x = packed(ins.into_iter().next().expect("one input"));
+            let moments = empty_f32(&x, &[2 * c + 1]);
+            let t = Tiling::new(rows, c, x.dtype.size(), &[&x]);
+            let partials = empty_f32(&x, &[2, t.groups, c]);
+            let (count, dim) = t.grid();
+            let (rows32, groups32) = (rows as u32, t.groups as u32);
+            k::stats_partials::launch::<CudaRuntime>(
+                &x.client,
+                count,
+                dim,
+                t.n,
+                arg(&x),
+                arg(&partials),
+                rows32,
+                t.cols as u32,
+                groups32,
+                t.tile_x,
+                t.tile_y,
+                x.dtype.into(),
+            );
+            k::moments_finalize::launch::<CudaRuntime>(
+                &x.client,
+                CubeCount::Static(c as u32, 1, 1),
+                CubeDim::new_1d(FOLD),
+                arg(&x),
+                arg(&partials),
+                arg(&moments),
+                rows32,
+                c as u32,
+                groups32,
+                x.dtype.into(),
+            );
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            vec![moments]
+        });
     Ok(out.into_iter().next().expect("one output"))
 }
 
@@ -91,7 +110,8 @@ pub(crate) fn normalize(x: &Prim, a: &Affine) -> Result<Prim> {
     let (shape, relu) = (x.shape.clone(), a.relu);
     let inputs = [vec![x.clone()], a.prims().to_vec()].concat();
     let out = fusion_op::queue("bn_nhwc_normalize", inputs, &[fusion_op::like(x)], move |ins| {
-        let [x, mean, inv_std, gamma, beta]: [Cube; 5] = ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("five inputs");
+        let [x, mean, inv_std, gamma, beta]: [Cube; 5] =
+            ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("five inputs");
         let y = empty(&x, shape.as_slice());
         normalize_kernel(&x, &y, &mean, &inv_std, &gamma, &beta, (rows, c), relu);
         vec![y]
@@ -101,7 +121,10 @@ pub(crate) fn normalize(x: &Prim, a: &Affine) -> Result<Prim> {
 
 fn check_gradient(x: &Prim, dy: &Prim) -> Result<()> {
     if dy.shape != x.shape || dy.dtype != x.dtype {
-        return Err(Error::Kernel { op: "channels-last batch norm backward", reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, x.shape, x.dtype) });
+        return Err(Error::Kernel {
+            op: "channels-last batch norm backward",
+            reason: format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, x.shape, x.dtype),
+        });
     }
     Ok(())
 }
@@ -119,7 +142,8 @@ pub(crate) fn grad_sums(x: &Prim, dy: &Prim, a: &Affine) -> Result<(Prim, Prim)>
     let inputs = [vec![x.clone(), dy.clone()], a.prims().to_vec()].concat();
     let stat = (Shape::new([c]), DType::F32);
     let out = fusion_op::queue("bn_nhwc_grad_sums", inputs, &[stat.clone(), stat], move |ins| {
-        let [x, dy, mean, inv_std, gamma, beta]: [Cube; 6] = ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("six inputs");
+        let [x, dy, mean, inv_std, gamma, beta]: [Cube; 6] =
+            ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("six inputs");
         let (dgamma, dbeta) = (empty_f32(&x, &[c]), empty_f32(&x, &[c]));
         let t = Tiling::new(rows, c, x.dtype.size(), &[&x, &dy, &mean, &inv_std, &gamma, &beta]);
         let partials = empty_f32(&x, &[2, t.groups, c]);
@@ -147,7 +171,17 @@ pub(crate) fn grad_sums(x: &Prim, dy: &Prim, a: &Affine) -> Result<(Prim, Prim)>
             relu,
             x.dtype.into(),
         );
-        k::grad_finalize::launch::<CudaRuntime>(client, CubeCount::Static(c as u32, 1, 1), CubeDim::new_1d(FOLD), arg(&partials), arg(&inv_std), arg(&dgamma), arg(&dbeta), c as u32, groups32);
+        k::grad_finalize::launch::<CudaRuntime>(
+            client,
+            CubeCount::Static(c as u32, 1, 1),
+            CubeDim::new_1d(FOLD),
+            arg(&partials),
+            arg(&inv_std),
+            arg(&dgamma),
+            arg(&dbeta),
+            c as u32,
+            groups32,
+        );
         vec![dgamma, dbeta]
     });
     let [dgamma, dbeta]: [Prim; 2] = out.try_into().expect("two outputs");
@@ -166,7 +200,8 @@ pub(crate) fn input_grad(x: &Prim, dy: &Prim, a: &Affine, dgamma_per_row: Prim, 
     let (shape, relu) = (x.shape.clone(), a.relu);
     let inputs = [vec![x.clone(), dy.clone()], a.prims().to_vec(), vec![dgamma_per_row, dbeta_per_row]].concat();
     let out = fusion_op::queue("bn_nhwc_input_grad", inputs, &[fusion_op::like(x)], move |ins| {
-        let [x, dy, mean, inv_std, gamma, beta, dgamma, dbeta]: [Cube; 8] = ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("eight inputs");
+        let [x, dy, mean, inv_std, gamma, beta, dgamma, dbeta]: [Cube; 8] =
+            ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("eight inputs");
         let dx = empty(&x, shape.as_slice());
         let t = Tiling::new(rows, c, x.dtype.size(), &[&x, &dy, &dx, &mean, &inv_std, &gamma, &beta, &dgamma, &dbeta]);
         let (count, dim) = t.grid();

@@ -83,7 +83,9 @@ fn kind(flat: DType) -> Result<i32> {
         DType::F32 => Ok(0),
         DType::BF16 => Ok(1),
         DType::F16 => Ok(2),
-        other => Err(Error::Kernel { op: "bucket copy", reason: format!("a flat buffer of {other:?} (f32, bf16 or f16)") }),
+        other => {
+            Err(Error::Kernel { op: "bucket copy", reason: format!("a flat buffer of {other:?} (f32, bf16 or f16)") })
+        }
     }
 }
 
@@ -93,7 +95,13 @@ fn kind(flat: DType) -> Result<i32> {
 /// The parts are live f32 buffers of `device`, `flat` holds every part's range; the device's
 /// context is bound on this thread, and nothing writes those buffers until `stream` is past
 /// this copy.
-pub(crate) unsafe fn gather(device: usize, stream: driver::CUstream, parts: &[Part], flat: u64, dtype: DType) -> Result<()> {
+pub(crate) unsafe fn gather(
+    device: usize,
+    stream: driver::CUstream,
+    parts: &[Part],
+    flat: u64,
+    dtype: DType,
+) -> Result<()> {
     // SAFETY: the caller's contract.
     unsafe { launch(device, c"gather", stream, parts, flat, dtype) }
 }
@@ -103,7 +111,13 @@ pub(crate) unsafe fn gather(device: usize, stream: driver::CUstream, parts: &[Pa
 ///
 /// # Safety
 /// As [`gather`], the parts being written.
-pub(crate) unsafe fn scatter(device: usize, stream: driver::CUstream, parts: &[Part], flat: u64, dtype: DType) -> Result<()> {
+pub(crate) unsafe fn scatter(
+    device: usize,
+    stream: driver::CUstream,
+    parts: &[Part],
+    flat: u64,
+    dtype: DType,
+) -> Result<()> {
     // SAFETY: the caller's contract.
     unsafe { launch(device, c"scatter", stream, parts, flat, dtype) }
 }
@@ -112,24 +126,55 @@ pub(crate) unsafe fn scatter(device: usize, stream: driver::CUstream, parts: &[P
 ///
 /// # Safety
 /// As [`gather`].
-unsafe fn launch(device: usize, entry: &'static std::ffi::CStr, stream: driver::CUstream, parts: &[Part], flat: u64, dtype: DType) -> Result<()> {
+unsafe fn launch(
+    device: usize,
+    entry: &'static std::ffi::CStr,
+    stream: driver::CUstream,
+    parts: &[Part],
+    flat: u64,
+    dtype: DType,
+) -> Result<()> {
     let f = KERNELS.function(device, entry)?;
     let mut kind = kind(dtype)?;
     for (batch, chunk) in parts.chunks(PARTS).enumerate() {
         let mut args = [PartArg::default(); PARTS];
         for (arg, p) in args.iter_mut().zip(chunk) {
-            let n = u32::try_from(p.len).map_err(|_| Error::Kernel { op: "bucket copy", reason: format!("a buffer of {} elements (at most 2^32 - 1)", p.len) })?;
+            let n = u32::try_from(p.len).map_err(|_| Error::Kernel {
+                op: "bucket copy",
+                reason: format!("a buffer of {} elements (at most 2^32 - 1)", p.len),
+            })?;
             *arg = PartArg { at: p.at, offset: p.offset as u64, n, scale: p.scale };
         }
         let longest = chunk.iter().map(|p| p.len).max().unwrap_or(0);
         let blocks_x = longest.div_ceil(256).clamp(1, 512) as u32;
         let mut flat = flat;
-        let mut params = [args.as_mut_ptr() as *mut c_void, &mut flat as *mut u64 as *mut c_void, &mut kind as *mut i32 as *mut c_void];
+        let mut params = [
+            args.as_mut_ptr() as *mut c_void,
+            &mut flat as *mut u64 as *mut c_void,
+            &mut kind as *mut i32 as *mut c_void,
+        ];
         // SAFETY: the arguments match the entry's signature (a 64-part batch by value, a
         // pointer, an int); the caller vouches for the addresses.
-        unsafe { driver::cuLaunchKernel(f, blocks_x, chunk.len() as u32, 1, 256, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }
-            .result()
-            .map_err(|e| Error::Kernel { op: "bucket copy", reason: format!("launching {} batch {batch}: {e:?}", entry.to_string_lossy()) })?;
+        unsafe {
+            driver::cuLaunchKernel(
+                f,
+                blocks_x,
+                chunk.len() as u32,
+                1,
+                256,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| Error::Kernel {
+            op: "bucket copy",
+            reason: format!("launching {} batch {batch}: {e:?}", entry.to_string_lossy()),
+        })?;
     }
     Ok(())
 }

@@ -25,10 +25,21 @@ use burn_nn::PaddingConfig2d;
 /// - weight: `[channels_out, channels_in / groups, kernel_h, kernel_w]`
 /// - bias: `[channels_out]`
 /// - output: `[batch, channels_out, height_out, width_out]` (NCHW)
-pub fn conv2d<B: Backend>(x: Tensor<B, 4>, weight: Tensor<B, 4>, bias: Option<Tensor<B, 1>>, options: ConvOptions<2>, layout: Layout) -> Tensor<B, 4> {
+pub fn conv2d<B: Backend>(
+    x: Tensor<B, 4>,
+    weight: Tensor<B, 4>,
+    bias: Option<Tensor<B, 1>>,
+    options: ConvOptions<2>,
+    layout: Layout,
+) -> Tensor<B, 4> {
     let c_in = x.dims()[layout.channel_axis()];
     let [_, c_per_group, _, _] = weight.dims();
-    assert_eq!(c_in, c_per_group * options.groups, "conv2d: got channels_in={c_in}, the weight expects {c_per_group} x groups={}", options.groups);
+    assert_eq!(
+        c_in,
+        c_per_group * options.groups,
+        "conv2d: got channels_in={c_in}, the weight expects {c_per_group} x groups={}",
+        options.groups
+    );
     let dtype = x.dtype();
     let bias = bias.map(|b| b.cast(dtype));
     // cuDNN casts (and reorders) the weight itself, once per forward pass.
@@ -97,17 +108,82 @@ mod tests {
     fn matches_f64_reference_in_every_direction() {
         let device = Default::default();
         let cases = [
-            Conv2dCase { n: 2, c: 3, h: 9, w: 8, k: 4, r: 3, s: 3, stride: [1, 1], pad: [1, 1], dil: [1, 1], groups: 1, bias: false },
-            Conv2dCase { n: 2, c: 4, h: 10, w: 7, k: 6, r: 3, s: 2, stride: [2, 1], pad: [1, 0], dil: [1, 1], groups: 2, bias: true },
-            Conv2dCase { n: 1, c: 2, h: 11, w: 11, k: 3, r: 3, s: 3, stride: [2, 2], pad: [2, 2], dil: [2, 2], groups: 1, bias: true },
-            Conv2dCase { n: 3, c: 8, h: 5, w: 5, k: 8, r: 1, s: 1, stride: [2, 2], pad: [0, 0], dil: [1, 1], groups: 1, bias: false },
+            Conv2dCase {
+                n: 2,
+                c: 3,
+                h: 9,
+                w: 8,
+                k: 4,
+                r: 3,
+                s: 3,
+                stride: [1, 1],
+                pad: [1, 1],
+                dil: [1, 1],
+                groups: 1,
+                bias: false,
+            },
+            Conv2dCase {
+                n: 2,
+                c: 4,
+                h: 10,
+                w: 7,
+                k: 6,
+                r: 3,
+                s: 2,
+                stride: [2, 1],
+                pad: [1, 0],
+                dil: [1, 1],
+                groups: 2,
+                bias: true,
+            },
+            Conv2dCase {
+                n: 1,
+                c: 2,
+                h: 11,
+                w: 11,
+                k: 3,
+                r: 3,
+                s: 3,
+                stride: [2, 2],
+                pad: [2, 2],
+                dil: [2, 2],
+                groups: 1,
+                bias: true,
+            },
+            Conv2dCase {
+                n: 3,
+                c: 8,
+                h: 5,
+                w: 5,
+                k: 8,
+                r: 1,
+                s: 1,
+                stride: [2, 2],
+                pad: [0, 0],
+                dil: [1, 1],
+                groups: 1,
+                bias: false,
+            },
         ];
         for case in cases {
             let (x, w, b, g) = case.random_inputs(7);
-            let xt = Tensor::<Ad, 4>::from_data(TensorData::new(x.iter().map(|&v| v as f32).collect(), case.x_dims()), &device).require_grad();
-            let wt = Tensor::<Ad, 4>::from_data(TensorData::new(w.iter().map(|&v| v as f32).collect(), case.w_dims()), &device).require_grad();
-            let bt = Tensor::<Ad, 1>::from_data(TensorData::new(b.iter().map(|&v| v as f32).collect(), [case.k]), &device).require_grad();
-            let gt = Tensor::<Ad, 4>::from_data(TensorData::new(g.iter().map(|&v| v as f32).collect(), case.y_dims()), &device);
+            let xt = Tensor::<Ad, 4>::from_data(
+                TensorData::new(x.iter().map(|&v| v as f32).collect(), case.x_dims()),
+                &device,
+            )
+            .require_grad();
+            let wt = Tensor::<Ad, 4>::from_data(
+                TensorData::new(w.iter().map(|&v| v as f32).collect(), case.w_dims()),
+                &device,
+            )
+            .require_grad();
+            let bt =
+                Tensor::<Ad, 1>::from_data(TensorData::new(b.iter().map(|&v| v as f32).collect(), [case.k]), &device)
+                    .require_grad();
+            let gt = Tensor::<Ad, 4>::from_data(
+                TensorData::new(g.iter().map(|&v| v as f32).collect(), case.y_dims()),
+                &device,
+            );
             let y = conv2d(xt.clone(), wt.clone(), case.bias.then(|| bt.clone()), case.options(), Layout::Nchw);
             let grads = (y.clone() * gt).sum().backward();
             let got = |t: Vec<f32>| t.into_iter().map(f64::from).collect::<Vec<_>>();
@@ -129,14 +205,21 @@ mod tests {
     #[test]
     fn module_forward_goes_through_the_same_op() {
         let device = Default::default();
-        for padding in [PaddingConfig2d::Explicit(1, 1, 1, 1), PaddingConfig2d::Explicit(1, 0, 2, 1), PaddingConfig2d::Same] {
-            let theirs = burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(padding.clone()).init::<Flex>(&device);
+        for padding in
+            [PaddingConfig2d::Explicit(1, 1, 1, 1), PaddingConfig2d::Explicit(1, 0, 2, 1), PaddingConfig2d::Same]
+        {
+            let theirs =
+                burn_nn::conv::Conv2dConfig::new([3, 5], [3, 3]).with_padding(padding.clone()).init::<Flex>(&device);
             // Parameters initialise lazily, and each clone on its own: draw them first.
             let _ = (theirs.weight.val(), theirs.bias.as_ref().map(|b| b.val()));
             let mine = Conv2d::from(theirs.clone());
             let x = Tensor::<Flex, 4>::random([2, 3, 6, 6], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
             let want = theirs.forward(x.clone()).into_data();
-            assert_eq!(mine.forward(x.clone()).into_data().to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap(), "{padding:?}");
+            assert_eq!(
+                mine.forward(x.clone()).into_data().to_vec::<f32>().unwrap(),
+                want.to_vec::<f32>().unwrap(),
+                "{padding:?}"
+            );
             // Channels-last: the same values in NHWC order.
             let nhwc = mine.with_layout(Layout::Nhwc).forward(x.permute([0, 2, 3, 1])).permute([0, 3, 1, 2]);
             nhwc.into_data().assert_approx_eq::<f32>(&want, burn::tensor::Tolerance::default());

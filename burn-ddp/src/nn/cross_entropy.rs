@@ -22,7 +22,10 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>
         Err(inputs) => inputs,
     };
     let device = logits.device();
-    burn_nn::loss::CrossEntropyLossConfig::new().with_smoothing((smoothing > 0.0).then_some(smoothing)).init(&device).forward(logits, labels)
+    burn_nn::loss::CrossEntropyLossConfig::new()
+        .with_smoothing((smoothing > 0.0).then_some(smoothing))
+        .init(&device)
+        .forward(logits, labels)
 }
 
 /// How many losses burn-cuda's kernels have computed in this process (0 without CUDA): whether

@@ -74,7 +74,11 @@ type Inputs<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
 
 /// The loss on burn-cuda when the inputs suit it (f32 logits `[n, k]`, i32 or i64 labels `[n]`,
 /// the GPU path on and the kernels compiled); otherwise the inputs come back.
-pub(super) fn try_cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>, eps: f32) -> std::result::Result<Tensor<B, 1>, Inputs<B>> {
+pub(super) fn try_cross_entropy<B: Backend>(
+    logits: Tensor<B, 2>,
+    labels: Tensor<B, 1, Int>,
+    eps: f32,
+) -> std::result::Result<Tensor<B, 1>, Inputs<B>> {
     let [n, k] = logits.dims();
     let suits = cuda_backend::<B>().is_some()
         && cudnn_burn::path_enabled()
@@ -145,7 +149,11 @@ fn run(ins: Vec<Cube>, n: usize, k: usize, eps: f32) -> Vec<Cube> {
     cudnn_burn::launch(&[&z, &labels, &rows, &loss, &d], "fused_cross_entropy", move |a, order| {
         // SAFETY: the addresses are live buffers of `device` of the described sizes, held by
         // `launch` until enqueued.
-        unsafe { cudnn::with_handle(device, order, |s| enqueue(device, s.stream().cu_stream(), a, [label64, n as i32, k as i32], eps)) }
+        unsafe {
+            cudnn::with_handle(device, order, |s| {
+                enqueue(device, s.stream().cu_stream(), a, [label64, n as i32, k as i32], eps)
+            })
+        }
     })
     .unwrap_or_else(|e| panic!("fused cross-entropy: {e}"));
     CALLS.fetch_add(1, Ordering::Relaxed);
@@ -157,8 +165,17 @@ fn run(ins: Vec<Cube>, n: usize, k: usize, eps: f32) -> Vec<Cube> {
 /// # Safety
 /// The addresses are live buffers of `device` (f32 `[n, k]`, i32/i64 `[n]`, f32 `[n]`, f32 `[1]`,
 /// f32 `[n, k]`); its context is bound.
-unsafe fn enqueue(device: usize, stream: driver::CUstream, a: &[u64], [label64, n, k]: [i32; 3], eps: f32) -> Result<()> {
-    let fail = |what: &str, e: driver::CUresult| Error::Kernel { op: "fused cross-entropy", reason: format!("launching {what}: {e:?}") };
+unsafe fn enqueue(
+    device: usize,
+    stream: driver::CUstream,
+    a: &[u64],
+    [label64, n, k]: [i32; 3],
+    eps: f32,
+) -> Result<()> {
+    let fail = |what: &str, e: driver::CUresult| Error::Kernel {
+        op: "fused cross-entropy",
+        reason: format!("launching {what}: {e:?}"),
+    };
     let (rows_f, mean_f) = (KERNELS.function(device, c"ce_rows")?, KERNELS.function(device, c"ce_mean")?);
     let [mut z, mut labels, mut rows, mut loss, mut d] = [a[0], a[1], a[2], a[3], a[4]];
     let (mut label64, mut n, mut k, mut eps) = (label64, n, k, eps);
@@ -174,10 +191,26 @@ unsafe fn enqueue(device: usize, stream: driver::CUstream, a: &[u64], [label64, 
         p(&mut d),
     ];
     // SAFETY: the arguments match `ce_rows`' signature; the caller vouches for the addresses.
-    let r = unsafe { driver::cuLaunchKernel(rows_f, n as u32, 1, 1, 256, 1, 1, 0, stream, row_args.as_mut_ptr(), std::ptr::null_mut()) };
+    let r = unsafe {
+        driver::cuLaunchKernel(
+            rows_f,
+            n as u32,
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            stream,
+            row_args.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
     r.result().map_err(|_| fail("ce_rows", r))?;
     let mut mean_args = [p(&mut rows), &mut n as *mut i32 as *mut c_void, p(&mut loss)];
     // SAFETY: the arguments match `ce_mean`'s signature.
-    let r = unsafe { driver::cuLaunchKernel(mean_f, 1, 1, 1, 256, 1, 1, 0, stream, mean_args.as_mut_ptr(), std::ptr::null_mut()) };
+    let r = unsafe {
+        driver::cuLaunchKernel(mean_f, 1, 1, 1, 256, 1, 1, 0, stream, mean_args.as_mut_ptr(), std::ptr::null_mut())
+    };
     r.result().map_err(|_| fail("ce_mean", r))
 }

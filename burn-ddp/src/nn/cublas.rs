@@ -58,7 +58,8 @@ impl Handle {
         if !available() {
             return Err(fail("loading libcublas", "not found on the library path"));
         }
-        let workspace = stream.alloc_zeros::<u8>(WORKSPACE_BYTES).map_err(|e| fail("allocating the cuBLAS workspace", e))?;
+        let workspace =
+            stream.alloc_zeros::<u8>(WORKSPACE_BYTES).map_err(|e| fail("allocating the cuBLAS workspace", e))?;
         let raw = result::create_handle().map_err(|e| fail("cublasCreate", e))?;
         let mut handle = Handle { raw, stream: stream.clone(), pointers: None, workspace };
         let (ptr, sync) = handle.workspace.device_ptr_mut(stream);
@@ -66,7 +67,9 @@ impl Handle {
         // WORKSPACE_BYTES that the handle keeps.
         unsafe {
             result::set_stream(raw, stream.cu_stream() as sys::cudaStream_t).map_err(|e| fail("cublasSetStream", e))?;
-            sys::cublasSetWorkspace_v2(raw, ptr as *mut c_void, WORKSPACE_BYTES).result().map_err(|e| fail("cublasSetWorkspace", e))?;
+            sys::cublasSetWorkspace_v2(raw, ptr as *mut c_void, WORKSPACE_BYTES)
+                .result()
+                .map_err(|e| fail("cublasSetWorkspace", e))?;
         }
         drop(sync);
         Ok(handle)
@@ -128,7 +131,11 @@ impl Handle {
         let host: Vec<u64> = b.iter().chain(a).chain(c).copied().collect();
         if self.pointers.as_ref().is_none_or(|p| p.len() < host.len()) {
             self.pointers = None;
-            self.pointers = Some(self.stream.alloc_zeros::<u64>(host.len().next_power_of_two()).map_err(|e| fail("allocating cuBLAS's pointer arrays", e))?);
+            self.pointers = Some(
+                self.stream
+                    .alloc_zeros::<u64>(host.len().next_power_of_two())
+                    .map_err(|e| fail("allocating cuBLAS's pointer arrays", e))?,
+            );
         }
         let buf = self.pointers.as_mut().expect("allocated above");
         self.stream.memcpy_htod(&host, buf).map_err(|e| fail("uploading cuBLAS's pointer arrays", e))?;

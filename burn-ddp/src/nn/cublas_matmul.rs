@@ -28,12 +28,18 @@ use burn_cuda::Cuda;
 /// Whether `B`'s products run on cuBLAS: burn-cuda (with or without autodiff), the switch on,
 /// and libcublas and libcudnn (whose stream and device ordering it shares) loadable.
 pub(super) fn enabled<B: Backend>() -> bool {
-    cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && super::options::get().cublas && cublas::available()
+    cuda_backend::<B>().is_some()
+        && super::cudnn_burn::path_enabled()
+        && super::options::get().cublas
+        && cublas::available()
 }
 
 /// `a · b` (batched over equal leading axes) on cuBLAS when [`enabled`] and the tensors suit it
 /// (f32, bf16 or f16, one type, rank ≥ 2, equal batch axes); otherwise the inputs come back.
-pub(super) fn try_matmul<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> std::result::Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
+pub(super) fn try_matmul<B: Backend, const D: usize>(
+    a: Tensor<B, D>,
+    b: Tensor<B, D>,
+) -> std::result::Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
     if !enabled::<B>() || describe(&a.shape(), &b.shape(), a.dtype(), b.dtype()).is_err() {
         return Err((a, b));
     }
@@ -75,7 +81,8 @@ impl Backward<Cuda, 2> for CublasMatmul {
 fn autodiff_matmul<const D: usize>(a: Tensor<Ad, D>, b: Tensor<Ad, D>) -> Tensor<Ad, D> {
     let (a, b) = (a.into_primitive().tensor(), b.into_primitive().tensor());
     let c = forward(a.primitive.clone(), b.primitive.clone());
-    let out = match CublasMatmul.prepare::<NoCheckpointing>([a.node.clone(), b.node.clone()]).compute_bound().stateful() {
+    let out = match CublasMatmul.prepare::<NoCheckpointing>([a.node.clone(), b.node.clone()]).compute_bound().stateful()
+    {
         OpsKind::Tracked(prep) => prep.finish(Saved { a: a.primitive, b: b.primitive }, c),
         OpsKind::UnTracked(prep) => prep.finish(c),
     };
@@ -98,7 +105,10 @@ fn backward(a: Prim, b: Prim, dc: Prim, need_a: bool, need_b: bool) -> (Option<P
     if !need_a && !need_b {
         return (None, None);
     }
-    let outputs: Vec<_> = [(need_a, fusion_op::like(&a)), (need_b, fusion_op::like(&b))].into_iter().filter_map(|(need, o)| need.then_some(o)).collect();
+    let outputs: Vec<_> = [(need_a, fusion_op::like(&a)), (need_b, fusion_op::like(&b))]
+        .into_iter()
+        .filter_map(|(need, o)| need.then_some(o))
+        .collect();
     let mut out = fusion_op::queue("cublas_matmul_backward", vec![a, b, dc], &outputs, move |ins| {
         let [a, b, dc]: [Cube; 3] = ins.try_into().expect("three inputs");
         let da = need_a.then(|| product(dc.clone(), false, b, true));
@@ -114,7 +124,10 @@ fn backward(a: Prim, b: Prim, dc: Prim, need_a: bool, need_b: bool) -> (Option<P
 /// the rows of `dy` on cuBLAS, as the product `ones[1, m] · dy` (burn's column reduction ran at
 /// about a sixth of the memory's rate for a ViT's bias gradients), for `Autodiff<Cuda>` tensors
 /// when [`enabled`]; otherwise the inputs come back.
-pub(super) fn try_bias_add<B: Backend>(y: Tensor<B, 2>, b: Tensor<B, 1>) -> std::result::Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 1>)> {
+pub(super) fn try_bias_add<B: Backend>(
+    y: Tensor<B, 2>,
+    b: Tensor<B, 1>,
+) -> std::result::Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 1>)> {
     let suits = y.dtype() == b.dtype() && gemm_type(y.dtype()).is_some() && y.dims()[1] == b.dims()[0];
     if cuda_backend::<B>() != Some(true) || !enabled::<B>() || !suits {
         return Err((y, b));
@@ -176,7 +189,8 @@ fn product(a: Cube, ta: bool, b: Cube, tb: bool) -> Cube {
 }
 
 fn cublas_product(a: Cube, ta: bool, b: Cube, tb: bool) -> Result<Cube> {
-    let dtype = gemm_type(a.dtype).ok_or_else(|| Error::Cudnn { op: "cuBLAS matrix product", reason: format!("{:?} tensors", a.dtype) })?;
+    let dtype = gemm_type(a.dtype)
+        .ok_or_else(|| Error::Cudnn { op: "cuBLAS matrix product", reason: format!("{:?} tensors", a.dtype) })?;
     let (a, oa, a_offsets) = operand(a);
     let (b, ob, b_offsets) = operand(b);
     let (oa, ob) = (if ta { oa.t() } else { oa }, if tb { ob.t() } else { ob });
@@ -192,12 +206,16 @@ fn cublas_product(a: Cube, ta: bool, b: Cube, tb: bool) -> Result<Cube> {
     if a_offsets.is_none() && b_offsets.is_none() {
         // SAFETY: `launch` orders the product after the buffers' producers and before their
         // next users; their extents match `gemm` (read off the buffers themselves); `c` is fresh.
-        launch(&[&a, &b, &c], ("gemm", gemm), move |p, order| unsafe { cudnn::with_handle(device, order, |s| s.cublas()?.gemm(&gemm, p[0], p[1], p[2])) })?;
+        launch(&[&a, &b, &c], ("gemm", gemm), move |p, order| unsafe {
+            cudnn::with_handle(device, order, |s| s.cublas()?.gemm(&gemm, p[0], p[1], p[2]))
+        })?;
         return Ok(c);
     }
     let bytes = a.dtype.size() as u64;
-    let offsets = |given: Option<Vec<usize>>, stride: usize| given.unwrap_or_else(|| (0..batch).map(|i| i * stride).collect());
-    let all = [offsets(a_offsets, oa.batch_stride), offsets(b_offsets, ob.batch_stride), offsets(None, oc.batch_stride)];
+    let offsets =
+        |given: Option<Vec<usize>>, stride: usize| given.unwrap_or_else(|| (0..batch).map(|i| i * stride).collect());
+    let all =
+        [offsets(a_offsets, oa.batch_stride), offsets(b_offsets, ob.batch_stride), offsets(None, oc.batch_stride)];
     // SAFETY: as above, for every matrix: each offset lies inside its buffer (read off its own
     // shape and strides).
     launch(&[&a, &b, &c], ("gemm_pointers", gemm), move |p, order| unsafe {
@@ -213,7 +231,13 @@ fn cublas_product(a: Cube, ta: bool, b: Cube, tb: bool) -> Result<Cube> {
 fn operand(t: Cube) -> (Cube, Operand, Option<Vec<usize>>) {
     let (dims, strides) = (t.meta.shape().as_slice().to_vec(), t.meta.strides().to_vec());
     let r = dims.len();
-    let o = Operand { rows: dims[r - 2], cols: dims[r - 1], row_stride: strides[r - 2], col_stride: strides[r - 1], batch_stride: 0 };
+    let o = Operand {
+        rows: dims[r - 2],
+        cols: dims[r - 1],
+        row_stride: strides[r - 2],
+        col_stride: strides[r - 1],
+        batch_stride: 0,
+    };
     if !o.is_readable() {
         let t = packed(t);
         let (t, o, offsets) = operand(t);

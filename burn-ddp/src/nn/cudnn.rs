@@ -78,7 +78,8 @@ pub(super) fn packed(d: [i32; 4]) -> [i32; 4] {
 pub(super) fn tensor_desc(dtype: DataType, dims: [i32; 4], strides: [i32; 4]) -> Result<TensorDesc> {
     let d = TensorDesc(result::create_tensor_descriptor().map_err(|e| fail("tensor descriptor", e))?);
     // SAFETY: a freshly created descriptor, set once with plain values.
-    unsafe { result::set_tensor4d_descriptor_ex(d.0, dtype.raw(), dims, strides) }.map_err(|e| fail("tensor descriptor", e))?;
+    unsafe { result::set_tensor4d_descriptor_ex(d.0, dtype.raw(), dims, strides) }
+        .map_err(|e| fail("tensor descriptor", e))?;
     Ok(d)
 }
 
@@ -89,9 +90,14 @@ pub(super) fn relu_desc() -> Result<ActivationDesc> {
     unsafe {
         sys::cudnnCreateActivationDescriptor(&mut raw).result().map_err(|e| fail("activation descriptor", e))?;
         let d = ActivationDesc(raw);
-        sys::cudnnSetActivationDescriptor(d.0, sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU, sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN, 0.0)
-            .result()
-            .map_err(|e| fail("activation descriptor", e))?;
+        sys::cudnnSetActivationDescriptor(
+            d.0,
+            sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU,
+            sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN,
+            0.0,
+        )
+        .result()
+        .map_err(|e| fail("activation descriptor", e))?;
         Ok(d)
     }
 }
@@ -123,7 +129,11 @@ pub enum Order {
 /// Whatever `f` hands to cuDNN must be live device memory of `device`, not written by anyone
 /// else until the computation has finished (`Order::Host`: until this returns; `Device`: until
 /// the signal is written).
-pub(super) unsafe fn with_handle<T>(device: usize, order: Order, f: impl FnOnce(&mut DeviceState) -> Result<T>) -> Result<T> {
+pub(super) unsafe fn with_handle<T>(
+    device: usize,
+    order: Order,
+    f: impl FnOnce(&mut DeviceState) -> Result<T>,
+) -> Result<T> {
     if !available() {
         return Err(fail("loading libcudnn", "not found on the library path"));
     }
@@ -218,8 +228,18 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
     let stream = ctx.new_stream().map_err(|e| fail("creating a CUDA stream", e))?;
     let handle = Handle(result::create_handle().map_err(|e| fail("cudnnCreate", e))?);
     // SAFETY: a live handle and a live stream of the same context.
-    unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }.map_err(|e| fail("cudnnSetStream", e))?;
-    let state = Arc::new(Mutex::new(DeviceState { ctx, stream, handle, workspace: None, workspace_need: 0, plans: HashMap::new(), fences: None, cublas: None }));
+    unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }
+        .map_err(|e| fail("cudnnSetStream", e))?;
+    let state = Arc::new(Mutex::new(DeviceState {
+        ctx,
+        stream,
+        handle,
+        workspace: None,
+        workspace_need: 0,
+        plans: HashMap::new(),
+        fences: None,
+        cublas: None,
+    }));
     map.insert(device, state.clone());
     Ok(state)
 }
@@ -231,11 +251,17 @@ fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, Filte
     let w = FilterDesc(result::create_filter_descriptor().map_err(|e| fail("filter descriptor", e))?);
     let conv = ConvDesc(result::create_convolution_descriptor().map_err(|e| fail("convolution descriptor", e))?);
     // Half types always may use tensor cores; f32 only in TF32 when allowed.
-    let math = if opts.allow_tf32 || shape.dtype != DataType::F32 { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH } else { sys::cudnnMathType_t::CUDNN_FMA_MATH };
+    let math = if opts.allow_tf32 || shape.dtype != DataType::F32 {
+        sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+    } else {
+        sys::cudnnMathType_t::CUDNN_FMA_MATH
+    };
     // SAFETY: freshly created descriptors, set once with plain values.
     unsafe {
-        result::set_tensor4d_descriptor_ex(x.0, data, shape.x, shape.x_strides).map_err(|e| fail("input descriptor", e))?;
-        result::set_tensor4d_descriptor_ex(y.0, data, shape.y, shape.y_strides).map_err(|e| fail("output descriptor", e))?;
+        result::set_tensor4d_descriptor_ex(x.0, data, shape.x, shape.x_strides)
+            .map_err(|e| fail("input descriptor", e))?;
+        result::set_tensor4d_descriptor_ex(y.0, data, shape.y, shape.y_strides)
+            .map_err(|e| fail("output descriptor", e))?;
         let format = match shape.layout {
             Layout::Nchw => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
             Layout::Nhwc => sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC,
@@ -244,7 +270,18 @@ fn describe(shape: &ConvShape, opts: &CudnnOptions) -> Result<(TensorDesc, Filte
         let [ph, pw] = shape.pad;
         let [sh, sw] = shape.stride;
         let [dh, dw] = shape.dilation;
-        result::set_convolution2d_descriptor(conv.0, ph, pw, sh, sw, dh, dw, sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, f32).map_err(|e| fail("convolution descriptor", e))?;
+        result::set_convolution2d_descriptor(
+            conv.0,
+            ph,
+            pw,
+            sh,
+            sw,
+            dh,
+            dw,
+            sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+            f32,
+        )
+        .map_err(|e| fail("convolution descriptor", e))?;
         result::set_convolution_math_type(conv.0, math).map_err(|e| fail("math type", e))?;
         result::set_convolution_group_count(conv.0, shape.groups).map_err(|e| fail("group count", e))?;
     }
@@ -259,7 +296,11 @@ macro_rules! pick {
     ($perf:expr, $n:expr, $limit:expr, $opts:expr, $wrap:path) => {
         $perf[..$n as usize]
             .iter()
-            .find(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= $limit && (!$opts.deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC))
+            .find(|p| {
+                p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS
+                    && p.memory <= $limit
+                    && (!$opts.deterministic || p.determinism == sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC)
+            })
             .map(|p| ($wrap(p.algo), p.memory, p.mathType))
     };
 }
@@ -315,7 +356,8 @@ impl DeviceState {
     fn workspace_at_least(&mut self, bytes: usize) -> Result<(u64, usize)> {
         if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
             self.workspace = None; // free the old one first
-            let ws = self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;
+            let ws =
+                self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;
             self.workspace = Some(ws);
         }
         let ws = self.workspace.as_mut().expect("allocated above");
@@ -329,7 +371,13 @@ impl DeviceState {
     ///
     /// # Safety
     /// As [`run`].
-    unsafe fn find(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<LegacyPlan> {
+    unsafe fn find(
+        &mut self,
+        dir: Direction,
+        shape: &ConvShape,
+        p: Pointers,
+        opts: &CudnnOptions,
+    ) -> Result<LegacyPlan> {
         let (x, w, y, conv) = describe(shape, opts)?;
         let (ws, limit) = self.workspace_at_least(opts.workspace_limit)?;
         let h = self.handle.0;
@@ -341,29 +389,77 @@ impl DeviceState {
             match dir {
                 Direction::Forward => {
                     let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>(); 16];
-                    sys::cudnnFindConvolutionForwardAlgorithmEx(h, x.0, xp, w.0, wp, conv.0, y.0, yp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
-                        .result()
-                        .map_err(|e| fail("cudnnFindConvolutionForwardAlgorithmEx", e))?;
+                    sys::cudnnFindConvolutionForwardAlgorithmEx(
+                        h,
+                        x.0,
+                        xp,
+                        w.0,
+                        wp,
+                        conv.0,
+                        y.0,
+                        yp,
+                        16,
+                        &mut n,
+                        perf.as_mut_ptr(),
+                        wsp,
+                        limit,
+                    )
+                    .result()
+                    .map_err(|e| fail("cudnnFindConvolutionForwardAlgorithmEx", e))?;
                     pick!(perf, n, limit, opts, Algo::Forward)
                 }
                 Direction::BackwardData | Direction::BackwardDataAccumulate => {
                     let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>(); 16];
-                    sys::cudnnFindConvolutionBackwardDataAlgorithmEx(h, w.0, wp, y.0, yp, conv.0, x.0, xp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
-                        .result()
-                        .map_err(|e| fail("cudnnFindConvolutionBackwardDataAlgorithmEx", e))?;
+                    sys::cudnnFindConvolutionBackwardDataAlgorithmEx(
+                        h,
+                        w.0,
+                        wp,
+                        y.0,
+                        yp,
+                        conv.0,
+                        x.0,
+                        xp,
+                        16,
+                        &mut n,
+                        perf.as_mut_ptr(),
+                        wsp,
+                        limit,
+                    )
+                    .result()
+                    .map_err(|e| fail("cudnnFindConvolutionBackwardDataAlgorithmEx", e))?;
                     pick!(perf, n, limit, opts, Algo::BackwardData)
                 }
                 Direction::BackwardFilter => {
                     let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>(); 16];
-                    sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(h, x.0, xp, y.0, yp, conv.0, w.0, wp, 16, &mut n, perf.as_mut_ptr(), wsp, limit)
-                        .result()
-                        .map_err(|e| fail("cudnnFindConvolutionBackwardFilterAlgorithmEx", e))?;
+                    sys::cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                        h,
+                        x.0,
+                        xp,
+                        y.0,
+                        yp,
+                        conv.0,
+                        w.0,
+                        wp,
+                        16,
+                        &mut n,
+                        perf.as_mut_ptr(),
+                        wsp,
+                        limit,
+                    )
+                    .result()
+                    .map_err(|e| fail("cudnnFindConvolutionBackwardFilterAlgorithmEx", e))?;
                     pick!(perf, n, limit, opts, Algo::BackwardFilter)
                 }
             }
         };
         let (algo, workspace, math) = picked.ok_or_else(|| {
-            fail("choosing an algorithm", format!("no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}", if opts.deterministic { " deterministically" } else { "" }))
+            fail(
+                "choosing an algorithm",
+                format!(
+                    "no {dir:?} algorithm for {shape:?} fits {limit} bytes of workspace{}",
+                    if opts.deterministic { " deterministically" } else { "" }
+                ),
+            )
         })?;
         // SAFETY: a live descriptor, set with a plain value.
         unsafe { result::set_convolution_math_type(conv.0, math) }.map_err(|e| fail("math type", e))?;
@@ -377,14 +473,22 @@ impl DeviceState {
     ///
     /// # Safety
     /// As [`run`].
-    unsafe fn choose_for(&mut self, dir: Direction, shape: &ConvShape, p: Pointers, opts: &CudnnOptions) -> Result<Plan> {
+    unsafe fn choose_for(
+        &mut self,
+        dir: Direction,
+        shape: &ConvShape,
+        p: Pointers,
+        opts: &CudnnOptions,
+    ) -> Result<Plan> {
         if dir != Direction::BackwardDataAccumulate {
             // SAFETY: as this function's contract.
             return unsafe { self.choose(dir, shape, p, opts) };
         }
         let elements = (0..4).map(|i| (shape.x[i] as usize - 1) * shape.x_strides[i] as usize).sum::<usize>() + 1;
         let stream = self.stream.clone();
-        let mut scratch = stream.alloc_zeros::<u8>(elements * shape.dtype.size()).map_err(|e| fail("allocating a scratch gradient to measure on", e))?;
+        let mut scratch = stream
+            .alloc_zeros::<u8>(elements * shape.dtype.size())
+            .map_err(|e| fail("allocating a scratch gradient to measure on", e))?;
         let (ptr, _sync) = scratch.device_ptr_mut(&stream);
         // SAFETY: as this function's contract, with `x` replaced by a buffer of its extent.
         unsafe { self.choose(dir, shape, Pointers { x: ptr, ..p }, opts) }
@@ -433,7 +537,14 @@ pub unsafe fn run(device: usize, dir: Direction, shape: &ConvShape, p: Pointers,
 ///
 /// # Safety
 /// As [`run`], for both sets of pointers.
-pub unsafe fn run_backward(device: usize, shape: &ConvShape, data_dir: Direction, data: Pointers, filter: Pointers, order: Order) -> Result<()> {
+pub unsafe fn run_backward(
+    device: usize,
+    shape: &ConvShape,
+    data_dir: Direction,
+    data: Pointers,
+    filter: Pointers,
+    order: Order,
+) -> Result<()> {
     // SAFETY: as this function's contract.
     unsafe {
         with_handle(device, order, |s| {
@@ -478,9 +589,51 @@ impl DeviceState {
         // SAFETY: the plan's descriptors match `shape`; the caller vouches for the buffers.
         let status = unsafe {
             match plan.algo {
-                Algo::Forward(algo) => sys::cudnnConvolutionForward(h, a, plan.x.0, xp, plan.w.0, wp, plan.conv.0, algo, wsp, ws_len, b, plan.y.0, yp),
-                Algo::BackwardData(algo) => sys::cudnnConvolutionBackwardData(h, a, plan.w.0, wp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.x.0, xp),
-                Algo::BackwardFilter(algo) => sys::cudnnConvolutionBackwardFilter(h, a, plan.x.0, xp, plan.y.0, yp, plan.conv.0, algo, wsp, ws_len, b, plan.w.0, wp),
+                Algo::Forward(algo) => sys::cudnnConvolutionForward(
+                    h,
+                    a,
+                    plan.x.0,
+                    xp,
+                    plan.w.0,
+                    wp,
+                    plan.conv.0,
+                    algo,
+                    wsp,
+                    ws_len,
+                    b,
+                    plan.y.0,
+                    yp,
+                ),
+                Algo::BackwardData(algo) => sys::cudnnConvolutionBackwardData(
+                    h,
+                    a,
+                    plan.w.0,
+                    wp,
+                    plan.y.0,
+                    yp,
+                    plan.conv.0,
+                    algo,
+                    wsp,
+                    ws_len,
+                    b,
+                    plan.x.0,
+                    xp,
+                ),
+                Algo::BackwardFilter(algo) => sys::cudnnConvolutionBackwardFilter(
+                    h,
+                    a,
+                    plan.x.0,
+                    xp,
+                    plan.y.0,
+                    yp,
+                    plan.conv.0,
+                    algo,
+                    wsp,
+                    ws_len,
+                    b,
+                    plan.w.0,
+                    wp,
+                ),
             }
         };
         status.result().map_err(|e| fail("running the convolution", e))

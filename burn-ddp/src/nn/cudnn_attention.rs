@@ -50,7 +50,10 @@ fn shape_of(dims: [usize; 5], dtype: DType) -> Option<AttnShape> {
 /// otherwise the input comes back.
 pub(super) fn try_self_attention<B: Backend>(qkv: Tensor<B, 5>) -> std::result::Result<Tensor<B, 4>, Tensor<B, 5>> {
     let opts = super::options::get();
-    let on = cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && opts.fused_attention && !opts.deterministic;
+    let on = cuda_backend::<B>().is_some()
+        && super::cudnn_burn::path_enabled()
+        && opts.fused_attention
+        && !opts.deterministic;
     let Some(shape) = on.then(|| shape_of(qkv.dims(), qkv.dtype())).flatten() else { return Err(qkv) };
     let device = device_index(&qkv);
     if let Err(e) = cudnn_sdpa::prepare(device, &shape) {

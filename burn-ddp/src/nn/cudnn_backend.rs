@@ -5,7 +5,9 @@
 
 use super::cudnn_types::fail;
 use crate::error::Result;
-use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
+use cudarc::cudnn::sys::{
+    self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D,
+};
 use std::ffi::c_void;
 
 /// A backend descriptor, destroyed on drop.
@@ -25,7 +27,9 @@ impl Desc {
     pub(super) fn new(kind: D) -> Result<Self> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
-        unsafe { sys::cudnnBackendCreateDescriptor(kind, &mut raw) }.result().map_err(|e| fail("cudnnBackendCreateDescriptor", e))?;
+        unsafe { sys::cudnnBackendCreateDescriptor(kind, &mut raw) }
+            .result()
+            .map_err(|e| fail("cudnnBackendCreateDescriptor", e))?;
         Ok(Self(raw))
     }
 
@@ -35,9 +39,11 @@ impl Desc {
     /// `V` must be the C type cuDNN reads for `ty`.
     pub(super) unsafe fn set<V>(&self, name: A, ty: T, values: &[V]) -> Result<()> {
         // SAFETY: `values` holds `len` elements of the type `ty` names (caller's contract).
-        unsafe { sys::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr() as *const c_void) }
-            .result()
-            .map_err(|e| fail("cudnnBackendSetAttribute", format!("{name:?}: {e:?}")))
+        unsafe {
+            sys::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr() as *const c_void)
+        }
+        .result()
+        .map_err(|e| fail("cudnnBackendSetAttribute", format!("{name:?}: {e:?}")))
     }
 
     pub(super) fn i64s(&self, name: A, values: &[i64]) -> Result<()> {
@@ -73,16 +79,36 @@ pub(super) fn configs(graph: &Desc, mode: sys::cudnnBackendHeurMode_t, limit: us
     let heur = heur.finalize()?;
     let mut count = 0i64;
     // SAFETY: a count query (no elements requested).
-    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &mut count, std::ptr::null_mut()) }
-        .result()
-        .map_err(|e| fail("engine heuristics", e))?;
-    let cfgs = (0..count.clamp(0, limit as i64)).map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)).collect::<Result<Vec<_>>>()?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            heur.0,
+            A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            0,
+            &mut count,
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(|e| fail("engine heuristics", e))?;
+    let cfgs = (0..count.clamp(0, limit as i64))
+        .map(|_| Desc::new(D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+        .collect::<Result<Vec<_>>>()?;
     let mut raw: Vec<sys::cudnnBackendDescriptor_t> = cfgs.iter().map(|d| d.0).collect();
     let mut got = 0i64;
     // SAFETY: `raw` holds `len` engine-config descriptors cuDNN fills in.
-    unsafe { sys::cudnnBackendGetAttribute(heur.0, A::CUDNN_ATTR_ENGINEHEUR_RESULTS, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, raw.len() as i64, &mut got, raw.as_mut_ptr() as *mut c_void) }
-        .result()
-        .map_err(|e| fail("engine heuristics", e))?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            heur.0,
+            A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            raw.len() as i64,
+            &mut got,
+            raw.as_mut_ptr() as *mut c_void,
+        )
+    }
+    .result()
+    .map_err(|e| fail("engine heuristics", e))?;
     let mut cfgs = cfgs;
     cfgs.truncate(got.max(0) as usize);
     Ok((heur, cfgs))
@@ -112,9 +138,18 @@ pub(super) fn plan(handle: sys::cudnnHandle_t, cfg: &Desc) -> Result<(Desc, usiz
 fn workspace_size(plan: &Desc) -> Result<usize> {
     let (mut n, mut bytes) = (0i64, 0i64);
     // SAFETY: one INT64.
-    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, T::CUDNN_TYPE_INT64, 1, &mut n, &mut bytes as *mut i64 as *mut c_void) }
-        .result()
-        .map_err(|e| fail("plan workspace size", e))?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            plan.0,
+            A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+            T::CUDNN_TYPE_INT64,
+            1,
+            &mut n,
+            &mut bytes as *mut i64 as *mut c_void,
+        )
+    }
+    .result()
+    .map_err(|e| fail("plan workspace size", e))?;
     Ok(bytes.max(0) as usize)
 }
 
@@ -123,10 +158,32 @@ fn workspace_size(plan: &Desc) -> Result<usize> {
 pub(super) fn plan_json(plan: &Desc) -> Option<String> {
     let mut n = 0i64;
     // SAFETY: a length query (no elements requested).
-    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, T::CUDNN_TYPE_CHAR, 0, &mut n, std::ptr::null_mut()) }.result().ok()?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            plan.0,
+            A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+            T::CUDNN_TYPE_CHAR,
+            0,
+            &mut n,
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .ok()?;
     let mut text = vec![0u8; usize::try_from(n).ok().filter(|&n| n > 0)?];
     // SAFETY: `text` holds `n` chars for cuDNN to fill.
-    unsafe { sys::cudnnBackendGetAttribute(plan.0, A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, T::CUDNN_TYPE_CHAR, n, &mut n, text.as_mut_ptr() as *mut c_void) }.result().ok()?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            plan.0,
+            A::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+            T::CUDNN_TYPE_CHAR,
+            n,
+            &mut n,
+            text.as_mut_ptr() as *mut c_void,
+        )
+    }
+    .result()
+    .ok()?;
     text.truncate(text.iter().position(|&c| c == 0).unwrap_or(text.len()));
     String::from_utf8(text).ok()
 }
@@ -150,7 +207,13 @@ pub(super) fn plan_from_json(handle: sys::cudnnHandle_t, json: &str) -> Result<(
 /// Each pointer must be live memory matching its tensor (device memory, or host memory holding
 /// the value of a by-value tensor, read when this is called); the workspace at least the plan's
 /// size.
-pub(super) unsafe fn run(handle: sys::cudnnHandle_t, plan: &Desc, uids: &[i64], ptrs: &[*mut c_void], workspace: u64) -> Result<()> {
+pub(super) unsafe fn run(
+    handle: sys::cudnnHandle_t,
+    plan: &Desc,
+    uids: &[i64],
+    ptrs: &[*mut c_void],
+    workspace: u64,
+) -> Result<()> {
     assert_eq!(uids.len(), ptrs.len(), "one pointer per tensor");
     let pack = Desc::new(D::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
     pack.i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;

@@ -37,7 +37,9 @@ fn scale(v: &'static f32) -> *const c_void {
 unsafe fn relu_in_place(h: Handle, xd: &TensorDesc, y: u64) -> Result<()> {
     let act = relu_desc()?;
     // SAFETY: as this function's contract.
-    unsafe { sys::cudnnActivationForward(h, act.0, scale(&ONE), xd.0, ptr(y), scale(&ZERO), xd.0, ptr(y)) }.result().map_err(|e| fail("cudnnActivationForward", e))
+    unsafe { sys::cudnnActivationForward(h, act.0, scale(&ONE), xd.0, ptr(y), scale(&ZERO), xd.0, ptr(y)) }
+        .result()
+        .map_err(|e| fail("cudnnActivationForward", e))
 }
 
 fn ptr(p: u64) -> *mut c_void {
@@ -52,7 +54,15 @@ fn ptr(p: u64) -> *mut c_void {
 /// Live device memory of `device`: x and y hold `dims` packed elements of `dt`, the rest
 /// `dims[1]` f32;
 /// untouched by others until the computation has finished (see [`Order`]).
-pub unsafe fn forward_training(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_training(
+    device: usize,
+    dt: DataType,
+    dims: [i32; 4],
+    eps: f64,
+    relu: bool,
+    p: [u64; 6],
+    order: Order,
+) -> Result<()> {
     // SAFETY: as this function's contract.
     unsafe { with_handle(device, order, |s| forward_training_in(s.raw(), dt, dims, eps, relu, p)) }
 }
@@ -61,7 +71,14 @@ pub unsafe fn forward_training(device: usize, dt: DataType, dims: [i32; 4], eps:
 ///
 /// # Safety
 /// As [`forward_training`].
-pub(super) unsafe fn forward_training_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+pub(super) unsafe fn forward_training_in(
+    h: Handle,
+    dt: DataType,
+    dims: [i32; 4],
+    eps: f64,
+    relu: bool,
+    p: [u64; 6],
+) -> Result<()> {
     let [x, y, gamma, beta, mean, inv_std] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: descriptors match the extents the caller guarantees.
@@ -119,18 +136,48 @@ unsafe fn forward_then_relu(
 ///
 /// # Safety
 /// As [`forward_training`].
-pub unsafe fn forward_inference(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6], order: Order) -> Result<()> {
+pub unsafe fn forward_inference(
+    device: usize,
+    dt: DataType,
+    dims: [i32; 4],
+    eps: f64,
+    relu: bool,
+    p: [u64; 6],
+    order: Order,
+) -> Result<()> {
     // SAFETY: as this function's contract.
     unsafe { with_handle(device, order, |s| forward_inference_in(s.raw(), dt, dims, eps, relu, p)) }
 }
 
-unsafe fn forward_inference_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 6]) -> Result<()> {
+unsafe fn forward_inference_in(
+    h: Handle,
+    dt: DataType,
+    dims: [i32; 4],
+    eps: f64,
+    relu: bool,
+    p: [u64; 6],
+) -> Result<()> {
     let [x, y, gamma, beta, mean, var] = p;
     let (a, b) = (scale(&ONE), scale(&ZERO));
     // SAFETY: as `forward_training`.
     unsafe {
         forward_then_relu(h, dt, dims, relu, y, "cudnnBatchNormalizationForwardInference", |xd, cd| {
-            sys::cudnnBatchNormalizationForwardInference(h, SPATIAL, a, b, xd, ptr(x), xd, ptr(y), cd, ptr(gamma), ptr(beta), ptr(mean), ptr(var), eps)
+            sys::cudnnBatchNormalizationForwardInference(
+                h,
+                SPATIAL,
+                a,
+                b,
+                xd,
+                ptr(x),
+                xd,
+                ptr(y),
+                cd,
+                ptr(gamma),
+                ptr(beta),
+                ptr(mean),
+                ptr(var),
+                eps,
+            )
         })
     }
 }
@@ -141,7 +188,15 @@ unsafe fn forward_inference_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64
 ///
 /// # Safety
 /// As [`forward_training`]; dy, dz, dx hold `dims` packed elements of `dt`.
-pub unsafe fn backward(device: usize, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10], order: Order) -> Result<()> {
+pub unsafe fn backward(
+    device: usize,
+    dt: DataType,
+    dims: [i32; 4],
+    eps: f64,
+    relu: bool,
+    p: [u64; 10],
+    order: Order,
+) -> Result<()> {
     // SAFETY: as this function's contract.
     unsafe { with_handle(device, order, |s| backward_in(s.raw(), dt, dims, eps, relu, p)) }
 }
@@ -150,7 +205,14 @@ pub unsafe fn backward(device: usize, dt: DataType, dims: [i32; 4], eps: f64, re
 ///
 /// # Safety
 /// As [`backward`].
-pub(super) unsafe fn backward_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f64, relu: bool, p: [u64; 10]) -> Result<()> {
+pub(super) unsafe fn backward_in(
+    h: Handle,
+    dt: DataType,
+    dims: [i32; 4],
+    eps: f64,
+    relu: bool,
+    p: [u64; 10],
+) -> Result<()> {
     let [x, y, dy, dz, dx, gamma, dgamma, dbeta, mean, inv_std] = p;
     let (xd, cd) = descriptors(dt, dims)?;
     let (a, b) = (scale(&ONE), scale(&ZERO));
@@ -159,13 +221,35 @@ pub(super) unsafe fn backward_in(h: Handle, dt: DataType, dims: [i32; 4], eps: f
         let grad = if relu {
             let act = relu_desc()?;
             // ReLU's gradient only looks at the sign of its output (y > 0 exactly where its input is).
-            sys::cudnnActivationBackward(h, act.0, a, xd.0, ptr(y), xd.0, ptr(dy), xd.0, ptr(y), b, xd.0, ptr(dz)).result().map_err(|e| fail("cudnnActivationBackward", e))?;
+            sys::cudnnActivationBackward(h, act.0, a, xd.0, ptr(y), xd.0, ptr(dy), xd.0, ptr(y), b, xd.0, ptr(dz))
+                .result()
+                .map_err(|e| fail("cudnnActivationBackward", e))?;
             dz
         } else {
             dy
         };
-        sys::cudnnBatchNormalizationBackward(h, SPATIAL, a, b, a, b, xd.0, ptr(x), xd.0, ptr(grad), xd.0, ptr(dx), cd.0, ptr(gamma), ptr(dgamma), ptr(dbeta), eps, ptr(mean), ptr(inv_std))
-            .result()
-            .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
+        sys::cudnnBatchNormalizationBackward(
+            h,
+            SPATIAL,
+            a,
+            b,
+            a,
+            b,
+            xd.0,
+            ptr(x),
+            xd.0,
+            ptr(grad),
+            xd.0,
+            ptr(dx),
+            cd.0,
+            ptr(gamma),
+            ptr(dgamma),
+            ptr(dbeta),
+            eps,
+            ptr(mean),
+            ptr(inv_std),
+        )
+        .result()
+        .map_err(|e| fail("cudnnBatchNormalizationBackward", e))
     }
 }

@@ -8,7 +8,10 @@
 //! warning per cause.
 
 use super::cudnn_bn::{self, MIN_EPSILON};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, data_type, dims4, empty, empty_f32, launch, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::cudnn_burn::{
+    Ad, BURN_RUNS, Prim, cast, data_type, dims4, empty, empty_f32, launch, register, require_f32, resolve_packed,
+    same_data_type, warn_once,
+};
 use super::layers::BatchNorm;
 use super::profile::{Phase, timed};
 use crate::error::{Error, Result};
@@ -24,7 +27,11 @@ use std::any::Any;
 /// `relu?(batch_norm(x))` through cuDNN when `B` is burn-cuda (with or without autodiff) and
 /// cuDNN is usable; otherwise `x` comes back untouched. NCHW (channels-last batch norms never
 /// come here: see `batch_norm_nhwc`).
-pub(crate) fn try_batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+pub(crate) fn try_batch_norm<B: Backend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    relu: bool,
+) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     let opts = super::options::get();
     if !opts.batch_norm || !super::cudnn_burn::path_enabled() {
         return Err(x);
@@ -44,7 +51,10 @@ pub(super) fn float(t: Prim) -> Tensor<Cuda, 1> {
 
 pub(super) fn checked_eps(eps: f64) -> Result<f64> {
     if eps < MIN_EPSILON {
-        return Err(Error::Cudnn { op: "batch norm", reason: format!("epsilon {eps} is below cuDNN's minimum {MIN_EPSILON}") });
+        return Err(Error::Cudnn {
+            op: "batch norm",
+            reason: format!("epsilon {eps} is below cuDNN's minimum {MIN_EPSILON}"),
+        });
     }
     Ok(eps)
 }
@@ -57,7 +67,9 @@ fn forward_training(x: Prim, gamma: Prim, beta: Prim, eps: f64, relu: bool) -> R
     let dt = data_type(&x)?;
     require_f32(&gamma, "gamma")?;
     require_f32(&beta, "beta")?;
-    let (xc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
+    let (xc, gc, bc) = timed(Phase::Prepare, || -> Result<_> {
+        Ok((resolve_packed(x)?, resolve_packed(gamma)?, resolve_packed(beta)?))
+    })?;
     let c = dims[1] as usize;
     let (yc, mc, ic) = (empty(&xc, &dims.map(|v| v as usize)), empty_f32(&xc, &[c]), empty_f32(&xc, &[c]));
     // SAFETY: `launch` orders the work after the buffers' producers and before their next
@@ -109,7 +121,13 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
     let relu = s.y.is_some();
     let dt = same_data_type(&[&s.x, &dy])?;
     let (xc, dyc, gc, mc, ic) = timed(Phase::Prepare, || -> Result<_> {
-        Ok((resolve_packed(s.x.clone())?, resolve_packed(dy)?, resolve_packed(s.gamma.clone())?, resolve_packed(s.mean.clone())?, resolve_packed(s.inv_std.clone())?))
+        Ok((
+            resolve_packed(s.x.clone())?,
+            resolve_packed(dy)?,
+            resolve_packed(s.gamma.clone())?,
+            resolve_packed(s.mean.clone())?,
+            resolve_packed(s.inv_std.clone())?,
+        ))
     })?;
     // Without ReLU the output is not needed: x stands in for it (and dz is x's extent, unused).
     let yc = match &s.y {
@@ -123,10 +141,22 @@ pub(super) fn backward_cudnn(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> 
     let device = xc.device.index;
     // SAFETY: as in `forward_training`; dz is only written with ReLU (then it is a fresh buffer).
     let eps = s.eps;
-    launch(&[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic], ("bn_backward", dt, dims, eps.to_bits(), relu), move |p, order| unsafe {
-        let dz = if relu { p[3] } else { 0 };
-        cudnn_bn::backward(device, dt, dims, eps, relu, [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]], order)
-    })?;
+    launch(
+        &[&xc, &yc, &dyc, &dzc, &dxc, &gc, &dgc, &dbc, &mc, &ic],
+        ("bn_backward", dt, dims, eps.to_bits(), relu),
+        move |p, order| unsafe {
+            let dz = if relu { p[3] } else { 0 };
+            cudnn_bn::backward(
+                device,
+                dt,
+                dims,
+                eps,
+                relu,
+                [p[0], p[1], p[2], dz, p[4], p[5], p[6], p[7], p[8], p[9]],
+                order,
+            )
+        },
+    )?;
     Ok((register(&client, dxc), register(&client, dgc), register(&client, dbc)))
 }
 
@@ -158,16 +188,29 @@ pub(super) fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
 fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let xp = x.clone().into_primitive().tensor();
-    let (y, mean, inv_std) = match forward_training(xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), bn.epsilon, relu) {
-        Ok(v) => v,
-        Err(e) => {
-            warn_once("cuDNN batch norm", &e, BURN_RUNS);
-            return Err(x);
-        }
-    };
+    let (y, mean, inv_std) =
+        match forward_training(xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), bn.epsilon, relu)
+        {
+            Ok(v) => v,
+            Err(e) => {
+                warn_once("cuDNN batch norm", &e, BURN_RUNS);
+                return Err(x);
+            }
+        };
     update_running(bn, float(mean.clone()), float(inv_std.clone()));
-    let saved = Saved { x: xp.primitive.clone(), y: relu.then(|| y.clone()), gamma: gamma.primitive.clone(), mean, inv_std, eps: bn.epsilon };
-    let out = match CudnnBatchNorm.prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()]).compute_bound().stateful() {
+    let saved = Saved {
+        x: xp.primitive.clone(),
+        y: relu.then(|| y.clone()),
+        gamma: gamma.primitive.clone(),
+        mean,
+        inv_std,
+        eps: bn.epsilon,
+    };
+    let out = match CudnnBatchNorm
+        .prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
         OpsKind::Tracked(prep) => prep.finish(saved, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
@@ -180,14 +223,20 @@ pub(super) fn update_running(bn: &BatchNorm<Ad>, mean: Tensor<Cuda, 1>, inv_std:
     let device = mean.device();
     let var = inv_std.powf_scalar(-2.0).sub_scalar(bn.epsilon).clamp_min(0.0);
     let m = bn.momentum;
-    let blend = |running: Tensor<Ad, 1>, batch: Tensor<Cuda, 1>| Tensor::<Ad, 1>::from_inner(running.inner().to_device(&device).mul_scalar(1.0 - m).add(batch.mul_scalar(m)));
+    let blend = |running: Tensor<Ad, 1>, batch: Tensor<Cuda, 1>| {
+        Tensor::<Ad, 1>::from_inner(running.inner().to_device(&device).mul_scalar(1.0 - m).add(batch.mul_scalar(m)))
+    };
     bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
     bn.running_var.update(blend(bn.running_var.value_sync(), var));
 }
 
 /// `Err` hands the input back for burn's BatchNorm.
 #[allow(clippy::result_large_err)]
-fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::Result<Tensor<Cuda, 4>, Tensor<Cuda, 4>> {
+fn infer(
+    bn: &BatchNorm<Cuda>,
+    x: Tensor<Cuda, 4>,
+    relu: bool,
+) -> std::result::Result<Tensor<Cuda, 4>, Tensor<Cuda, 4>> {
     let run = || -> Result<Tensor<Cuda, 4>> {
         let device = x.device();
         let prim = |t: Tensor<Cuda, 1>| t.to_device(&device).into_primitive().tensor();
@@ -196,7 +245,13 @@ fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> std::result::R
         let dims = dims4(&xp.shape)?;
         let eps = checked_eps(bn.epsilon)?;
         let dt = data_type(&xp)?;
-        let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(bn.running_var.value())];
+        let ins = [
+            xp,
+            prim(bn.gamma.val()),
+            prim(bn.beta.val()),
+            prim(bn.running_mean.value()),
+            prim(bn.running_var.value()),
+        ];
         for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
             require_f32(t, what)?;
         }

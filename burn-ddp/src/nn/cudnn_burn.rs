@@ -64,7 +64,8 @@ pub(super) fn device_index<B: Backend, const D: usize>(t: &Tensor<B, D>) -> usiz
 
 // Both burn-cuda backends' device type is `CudaDevice` (the compiler checks it here), so
 // `device_index`'s cast cannot fail for a backend `cuda_backend` accepts.
-const _: fn(burn::tensor::Device<Ad>, burn::tensor::Device<Cuda>) -> (burn_cuda::CudaDevice, burn_cuda::CudaDevice) = |a, c| (a, c);
+const _: fn(burn::tensor::Device<Ad>, burn::tensor::Device<Cuda>) -> (burn_cuda::CudaDevice, burn_cuda::CudaDevice) =
+    |a, c| (a, c);
 
 /// Whether the cuDNN path is switched on and libcudnn can be loaded.
 pub(super) fn path_enabled() -> bool {
@@ -75,7 +76,10 @@ pub(super) fn dims4(shape: &Shape) -> Result<[i32; 4]> {
     let d = shape.as_slice();
     let ok = d.len() == 4 && d.iter().all(|&v| v > 0 && v <= i32::MAX as usize);
     if !ok {
-        return Err(Error::Cudnn { op: "describing a tensor", reason: format!("shape {d:?} is not 4-D with sizes in i32") });
+        return Err(Error::Cudnn {
+            op: "describing a tensor",
+            reason: format!("shape {d:?} is not 4-D with sizes in i32"),
+        });
     }
     Ok([d[0] as i32, d[1] as i32, d[2] as i32, d[3] as i32])
 }
@@ -87,7 +91,10 @@ pub(super) fn data_type(t: &Prim) -> Result<DataType> {
         DType::F32 => Ok(DataType::F32),
         DType::BF16 => Ok(DataType::Bf16),
         DType::F16 => Ok(DataType::F16),
-        other => Err(Error::Cudnn { op: "cuDNN", reason: format!("{other:?} tensors are not wired to cuDNN (f32, bf16 and f16 are)") }),
+        other => Err(Error::Cudnn {
+            op: "cuDNN",
+            reason: format!("{other:?} tensors are not wired to cuDNN (f32, bf16 and f16 are)"),
+        }),
     }
 }
 
@@ -95,7 +102,10 @@ pub(super) fn data_type(t: &Prim) -> Result<DataType> {
 pub(super) fn same_data_type(tensors: &[&Prim]) -> Result<DataType> {
     let dt = data_type(tensors[0])?;
     match tensors.iter().find(|t| t.dtype != tensors[0].dtype) {
-        Some(t) => Err(Error::Cudnn { op: "cuDNN", reason: format!("mixed element types {:?} and {:?}; cast to one first", tensors[0].dtype, t.dtype) }),
+        Some(t) => Err(Error::Cudnn {
+            op: "cuDNN",
+            reason: format!("mixed element types {:?} and {:?}; cast to one first", tensors[0].dtype, t.dtype),
+        }),
         None => Ok(dt),
     }
 }
@@ -103,7 +113,10 @@ pub(super) fn same_data_type(tensors: &[&Prim]) -> Result<DataType> {
 /// Errors unless `t` is f32 (batch-norm parameters and statistics).
 pub(super) fn require_f32(t: &Prim, what: &str) -> Result<()> {
     if t.dtype != burn::tensor::DType::F32 {
-        return Err(Error::Cudnn { op: "batch norm", reason: format!("{what} is {:?}; cuDNN keeps batch-norm parameters in f32", t.dtype) });
+        return Err(Error::Cudnn {
+            op: "batch norm",
+            reason: format!("{what} is {:?}; cuDNN keeps batch-norm parameters in f32", t.dtype),
+        });
     }
     Ok(())
 }
@@ -133,8 +146,17 @@ pub(super) fn empty_f32(like: &CubeTensor<CudaRuntime>, dims: &[usize]) -> CubeT
     empty_of(like, dims, burn::tensor::DType::F32)
 }
 
-pub(super) fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: burn::tensor::DType) -> CubeTensor<CudaRuntime> {
-    burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(like.client.clone(), like.device.clone(), Shape::from(dims.to_vec()), dtype)
+pub(super) fn empty_of(
+    like: &CubeTensor<CudaRuntime>,
+    dims: &[usize],
+    dtype: burn::tensor::DType,
+) -> CubeTensor<CudaRuntime> {
+    burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(dims.to_vec()),
+        dtype,
+    )
 }
 
 /// Runs `f` on the device addresses of `tensors`, ordered after what burn launched for them
@@ -147,7 +169,11 @@ pub(super) fn empty_of(like: &CubeTensor<CudaRuntime>, dims: &[usize], dtype: bu
 /// The buffers stay allocated until the work is enqueued, without blocking burn from writing
 /// them in place: anything burn launches later, including a new user of that memory or an
 /// in-place write, runs after cuDNN's signal.
-pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash::Hash, f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static) -> Result<()> {
+pub(super) fn launch(
+    tensors: &[&CubeTensor<CudaRuntime>],
+    kind: impl std::hash::Hash,
+    f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static,
+) -> Result<()> {
     let first = tensors.first().expect("at least one tensor");
     let (device, index) = (first.device.clone(), first.device.index);
     let options = super::options::get();
@@ -164,13 +190,16 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash:
         let job_device = device.clone();
         let job = move || -> Result<()> {
             let (_held, ptrs) = timed(Phase::Resources, || resources(&job_device, bindings))?;
-            let order = timed(Phase::WaitBurn, || match stream_bridge::before(Channel::Cudnn, index, &client, flush) {
-                Ok(fence) => Ok(Order::Device(fence)),
-                Err(e) => {
-                    warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
-                    cubecl::future::block_on(client.sync()).map(|()| Order::Host).map_err(|e| cudnn::fail("synchronising burn's stream", e))
-                }
-            })?;
+            let order =
+                timed(Phase::WaitBurn, || match stream_bridge::before(Channel::Cudnn, index, &client, flush) {
+                    Ok(fence) => Ok(Order::Device(fence)),
+                    Err(e) => {
+                        warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
+                        cubecl::future::block_on(client.sync())
+                            .map(|()| Order::Host)
+                            .map_err(|e| cudnn::fail("synchronising burn's stream", e))
+                    }
+                })?;
             timed(Phase::Cudnn, || f(&ptrs, order))?;
             if let Order::Device(fence) = order {
                 timed(Phase::WaitBurn, || stream_bridge::after(Channel::Cudnn, index, &fence));
@@ -181,7 +210,8 @@ pub(super) fn launch(tensors: &[&CubeTensor<CudaRuntime>], kind: impl std::hash:
         return timed(Phase::Submit, || device_thread::run(&device, kind, job));
     }
     let (_held, ptrs) = timed(Phase::Resources, || resources(&device, bindings))?;
-    timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device)).map_err(|e| cudnn::fail("synchronising burn's stream", e))?;
+    timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device))
+        .map_err(|e| cudnn::fail("synchronising burn's stream", e))?;
     timed(Phase::Cudnn, || f(&ptrs, Order::Host))?;
     count_call(false);
     Ok(())
@@ -193,7 +223,9 @@ fn resources(device: &CudaDevice, bindings: Vec<Binding>) -> Result<(Vec<impl Si
     let stream = StreamId::current();
     let server = device_thread::server(device);
     let held = server
-        .submit_blocking(move |s| bindings.into_iter().map(|b| s.get_resource(b, stream)).collect::<std::result::Result<Vec<_>, _>>())
+        .submit_blocking(move |s| {
+            bindings.into_iter().map(|b| s.get_resource(b, stream)).collect::<std::result::Result<Vec<_>, _>>()
+        })
         .map_err(|e| cudnn::fail("device pointer", e))?
         .map_err(|e| cudnn::fail("device pointer", e))?;
     let ptrs = held.iter().map(|r| r.resource().ptr).collect();
@@ -215,7 +247,9 @@ fn device_ordering_ok(device: usize) -> bool {
 }
 
 fn out_dims(x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> [i32; 4] {
-    let size = |i: usize, k: i32| (x[2 + i] + 2 * o.padding[i] as i32 - o.dilation[i] as i32 * (k - 1) - 1) / o.stride[i] as i32 + 1;
+    let size = |i: usize, k: i32| {
+        (x[2 + i] + 2 * o.padding[i] as i32 - o.dilation[i] as i32 * (k - 1) - 1) / o.stride[i] as i32 + 1
+    };
     [x[0], w[0], size(0, w[2]), size(1, w[3])]
 }
 
@@ -243,5 +277,7 @@ pub(super) fn register(client: &Client, t: CubeTensor<CudaRuntime>) -> Prim {
     let dtype = t.dtype;
     let handle = <Inner as BackendIr>::float_tensor_handle(t);
     let desc = InitOperationIr::create(shape, dtype, || client.register_tensor_handle(handle));
-    client.register(burn_fusion::stream::OperationStreams::default(), OperationIr::Init(desc), NoOp::<Inner>::new()).output()
+    client
+        .register(burn_fusion::stream::OperationStreams::default(), OperationIr::Init(desc), NoOp::<Inner>::new())
+        .output()
 }

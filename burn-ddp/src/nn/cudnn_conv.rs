@@ -10,7 +10,9 @@
 //! same buffers instead, with one warning per cause.
 
 use super::cudnn::{self, ConvShape, Direction, Pointers};
-use super::cudnn_burn::{Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empty, launch, packed_shape, same_data_type, warn_once};
+use super::cudnn_burn::{
+    Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empty, launch, packed_shape, same_data_type, warn_once,
+};
 use super::fusion_op::{self, Cube, packed, row_major};
 use super::layout::Layout;
 use super::profile::{Phase, timed};
@@ -30,7 +32,12 @@ use std::sync::Arc;
 /// otherwise the inputs come back untouched. `x` and the output are in `layout`'s order
 /// (for [`Layout::Nhwc`]: `[n, h, w, c]`); `w` is burn's `[k, c / groups, r, s]` in its own
 /// element type (the computation runs in `x`'s; see [`super::cudnn_conv`]).
-pub(crate) fn try_conv2d<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
+pub(crate) fn try_conv2d<B: Backend>(
+    x: Tensor<B, 4>,
+    w: Tensor<B, 4>,
+    o: &ConvOptions<2>,
+    layout: Layout,
+) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>)> {
     let Some(ad) = super::cudnn_burn::cuda_backend::<B>() else {
         return Err((x, w));
     };
@@ -59,7 +66,13 @@ pub(super) fn backward_both(x: Prim, w: Prim, dy: Prim, o: &ConvOptions<2>) -> (
 /// type) on cuDNN, in `x`'s element type, for `Autodiff<Cuda>` (`ad`) or `Cuda` tensors.
 /// `Err` (before anything was queued) for what cuDNN cannot describe: the caller runs burn's
 /// kernels.
-pub(super) fn conv2d_cuda<B: Backend>(x: Tensor<B, 4>, w: Tensor<B, 4>, o: &ConvOptions<2>, layout: Layout, ad: bool) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>, Error)> {
+pub(super) fn conv2d_cuda<B: Backend>(
+    x: Tensor<B, 4>,
+    w: Tensor<B, 4>,
+    o: &ConvOptions<2>,
+    layout: Layout,
+    ad: bool,
+) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Tensor<B, 4>, Error)> {
     super::device_thread::check_failure();
     if ad {
         let (xa, wa): (Tensor<Ad, 4>, Tensor<Ad, 4>) = (cast(x.clone()), cast(w.clone()));
@@ -95,7 +108,9 @@ impl Backward<Cuda, 2> for CudnnConv2d {
         let s = ops.state;
         // The gradient `x` has from its other users so far (a ResNet stage's first block feeds
         // `x` to two convolutions): this one adds its share into it rather than beside it.
-        let acc = node_x.as_ref().and_then(|n| take_grad(grads, AdPrim { primitive: s.x.clone(), node: n.clone(), rc: Arc::new(n.id) }));
+        let acc = node_x
+            .as_ref()
+            .and_then(|n| take_grad(grads, AdPrim { primitive: s.x.clone(), node: n.clone(), rc: Arc::new(n.id) }));
         let (dx, dw) = backward(s.x, s.wk, dy, acc, &s.options, s.layout, s.w, node_x.is_some(), node_w.is_some());
         for (node, grad) in [(node_x, dx), (node_w, dw)] {
             if let (Some(node), Some(grad)) = (node, grad) {
@@ -123,7 +138,8 @@ fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>, layout:
     let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
     let w_meta = (w.primitive.shape.clone(), w.primitive.dtype);
     let (y, wk) = forward(x.primitive.clone(), w.primitive.clone(), o, layout)?;
-    let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful() {
+    let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful()
+    {
         OpsKind::Tracked(prep) => prep.finish(Saved { x: x.primitive, wk, w: w_meta, options: o.clone(), layout }, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
@@ -136,7 +152,10 @@ fn describe(x: &Prim, w: &Shape, o: &ConvOptions<2>, layout: Layout) -> Result<C
     let dtype = data_type(x)?;
     let (xd, wd) = (layout.to_nchw(dims4(&x.shape)?), dims4(w)?);
     if xd[1] != wd[1] * o.groups as i32 {
-        return Err(Error::Cudnn { op: "convolution", reason: format!("input has {} channels, the filter expects {} x groups={}", xd[1], wd[1], o.groups) });
+        return Err(Error::Cudnn {
+            op: "convolution",
+            reason: format!("input has {} channels, the filter expects {} x groups={}", xd[1], wd[1], o.groups),
+        });
     }
     Ok(packed_shape(dtype, layout, xd, wd, o))
 }
@@ -190,7 +209,10 @@ fn from_nchw(t: Cube, layout: Layout) -> Cube {
 fn forward_cubes(x: Cube, wk: &Cube, shape: &ConvShape, o: &ConvOptions<2>, layout: Layout) -> Cube {
     cudnn_forward(x.clone(), wk, shape).unwrap_or_else(|e| {
         warn_once("cuDNN convolution forward", &e, BURN_RUNS);
-        from_nchw(<Inner as ModuleOps<Inner>>::conv2d(nchw(x, layout), nchw(wk.clone(), layout), None, o.clone()), layout)
+        from_nchw(
+            <Inner as ModuleOps<Inner>>::conv2d(nchw(x, layout), nchw(wk.clone(), layout), None, o.clone()),
+            layout,
+        )
     })
 }
 
@@ -212,7 +234,9 @@ fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
     let device = xc.device.index;
     // SAFETY: `launch` orders the computation after the buffers' producers and before their
     // next users; their extents match `shape` by construction.
-    launch(&[&xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe { cudnn::run(device, Direction::Forward, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order) })?;
+    launch(&[&xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe {
+        cudnn::run(device, Direction::Forward, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order)
+    })?;
     Ok(y)
 }
 
@@ -222,7 +246,17 @@ fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
 /// added in place by cuDNN (β = 1) when this is `acc`'s last use and nothing else shares its
 /// buffer, else added after.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn backward(x: Prim, wk: Prim, dy: Prim, acc: Option<Prim>, o: &ConvOptions<2>, layout: Layout, w: (Shape, DType), need_dx: bool, need_dw: bool) -> (Option<Prim>, Option<Prim>) {
+pub(super) fn backward(
+    x: Prim,
+    wk: Prim,
+    dy: Prim,
+    acc: Option<Prim>,
+    o: &ConvOptions<2>,
+    layout: Layout,
+    w: (Shape, DType),
+    need_dx: bool,
+    need_dw: bool,
+) -> (Option<Prim>, Option<Prim>) {
     assert!(acc.is_none() || need_dx, "an input gradient to add into, but none asked for");
     if !need_dx && !need_dw {
         return (None, None);
@@ -256,7 +290,16 @@ type Grads = (Option<Cube>, Option<Cube>);
 /// The gradients on cuDNN (burn's kernels when it fails), `dx` plus `acc` when given: `acc` is
 /// the gradient already there with whether this operation is its last user.
 #[allow(clippy::too_many_arguments)]
-fn backward_cubes(x: Cube, wk: Cube, dy: Cube, acc: Option<(Cube, bool)>, shape: &ConvShape, o: &ConvOptions<2>, need_dx: bool, need_dw: bool) -> Grads {
+fn backward_cubes(
+    x: Cube,
+    wk: Cube,
+    dy: Cube,
+    acc: Option<(Cube, bool)>,
+    shape: &ConvShape,
+    o: &ConvOptions<2>,
+    need_dx: bool,
+    need_dw: bool,
+) -> Grads {
     let (x, dy) = timed(Phase::Prepare, || (packed(x), packed(dy)));
     if let Some((a, true)) = &acc
         && a.can_mut()
@@ -264,15 +307,25 @@ fn backward_cubes(x: Cube, wk: Cube, dy: Cube, acc: Option<(Cube, bool)>, shape:
     {
         match cudnn_backward(&x, &wk, &dy, Some(a), shape, need_dx, need_dw) {
             Ok(grads) => return grads,
-            Err(e) => warn_once("cuDNN convolution backward adding into the input's gradient", &e, "the gradients are added after"),
+            Err(e) => warn_once(
+                "cuDNN convolution backward adding into the input's gradient",
+                &e,
+                "the gradients are added after",
+            ),
         }
     }
     let (dx, dw) = cudnn_backward(&x, &wk, &dy, None, shape, need_dx, need_dw).unwrap_or_else(|e| {
         warn_once("cuDNN convolution backward", &e, BURN_RUNS);
         let layout = shape.layout;
         let (xn, wn, dyn_) = (nchw(x, layout), nchw(wk, layout), nchw(dy, layout));
-        let dx = need_dx.then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_x_backward(xn.clone(), wn.clone(), dyn_.clone(), o.clone()), layout));
-        let dw = need_dw.then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_weight_backward(xn, wn, dyn_, o.clone()), layout));
+        let dx = need_dx.then(|| {
+            from_nchw(
+                <Inner as ModuleOps<Inner>>::conv2d_x_backward(xn.clone(), wn.clone(), dyn_.clone(), o.clone()),
+                layout,
+            )
+        });
+        let dw = need_dw
+            .then(|| from_nchw(<Inner as ModuleOps<Inner>>::conv2d_weight_backward(xn, wn, dyn_, o.clone()), layout));
         (dx, dw)
     });
     let dx = match (dx, acc) {
@@ -296,7 +349,15 @@ fn dx_dims(shape: &ConvShape) -> [usize; 4] {
 
 /// Both gradients in one cuDNN job (one fence pair), or the one asked for. With `into`, the
 /// input gradient is added into that buffer (cuDNN's β = 1) and it is returned as `dx`.
-fn cudnn_backward(x: &Cube, wk: &Cube, dy: &Cube, into: Option<&Cube>, shape: &ConvShape, need_dx: bool, need_dw: bool) -> Result<Grads> {
+fn cudnn_backward(
+    x: &Cube,
+    wk: &Cube,
+    dy: &Cube,
+    into: Option<&Cube>,
+    shape: &ConvShape,
+    need_dx: bool,
+    need_dw: bool,
+) -> Result<Grads> {
     let layout = shape.layout;
     let dx = into.cloned().unwrap_or_else(|| empty(x, &dx_dims(shape)));
     let dw = empty(x, &layout.from_nchw(shape.w).map(|v| v as usize));

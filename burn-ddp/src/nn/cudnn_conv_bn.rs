@@ -8,7 +8,10 @@
 use super::cudnn::{ConvShape, DataType, Direction, Pointers};
 use super::cudnn_bn;
 use super::cudnn_bn_burn::{Saved, backward_burn, backward_cudnn, checked_eps, float, update_running};
-use super::cudnn_burn::{Ad, BURN_RUNS, Prim, cast, dims4, empty, empty_f32, launch, packed_shape, register, require_f32, resolve_packed, same_data_type, warn_once};
+use super::cudnn_burn::{
+    Ad, BURN_RUNS, Prim, cast, dims4, empty, empty_f32, launch, packed_shape, register, require_f32, resolve_packed,
+    same_data_type, warn_once,
+};
 use super::layers::BatchNorm;
 use super::layout::Layout;
 use super::profile::{Phase, timed};
@@ -30,13 +33,22 @@ use std::any::Any;
 /// leaves no hooks that never fire.
 pub(crate) fn applies<B: Backend>() -> bool {
     let opts = super::options::get();
-    opts.batch_norm && opts.fuse_conv_bn && super::cudnn_burn::cuda_backend::<B>() == Some(true) && super::cudnn_burn::path_enabled()
+    opts.batch_norm
+        && opts.fuse_conv_bn
+        && super::cudnn_burn::cuda_backend::<B>() == Some(true)
+        && super::cudnn_burn::path_enabled()
 }
 
 /// `relu?(bn(conv(x, w)))` as one operation when `B` is `Autodiff<Cuda>` and fusion is on;
 /// otherwise `x` comes back untouched. NCHW only (channels-last batch norms run on burn's
 /// operations: see `batch_norm_nhwc`).
-pub(crate) fn try_conv_bn<B: Backend>(w: Tensor<B, 4>, o: &ConvOptions<2>, bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+pub(crate) fn try_conv_bn<B: Backend>(
+    w: Tensor<B, 4>,
+    o: &ConvOptions<2>,
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    relu: bool,
+) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
     if !applies::<B>() {
         return Err(x);
     }
@@ -52,13 +64,23 @@ fn shape(dtype: DataType, x: [i32; 4], w: [i32; 4], o: &ConvOptions<2>) -> ConvS
 }
 
 /// The forward session: `(conv output, block output, batch mean, inverse std)`.
-fn forward(x: Prim, w: Prim, gamma: Prim, beta: Prim, o: &ConvOptions<2>, eps: f64, relu: bool) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
+fn forward(
+    x: Prim,
+    w: Prim,
+    gamma: Prim,
+    beta: Prim,
+    o: &ConvOptions<2>,
+    eps: f64,
+    relu: bool,
+) -> Result<(CubeTensor<CudaRuntime>, Prim, Prim, Prim)> {
     let client = x.client.clone();
     let sh = shape(same_data_type(&[&x, &w])?, dims4(&x.shape)?, dims4(&w.shape)?, o);
     let eps = checked_eps(eps)?;
     require_f32(&gamma, "gamma")?;
     require_f32(&beta, "beta")?;
-    let (xc, wc, gc, bc) = timed(Phase::Prepare, || -> Result<_> { Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(gamma)?, resolve_packed(beta)?)) })?;
+    let (xc, wc, gc, bc) = timed(Phase::Prepare, || -> Result<_> {
+        Ok((resolve_packed(x)?, resolve_packed(w)?, resolve_packed(gamma)?, resolve_packed(beta)?))
+    })?;
     let yd = sh.y.map(|v| v as usize);
     let (yc, zc, mc, ic) = (empty(&xc, &yd), empty(&xc, &yd), empty_f32(&xc, &[yd[1]]), empty_f32(&xc, &[yd[1]]));
     let device = xc.device.index;
@@ -133,16 +155,27 @@ fn backward_fused(s: &FusedState, dy: Prim, need_dx: bool) -> Result<Grads4> {
     let conv_out = &s.conv_out;
     // SAFETY: as in `forward`; dz is only written with ReLU (then it is a fresh buffer).
     let kind = ("conv_bn_backward", sh.clone(), eps.to_bits(), relu, need_dx);
-    launch(&[&xc, &wc, conv_out, &zc, &dyc, &dz, &dconv, &gc, &dgc, &dbc, &mc, &ic, &dxc, &dwc], kind, move |p, order| unsafe {
-        super::cudnn::with_handle(device, order, |st| {
-            let dz = if relu { p[5] } else { 0 };
-            cudnn_bn::backward_in(st.raw(), sh.dtype, sh.y, eps, relu, [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]])?;
-            if need_dx {
-                st.convolve(Direction::BackwardData, &sh, Pointers { x: p[12], w: p[1], y: p[6] })?;
-            }
-            st.convolve(Direction::BackwardFilter, &sh, Pointers { x: p[0], w: p[13], y: p[6] })
-        })
-    })?;
+    launch(
+        &[&xc, &wc, conv_out, &zc, &dyc, &dz, &dconv, &gc, &dgc, &dbc, &mc, &ic, &dxc, &dwc],
+        kind,
+        move |p, order| unsafe {
+            super::cudnn::with_handle(device, order, |st| {
+                let dz = if relu { p[5] } else { 0 };
+                cudnn_bn::backward_in(
+                    st.raw(),
+                    sh.dtype,
+                    sh.y,
+                    eps,
+                    relu,
+                    [p[2], p[3], p[4], dz, p[6], p[7], p[8], p[9], p[10], p[11]],
+                )?;
+                if need_dx {
+                    st.convolve(Direction::BackwardData, &sh, Pointers { x: p[12], w: p[1], y: p[6] })?;
+                }
+                st.convolve(Direction::BackwardFilter, &sh, Pointers { x: p[0], w: p[13], y: p[6] })
+            })
+        },
+    )?;
     let dx = need_dx.then(|| register(&client, dxc));
     Ok((dx, register(&client, dwc), register(&client, dgc), register(&client, dbc)))
 }
@@ -157,10 +190,24 @@ fn separate_backward(s: &FusedState, dy: Prim) -> Grads4 {
 }
 
 #[allow(clippy::result_large_err)]
-fn fused(w: Tensor<Ad, 4>, o: &ConvOptions<2>, bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
+fn fused(
+    w: Tensor<Ad, 4>,
+    o: &ConvOptions<2>,
+    bn: &BatchNorm<Ad>,
+    x: Tensor<Ad, 4>,
+    relu: bool,
+) -> std::result::Result<Tensor<Ad, 4>, Tensor<Ad, 4>> {
     let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
     let (xp, wp) = (x.clone().into_primitive().tensor(), w.into_primitive().tensor());
-    let (conv_out, z, mean, inv_std) = match forward(xp.primitive.clone(), wp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), o, bn.epsilon, relu) {
+    let (conv_out, z, mean, inv_std) = match forward(
+        xp.primitive.clone(),
+        wp.primitive.clone(),
+        gamma.primitive.clone(),
+        beta.primitive.clone(),
+        o,
+        bn.epsilon,
+        relu,
+    ) {
         Ok(v) => v,
         Err(e) => {
             warn_once("cuDNN convolution + batch norm (separate operations run instead)", &e, BURN_RUNS);
@@ -169,8 +216,16 @@ fn fused(w: Tensor<Ad, 4>, o: &ConvOptions<2>, bn: &BatchNorm<Ad>, x: Tensor<Ad,
     };
     update_running(bn, float(mean.clone()), float(inv_std.clone()));
     // `x` stands for the batch norm's input until a fallback registers the convolution's output.
-    let saved = Saved { x: xp.primitive.clone(), y: relu.then(|| z.clone()), gamma: gamma.primitive.clone(), mean, inv_std, eps: bn.epsilon };
-    let state = FusedState { x: xp.primitive.clone(), w: wp.primitive.clone(), conv_out, bn: saved, options: o.clone() };
+    let saved = Saved {
+        x: xp.primitive.clone(),
+        y: relu.then(|| z.clone()),
+        gamma: gamma.primitive.clone(),
+        mean,
+        inv_std,
+        eps: bn.epsilon,
+    };
+    let state =
+        FusedState { x: xp.primitive.clone(), w: wp.primitive.clone(), conv_out, bn: saved, options: o.clone() };
     let parents = [xp.node.clone(), wp.node.clone(), gamma.node.clone(), beta.node.clone()];
     let out = match CudnnConvBn.prepare::<NoCheckpointing>(parents).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(state, z),

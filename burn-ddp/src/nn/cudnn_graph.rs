@@ -14,7 +14,9 @@ use super::cudnn_backend::{Desc, configs, operation_graph, plan};
 use super::cudnn_types::{ConvShape, DataType, Direction, Pointers, fail};
 use super::options::CudnnOptions;
 use crate::error::Result;
-use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
+use cudarc::cudnn::sys::{
+    self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D,
+};
 use cudarc::driver::CudaStream;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -54,8 +56,16 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
     let conv = Desc::new(D::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
     // SAFETY: each attribute gets its documented C type.
     unsafe {
-        conv.set(A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE, T::CUDNN_TYPE_DATA_TYPE, &[sys::cudnnDataType_t::CUDNN_DATA_FLOAT])?;
-        conv.set(A::CUDNN_ATTR_CONVOLUTION_CONV_MODE, T::CUDNN_TYPE_CONVOLUTION_MODE, &[sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION])?;
+        conv.set(
+            A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+            T::CUDNN_TYPE_DATA_TYPE,
+            &[sys::cudnnDataType_t::CUDNN_DATA_FLOAT],
+        )?;
+        conv.set(
+            A::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+            T::CUDNN_TYPE_CONVOLUTION_MODE,
+            &[sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION],
+        )?;
     }
     conv.i64s(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[2])?;
     conv.i64s(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &shape.dilation.map(i64::from))?;
@@ -118,14 +128,32 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
     let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     let (mut n, mut raw) = (0i64, engine.0);
     // SAFETY: one pre-created engine descriptor for cuDNN to fill in.
-    unsafe { sys::cudnnBackendGetAttribute(cfg.0, A::CUDNN_ATTR_ENGINECFG_ENGINE, T::CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mut n, &mut raw as *mut _ as *mut c_void) }
-        .result()
-        .map_err(|e| fail("engine of a configuration", e))?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            cfg.0,
+            A::CUDNN_ATTR_ENGINECFG_ENGINE,
+            T::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            1,
+            &mut n,
+            &mut raw as *mut _ as *mut c_void,
+        )
+    }
+    .result()
+    .map_err(|e| fail("engine of a configuration", e))?;
     let mut notes = [0u32; 16];
     // SAFETY: room for 16 notes (cuDNN 9 defines 10), each a 32-bit enum.
-    unsafe { sys::cudnnBackendGetAttribute(engine.0, A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, T::CUDNN_TYPE_NUMERICAL_NOTE, notes.len() as i64, &mut n, notes.as_mut_ptr() as *mut c_void) }
-        .result()
-        .map_err(|e| fail("numerical notes", e))?;
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            engine.0,
+            A::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+            T::CUDNN_TYPE_NUMERICAL_NOTE,
+            notes.len() as i64,
+            &mut n,
+            notes.as_mut_ptr() as *mut c_void,
+        )
+    }
+    .result()
+    .map_err(|e| fail("numerical notes", e))?;
     let notes = &notes[..n.clamp(0, 16) as usize];
     let has = |note: sys::cudnnBackendNumericalNote_t| notes.contains(&(note as u32));
     let tf32 = shape.dtype == DataType::F32 && has(sys::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
@@ -141,7 +169,13 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
 /// least the plan's size.
 pub(super) unsafe fn execute(handle: sys::cudnnHandle_t, plan: &GraphPlan, p: Pointers, workspace: u64) -> Result<()> {
     if [p.x, p.w, p.y, workspace].iter().any(|&a| a % ALIGNMENT as u64 != 0) {
-        return Err(fail("cuDNN graph plan", format!("a buffer is not {ALIGNMENT}-byte aligned ({:#x}, {:#x}, {:#x}, workspace {workspace:#x})", p.x, p.w, p.y)));
+        return Err(fail(
+            "cuDNN graph plan",
+            format!(
+                "a buffer is not {ALIGNMENT}-byte aligned ({:#x}, {:#x}, {:#x}, workspace {workspace:#x})",
+                p.x, p.w, p.y
+            ),
+        ));
     }
     // SAFETY: as this function's contract.
     unsafe { run(handle, &plan.plan, p, workspace) }
@@ -165,14 +199,26 @@ unsafe fn run(handle: sys::cudnnHandle_t, plan: &Desc, p: Pointers, workspace: u
 /// # Safety
 /// The pointers must be live device buffers of `shape`'s extents that cuDNN may overwrite
 /// (outputs) or read (inputs); the workspace `workspace.1` bytes.
-pub(super) unsafe fn build(handle: sys::cudnnHandle_t, stream: &Arc<CudaStream>, dir: Direction, shape: &ConvShape, p: Pointers, workspace: (u64, usize), opts: &CudnnOptions) -> Result<GraphPlan> {
+pub(super) unsafe fn build(
+    handle: sys::cudnnHandle_t,
+    stream: &Arc<CudaStream>,
+    dir: Direction,
+    shape: &ConvShape,
+    p: Pointers,
+    workspace: (u64, usize),
+    opts: &CudnnOptions,
+) -> Result<GraphPlan> {
     let (graph, mut parts) = graph(handle, dir, shape)?;
     let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     let ctx = stream.context();
-    let (start, stop) = (ctx.new_event(timing).map_err(|e| fail("timing event", e))?, ctx.new_event(timing).map_err(|e| fail("timing event", e))?);
+    let (start, stop) = (
+        ctx.new_event(timing).map_err(|e| fail("timing event", e))?,
+        ctx.new_event(timing).map_err(|e| fail("timing event", e))?,
+    );
     let mut best: Option<(Desc, usize, f32, Desc)> = None;
     let mut tried = Vec::new();
-    for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK] {
+    for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK]
+    {
         let Ok((_heur, cfgs)) = configs(&graph, mode, CANDIDATES) else { continue };
         for cfg in cfgs {
             if !allowed(&cfg, shape, opts).unwrap_or(false) {
@@ -207,7 +253,8 @@ pub(super) unsafe fn build(handle: sys::cudnnHandle_t, stream: &Arc<CudaStream>,
     }
     // Whatever a failed candidate left queued must finish before the caller moves on.
     stream.synchronize().map_err(|e| fail("cuDNN's stream after choosing a plan", e))?;
-    let (plan, workspace, ms, cfg) = best.ok_or_else(|| fail("choosing a graph plan", format!("no engine ran {dir:?} {shape:?} (tried: {tried:?})")))?;
+    let (plan, workspace, ms, cfg) = best
+        .ok_or_else(|| fail("choosing a graph plan", format!("no engine ran {dir:?} {shape:?} (tried: {tried:?})")))?;
     log::debug!("cuDNN graph {dir:?} {shape:?}: {ms:.3} ms, workspace {workspace} B");
     parts.extend([graph, cfg]);
     Ok(GraphPlan { plan, workspace, _parts: parts })

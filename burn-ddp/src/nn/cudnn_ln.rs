@@ -10,7 +10,9 @@ use super::cudnn_backend::Desc;
 use super::cudnn_ops::{Bind, Built, F32, Graph, Pair, PlanCache, execute};
 use super::cudnn_types::DataType;
 use crate::error::Result;
-use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
+use cudarc::cudnn::sys::{
+    self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D,
+};
 
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -65,7 +67,9 @@ static PLANS: PlanCache<LnShape> = PlanCache::new();
 
 /// Builds (once per device and shape) the forward and backward plans, or says why not.
 pub(super) fn prepare(device: usize, shape: &LnShape) -> Result<()> {
-    PLANS.prepare(device, *shape, "cuDNN layer norm", |h| Ok(Pair { forward: build(h, shape, false)?, backward: build(h, shape, true)? }))
+    PLANS.prepare(device, *shape, "cuDNN layer norm", |h| {
+        Ok(Pair { forward: build(h, shape, false)?, backward: build(h, shape, true)? })
+    })
 }
 
 /// Enqueues the forward on `s`'s stream (inside `cudnn::with_handle`).
@@ -79,7 +83,9 @@ pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &LnShape
     let (ws, _) = s.workspace_ptr(plans.forward.workspace)?;
     let buffers = [(X, p.x), (SCALE, p.scale), (BIAS, p.bias), (MEAN, p.mean), (INV_VAR, p.inv_var), (Y, p.y)];
     // SAFETY: the plan was built for `shape`; the caller vouches for the buffers.
-    unsafe { execute(s, "cuDNN layer norm", &plans.forward.plan, &buffers, &[(EPS, f32::from_bits(shape.eps_bits))], ws) }?;
+    unsafe {
+        execute(s, "cuDNN layer norm", &plans.forward.plan, &buffers, &[(EPS, f32::from_bits(shape.eps_bits))], ws)
+    }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
@@ -92,7 +98,16 @@ pub(super) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &LnShap
     let plans = PLANS.get(device, *shape)?;
     let plans = plans.lock().unwrap_or_else(|p| p.into_inner());
     let (ws, _) = s.workspace_ptr(plans.backward.workspace)?;
-    let buffers = [(X, p.x), (SCALE, p.scale), (MEAN, p.mean), (INV_VAR, p.inv_var), (DY, p.dy), (DX, p.dx), (DSCALE, p.dscale), (DBIAS, p.dbias)];
+    let buffers = [
+        (X, p.x),
+        (SCALE, p.scale),
+        (MEAN, p.mean),
+        (INV_VAR, p.inv_var),
+        (DY, p.dy),
+        (DX, p.dx),
+        (DSCALE, p.dscale),
+        (DBIAS, p.dbias),
+    ];
     // SAFETY: as `forward`.
     unsafe { execute(s, "cuDNN layer norm", &plans.backward.plan, &buffers, &[], ws) }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -111,7 +126,13 @@ struct Layouts {
 
 fn layouts(shape: &LnShape) -> Layouts {
     let (r, f) = (shape.rows, shape.features);
-    Layouts { rows: [r, f, 1, 1], rows_strides: [f, 1, f, f], feats: [1, f, 1, 1], feats_strides: [f, 1, f, f], stats: [r, 1, 1, 1] }
+    Layouts {
+        rows: [r, f, 1, 1],
+        rows_strides: [f, 1, f, f],
+        feats: [1, f, 1, 1],
+        feats_strides: [f, 1, f, f],
+        stats: [r, 1, 1, 1],
+    }
 }
 
 fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<Built> {
@@ -146,7 +167,11 @@ fn build(handle: sys::cudnnHandle_t, shape: &LnShape, backward: bool) -> Result<
         // SAFETY: NORM_MODE / NORM_FWD_PHASE attributes read their enums.
         unsafe {
             op.set(A::CUDNN_ATTR_OPERATION_NORM_FWD_MODE, T::CUDNN_TYPE_NORM_MODE, &mode)?;
-            op.set(A::CUDNN_ATTR_OPERATION_NORM_FWD_PHASE, T::CUDNN_TYPE_NORM_FWD_PHASE, &[sys::cudnnBackendNormFwdPhase_t::CUDNN_NORM_FWD_TRAINING])?;
+            op.set(
+                A::CUDNN_ATTR_OPERATION_NORM_FWD_PHASE,
+                T::CUDNN_TYPE_NORM_FWD_PHASE,
+                &[sys::cudnnBackendNormFwdPhase_t::CUDNN_NORM_FWD_TRAINING],
+            )?;
         }
         let bias = g.tensor(Bind::Buffer(BIAS), F32, l.feats, l.feats_strides)?;
         let eps = g.tensor(Bind::Value(EPS), F32, [1; 4], [1; 4])?;

@@ -35,10 +35,19 @@ fn shape_of(dims: &[usize], dtype: DType, eps: f64) -> Option<LnShape> {
 /// `norm(x)` (ε = `eps`, the module's own: burn-nn keeps it private) on cuDNN when `B` is
 /// burn-cuda, the path is on, the norm has a bias and cuDNN has plans for the shape; otherwise
 /// `x` comes back.
-pub(super) fn try_layer_norm<B: Backend, const D: usize>(norm: &LayerNorm<B>, x: Tensor<B, D>, eps: f64) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
+pub(super) fn try_layer_norm<B: Backend, const D: usize>(
+    norm: &LayerNorm<B>,
+    x: Tensor<B, D>,
+    eps: f64,
+) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
     let opts = super::options::get();
     // Off in deterministic mode: the backward sums dγ and dβ across blocks of rows.
-    let on = cuda_backend::<B>().is_some() && super::cudnn_burn::path_enabled() && opts.layer_norm && !opts.deterministic && norm.beta.is_some() && norm.gamma.val().dtype() == DType::F32;
+    let on = cuda_backend::<B>().is_some()
+        && super::cudnn_burn::path_enabled()
+        && opts.layer_norm
+        && !opts.deterministic
+        && norm.beta.is_some()
+        && norm.gamma.val().dtype() == DType::F32;
     let Some(shape) = on.then(|| shape_of(&x.dims(), x.dtype(), eps)).flatten() else { return Err(x) };
     let device = device_index(&x);
     if let Err(e) = cudnn_ln::prepare(device, &shape) {
@@ -91,11 +100,14 @@ impl Backward<Cuda, 3> for FusedLayerNorm {
 }
 
 fn autodiff_layer_norm(x: Tensor<Ad, 2>, gamma: Tensor<Ad, 1>, beta: Tensor<Ad, 1>, shape: LnShape) -> Tensor<Ad, 2> {
-    let (x, gamma, beta) = (x.into_primitive().tensor(), gamma.into_primitive().tensor(), beta.into_primitive().tensor());
+    let (x, gamma, beta) =
+        (x.into_primitive().tensor(), gamma.into_primitive().tensor(), beta.into_primitive().tensor());
     let (y, mean, inv_var) = forward(x.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), shape);
     let parents = [x.node.clone(), gamma.node.clone(), beta.node.clone()];
     let out = match FusedLayerNorm.prepare::<NoCheckpointing>(parents).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(Saved { x: x.primitive, gamma: gamma.primitive, mean, inv_var, shape }, y),
+        OpsKind::Tracked(prep) => {
+            prep.finish(Saved { x: x.primitive, gamma: gamma.primitive, mean, inv_var, shape }, y)
+        }
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
     Tensor::from_primitive(TensorPrimitive::Float(out))
@@ -113,10 +125,20 @@ fn forward(x: Prim, gamma: Prim, beta: Prim, shape: LnShape) -> (Prim, Prim, Pri
         // SAFETY: `launch` orders the computation after the buffers' producers and before their
         // next users; extents are `shape`'s (packed, checked); y, mean, inv_var are fresh.
         launch(&[&x, &gamma, &beta, &y, &mean, &inv_var], ("layer_norm_forward", shape), move |p, order| unsafe {
-            let ptrs = LnPointers { x: p[0], scale: p[1], bias: p[2], y: p[3], mean: p[4], inv_var: p[5], ..Default::default() };
+            let ptrs = LnPointers {
+                x: p[0],
+                scale: p[1],
+                bias: p[2],
+                y: p[3],
+                mean: p[4],
+                inv_var: p[5],
+                ..Default::default()
+            };
             cudnn::with_handle(device, order, |s| cudnn_ln::forward(s, device, &shape, &ptrs))
         })
-        .unwrap_or_else(|e| panic!("cuDNN layer norm failed after its plan was built: {e} (BURN_DDP_CUDNN_LN=0 runs burn's operations)"));
+        .unwrap_or_else(|e| {
+            panic!("cuDNN layer norm failed after its plan was built: {e} (BURN_DDP_CUDNN_LN=0 runs burn's operations)")
+        });
         vec![y, mean, inv_var]
     });
     let inv_var = out.pop().expect("three outputs");
@@ -127,20 +149,26 @@ fn forward(x: Prim, gamma: Prim, beta: Prim, shape: LnShape) -> (Prim, Prim, Pri
 /// Queues the backward: dx (x's type), dγ and dβ (f32).
 fn backward(x: Prim, gamma: Prim, mean: Prim, inv_var: Prim, dy: Prim, shape: LnShape) -> (Prim, Prim, Prim) {
     let outputs = [fusion_op::like(&x), fusion_op::like(&gamma), fusion_op::like(&gamma)];
-    let mut out = fusion_op::queue("cudnn_layer_norm_backward", vec![x, gamma, mean, inv_var, dy], &outputs, move |ins| {
-        let [x, gamma, mean, inv_var, dy]: [Cube; 5] = ins.try_into().expect("five inputs");
-        let (x, gamma, mean, inv_var, dy) = (dense(x), dense(gamma), dense(mean), dense(inv_var), dense(dy));
-        let features = [shape.features as usize];
-        let (dx, dg, db) = (empty(&x, x.meta.shape().as_slice()), empty_f32(&x, &features), empty_f32(&x, &features));
-        let device = x.device.index;
-        // SAFETY: as the forward; dx, dγ, dβ are fresh.
-        launch(&[&x, &gamma, &mean, &inv_var, &dy, &dx, &dg, &db], ("layer_norm_backward", shape), move |p, order| unsafe {
+    let mut out = fusion_op::queue(
+        "cudnn_layer_norm_backward",
+        vec![x, gamma, mean, inv_var, dy],
+        &outputs,
+        move |ins| {
+            let [x, gamma, mean, inv_var, dy]: [Cube; 5] = ins.try_into().expect("five inputs");
+            let (x, gamma, mean, inv_var, dy) = (dense(x), dense(gamma), dense(mean), dense(inv_var), dense(dy));
+            let features = [shape.features as usize];
+            let (dx, dg, db) =
+                (empty(&x, x.meta.shape().as_slice()), empty_f32(&x, &features), empty_f32(&x, &features));
+            let device = x.device.index;
+            // SAFETY: as the forward; dx, dγ, dβ are fresh.
+            launch(&[&x, &gamma, &mean, &inv_var, &dy, &dx, &dg, &db], ("layer_norm_backward", shape), move |p, order| unsafe {
             let ptrs = LnPointers { x: p[0], scale: p[1], mean: p[2], inv_var: p[3], dy: p[4], dx: p[5], dscale: p[6], dbias: p[7], ..Default::default() };
             cudnn::with_handle(device, order, |s| cudnn_ln::backward(s, device, &shape, &ptrs))
         })
         .unwrap_or_else(|e| panic!("cuDNN layer norm backward failed after its plan was built: {e} (BURN_DDP_CUDNN_LN=0 runs burn's operations)"));
-        vec![dx, dg, db]
-    });
+            vec![dx, dg, db]
+        },
+    );
     let db = out.pop().expect("three outputs");
     let dg = out.pop().expect("three outputs");
     (out.pop().expect("three outputs"), dg, db)

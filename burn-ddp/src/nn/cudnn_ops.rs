@@ -8,7 +8,9 @@ use super::cudnn_backend::{Desc, configs, operation_graph, plan, run};
 use super::cudnn_plan_store as plan_store;
 use super::cudnn_types::fail;
 use crate::error::Result;
-use cudarc::cudnn::sys::{self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D};
+use cudarc::cudnn::sys::{
+    self, cudnnBackendAttributeName_t as A, cudnnBackendAttributeType_t as T, cudnnBackendDescriptorType_t as D,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -59,7 +61,13 @@ impl Graph {
     }
 
     /// A tensor of `dims` with `strides` (elements), bound as `bind`.
-    pub(super) fn tensor(&mut self, bind: Bind, dtype: sys::cudnnDataType_t, dims: [i64; 4], strides: [i64; 4]) -> Result<Tn> {
+    pub(super) fn tensor(
+        &mut self,
+        bind: Bind,
+        dtype: sys::cudnnDataType_t,
+        dims: [i64; 4],
+        strides: [i64; 4],
+    ) -> Result<Tn> {
         let uid = match bind {
             Bind::Buffer(uid) | Bind::Value(uid) => uid,
             Bind::Virtual => {
@@ -178,15 +186,24 @@ impl Graph {
     /// Finalizes the operation graph and the first execution plan the heuristics (mode A, then
     /// the fallback list) offer that builds and needs at most `workspace_limit` bytes; or the
     /// plan an earlier process built from the same recipe, restored from the plan cache on disk.
-    pub(super) fn finish(mut self, handle: sys::cudnnHandle_t, what: &'static str, workspace_limit: usize) -> Result<Built> {
+    pub(super) fn finish(
+        mut self,
+        handle: sys::cudnnHandle_t,
+        what: &'static str,
+        workspace_limit: usize,
+    ) -> Result<Built> {
         self.recipe += &format!("workspace limit {workspace_limit}\n");
-        if let Some((plan, workspace)) = plan_store::load(handle, &self.recipe).filter(|&(_, bytes)| bytes <= workspace_limit) {
+        if let Some((plan, workspace)) =
+            plan_store::load(handle, &self.recipe).filter(|&(_, bytes)| bytes <= workspace_limit)
+        {
             return Ok(Built { plan, workspace, _parts: self.parts });
         }
         let ops: Vec<&Desc> = self.ops.iter().map(|&i| &self.parts[i]).collect();
         let graph = operation_graph(handle, &ops)?;
         let mut tried = Vec::new();
-        for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK] {
+        for mode in
+            [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK]
+        {
             let cfgs = match configs(&graph, mode, 8) {
                 Ok((_heur, cfgs)) => cfgs,
                 Err(e) => {
@@ -206,7 +223,10 @@ impl Graph {
                 }
             }
         }
-        Err(fail(what, format!("no engine ({})", if tried.is_empty() { "none proposed".to_string() } else { tried.join("; ") })))
+        Err(fail(
+            what,
+            format!("no engine ({})", if tried.is_empty() { "none proposed".to_string() } else { tried.join("; ") }),
+        ))
     }
 }
 
@@ -238,14 +258,26 @@ impl<K: std::hash::Hash + Eq + Copy + std::fmt::Debug> PlanCache<K> {
 
     /// Builds the pair for `key` on `device` with `build` (given the device's cuDNN handle)
     /// unless known; `what` names the computation in errors and the log.
-    pub(super) fn prepare(&self, device: usize, key: K, what: &'static str, build: impl FnOnce(sys::cudnnHandle_t) -> Result<Pair>) -> Result<()> {
+    pub(super) fn prepare(
+        &self,
+        device: usize,
+        key: K,
+        what: &'static str,
+        build: impl FnOnce(sys::cudnnHandle_t) -> Result<Pair>,
+    ) -> Result<()> {
         if let Some(known) = self.lookup(device, key) {
             return known.map(|_| ()).map_err(|e| fail(what, e));
         }
-        let built = super::cudnn::with_state(device, |s| build(s.raw())).map(|p| Arc::new(Mutex::new(p))).map_err(|e| e.to_string());
+        let built = super::cudnn::with_state(device, |s| build(s.raw()))
+            .map(|p| Arc::new(Mutex::new(p)))
+            .map_err(|e| e.to_string());
         if let Ok(p) = &built {
             let p = p.lock().unwrap_or_else(|p| p.into_inner());
-            log::info!("{what} {key:?}: plans built, workspace forward {} B, backward {} B", p.forward.workspace, p.backward.workspace);
+            log::info!(
+                "{what} {key:?}: plans built, workspace forward {} B, backward {} B",
+                p.forward.workspace,
+                p.backward.workspace
+            );
         }
         let out = built.as_ref().map(|_| ()).map_err(|e| fail(what, e));
         self.0.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashMap::new).insert((device, key), built);
@@ -270,12 +302,23 @@ impl<K: std::hash::Hash + Eq + Copy + std::fmt::Debug> PlanCache<K> {
 /// # Safety
 /// Each address must be live device memory matching its tensor in the plan, the workspace at
 /// least the plan's size, until the work has finished.
-pub(super) unsafe fn execute(s: &DeviceState, what: &'static str, plan: &Desc, buffers: &[(i64, u64)], values: &[(i64, f32)], workspace: u64) -> Result<()> {
+pub(super) unsafe fn execute(
+    s: &DeviceState,
+    what: &'static str,
+    plan: &Desc,
+    buffers: &[(i64, u64)],
+    values: &[(i64, f32)],
+    workspace: u64,
+) -> Result<()> {
     if let Some(a) = buffers.iter().map(|&(_, a)| a).chain([workspace]).find(|a| a % ALIGNMENT != 0) {
         return Err(fail(what, format!("a buffer at {a:#x} is not {ALIGNMENT}-byte aligned")));
     }
     let uids: Vec<i64> = buffers.iter().map(|&(u, _)| u).chain(values.iter().map(|&(u, _)| u)).collect();
-    let ptrs: Vec<*mut std::ffi::c_void> = buffers.iter().map(|&(_, a)| a as *mut std::ffi::c_void).chain(values.iter().map(|(_, v)| v as *const f32 as *mut std::ffi::c_void)).collect();
+    let ptrs: Vec<*mut std::ffi::c_void> = buffers
+        .iter()
+        .map(|&(_, a)| a as *mut std::ffi::c_void)
+        .chain(values.iter().map(|(_, v)| v as *const f32 as *mut std::ffi::c_void))
+        .collect();
     // SAFETY: as this function's contract; the scalars live in `values`, read during the call.
     unsafe { run(s.raw(), plan, &uids, &ptrs, workspace) }
 }

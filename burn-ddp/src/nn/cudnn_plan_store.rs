@@ -23,7 +23,11 @@ fn cudnn_version() -> usize {
 }
 
 fn path(recipe: &str) -> Option<PathBuf> {
-    Some(super::kernel_cache::dir()?.join("cudnn-plans").join(super::kernel_cache::cudnn_plan_file(cudnn_version(), recipe)))
+    Some(
+        super::kernel_cache::dir()?
+            .join("cudnn-plans")
+            .join(super::kernel_cache::cudnn_plan_file(cudnn_version(), recipe)),
+    )
 }
 
 /// The plan built from `recipe` before, restored on `handle`'s device, and its workspace bytes;
@@ -31,7 +35,11 @@ fn path(recipe: &str) -> Option<PathBuf> {
 pub(super) fn load(handle: sys::cudnnHandle_t, recipe: &str) -> Option<(Desc, usize)> {
     let path = path(recipe)?;
     let text = std::fs::read_to_string(&path).ok()?;
-    let stored: Stored = serde_json::from_str(&text).map_err(|e| log::warn!("cuDNN plan cache: {} is not a plan file ({e}); building the plan again", path.display())).ok()?;
+    let stored: Stored = serde_json::from_str(&text)
+        .map_err(|e| {
+            log::warn!("cuDNN plan cache: {} is not a plan file ({e}); building the plan again", path.display())
+        })
+        .ok()?;
     if stored.cudnn != cudnn_version() || stored.recipe != recipe {
         return None;
     }
@@ -53,7 +61,11 @@ pub(super) fn save(recipe: &str, plan: &Desc) {
     let (Some(path), Some(json)) = (path(recipe), plan_json(plan)) else { return };
     let stored = Stored { cudnn: cudnn_version(), recipe: recipe.to_string(), plan: json };
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&tmp, serde_json::to_vec(&stored)?)).and_then(|()| std::fs::rename(&tmp, &path));
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&tmp, serde_json::to_vec(&stored)?))
+        .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         log::debug!("cuDNN plan cache: cannot write {} ({e})", path.display());

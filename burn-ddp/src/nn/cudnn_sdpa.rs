@@ -86,7 +86,9 @@ static PLANS: PlanCache<AttnShape> = PlanCache::new();
 /// Builds (once per device and shape) the forward and backward plans, or says why cuDNN has
 /// none (the answer is cached too: the caller then takes another path).
 pub(super) fn prepare(device: usize, shape: &AttnShape) -> Result<()> {
-    PLANS.prepare(device, *shape, "cuDNN attention", |h| Ok(Pair { forward: build(h, shape, false)?, backward: build(h, shape, true)? }))
+    PLANS.prepare(device, *shape, "cuDNN attention", |h| {
+        Ok(Pair { forward: build(h, shape, false)?, backward: build(h, shape, true)? })
+    })
 }
 
 /// Enqueues the forward (`o`, `stats`) on `s`'s stream (inside `cudnn::with_handle`).
@@ -100,7 +102,9 @@ pub(super) unsafe fn forward(s: &mut DeviceState, device: usize, shape: &AttnSha
     let (ws, _) = s.workspace_ptr(plans.forward.workspace)?;
     let buffers = [(Q, p.q), (K, p.k), (V, p.v), (O, p.o), (STATS, p.stats)];
     // SAFETY: the plan was built for `shape`; the caller vouches for the buffers.
-    unsafe { execute(s, "cuDNN attention", &plans.forward.plan, &buffers, &[(SCALE, f32::from_bits(shape.scale_bits))], ws) }?;
+    unsafe {
+        execute(s, "cuDNN attention", &plans.forward.plan, &buffers, &[(SCALE, f32::from_bits(shape.scale_bits))], ws)
+    }?;
     CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
@@ -118,9 +122,23 @@ pub(super) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &AttnSh
     if cudnn::version().unwrap_or(0) < 90600 {
         // Before cuDNN 9.6 the engine adds into dq's accumulator without clearing it first.
         // SAFETY: inside the workspace just obtained, on its stream.
-        unsafe { cudarc::driver::sys::cuMemsetD8Async(accum, 0, scratch - sums_end, s.stream().cu_stream()) }.result().map_err(|e| fail("clearing dq's accumulator", e))?;
+        unsafe { cudarc::driver::sys::cuMemsetD8Async(accum, 0, scratch - sums_end, s.stream().cu_stream()) }
+            .result()
+            .map_err(|e| fail("clearing dq's accumulator", e))?;
     }
-    let buffers = [(Q, p.q), (K, p.k), (V, p.v), (O, p.o), (STATS, p.stats), (DO, p.d_o), (DQ, p.dq), (DK, p.dk), (DV, p.dv), (SUMS, sums), (DQ_ACCUM, accum)];
+    let buffers = [
+        (Q, p.q),
+        (K, p.k),
+        (V, p.v),
+        (O, p.o),
+        (STATS, p.stats),
+        (DO, p.d_o),
+        (DQ, p.dq),
+        (DK, p.dk),
+        (DV, p.dv),
+        (SUMS, sums),
+        (DQ_ACCUM, accum),
+    ];
     let values = [(SCALE, f32::from_bits(shape.scale_bits)), (ONE, 1.0)];
     // SAFETY: as `forward`; the scratch lies inside the workspace, in front of the plan's part.
     unsafe { execute(s, "cuDNN attention", &plans.backward.plan, &buffers, &values, ws + scratch as u64) }?;

@@ -42,9 +42,21 @@ impl std::fmt::Debug for CustomOp {
 
 impl Operation<FusionCubeRuntime<CudaRuntime>> for CustomOp {
     fn execute(&self, handles: &mut Handles) {
-        let inputs = self.desc.inputs.iter().map(|t| (handles.get_float_tensor::<Inner>(t), t.status == TensorStatus::ReadWrite)).collect();
+        let inputs = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| (handles.get_float_tensor::<Inner>(t), t.status == TensorStatus::ReadWrite))
+            .collect();
         let outputs = (self.exec)(inputs);
-        assert_eq!(outputs.len(), self.desc.outputs.len(), "{}: {} outputs computed, {} declared", self.desc.id, outputs.len(), self.desc.outputs.len());
+        assert_eq!(
+            outputs.len(),
+            self.desc.outputs.len(),
+            "{}: {} outputs computed, {} declared",
+            self.desc.id,
+            outputs.len(),
+            self.desc.outputs.len()
+        );
         for (ir, out) in self.desc.outputs.iter().zip(outputs) {
             debug_assert_eq!(out.meta.shape(), &ir.shape, "{}: output shape", self.desc.id);
             handles.register_float_tensor::<Inner>(&ir.id, out);
@@ -59,18 +71,31 @@ impl Operation<FusionCubeRuntime<CudaRuntime>> for CustomOp {
 ///
 /// # Panics
 /// When `inputs` is empty.
-pub(super) fn queue(name: &'static str, inputs: Vec<Prim>, outputs: &[(Shape, DType)], exec: impl Fn(Vec<Cube>) -> Vec<Cube> + Send + Sync + 'static) -> Vec<Prim> {
+pub(super) fn queue(
+    name: &'static str,
+    inputs: Vec<Prim>,
+    outputs: &[(Shape, DType)],
+    exec: impl Fn(Vec<Cube>) -> Vec<Cube> + Send + Sync + 'static,
+) -> Vec<Prim> {
     queue_owned(name, inputs, outputs, move |ins| exec(ins.into_iter().map(|(t, _)| t).collect()))
 }
 
 /// [`queue`], with each input's buffer paired with whether this operation is its tensor's last
 /// user. Writing into such a buffer is safe only when no other tensor shares it either (a view
 /// does: check `can_mut` too).
-pub(super) fn queue_owned(name: &'static str, inputs: Vec<Prim>, outputs: &[(Shape, DType)], exec: impl Fn(Vec<(Cube, bool)>) -> Vec<Cube> + Send + Sync + 'static) -> Vec<Prim> {
+pub(super) fn queue_owned(
+    name: &'static str,
+    inputs: Vec<Prim>,
+    outputs: &[(Shape, DType)],
+    exec: impl Fn(Vec<(Cube, bool)>) -> Vec<Cube> + Send + Sync + 'static,
+) -> Vec<Prim> {
     let client = inputs.first().expect("an operation has inputs").client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());
     let ins: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-    let outs: Vec<TensorIr> = outputs.iter().map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape.clone(), *dtype)).collect();
+    let outs: Vec<TensorIr> = outputs
+        .iter()
+        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape.clone(), *dtype))
+        .collect();
     let desc = CustomOpIr::new(name, &ins, &outs);
     client.register(streams, OperationIr::Custom(desc.clone()), CustomOp { desc, exec: Box::new(exec) })
 }

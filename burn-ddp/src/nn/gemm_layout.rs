@@ -73,14 +73,20 @@ impl Gemm {
         let (a, b, c) = (self.a, self.b, self.c);
         let bad = |reason: String| Err(Error::Cudnn { op: "cuBLAS matrix product", reason });
         if a.cols != b.rows || c.rows != a.rows || c.cols != b.cols {
-            return bad(format!("shapes {}x{} · {}x{} → {}x{} do not chain", a.rows, a.cols, b.rows, b.cols, c.rows, c.cols));
+            return bad(format!(
+                "shapes {}x{} · {}x{} → {}x{} do not chain",
+                a.rows, a.cols, b.rows, b.cols, c.rows, c.cols
+            ));
         }
         if c.col_stride != 1 || !a.is_readable() || !b.is_readable() {
             return bad(format!("unsupported strides {a:?} {b:?} {c:?}"));
         }
         let fits = |v: usize| v <= i32::MAX as usize;
-        let all = [a.rows, a.cols, b.cols, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride, self.batch];
-        if !all.into_iter().all(fits) || [a.batch_stride, b.batch_stride, c.batch_stride].iter().any(|&s| s > i64::MAX as usize) {
+        let all =
+            [a.rows, a.cols, b.cols, a.row_stride, a.col_stride, b.row_stride, b.col_stride, c.row_stride, self.batch];
+        if !all.into_iter().all(fits)
+            || [a.batch_stride, b.batch_stride, c.batch_stride].iter().any(|&s| s > i64::MAX as usize)
+        {
             return bad(format!("sizes beyond cuBLAS's 32-bit arguments: {self:?}"));
         }
         Ok(())

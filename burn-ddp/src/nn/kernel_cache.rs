@@ -22,19 +22,29 @@ pub fn cache_root(var: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     match var("BURN_DDP_CACHE_DIR") {
         Some(v) if v == "off" || v == "0" => None,
         Some(v) if !v.is_empty() => Some(PathBuf::from(v)),
-        _ => var("XDG_CACHE_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).or_else(|| var("HOME").map(|h| Path::new(&h).join(".cache"))).map(|d| d.join("burn-ddp")),
+        _ => var("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| var("HOME").map(|h| Path::new(&h).join(".cache")))
+            .map(|d| d.join("burn-ddp")),
     }
 }
 
 /// The sub-directory of one GPU model and driver: `NVIDIA-H200-cuda13000`.
 pub fn device_key(gpu_name: &str, driver_version: i32) -> String {
-    let name: String = gpu_name.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
+    let name: String = gpu_name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .collect();
     format!("{name}-cuda{driver_version}")
 }
 
 /// Whether a cubecl configuration file sits in `dir` or above (cubecl reads it then).
 fn cubecl_config_file(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors().flat_map(|d| ["cubecl.toml", "CubeCL.toml", "burn.toml", "Burn.toml"].map(|f| d.join(f))).find(|p| p.is_file())
+    dir.ancestors()
+        .flat_map(|d| ["cubecl.toml", "CubeCL.toml", "burn.toml", "Burn.toml"].map(|f| d.join(f)))
+        .find(|p| p.is_file())
 }
 
 static DONE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
@@ -98,11 +108,13 @@ pub fn configure_with(allocator: Allocator) -> Option<PathBuf> {
             return None;
         }
         let device = crate::device::gpu_name(0).ok().zip(crate::device::driver_version().ok())?;
-        let dir = cache_root(&var).map(|root| root.join(device_key(&device.0, device.1))).filter(|dir| match std::fs::create_dir_all(dir) {
-            Ok(()) => true,
-            Err(e) => {
-                log::warn!("kernel caches off: cannot create {} ({e})", dir.display());
-                false
+        let dir = cache_root(&var).map(|root| root.join(device_key(&device.0, device.1))).filter(|dir| {
+            match std::fs::create_dir_all(dir) {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!("kernel caches off: cannot create {} ({e})", dir.display());
+                    false
+                }
             }
         });
         let allocator = chosen_allocator(&var, allocator);
@@ -167,7 +179,9 @@ fn set_cubecl_config(dir: Option<&Path>, allocator: Allocator) -> bool {
     match std::panic::catch_unwind(|| CubeClRuntimeConfig::set(config)) {
         Ok(()) => true,
         Err(_) => {
-            log::warn!("kernel caches and allocator: cubecl was already in use; call burn_ddp::nn::kernel_cache::configure() first thing in main");
+            log::warn!(
+                "kernel caches and allocator: cubecl was already in use; call burn_ddp::nn::kernel_cache::configure() first thing in main"
+            );
             false
         }
     }
@@ -210,10 +224,18 @@ mod tests {
 
     #[test]
     fn the_cache_root_follows_the_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
         assert_eq!(cache_root(&env(&[("HOME", "/home/u")])), Some(PathBuf::from("/home/u/.cache/burn-ddp")));
-        assert_eq!(cache_root(&env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/c")])), Some(PathBuf::from("/c/burn-ddp")));
-        assert_eq!(cache_root(&env(&[("HOME", "/home/u"), ("BURN_DDP_CACHE_DIR", "/scratch/k")])), Some(PathBuf::from("/scratch/k")));
+        assert_eq!(
+            cache_root(&env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/c")])),
+            Some(PathBuf::from("/c/burn-ddp"))
+        );
+        assert_eq!(
+            cache_root(&env(&[("HOME", "/home/u"), ("BURN_DDP_CACHE_DIR", "/scratch/k")])),
+            Some(PathBuf::from("/scratch/k"))
+        );
         assert_eq!(cache_root(&env(&[("HOME", "/home/u"), ("BURN_DDP_CACHE_DIR", "off")])), None);
         assert_eq!(cache_root(&env(&[])), None);
     }

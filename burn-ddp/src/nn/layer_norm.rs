@@ -41,7 +41,11 @@ mod tests {
             let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 6.0;
             for (i, v) in row.iter().enumerate() {
                 let want = (v - mean) / (var + 1e-6).sqrt() * gamma[i] + beta[i];
-                assert!((f64::from(y[r * 6 + i]) - want).abs() < 1e-5, "row {r} feature {i}: {} vs {want}", y[r * 6 + i]);
+                assert!(
+                    (f64::from(y[r * 6 + i]) - want).abs() < 1e-5,
+                    "row {r} feature {i}: {} vs {want}",
+                    y[r * 6 + i]
+                );
             }
         }
     }

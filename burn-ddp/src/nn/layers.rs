@@ -62,13 +62,32 @@ pub struct BatchNorm<B: Backend> {
 
 impl<B: Backend> From<burn_nn::conv::Conv2d<B>> for Conv2d<B> {
     fn from(c: burn_nn::conv::Conv2d<B>) -> Self {
-        Self { weight: c.weight, bias: c.bias, stride: c.stride, kernel_size: c.kernel_size, dilation: c.dilation, groups: c.groups, padding: c.padding, layout: Layout::Nchw, precision: None }
+        Self {
+            weight: c.weight,
+            bias: c.bias,
+            stride: c.stride,
+            kernel_size: c.kernel_size,
+            dilation: c.dilation,
+            groups: c.groups,
+            padding: c.padding,
+            layout: Layout::Nchw,
+            precision: None,
+        }
     }
 }
 
 impl<B: Backend> From<burn_nn::BatchNorm<B>> for BatchNorm<B> {
     fn from(b: burn_nn::BatchNorm<B>) -> Self {
-        Self { gamma: b.gamma, beta: b.beta, running_mean: b.running_mean, running_var: b.running_var, momentum: b.momentum, epsilon: b.epsilon, layout: Layout::Nchw, precision: None }
+        Self {
+            gamma: b.gamma,
+            beta: b.beta,
+            running_mean: b.running_mean,
+            running_var: b.running_var,
+            momentum: b.momentum,
+            epsilon: b.epsilon,
+            layout: Layout::Nchw,
+            precision: None,
+        }
     }
 }
 

@@ -158,8 +158,10 @@ mod tests {
         let v: Vec<f32> = (0..n * a * b).map(|i| (i * i % 17) as f32 - 3.5).collect();
         let x = Tensor::<Flex, 1>::from_floats(v.as_slice(), &device).reshape([n, a, b]);
         let at = |i: usize, j: usize, k: usize| f64::from(v[(i * a + j) * b + k]);
-        let over1: Vec<f64> = (0..n).flat_map(|i| (0..b).map(move |k| (0..a).map(|j| at(i, j, k)).sum::<f64>() / a as f64)).collect();
-        let over2: Vec<f64> = (0..n).flat_map(|i| (0..a).map(move |j| (0..b).map(|k| at(i, j, k)).sum::<f64>() / b as f64)).collect();
+        let over1: Vec<f64> =
+            (0..n).flat_map(|i| (0..b).map(move |k| (0..a).map(|j| at(i, j, k)).sum::<f64>() / a as f64)).collect();
+        let over2: Vec<f64> =
+            (0..n).flat_map(|i| (0..a).map(move |j| (0..b).map(|k| at(i, j, k)).sum::<f64>() / b as f64)).collect();
         for (dim, want, cols) in [(1, over1, b), (2, over2, a)] {
             let got = mean_over(x.clone(), dim).into_data();
             assert_eq!(got.shape.to_vec(), vec![n, cols]);
@@ -178,9 +180,13 @@ mod tests {
         let out = self_attention(qkv).into_data();
         assert_eq!(out.shape.to_vec(), vec![n, t, h, d]);
         let out = out.to_vec::<f32>().unwrap();
-        let at = |b: usize, tok: usize, part: usize, head: usize, i: usize| x[(((b * t + tok) * 3 + part) * h + head) * d + i];
+        let at = |b: usize, tok: usize, part: usize, head: usize, i: usize| {
+            x[(((b * t + tok) * 3 + part) * h + head) * d + i]
+        };
         for (b, head, qi) in (0..n).flat_map(|b| (0..h).flat_map(move |hh| (0..t).map(move |q| (b, hh, q)))) {
-            let s: Vec<f64> = (0..t).map(|k| (0..d).map(|i| at(b, qi, 0, head, i) * at(b, k, 1, head, i)).sum::<f64>() / (d as f64).sqrt()).collect();
+            let s: Vec<f64> = (0..t)
+                .map(|k| (0..d).map(|i| at(b, qi, 0, head, i) * at(b, k, 1, head, i)).sum::<f64>() / (d as f64).sqrt())
+                .collect();
             let m = s.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
             for i in 0..d {
@@ -198,7 +204,8 @@ mod tests {
         type Ad = burn_autodiff::Autodiff<Flex>;
         let device = Default::default();
         let [n, t, h, d] = [2, 5, 2, 4];
-        let qkv = Tensor::<Ad, 5>::random([n, t, 3, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let qkv = Tensor::<Ad, 5>::random([n, t, 3, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device)
+            .require_grad();
         let g = Tensor::<Ad, 4>::random([n, t, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
         let f64s = |v: TensorData| v.to_vec::<f32>().unwrap().into_iter().map(f64::from).collect::<Vec<_>>();
         let (x, gv) = (f64s(qkv.to_data()), f64s(g.to_data()));
@@ -238,8 +245,16 @@ mod tests {
         let a = Tensor::<Flex, 2>::random([16, 33], burn::tensor::Distribution::Normal(0.0, 3.0), &device);
         let (hi, lo) = split(a.clone());
         let again = hi.clone().cast(FloatDType::BF16).cast(FloatDType::F32);
-        assert_eq!(again.into_data().to_vec::<f32>().unwrap(), hi.clone().into_data().to_vec::<f32>().unwrap(), "hi is not bf16-representable");
-        let (a, hi, lo) = (a.into_data().to_vec::<f32>().unwrap(), hi.into_data().to_vec::<f32>().unwrap(), lo.into_data().to_vec::<f32>().unwrap());
+        assert_eq!(
+            again.into_data().to_vec::<f32>().unwrap(),
+            hi.clone().into_data().to_vec::<f32>().unwrap(),
+            "hi is not bf16-representable"
+        );
+        let (a, hi, lo) = (
+            a.into_data().to_vec::<f32>().unwrap(),
+            hi.into_data().to_vec::<f32>().unwrap(),
+            lo.into_data().to_vec::<f32>().unwrap(),
+        );
         for ((a, h), l) in a.iter().zip(&hi).zip(&lo) {
             assert_eq!(h + l, *a);
             assert!(l.abs() <= a.abs() / 128.0, "lo {l} is not small against {a}");
@@ -290,7 +305,9 @@ mod tests {
         for bh in 0..n * h {
             let at = |m: &[f64], i: usize, j: usize| m[(bh * t + i) * d + j];
             for i in 0..t {
-                let s: Vec<f64> = (0..t).map(|j| (0..d).map(|c| at(&q, i, c) * at(&k, j, c)).sum::<f64>() / (d as f64).sqrt()).collect();
+                let s: Vec<f64> = (0..t)
+                    .map(|j| (0..d).map(|c| at(&q, i, c) * at(&k, j, c)).sum::<f64>() / (d as f64).sqrt())
+                    .collect();
                 let max = s.iter().cloned().fold(f64::MIN, f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
                 let z: f64 = e.iter().sum();

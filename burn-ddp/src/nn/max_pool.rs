@@ -73,7 +73,17 @@ mod cuda {
             let device = <Cuda as FloatTensorOps<Cuda>>::float_device(&grad);
             let one = <Cuda as FloatTensorOps<Cuda>>::float_zeros(Shape::new([1, 1, 1, 1]), &device, s.dtype);
             let stand_in = <Cuda as FloatTensorOps<Cuda>>::float_expand(one, s.shape);
-            let dx = <Cuda as ModuleOps<Cuda>>::max_pool2d_with_indices_backward(stand_in, s.kernel, s.stride, s.padding, s.dilation, s.ceil_mode, grad, s.indices).x_grad;
+            let dx = <Cuda as ModuleOps<Cuda>>::max_pool2d_with_indices_backward(
+                stand_in,
+                s.kernel,
+                s.stride,
+                s.padding,
+                s.dilation,
+                s.ceil_mode,
+                grad,
+                s.indices,
+            )
+            .x_grad;
             grads.register::<Cuda>(parent.id, dx);
         }
     }
@@ -81,8 +91,24 @@ mod cuda {
     pub(super) fn max_pool2d(x: Tensor<Ad, 4>, pool: &MaxPool2d, padding: [usize; 2]) -> Tensor<Ad, 4> {
         let x = x.into_primitive().tensor();
         let (shape, dtype) = (x.primitive.shape.clone(), x.primitive.dtype.into());
-        let pooled = <Cuda as ModuleOps<Cuda>>::max_pool2d_with_indices(x.primitive, pool.kernel_size, pool.stride, padding, pool.dilation, pool.ceil_mode);
-        let state = State { indices: pooled.indices, shape, dtype, kernel: pool.kernel_size, stride: pool.stride, padding, dilation: pool.dilation, ceil_mode: pool.ceil_mode };
+        let pooled = <Cuda as ModuleOps<Cuda>>::max_pool2d_with_indices(
+            x.primitive,
+            pool.kernel_size,
+            pool.stride,
+            padding,
+            pool.dilation,
+            pool.ceil_mode,
+        );
+        let state = State {
+            indices: pooled.indices,
+            shape,
+            dtype,
+            kernel: pool.kernel_size,
+            stride: pool.stride,
+            padding,
+            dilation: pool.dilation,
+            ceil_mode: pool.ceil_mode,
+        };
         let out = match MaxPoolFromIndices.prepare::<NoCheckpointing>([x.node]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => prep.finish(state, pooled.output),
             OpsKind::UnTracked(prep) => prep.finish(pooled.output),
@@ -108,17 +134,30 @@ mod tests {
         let device = Default::default();
         let (h, w) = (5usize, 6usize);
         let xv: Vec<f32> = (0..h * w).map(|i| ((i * 37 + 11) % 31) as f32 - 15.0).collect();
-        let pool = MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init();
+        let pool = MaxPool2dConfig::new([3, 3])
+            .with_strides([2, 2])
+            .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+            .init();
         let x = Tensor::<B, 1>::from_floats(xv.as_slice(), &device).reshape([1, 1, h, w]).require_grad();
         let y = max_pool2d(&pool, x.clone());
         let [_, _, ho, wo] = y.dims();
         let wv: Vec<f32> = (0..ho * wo).map(|i| i as f32 + 1.0).collect();
-        let grads = (y.clone() * Tensor::<B, 1>::from_floats(wv.as_slice(), &device).reshape([1, 1, ho, wo])).sum().backward();
+        let grads =
+            (y.clone() * Tensor::<B, 1>::from_floats(wv.as_slice(), &device).reshape([1, 1, ho, wo])).sum().backward();
         let f64s = |v: &[f32]| v.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
-        let (expect_y, expect_g) = super::super::reference::max_pool2d_f64(&f64s(&xv), [1, 1, h, w], 3, 2, 1, &f64s(&wv));
+        let (expect_y, expect_g) =
+            super::super::reference::max_pool2d_f64(&f64s(&xv), [1, 1, h, w], 3, 2, 1, &f64s(&wv));
         let y: Vec<f64> = y.inner().into_data().to_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
         assert_eq!(y, expect_y);
-        let g: Vec<f64> = x.grad(&grads).expect("x's gradient").into_data().to_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
+        let g: Vec<f64> = x
+            .grad(&grads)
+            .expect("x's gradient")
+            .into_data()
+            .to_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect();
         assert_eq!(g, expect_g);
     }
 }

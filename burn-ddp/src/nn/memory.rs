@@ -65,7 +65,12 @@ pub fn report(gpu: usize) -> Option<MemoryReport> {
         let streams = (0..streams_probed())
             .filter_map(|value| {
                 let usage = StreamId { value }.executes(|| client.memory_usage()).ok()?;
-                (usage.bytes_reserved > 0).then_some(StreamMemory { stream: value, in_use: usage.bytes_in_use, padding: usage.bytes_padding, reserved: usage.bytes_reserved })
+                (usage.bytes_reserved > 0).then_some(StreamMemory {
+                    stream: value,
+                    in_use: usage.bytes_in_use,
+                    padding: usage.bytes_padding,
+                    reserved: usage.bytes_reserved,
+                })
             })
             .collect();
         Some(MemoryReport::from_streams(streams))

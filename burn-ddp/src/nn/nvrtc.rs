@@ -36,7 +36,11 @@ impl Kernels {
             .get_or_init(|| match cudarc::nvrtc::compile_ptx(self.source) {
                 Ok(ptx) => CString::new(ptx.to_src()).ok(),
                 Err(e) => {
-                    warn_once(&format!("compiling the {} kernel", self.op), &Error::Kernel { op: self.op, reason: format!("NVRTC: {e}") }, BURN_RUNS);
+                    warn_once(
+                        &format!("compiling the {} kernel", self.op),
+                        &Error::Kernel { op: self.op, reason: format!("NVRTC: {e}") },
+                        BURN_RUNS,
+                    );
                     None
                 }
             })
@@ -52,13 +56,21 @@ impl Kernels {
         if let Some(f) = map.get(&(device, entry)) {
             return Ok(f.0);
         }
-        let fail = |what: String, e: cudarc::driver::DriverError| Error::Kernel { op: self.op, reason: format!("{what}: {e:?}") };
-        let ptx = self.ptx().ok_or_else(|| Error::Kernel { op: self.op, reason: "the kernel did not compile".into() })?;
+        let fail = |what: String, e: cudarc::driver::DriverError| Error::Kernel {
+            op: self.op,
+            reason: format!("{what}: {e:?}"),
+        };
+        let ptx =
+            self.ptx().ok_or_else(|| Error::Kernel { op: self.op, reason: "the kernel did not compile".into() })?;
         let (mut module, mut f) = (std::ptr::null_mut(), std::ptr::null_mut());
         // SAFETY: NUL-terminated PTX and entry name; out-pointers to locals; the context is bound.
         unsafe {
-            driver::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void).result().map_err(|e| fail("loading the PTX".into(), e))?;
-            driver::cuModuleGetFunction(&mut f, module, entry.as_ptr()).result().map_err(|e| fail(format!("finding {}", entry.to_string_lossy()), e))?;
+            driver::cuModuleLoadData(&mut module, ptx.as_ptr() as *const c_void)
+                .result()
+                .map_err(|e| fail("loading the PTX".into(), e))?;
+            driver::cuModuleGetFunction(&mut f, module, entry.as_ptr())
+                .result()
+                .map_err(|e| fail(format!("finding {}", entry.to_string_lossy()), e))?;
         }
         map.insert((device, entry), Function(f));
         Ok(f)

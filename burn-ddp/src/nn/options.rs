@@ -109,7 +109,10 @@ impl CudnnOptions {
         }
         match var("BURN_DDP_CUDNN_WORKSPACE_MIB").map(|v| v.trim().parse::<usize>()) {
             Some(Ok(mib)) => o.workspace_limit = mib << 20,
-            Some(Err(_)) => log::warn!("BURN_DDP_CUDNN_WORKSPACE_MIB is not a whole number of MiB; keeping {} MiB", o.workspace_limit >> 20),
+            Some(Err(_)) => log::warn!(
+                "BURN_DDP_CUDNN_WORKSPACE_MIB is not a whole number of MiB; keeping {} MiB",
+                o.workspace_limit >> 20
+            ),
             None => {}
         }
         o
@@ -156,7 +159,15 @@ mod tests {
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
-        assert!(!o.enabled && !o.allow_tf32 && o.deterministic && o.graph_api && !o.cublas && !o.fused_attention && !o.layer_norm);
+        assert!(
+            !o.enabled
+                && !o.allow_tf32
+                && o.deterministic
+                && o.graph_api
+                && !o.cublas
+                && !o.fused_attention
+                && !o.layer_norm
+        );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);
     }

@@ -48,7 +48,11 @@ impl std::str::FromStr for Precision {
             "f32" | "fp32" | "float32" => Ok(Precision::F32),
             "bf16" | "bfloat16" => Ok(Precision::Bf16),
             "f16" | "fp16" | "half" | "float16" => Ok(Precision::F16),
-            other => Err(Error::InvalidValue { name: "--precision", value: other.into(), reason: "use f32, bf16 or f16".into() }),
+            other => Err(Error::InvalidValue {
+                name: "--precision",
+                value: other.into(),
+                reason: "use f32, bf16 or f16".into(),
+            }),
         }
     }
 }

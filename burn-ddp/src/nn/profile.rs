@@ -114,7 +114,9 @@ pub fn cuda_profiler_range(start: bool) {
     #[cfg(feature = "cuda")]
     {
         // SAFETY: plain driver calls without arguments; an error only means no profiler is attached.
-        let r = unsafe { if start { cudarc::driver::sys::cuProfilerStart() } else { cudarc::driver::sys::cuProfilerStop() } };
+        let r = unsafe {
+            if start { cudarc::driver::sys::cuProfilerStart() } else { cudarc::driver::sys::cuProfilerStop() }
+        };
         log::info!("cuProfiler{}: {r:?}", if start { "Start" } else { "Stop" });
     }
     #[cfg(not(feature = "cuda"))]

@@ -25,7 +25,8 @@ pub struct Conv2dCase {
 impl Conv2dCase {
     /// Output height and width.
     pub fn out_hw(&self) -> [usize; 2] {
-        let o = |i: usize, size: usize, k: usize| (size + 2 * self.pad[i] - self.dil[i] * (k - 1) - 1) / self.stride[i] + 1;
+        let o =
+            |i: usize, size: usize, k: usize| (size + 2 * self.pad[i] - self.dil[i] * (k - 1) - 1) / self.stride[i] + 1;
         [o(0, self.h, self.r), o(1, self.w, self.s)]
     }
     /// `[n, c, h, w]`.
@@ -142,7 +143,14 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
 ///
 /// # Panics
 /// When `dy` does not have one value per output.
-pub fn max_pool2d_f64(x: &[f64], [n, c, h, w]: [usize; 4], kernel: usize, stride: usize, pad: usize, dy: &[f64]) -> (Vec<f64>, Vec<f64>) {
+pub fn max_pool2d_f64(
+    x: &[f64],
+    [n, c, h, w]: [usize; 4],
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    dy: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
     let out = |len: usize| (len + 2 * pad - kernel) / stride + 1;
     let (ho, wo) = (out(h), out(w));
     assert_eq!(dy.len(), n * c * ho * wo, "one output gradient per output");
@@ -151,7 +159,9 @@ pub fn max_pool2d_f64(x: &[f64], [n, c, h, w]: [usize; 4], kernel: usize, stride
         for (oy, ox) in (0..ho).flat_map(|oy| (0..wo).map(move |ox| (oy, ox))) {
             let window = (0..kernel).flat_map(|ky| (0..kernel).map(move |kx| (oy * stride + ky, ox * stride + kx)));
             let inside = window.filter(|&(iy, ix)| (pad..h + pad).contains(&iy) && (pad..w + pad).contains(&ix));
-            let best = inside.map(|(iy, ix)| plane * h * w + (iy - pad) * w + ix - pad).fold(None, |b: Option<usize>, i| if b.is_none_or(|b| x[i] > x[b]) { Some(i) } else { b });
+            let best = inside
+                .map(|(iy, ix)| plane * h * w + (iy - pad) * w + ix - pad)
+                .fold(None, |b: Option<usize>, i| if b.is_none_or(|b| x[i] > x[b]) { Some(i) } else { b });
             let best = best.expect("a window overlaps the input");
             dx[best] += dy[y.len()];
             y.push(x[best]);

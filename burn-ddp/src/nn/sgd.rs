@@ -32,8 +32,19 @@ impl FusedSgdConfig {
     /// dampening.
     pub fn init<B: AutodiffBackend, M: AutodiffModule<B>>(&self) -> FusedSgd<M, B> {
         let c = *self;
-        assert!(c.momentum >= 0.0 && c.weight_decay >= 0.0 && c.dampening >= 0.0, "SGD: momentum={}, dampening={} and weight_decay={} must not be negative", c.momentum, c.dampening, c.weight_decay);
-        assert!(!c.nesterov || (c.momentum > 0.0 && c.dampening == 0.0), "SGD: Nesterov momentum needs momentum > 0 and dampening 0 (got momentum={}, dampening={})", c.momentum, c.dampening);
+        assert!(
+            c.momentum >= 0.0 && c.weight_decay >= 0.0 && c.dampening >= 0.0,
+            "SGD: momentum={}, dampening={} and weight_decay={} must not be negative",
+            c.momentum,
+            c.dampening,
+            c.weight_decay
+        );
+        assert!(
+            !c.nesterov || (c.momentum > 0.0 && c.dampening == 0.0),
+            "SGD: Nesterov momentum needs momentum > 0 and dampening 0 (got momentum={}, dampening={})",
+            c.momentum,
+            c.dampening
+        );
         FusedSgd { config: c, velocity: HashMap::new(), loaded: HashMap::new(), _module: PhantomData }
     }
 }
@@ -93,12 +104,20 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
             }
         }
         let velocity = self.velocity.remove(&param.id);
-        self.entries.push(Entry { id: param.id, param: value.into_primitive().tensor(), grad: grad.into_primitive().tensor(), velocity });
+        self.entries.push(Entry {
+            id: param.id,
+            param: value.into_primitive().tensor(),
+            grad: grad.into_primitive().tensor(),
+            velocity,
+        });
     }
 }
 
 /// The tensor inside burn's momentum state (its field is private; its record item is not).
-fn momentum_buffer<B: AutodiffBackend, const D: usize>(state: MomentumState<Inner<B>, D>, device: &burn::tensor::Device<Inner<B>>) -> Tensor<Inner<B>, D> {
+fn momentum_buffer<B: AutodiffBackend, const D: usize>(
+    state: MomentumState<Inner<B>, D>,
+    device: &burn::tensor::Device<Inner<B>>,
+) -> Tensor<Inner<B>, D> {
     let item = state.into_item::<FullPrecisionSettings>();
     <Tensor<Inner<B>, D> as Record<Inner<B>>>::from_item(item.velocity, device)
 }
@@ -124,7 +143,8 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Replace<B> {
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedSgd<M, B> {
     fn step_with(&mut self, lr: LearningRate, module: M, grads: Grads) -> M {
-        let mut gather = Gather::<B> { grads, velocity: &mut self.velocity, loaded: &mut self.loaded, entries: Vec::new() };
+        let mut gather =
+            Gather::<B> { grads, velocity: &mut self.velocity, loaded: &mut self.loaded, entries: Vec::new() };
         module.visit(&mut gather);
         let entries = gather.entries;
         let mut updated = HashMap::with_capacity(entries.len());
@@ -140,7 +160,11 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedSgd<M, B> {
 
 /// The step for every entry: `(id, new value, new momentum buffer)`, on burn-cuda as one
 /// operation for the f32 entries, elsewhere (and for the rest) on burn's operations.
-fn update<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdConfig) -> Vec<(ParamId, FloatTensor<B>, Option<FloatTensor<B>>)> {
+fn update<B: Backend>(
+    entries: Vec<Entry<B>>,
+    lr: f64,
+    c: &FusedSgdConfig,
+) -> Vec<(ParamId, FloatTensor<B>, Option<FloatTensor<B>>)> {
     #[cfg(feature = "cuda")]
     let (mut done, entries) = super::sgd_cuda::update(entries, lr, c);
     #[cfg(not(feature = "cuda"))]
@@ -188,7 +212,8 @@ pub fn fused_updates() -> usize {
 /// burn's record of a momentum buffer of any rank up to 6.
 fn velocity_record<B: AutodiffBackend>(v: FloatTensor<Inner<B>>) -> SgdRecord<B> {
     fn at<B: AutodiffBackend, const D: usize>(v: FloatTensor<Inner<B>>) -> SgdRecord<B> {
-        let state = SgdState::new(Some(MomentumState::new(Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(v)))));
+        let state =
+            SgdState::new(Some(MomentumState::new(Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(v)))));
         AdaptorRecord::from_state::<D>(state)
     }
     match v.shape().num_dims() {
@@ -233,7 +258,10 @@ mod tests {
     impl<B: Backend> Net<B> {
         fn new(device: &B::Device) -> Self {
             B::seed(device, 7);
-            Self { conv: Conv2dConfig::new([2, 3], [3, 3]).init(device), fc: LinearConfig::new(3 * 4 * 4, 5).init(device) }
+            Self {
+                conv: Conv2dConfig::new([2, 3], [3, 3]).init(device),
+                fc: LinearConfig::new(3 * 4 * 4, 5).init(device),
+            }
         }
 
         fn loss(&self, x: Tensor<B, 4>) -> Tensor<B, 1> {
@@ -243,8 +271,13 @@ mod tests {
     }
 
     fn burn_sgd(c: &FusedSgdConfig) -> impl Optimizer<Net<Ad>, Ad, Record = HashMap<ParamId, SgdRecord<Ad>>> + use<> {
-        let momentum = (c.momentum > 0.0).then(|| MomentumConfig::new().with_momentum(c.momentum).with_dampening(c.dampening).with_nesterov(c.nesterov));
-        SgdConfig::new().with_momentum(momentum).with_weight_decay((c.weight_decay > 0.0).then(|| WeightDecayConfig::new(c.weight_decay as f32))).init::<Ad, Net<Ad>>()
+        let momentum = (c.momentum > 0.0).then(|| {
+            MomentumConfig::new().with_momentum(c.momentum).with_dampening(c.dampening).with_nesterov(c.nesterov)
+        });
+        SgdConfig::new()
+            .with_momentum(momentum)
+            .with_weight_decay((c.weight_decay > 0.0).then(|| WeightDecayConfig::new(c.weight_decay as f32)))
+            .init::<Ad, Net<Ad>>()
     }
 
     fn step<O: Optimizer<Net<Ad>, Ad>>(optim: &mut O, net: Net<Ad>, x: &Tensor<Ad, 4>, lr: f64) -> Net<Ad> {
@@ -260,7 +293,11 @@ mod tests {
             (a.fc.bias.unwrap().val(), b.fc.bias.unwrap().val(), "fc bias"),
         ] {
             let (x, y) = (x.into_data(), y.into_data());
-            assert_ne!(x.as_slice::<f32>().unwrap().iter().map(|v| v.abs()).sum::<f32>(), 0.0, "{what}: {name} is all zeros");
+            assert_ne!(
+                x.as_slice::<f32>().unwrap().iter().map(|v| v.abs()).sum::<f32>(),
+                0.0,
+                "{what}: {name} is all zeros"
+            );
             x.assert_approx_eq::<f32>(&y, Tolerance::relative(1e-5).set_half_precision_absolute(1e-6));
         }
     }
@@ -290,7 +327,11 @@ mod tests {
                 b = step(&mut reference, b, &x, lr);
                 assert_same(&a, &b, &format!("{c:?}, step {i}"));
             }
-            assert_eq!(fused.to_record().len(), if c.momentum > 0.0 { 4 } else { 0 }, "one momentum buffer per parameter (conv weight and bias, fc weight and bias)");
+            assert_eq!(
+                fused.to_record().len(),
+                if c.momentum > 0.0 { 4 } else { 0 },
+                "one momentum buffer per parameter (conv weight and bias, fc weight and bias)"
+            );
         }
     }
 

@@ -84,7 +84,12 @@ pub(super) fn update<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdCo
     if cuda_backend::<B>() != Some(false) || entries.is_empty() || KERNELS.ptx().is_none() {
         return (Vec::new(), entries);
     }
-    let f32s = |e: &Entry<B>| [Some(&e.param), Some(&e.grad), e.velocity.as_ref()].into_iter().flatten().all(|t| cast::<FloatTensor<B>, Prim>(t.clone()).dtype == DType::F32);
+    let f32s = |e: &Entry<B>| {
+        [Some(&e.param), Some(&e.grad), e.velocity.as_ref()]
+            .into_iter()
+            .flatten()
+            .all(|t| cast::<FloatTensor<B>, Prim>(t.clone()).dtype == DType::F32)
+    };
     let (ours, rest): (Vec<_>, Vec<_>) = entries.into_iter().partition(f32s);
     let mut groups: Vec<(burn_cuda::CudaDevice, Vec<Entry<B>>)> = Vec::new();
     for e in ours {
@@ -94,7 +99,11 @@ pub(super) fn update<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdCo
             None => groups.push((device, vec![e])),
         }
     }
-    let done = groups.into_iter().flat_map(|(_, list)| queue_group(list, lr, c)).map(|(id, p, v)| (id, cast(p), v.map(cast))).collect();
+    let done = groups
+        .into_iter()
+        .flat_map(|(_, list)| queue_group(list, lr, c))
+        .map(|(id, p, v)| (id, cast(p), v.map(cast)))
+        .collect();
     (done, rest)
 }
 
@@ -118,7 +127,16 @@ fn queue_group<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdConfig) 
     let (run_slots, c) = (slots.clone(), *c);
     let out = fusion_op::queue("fused_sgd", inputs, &outputs, move |ins| run(ins, &run_slots, lr, &c));
     let mut out = out.into_iter();
-    slots.into_iter().map(|s| (s.id, out.next().expect("a new value per parameter"), momentum.then(|| out.next().expect("a new buffer per parameter")))).collect()
+    slots
+        .into_iter()
+        .map(|s| {
+            (
+                s.id,
+                out.next().expect("a new value per parameter"),
+                momentum.then(|| out.next().expect("a new buffer per parameter")),
+            )
+        })
+        .collect()
 }
 
 /// On burn-fusion's thread: the new values allocated (buffers reused when only this step holds
@@ -126,7 +144,8 @@ fn queue_group<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdConfig) 
 fn run(ins: Vec<Cube>, slots: &[Slot], lr: f64, c: &FusedSgdConfig) -> Vec<Cube> {
     let momentum = c.momentum != 0.0;
     let mut ins = ins.into_iter().map(packed);
-    let (mut outs, mut tensors, mut sizes) = (Vec::with_capacity(slots.len() * 2), Vec::with_capacity(slots.len() * 5), Vec::with_capacity(slots.len()));
+    let (mut outs, mut tensors, mut sizes) =
+        (Vec::with_capacity(slots.len() * 2), Vec::with_capacity(slots.len() * 5), Vec::with_capacity(slots.len()));
     for slot in slots {
         let (p, g) = (ins.next().expect("a value"), ins.next().expect("a gradient"));
         let v = slot.has_velocity.then(|| ins.next().expect("a momentum buffer"));
@@ -147,7 +166,11 @@ fn run(ins: Vec<Cube>, slots: &[Slot], lr: f64, c: &FusedSgdConfig) -> Vec<Cube>
     let refs: Vec<&Cube> = tensors.iter().collect();
     cudnn_burn::launch(&refs, "fused_sgd", move |addresses, order| {
         // SAFETY: the addresses are live buffers of `device` held by `launch` until enqueued.
-        unsafe { cudnn::with_handle(device, order, |s| enqueue(device, s.stream().cu_stream(), addresses, &sizes, factors, flags)) }
+        unsafe {
+            cudnn::with_handle(device, order, |s| {
+                enqueue(device, s.stream().cu_stream(), addresses, &sizes, factors, flags)
+            })
+        }
     })
     .unwrap_or_else(|e| panic!("fused SGD step: {e}"));
     UPDATES.fetch_add(slots.len(), Ordering::Relaxed);
@@ -159,12 +182,22 @@ fn run(ins: Vec<Cube>, slots: &[Slot], lr: f64, c: &FusedSgdConfig) -> Vec<Cube>
 ///
 /// # Safety
 /// `addresses` are live f32 buffers of `device` of the given sizes; its context is bound.
-unsafe fn enqueue(device: usize, stream: driver::CUstream, addresses: &[u64], sizes: &[(usize, bool)], factors: [f32; 4], flags: [i32; 2]) -> Result<()> {
+unsafe fn enqueue(
+    device: usize,
+    stream: driver::CUstream,
+    addresses: &[u64],
+    sizes: &[(usize, bool)],
+    factors: [f32; 4],
+    flags: [i32; 2],
+) -> Result<()> {
     let f = KERNELS.function(device, c"fused_sgd")?;
     for (batch, (addr, size)) in addresses.chunks(5 * SLOTS).zip(sizes.chunks(SLOTS)).enumerate() {
         let mut slots = [SlotArg::default(); SLOTS];
         for (slot, (a, &(n, first))) in slots.iter_mut().zip(addr.chunks(5).zip(size)) {
-            let n = u32::try_from(n).map_err(|_| Error::Kernel { op: "fused SGD", reason: format!("a parameter of {n} elements (at most 2^32 - 1)") })?;
+            let n = u32::try_from(n).map_err(|_| Error::Kernel {
+                op: "fused SGD",
+                reason: format!("a parameter of {n} elements (at most 2^32 - 1)"),
+            })?;
             *slot = SlotArg { p: a[0], g: a[1], v: a[2], p_out: a[3], v_out: a[4], n, first: u32::from(first) };
         }
         let longest = size.iter().map(|&(n, _)| n).max().unwrap_or(0);
@@ -182,9 +215,23 @@ unsafe fn enqueue(device: usize, stream: driver::CUstream, addresses: &[u64], si
         ];
         // SAFETY: the arguments match the entry's signature (a 64-slot batch by value, four
         // floats, two ints); the caller vouches for the addresses.
-        unsafe { driver::cuLaunchKernel(f, blocks_x, size.len() as u32, 1, 256, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }
-            .result()
-            .map_err(|e| Error::Kernel { op: "fused SGD", reason: format!("launching batch {batch}: {e:?}") })?;
+        unsafe {
+            driver::cuLaunchKernel(
+                f,
+                blocks_x,
+                size.len() as u32,
+                1,
+                256,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(|e| Error::Kernel { op: "fused SGD", reason: format!("launching batch {batch}: {e:?}") })?;
     }
     Ok(())
 }

@@ -37,7 +37,11 @@ pub(crate) struct Entry<B: Backend> {
 
 /// PyTorch's rule on burn's operations: `g = ∇ + λp`; `v = g` on the first step, else
 /// `μv + (1 − τ)g`; `g = g + μv` (Nesterov) or `v`; `p = p − lr·g`.
-pub(crate) fn reference_update<B: Backend>(e: Entry<B>, lr: f64, c: &FusedSgdConfig) -> (ParamId, FloatTensor<B>, Option<FloatTensor<B>>) {
+pub(crate) fn reference_update<B: Backend>(
+    e: Entry<B>,
+    lr: f64,
+    c: &FusedSgdConfig,
+) -> (ParamId, FloatTensor<B>, Option<FloatTensor<B>>) {
     let flat = |t: FloatTensor<B>| -> Tensor<B, 1> {
         let n = t.shape().num_elements();
         Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [n].into())))

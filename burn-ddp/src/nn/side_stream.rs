@@ -125,7 +125,10 @@ pub fn ready(device: usize) -> Result<()> {
 /// The device addresses of `cubes` (on cubecl's device thread: direct calls), and what keeps
 /// them valid while held.
 fn addresses(client: &ComputeClient<CudaRuntime>, cubes: &[Cube]) -> Result<(Vec<u64>, Vec<impl Sized + use<>>)> {
-    let held = cubes.iter().map(|c| client.get_resource(c.handle.clone()).map_err(|e| fail("device pointer", e))).collect::<Result<Vec<_>>>()?;
+    let held = cubes
+        .iter()
+        .map(|c| client.get_resource(c.handle.clone()).map_err(|e| fail("device pointer", e)))
+        .collect::<Result<Vec<_>>>()?;
     Ok((held.iter().map(|r| r.resource().ptr).collect(), held))
 }
 
@@ -162,7 +165,11 @@ fn place(cube: Cube, last_user: bool) -> (Cube, Cube, Option<Cube>) {
 ///
 /// # Panics
 /// When `inputs` is empty.
-pub fn fork(inputs: Vec<Prim>, scratch: Vec<(Shape, DType)>, work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static) -> Result<(Vec<Prim>, Join)> {
+pub fn fork(
+    inputs: Vec<Prim>,
+    scratch: Vec<(Shape, DType)>,
+    work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
+) -> Result<(Vec<Prim>, Join)> {
     if let Some(e) = failure().lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Err(Error::Cuda { op: "work on another CUDA stream".into(), reason: e.clone() });
     }
@@ -172,14 +179,16 @@ pub fn fork(inputs: Vec<Prim>, scratch: Vec<(Shape, DType)>, work: impl FnOnce(&
     let work = Mutex::new(Some(work));
     let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
     let exec = move |ins: Vec<(Cube, bool)>| {
-        let (mut sources, mut outs, mut keep) = (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
+        let (mut sources, mut outs, mut keep) =
+            (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
         for (cube, last_user) in ins {
             let (src, out, kept) = place(cube, last_user);
             sources.push(src);
             outs.push(out);
             keep.extend(kept);
         }
-        let scratch: Vec<Cube> = scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
+        let scratch: Vec<Cube> =
+            scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
         let (work, state, side) = (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
         let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
         let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
@@ -188,7 +197,8 @@ pub fn fork(inputs: Vec<Prim>, scratch: Vec<(Shape, DType)>, work: impl FnOnce(&
             let enqueue = || -> Result<Fence> {
                 let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
                 // The resources are held until the work is enqueued.
-                let ((inputs, _i), (outputs, _o), (scratch, _s)) = (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
+                let ((inputs, _i), (outputs, _o), (scratch, _s)) =
+                    (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
                 let bufs = ForkBuffers { inputs, outputs, scratch };
                 let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
                 work(&bufs, &SideFence { fence, kernels: side })?;

@@ -88,13 +88,19 @@ impl DeviceKernels {
         let src = std::ffi::CString::new(FENCE_PTX).expect("no NUL in the PTX");
         let mut module = std::ptr::null_mut();
         // SAFETY: NUL-terminated PTX text; out-pointer to a local.
-        unsafe { driver::cuModuleLoadData(&mut module, src.as_ptr() as *const c_void) }.result().map_err(|e| fail("loading the fence kernels", e))?;
+        unsafe { driver::cuModuleLoadData(&mut module, src.as_ptr() as *const c_void) }
+            .result()
+            .map_err(|e| fail("loading the fence kernels", e))?;
         // From here on `Drop` unloads the module, also when a lookup below fails.
         let mut kernels = Self { module, wait: std::ptr::null_mut(), store: std::ptr::null_mut() };
         // SAFETY: a loaded module; NUL-terminated names; out-pointers to fields.
         unsafe {
-            driver::cuModuleGetFunction(&mut kernels.wait, module, c"fence_wait".as_ptr()).result().map_err(|e| fail("fence_wait", e))?;
-            driver::cuModuleGetFunction(&mut kernels.store, module, c"fence_store".as_ptr()).result().map_err(|e| fail("fence_store", e))?;
+            driver::cuModuleGetFunction(&mut kernels.wait, module, c"fence_wait".as_ptr())
+                .result()
+                .map_err(|e| fail("fence_wait", e))?;
+            driver::cuModuleGetFunction(&mut kernels.store, module, c"fence_store".as_ptr())
+                .result()
+                .map_err(|e| fail("fence_store", e))?;
         }
         Ok(kernels)
     }
@@ -115,7 +121,9 @@ impl DeviceKernels {
         let (mut flag, mut value) = (flag, value);
         let mut params = [&mut flag as *mut u64 as *mut c_void, &mut value as *mut u32 as *mut c_void];
         // SAFETY: one thread, no shared memory; the parameters match the entry's signature.
-        unsafe { driver::cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }.result().map_err(|e| fail("launching a fence kernel", e))
+        unsafe { driver::cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| fail("launching a fence kernel", e))
     }
 
     /// Enqueues on `stream` a wait until the fence's first flag reaches its value.
@@ -179,14 +187,21 @@ thread_local! {
 
 fn store(client: &ComputeClient<CudaRuntime>, flag: &Handle, value: u32) {
     // SAFETY: the handle holds one u32.
-    store_flag::launch::<CudaRuntime>(client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(1), unsafe { ArrayArg::from_raw_parts(flag.clone(), 1) }, value);
+    store_flag::launch::<CudaRuntime>(
+        client,
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(1),
+        unsafe { ArrayArg::from_raw_parts(flag.clone(), 1) },
+        value,
+    );
 }
 
 impl Flags {
     fn new(client: &ComputeClient<CudaRuntime>) -> Result<Self> {
         let zero = 0u32.to_ne_bytes();
         let (to_cudnn, to_burn) = (client.create_from_slice(&zero), client.create_from_slice(&zero));
-        let address = |h: &Handle| client.get_resource(h.clone()).map(|r| r.resource().ptr).map_err(|e| fail("flag address", e));
+        let address =
+            |h: &Handle| client.get_resource(h.clone()).map(|r| r.resource().ptr).map_err(|e| fail("flag address", e));
         let addresses = (address(&to_cudnn)?, address(&to_burn)?);
         // The flags must hold their zeros before cuDNN's stream reads them.
         cubecl::future::block_on(client.sync()).map_err(|e| fail("initialising the stream flags", e))?;
@@ -213,7 +228,13 @@ impl Flags {
 
     fn after(&self, fence: &Fence) {
         // SAFETY: the handle holds one u32.
-        wait_flag::launch::<CudaRuntime>(&self.client, CubeCount::Static(1, 1, 1), CubeDim::new_1d(1), unsafe { ArrayArg::from_raw_parts(self.to_burn.clone(), 1) }, fence.signal.1);
+        wait_flag::launch::<CudaRuntime>(
+            &self.client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            unsafe { ArrayArg::from_raw_parts(self.to_burn.clone(), 1) },
+            fence.signal.1,
+        );
     }
 }
 

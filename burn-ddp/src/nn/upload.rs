@@ -66,14 +66,19 @@ pub(crate) fn try_upload<B: Backend>(images: &[f32], shape: [usize; 4], device: 
         return None;
     }
     let device: CudaDevice = cast(device.clone());
-    let prim = upload(images, shape, &device).map_err(|e| warn_once("uploading a batch through pinned memory", &e, "Tensor::from_data copies it instead")).ok()?;
+    let prim = upload(images, shape, &device)
+        .map_err(|e| warn_once("uploading a batch through pinned memory", &e, "Tensor::from_data copies it instead"))
+        .ok()?;
     let t = Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(prim));
     Some(if ad { cast(Tensor::<Ad, 4>::from_inner(t)) } else { cast(t) })
 }
 
 fn upload(images: &[f32], shape: [usize; 4], device: &CudaDevice) -> Result<super::cudnn_burn::Prim> {
     if images.len() != shape.iter().product::<usize>() {
-        return Err(Error::Cudnn { op: "uploading a batch", reason: format!("{} values for shape {shape:?}", images.len()) });
+        return Err(Error::Cudnn {
+            op: "uploading a batch",
+            reason: format!("{} values for shape {shape:?}", images.len()),
+        });
     }
     let slot = next_slot(device.index);
     {
@@ -81,23 +86,43 @@ fn upload(images: &[f32], shape: [usize; 4], device: &CudaDevice) -> Result<supe
         while state.pending {
             // The copy out of this buffer is queued on the device thread; make sure it runs.
             super::device_thread::flush(device);
-            state = slot.enqueued.wait_timeout(state, std::time::Duration::from_millis(10)).unwrap_or_else(|p| p.into_inner()).0;
+            state = slot
+                .enqueued
+                .wait_timeout(state, std::time::Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         if state.buf.as_ref().is_none_or(|b| b.len() < images.len()) {
             state.buf = None;
             let ctx = cudnn::context(device.index)?;
             // SAFETY: the contents are written below before any copy reads them.
-            state.buf = Some(unsafe { ctx.alloc_pinned::<f32>(images.len()) }.map_err(|e| cudnn::fail("allocating page-locked memory", e))?);
+            state.buf = Some(
+                unsafe { ctx.alloc_pinned::<f32>(images.len()) }
+                    .map_err(|e| cudnn::fail("allocating page-locked memory", e))?,
+            );
         }
         // Waits for the previous copy out of this buffer.
-        let host = state.buf.as_mut().expect("allocated above").as_mut_slice().map_err(|e| cudnn::fail("waiting for an earlier upload", e))?;
+        let host = state
+            .buf
+            .as_mut()
+            .expect("allocated above")
+            .as_mut_slice()
+            .map_err(|e| cudnn::fail("waiting for an earlier upload", e))?;
         const CHUNK: usize = 1 << 18;
-        host[..images.len()].par_chunks_mut(CHUNK).zip(images.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+        host[..images.len()]
+            .par_chunks_mut(CHUNK)
+            .zip(images.par_chunks(CHUNK))
+            .for_each(|(d, s)| d.copy_from_slice(s));
         state.pending = true;
     }
     let release = Release(slot);
     let client = CudaRuntime::client(device);
-    let out = burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(client, device.clone(), Shape::from(shape.to_vec()), burn::tensor::DType::F32);
+    let out = burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(
+        client,
+        device.clone(),
+        Shape::from(shape.to_vec()),
+        burn::tensor::DType::F32,
+    );
     let (index, bytes) = (device.index, std::mem::size_of_val(images));
     // SAFETY: `launch` orders the copy after burn's last use of the output's memory and before
     // its first reader; the source stays page-locked and unwritten until the copy's event.
@@ -108,7 +133,14 @@ fn upload(images: &[f32], shape: [usize; 4], device: &CudaDevice) -> Result<supe
             let buf = state.buf.as_ref().expect("filled before the job was queued");
             // Makes the stream wait for the buffer's last event; the guard records the next.
             let (src, _recorded) = buf.stream_synced_slice(&stream);
-            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(p[0], src.as_ptr() as *const std::ffi::c_void, bytes, stream.cu_stream()).result().map_err(|e| cudnn::fail("copying a batch to the device", e))
+            cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
+                p[0],
+                src.as_ptr() as *const std::ffi::c_void,
+                bytes,
+                stream.cu_stream(),
+            )
+            .result()
+            .map_err(|e| cudnn::fail("copying a batch to the device", e))
         })
     })?;
     let fusion = burn_fusion::get_client::<Inner>(device);

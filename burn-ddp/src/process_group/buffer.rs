@@ -86,7 +86,12 @@ impl<'a> Buffer<'a> {
     /// # Panics
     /// If the byte length is not a multiple of the element size.
     pub fn host(dtype: DType, bytes: &'a mut [u8]) -> Self {
-        assert!(bytes.len().is_multiple_of(dtype.size()), "Got {} bytes, not a multiple of {dtype:?}'s {} bytes", bytes.len(), dtype.size());
+        assert!(
+            bytes.len().is_multiple_of(dtype.size()),
+            "Got {} bytes, not a multiple of {dtype:?}'s {} bytes",
+            bytes.len(),
+            dtype.size()
+        );
         Self { dtype, len: bytes.len() / dtype.size(), memory: Memory::Host(bytes) }
     }
 
@@ -102,9 +107,11 @@ impl<'a> Buffer<'a> {
     pub fn host_bytes(&mut self, backend: &str) -> Result<&mut [u8]> {
         match &mut self.memory {
             Memory::Host(b) => Ok(b),
-            Memory::Cuda { .. } => {
-                Err(Error::Cuda { op: format!("{backend} process group"), reason: "got CUDA device memory; the tcp backend works on host memory (use nccl, or copy to the host)".into() })
-            }
+            Memory::Cuda { .. } => Err(Error::Cuda {
+                op: format!("{backend} process group"),
+                reason: "got CUDA device memory; the tcp backend works on host memory (use nccl, or copy to the host)"
+                    .into(),
+            }),
         }
     }
 }

@@ -30,7 +30,13 @@ mod stand_in {
         ///
         /// # Errors
         /// Always.
-        pub fn new(_store: &dyn Store, _rank: usize, _world: usize, _device: usize, _timeout: Duration) -> Result<Self> {
+        pub fn new(
+            _store: &dyn Store,
+            _rank: usize,
+            _world: usize,
+            _device: usize,
+            _timeout: Duration,
+        ) -> Result<Self> {
             Err(Error::CudaNotCompiled)
         }
 
@@ -122,8 +128,14 @@ mod imp {
     fn device_ptr(buf: &Buffer<'_>, device: usize) -> Result<u64> {
         match buf.memory {
             Memory::Cuda { ptr, device: d } if d == device => Ok(ptr),
-            Memory::Cuda { device: d, .. } => Err(Error::Cuda { op: "nccl".into(), reason: format!("buffer is on GPU {d}, this rank's communicator is on GPU {device}") }),
-            Memory::Host(_) => Err(Error::Cuda { op: "nccl".into(), reason: "got host memory; NCCL needs CUDA device memory (use the tcp backend for CPU tensors)".into() }),
+            Memory::Cuda { device: d, .. } => Err(Error::Cuda {
+                op: "nccl".into(),
+                reason: format!("buffer is on GPU {d}, this rank's communicator is on GPU {device}"),
+            }),
+            Memory::Host(_) => Err(Error::Cuda {
+                op: "nccl".into(),
+                reason: "got host memory; NCCL needs CUDA device memory (use the tcp backend for CPU tensors)".into(),
+            }),
         }
     }
 
@@ -135,7 +147,12 @@ mod imp {
             store.set(key, &bytes)?;
             return Ok(id);
         }
-        store.wait(&[key], timeout).map_err(|_| Error::Timeout { op: "nccl unique id".into(), rank, waited: timeout, missing: vec![0] })?;
+        store.wait(&[key], timeout).map_err(|_| Error::Timeout {
+            op: "nccl unique id".into(),
+            rank,
+            waited: timeout,
+            missing: vec![0],
+        })?;
         let bytes = store.get(key)?;
         if bytes.len() != 128 {
             return Err(Error::Store { reason: format!("nccl unique id has {} bytes, expected 128", bytes.len()) });
@@ -168,19 +185,26 @@ mod imp {
             let id = unique_id(store, rank, timeout)?;
             let mut comm = std::mem::MaybeUninit::uninit();
             // SAFETY: comm is written by NCCL on success; id is the group's shared id.
-            unsafe { nr::comm_init_rank(comm.as_mut_ptr(), world as i32, id, rank as i32) }.map_err(|e| cuda_err("ncclCommInitRank", e))?;
+            unsafe { nr::comm_init_rank(comm.as_mut_ptr(), world as i32, id, rank as i32) }
+                .map_err(|e| cuda_err("ncclCommInitRank", e))?;
             let state = Arc::new(CommState::new(unsafe { comm.assume_init() }, rank));
             let origin = Events::new()?;
             Events::record(origin.end, stream.cu_stream())?;
             stream.synchronize().map_err(|e| cuda_err("cuStreamSynchronize", e))?;
-            let watched = Watched { state: state.clone(), ctx: ctx.clone(), timeout, origin: (origin, Instant::now()), device };
+            let watched =
+                Watched { state: state.clone(), ctx: ctx.clone(), timeout, origin: (origin, Instant::now()), device };
             Ok(Self { rank, world, device, state, ctx, stream, timeout, watchdog: Some(Watchdog::spawn(watched)) })
         }
 
         /// Enqueues `launch` on the group's stream between two events and waits for the second,
         /// polling the communicator for asynchronous errors; aborts it after the time-out.
         /// Returns the collective's device time in seconds.
-        fn run(&self, op: &str, timeout: Option<Duration>, launch: impl FnOnce(ns::ncclComm_t, ns::cudaStream_t) -> Result<()>) -> Result<f64> {
+        fn run(
+            &self,
+            op: &str,
+            timeout: Option<Duration>,
+            launch: impl FnOnce(ns::ncclComm_t, ns::cudaStream_t) -> Result<()>,
+        ) -> Result<f64> {
             let events = Events::new()?;
             let stream = self.stream.cu_stream();
             self.state.with(op, |comm| {
@@ -199,10 +223,18 @@ mod imp {
                 }
                 if let Some((why, timed_out)) = self.state.stop_reason(op, start.elapsed(), timeout) {
                     self.state.abort(why.clone());
-                    return Err(if timed_out { Error::Timeout { op: op.into(), rank: self.rank, waited: start.elapsed(), missing: vec![] } } else { Error::Cuda { op: op.into(), reason: why } });
+                    return Err(if timed_out {
+                        Error::Timeout { op: op.into(), rank: self.rank, waited: start.elapsed(), missing: vec![] }
+                    } else {
+                        Error::Cuda { op: op.into(), reason: why }
+                    });
                 }
                 // Spin while young (a 1 MiB all-reduce takes tens of µs), then back off.
-                if start.elapsed() < Duration::from_millis(20) { std::thread::yield_now() } else { std::thread::sleep(Duration::from_micros(100)) }
+                if start.elapsed() < Duration::from_millis(20) {
+                    std::thread::yield_now()
+                } else {
+                    std::thread::sleep(Duration::from_micros(100))
+                }
             }
         }
 
@@ -235,7 +267,10 @@ mod imp {
             for item in items {
                 device_ptr(&item.src, self.device)?;
                 if item.scale.is_some() && item.src.dtype != DType::F32 {
-                    return Err(cuda_err("ncclAllReduce", format!("a pre-multiplied sum needs an f32 buffer, got {:?}", item.src.dtype)));
+                    return Err(cuda_err(
+                        "ncclAllReduce",
+                        format!("a pre-multiplied sum needs an f32 buffer, got {:?}", item.src.dtype),
+                    ));
                 }
                 bytes += item.src.len * item.src.dtype.size();
             }
@@ -274,7 +309,12 @@ mod imp {
 
     /// Enqueues every item's all-reduce on `stream` as one NCCL group; the group is closed
     /// whatever happens inside it.
-    fn grouped(comm: ns::ncclComm_t, stream: driver::CUstream, items: &[DeviceReduction<'_>], device: usize) -> Result<()> {
+    fn grouped(
+        comm: ns::ncclComm_t,
+        stream: driver::CUstream,
+        items: &[DeviceReduction<'_>],
+        device: usize,
+    ) -> Result<()> {
         let mut ops = Vec::new();
         nr::group_start().map_err(|e| cuda_err("ncclGroupStart", e))?;
         let launched = items.iter().try_for_each(|item| {
@@ -289,9 +329,19 @@ mod imp {
             };
             // SAFETY: src and dst are live device memory of `len` elements on this GPU (the
             // caller's contract), untouched by others until `after`'s consumers run.
-            unsafe { nr::all_reduce(src as *const c_void, item.dst as *mut c_void, item.src.len, nccl_dtype(item.src.dtype), op, comm, stream as _) }
-                .map(|_| ())
-                .map_err(|e| cuda_err("ncclAllReduce", e))
+            unsafe {
+                nr::all_reduce(
+                    src as *const c_void,
+                    item.dst as *mut c_void,
+                    item.src.len,
+                    nccl_dtype(item.src.dtype),
+                    op,
+                    comm,
+                    stream as _,
+                )
+            }
+            .map(|_| ())
+            .map_err(|e| cuda_err("ncclAllReduce", e))
         });
         let ended = nr::group_end().map(|_| ()).map_err(|e| cuda_err("ncclGroupEnd", e));
         for op in ops {
@@ -307,8 +357,15 @@ mod imp {
         let mut op = std::mem::MaybeUninit::uninit();
         let mut scalar = scale;
         // SAFETY: out-pointer to a local; the scalar is read during this call (host, immediate).
-        let r =
-            unsafe { ns::ncclRedOpCreatePreMulSum(op.as_mut_ptr(), &mut scalar as *mut f32 as *mut c_void, ns::ncclDataType_t::ncclFloat32, ns::ncclScalarResidence_t::ncclScalarHostImmediate, comm) };
+        let r = unsafe {
+            ns::ncclRedOpCreatePreMulSum(
+                op.as_mut_ptr(),
+                &mut scalar as *mut f32 as *mut c_void,
+                ns::ncclDataType_t::ncclFloat32,
+                ns::ncclScalarResidence_t::ncclScalarHostImmediate,
+                comm,
+            )
+        };
         if r != ns::ncclResult_t::ncclSuccess {
             return Err(cuda_err("ncclRedOpCreatePreMulSum", r));
         }
@@ -345,9 +402,19 @@ mod imp {
             let ptr = device_ptr(&buf, self.device)?;
             let seconds = self.run("ncclAllReduce", opts.timeout, |comm, stream| {
                 // SAFETY: ptr is live device memory of `len` elements on this GPU (caller contract).
-                unsafe { nr::all_reduce(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), nccl_op(opts.op), comm, stream) }
-                    .map(|_| ())
-                    .map_err(|e| cuda_err("ncclAllReduce", e))
+                unsafe {
+                    nr::all_reduce(
+                        ptr as *const c_void,
+                        ptr as *mut c_void,
+                        buf.len,
+                        nccl_dtype(buf.dtype),
+                        nccl_op(opts.op),
+                        comm,
+                        stream,
+                    )
+                }
+                .map(|_| ())
+                .map_err(|e| cuda_err("ncclAllReduce", e))
             })?;
             crate::collective_time::add_seconds(seconds);
             Ok(())
@@ -357,29 +424,74 @@ mod imp {
             let ptr = device_ptr(&buf, self.device)?;
             self.run("ncclBroadcast", opts.timeout, |comm, stream| {
                 // SAFETY: as in all_reduce.
-                unsafe { nr::broadcast(ptr as *const c_void, ptr as *mut c_void, buf.len, nccl_dtype(buf.dtype), opts.root as i32, comm, stream) }.map(|_| ()).map_err(|e| cuda_err("ncclBroadcast", e))
+                unsafe {
+                    nr::broadcast(
+                        ptr as *const c_void,
+                        ptr as *mut c_void,
+                        buf.len,
+                        nccl_dtype(buf.dtype),
+                        opts.root as i32,
+                        comm,
+                        stream,
+                    )
+                }
+                .map(|_| ())
+                .map_err(|e| cuda_err("ncclBroadcast", e))
             })
             .map(|_| ())
         }
 
         fn all_gather(&self, input: Buffer<'_>, output: Buffer<'_>, opts: &AllGatherOptions) -> Result<()> {
-            assert!(output.len == input.len * self.world, "Got all_gather input {} and output {}; expected output = {} × input", input.len, output.len, self.world);
+            assert!(
+                output.len == input.len * self.world,
+                "Got all_gather input {} and output {}; expected output = {} × input",
+                input.len,
+                output.len,
+                self.world
+            );
             let (src, dst) = (device_ptr(&input, self.device)?, device_ptr(&output, self.device)?);
             self.run("ncclAllGather", opts.timeout, |comm, stream| {
                 // SAFETY: as in all_reduce; output holds world × input elements.
-                unsafe { nr::all_gather(src as *const c_void, dst as *mut c_void, input.len, nccl_dtype(input.dtype), comm, stream) }.map(|_| ()).map_err(|e| cuda_err("ncclAllGather", e))
+                unsafe {
+                    nr::all_gather(
+                        src as *const c_void,
+                        dst as *mut c_void,
+                        input.len,
+                        nccl_dtype(input.dtype),
+                        comm,
+                        stream,
+                    )
+                }
+                .map(|_| ())
+                .map_err(|e| cuda_err("ncclAllGather", e))
             })
             .map(|_| ())
         }
 
         fn reduce_scatter(&self, input: Buffer<'_>, output: Buffer<'_>, opts: &ReduceScatterOptions) -> Result<()> {
-            assert!(input.len == output.len * self.world, "Got reduce_scatter input {} and output {}; expected input = {} × output", input.len, output.len, self.world);
+            assert!(
+                input.len == output.len * self.world,
+                "Got reduce_scatter input {} and output {}; expected input = {} × output",
+                input.len,
+                output.len,
+                self.world
+            );
             let (src, dst) = (device_ptr(&input, self.device)?, device_ptr(&output, self.device)?);
             self.run("ncclReduceScatter", opts.timeout, |comm, stream| {
                 // SAFETY: as in all_gather.
-                unsafe { nr::reduce_scatter(src as *const c_void, dst as *mut c_void, output.len, nccl_dtype(input.dtype), nccl_op(opts.op), comm, stream) }
-                    .map(|_| ())
-                    .map_err(|e| cuda_err("ncclReduceScatter", e))
+                unsafe {
+                    nr::reduce_scatter(
+                        src as *const c_void,
+                        dst as *mut c_void,
+                        output.len,
+                        nccl_dtype(input.dtype),
+                        nccl_op(opts.op),
+                        comm,
+                        stream,
+                    )
+                }
+                .map(|_| ())
+                .map_err(|e| cuda_err("ncclReduceScatter", e))
             })
             .map(|_| ())
         }
@@ -392,7 +504,10 @@ mod imp {
                 let (p, _sync) = scratch.device_ptr(&self.stream);
                 p
             };
-            self.all_reduce(Buffer { dtype: DType::F32, len: 1, memory: Memory::Cuda { ptr, device: self.device } }, &AllReduceOptions { op: ReduceOp::Sum, timeout: opts.timeout })
+            self.all_reduce(
+                Buffer { dtype: DType::F32, len: 1, memory: Memory::Cuda { ptr, device: self.device } },
+                &AllReduceOptions { op: ReduceOp::Sum, timeout: opts.timeout },
+            )
         }
     }
 }

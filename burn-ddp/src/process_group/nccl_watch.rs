@@ -49,8 +49,18 @@ impl CommState {
 
     /// The error every call gets once the communicator is gone.
     pub fn failure(&self, op: &str) -> Error {
-        let why = self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_else(|| "the communicator was destroyed".into());
-        Error::Cuda { op: op.into(), reason: format!("{why}; the NCCL group is unusable — restart the job (burn-ddp launch --max-restarts N restarts it)") }
+        let why = self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(|| "the communicator was destroyed".into());
+        Error::Cuda {
+            op: op.into(),
+            reason: format!(
+                "{why}; the NCCL group is unusable — restart the job (burn-ddp launch --max-restarts N restarts it)"
+            ),
+        }
     }
 
     /// NCCL's asynchronous error, when it reports one (a peer failed, a network error).
@@ -60,7 +70,8 @@ impl CommState {
         let mut e = ns::ncclResult_t::ncclSuccess;
         // SAFETY: a live communicator; out-pointer to a local.
         unsafe { ns::ncclCommGetAsyncError(c, &mut e) };
-        (e != ns::ncclResult_t::ncclSuccess && e != ns::ncclResult_t::ncclInProgress).then(|| format!("NCCL asynchronous error {e:?} (a peer failed or the network broke)"))
+        (e != ns::ncclResult_t::ncclSuccess && e != ns::ncclResult_t::ncclInProgress)
+            .then(|| format!("NCCL asynchronous error {e:?} (a peer failed or the network broke)"))
     }
 
     /// Why collective `what`, running for `waited`, must stop: NCCL's asynchronous error, or
@@ -179,9 +190,13 @@ pub(super) struct Watched {
 
 impl Watchdog {
     pub fn spawn(watched: Watched) -> Self {
-        let shared = Arc::new(Shared { queue: Mutex::new(VecDeque::new()), wake: Condvar::new(), stop: AtomicBool::new(false) });
+        let shared =
+            Arc::new(Shared { queue: Mutex::new(VecDeque::new()), wake: Condvar::new(), stop: AtomicBool::new(false) });
         let s = shared.clone();
-        let thread = std::thread::Builder::new().name(format!("NCCL stream GPU {} (device time)", watched.device)).spawn(move || watch(&s, &watched)).expect("spawning the NCCL watchdog thread");
+        let thread = std::thread::Builder::new()
+            .name(format!("NCCL stream GPU {} (device time)", watched.device))
+            .spawn(move || watch(&s, &watched))
+            .expect("spawning the NCCL watchdog thread");
         Self { shared, thread: Some(thread) }
     }
 
@@ -212,7 +227,8 @@ fn watch(shared: &Shared, w: &Watched) {
                 if shared.stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let (guard, _) = shared.wake.wait_timeout(q, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner());
+                let (guard, _) =
+                    shared.wake.wait_timeout(q, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner());
                 q = guard;
             }
             q.pop_front()
@@ -252,7 +268,8 @@ fn count(t: &Ticket, w: &Watched) {
     let ms = Events::between(t.events.start, t.events.end);
     collective_time::add_seconds(ms * 1e-3);
     if crate::trace::enabled() {
-        let start = w.origin.1 + Duration::from_secs_f64(Events::between(w.origin.0.end, t.events.start).max(0.0) * 1e-3);
+        let start =
+            w.origin.1 + Duration::from_secs_f64(Events::between(w.origin.0.end, t.events.start).max(0.0) * 1e-3);
         let args = serde_json::json!({ "bytes": t.bytes, "device_ms": ms, "clock": "device (CUDA events)" });
         crate::trace::record(t.label.clone(), "comm", start, start + Duration::from_secs_f64(ms * 1e-3), args);
     }

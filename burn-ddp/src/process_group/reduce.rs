@@ -3,7 +3,14 @@
 use super::buffer::{DType, ReduceOp};
 use half::{bf16, f16};
 
-fn fold<T: Copy>(acc: &mut [u8], other: &[u8], size: usize, read: impl Fn(&[u8]) -> T, write: impl Fn(T, &mut [u8]), f: impl Fn(T, T) -> T) {
+fn fold<T: Copy>(
+    acc: &mut [u8],
+    other: &[u8],
+    size: usize,
+    read: impl Fn(&[u8]) -> T,
+    write: impl Fn(T, &mut [u8]),
+    f: impl Fn(T, T) -> T,
+) {
     for (a, b) in acc.chunks_exact_mut(size).zip(other.chunks_exact(size)) {
         let v = f(read(a), read(b));
         write(v, a);
@@ -45,8 +52,16 @@ pub fn accumulate(dtype: DType, op: ReduceOp, acc: &mut [u8], other: &[u8]) {
     match dtype {
         DType::F32 => float_fold!(acc, other, op, f32, 4, f32::from_le_bytes, f32::to_le_bytes),
         DType::F64 => float_fold!(acc, other, op, f64, 8, f64::from_le_bytes, f64::to_le_bytes),
-        DType::BF16 => float_fold!(acc, other, op, f32, 2, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32(), |v: f32| bf16::from_f32(v).to_le_bytes()),
-        DType::F16 => float_fold!(acc, other, op, f32, 2, |b: [u8; 2]| f16::from_le_bytes(b).to_f32(), |v: f32| f16::from_f32(v).to_le_bytes()),
+        DType::BF16 => {
+            float_fold!(acc, other, op, f32, 2, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32(), |v: f32| bf16::from_f32(
+                v
+            )
+            .to_le_bytes())
+        }
+        DType::F16 => {
+            float_fold!(acc, other, op, f32, 2, |b: [u8; 2]| f16::from_le_bytes(b).to_f32(), |v: f32| f16::from_f32(v)
+                .to_le_bytes())
+        }
         DType::I64 => fold(
             acc,
             other,
@@ -104,7 +119,12 @@ mod tests {
     fn every_dtype_and_op() {
         let a = bytes(&[1.0f32, -2.0, 3.5], |x| x.to_le_bytes().to_vec());
         let b = bytes(&[4.0f32, 5.0, -1.5], |x| x.to_le_bytes().to_vec());
-        for (op, expect) in [(ReduceOp::Sum, [5.0, 3.0, 2.0]), (ReduceOp::Max, [4.0, 5.0, 3.5]), (ReduceOp::Min, [1.0, -2.0, -1.5]), (ReduceOp::Mean, [2.5, 1.5, 1.0])] {
+        for (op, expect) in [
+            (ReduceOp::Sum, [5.0, 3.0, 2.0]),
+            (ReduceOp::Max, [4.0, 5.0, 3.5]),
+            (ReduceOp::Min, [1.0, -2.0, -1.5]),
+            (ReduceOp::Mean, [2.5, 1.5, 1.0]),
+        ] {
             let mut acc = a.clone();
             accumulate(DType::F32, op, &mut acc, &b);
             finish(DType::F32, op, &mut acc, 2);

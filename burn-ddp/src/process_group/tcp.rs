@@ -67,9 +67,18 @@ impl TcpProcessGroup {
     pub fn new(store: &dyn Store, ip: IpAddr, rank: usize, world: usize, timeout: Duration) -> Result<Self> {
         assert!(rank < world, "Got rank={rank}, expected < world_size={world}");
         if world == 1 {
-            return Ok(Self { rank, world, links: None, seq: AtomicU64::new(0), timeout, collectives: AtomicU64::new(0), store: None });
+            return Ok(Self {
+                rank,
+                world,
+                links: None,
+                seq: AtomicU64::new(0),
+                timeout,
+                collectives: AtomicU64::new(0),
+                store: None,
+            });
         }
-        let listener = TcpListener::bind((ip, 0)).map_err(|e| Error::io(format!("rank {rank}: listening on {ip}"), e))?;
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| Error::io(format!("rank {rank}: listening on {ip}"), e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("listener address", e))?;
         // The port is open to anyone; only a peer that read this rank's nonce from the store
         // (which is itself token-protected) gets in.
@@ -78,13 +87,19 @@ impl TcpProcessGroup {
         let next_rank = (rank + 1) % world;
         let prev_rank = (rank + world - 1) % world;
         let next_key = format!("tcp/addr/{next_rank}");
-        store.wait(&[&next_key], timeout).map_err(|_| Error::Timeout { op: "tcp ring setup".into(), rank, waited: timeout, missing: vec![next_rank] })?;
+        store.wait(&[&next_key], timeout).map_err(|_| Error::Timeout {
+            op: "tcp ring setup".into(),
+            rank,
+            waited: timeout,
+            missing: vec![next_rank],
+        })?;
         let published = String::from_utf8_lossy(&store.get(&next_key)?).into_owned();
         let bad = || Error::Store { reason: format!("bad address published by rank {next_rank}: `{published}`") };
         let (next_addr, next_nonce) = published.split_once(' ').ok_or_else(bad)?;
         let next_addr: SocketAddr = next_addr.parse().map_err(|_| bad())?;
         let next_nonce = u64::from_str_radix(next_nonce, 16).map_err(|_| bad())?;
-        let mut next = TcpStream::connect_timeout(&next_addr, timeout).map_err(|e| Error::io(format!("rank {rank}: connecting to rank {next_rank} at {next_addr}"), e))?;
+        let mut next = TcpStream::connect_timeout(&next_addr, timeout)
+            .map_err(|e| Error::io(format!("rank {rank}: connecting to rank {next_rank} at {next_addr}"), e))?;
         let mut hello = [0u8; 16];
         hello[..8].copy_from_slice(&(rank as u64).to_le_bytes());
         hello[8..].copy_from_slice(&next_nonce.to_le_bytes());
@@ -93,7 +108,15 @@ impl TcpProcessGroup {
         for s in [&next, &prev] {
             s.set_nodelay(true).map_err(|e| Error::io("socket options", e))?;
         }
-        Ok(Self { rank, world, links: Some(Mutex::new(Links { next, prev })), seq: AtomicU64::new(0), timeout, collectives: AtomicU64::new(0), store: None })
+        Ok(Self {
+            rank,
+            world,
+            links: Some(Mutex::new(Links { next, prev })),
+            seq: AtomicU64::new(0),
+            timeout,
+            collectives: AtomicU64::new(0),
+            store: None,
+        })
     }
 
     fn next_prev(&self) -> usize {
@@ -138,14 +161,24 @@ impl TcpProcessGroup {
 
     fn link_error(&self, op: Kind, peer: usize, e: io::Error, waited: Duration) -> Error {
         match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout { op: format!("{op:?}"), rank: self.rank, waited, missing: self.not_here(peer) },
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                Error::Timeout { op: format!("{op:?}"), rank: self.rank, waited, missing: self.not_here(peer) }
+            }
             _ => Error::PeerFailed { op: format!("{op:?}"), peer, reason: e.to_string() },
         }
     }
 
     /// Sends `out` to the next rank while receiving the same-sized message from the previous one
     /// into `into`.
-    fn exchange(&self, links: &mut Links, kind: Kind, dtype: u8, out: &[u8], into: &mut Vec<u8>, expect_len: usize) -> Result<()> {
+    fn exchange(
+        &self,
+        links: &mut Links,
+        kind: Kind,
+        dtype: u8,
+        out: &[u8],
+        into: &mut Vec<u8>,
+        expect_len: usize,
+    ) -> Result<()> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let Links { next, prev } = links;
@@ -168,7 +201,16 @@ impl TcpProcessGroup {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn receive(&self, prev: &mut TcpStream, seq: u64, kind: Kind, dtype: u8, into: &mut Vec<u8>, expect_len: usize, started: Instant) -> Result<()> {
+    fn receive(
+        &self,
+        prev: &mut TcpStream,
+        seq: u64,
+        kind: Kind,
+        dtype: u8,
+        into: &mut Vec<u8>,
+        expect_len: usize,
+        started: Instant,
+    ) -> Result<()> {
         let peer = self.next_prev();
         let mut header = [0u8; HEADER];
         prev.read_exact(&mut header).map_err(|e| self.link_error(kind, peer, e, started.elapsed()))?;
@@ -201,7 +243,15 @@ impl TcpProcessGroup {
     /// sends segment `first_send − s` to the next rank and `combine`s the segment it receives
     /// (`first_send − s − 1`) from the previous one.
     #[allow(clippy::too_many_arguments)]
-    fn ring_pass(&self, links: &mut Links, kind: Kind, dtype: super::DType, buf: &mut [u8], first_send: usize, combine: impl Fn(&mut [u8], &[u8])) -> Result<()> {
+    fn ring_pass(
+        &self,
+        links: &mut Links,
+        kind: Kind,
+        dtype: super::DType,
+        buf: &mut [u8],
+        first_send: usize,
+        combine: impl Fn(&mut [u8], &[u8]),
+    ) -> Result<()> {
         let (w, es) = (self.world, dtype.size());
         let n = buf.len() / es;
         let seg = |i: usize| {
@@ -220,12 +270,27 @@ impl TcpProcessGroup {
 
     /// Ring reduce-scatter: afterwards this rank holds the reduced segment
     /// `(rank + 1 + shift) mod world`.
-    fn ring_reduce_scatter(&self, links: &mut Links, kind: Kind, dtype: super::DType, op: ReduceOp, buf: &mut [u8], shift: usize) -> Result<()> {
+    fn ring_reduce_scatter(
+        &self,
+        links: &mut Links,
+        kind: Kind,
+        dtype: super::DType,
+        op: ReduceOp,
+        buf: &mut [u8],
+        shift: usize,
+    ) -> Result<()> {
         self.ring_pass(links, kind, dtype, buf, self.rank + shift, |acc, other| accumulate(dtype, op, acc, other))
     }
 
     /// Ring all-gather: this rank starts holding segment `(rank + 1 + shift) mod world`.
-    fn ring_all_gather(&self, links: &mut Links, kind: Kind, dtype: super::DType, buf: &mut [u8], shift: usize) -> Result<()> {
+    fn ring_all_gather(
+        &self,
+        links: &mut Links,
+        kind: Kind,
+        dtype: super::DType,
+        buf: &mut [u8],
+        shift: usize,
+    ) -> Result<()> {
         self.ring_pass(links, kind, dtype, buf, self.rank + 1 + shift, |dst, src| dst.copy_from_slice(src))
     }
 }
@@ -243,21 +308,35 @@ fn ring_nonce(rank: usize) -> u64 {
 
 /// Accepts the previous rank: a connection that does not greet with (`expected` rank, this
 /// rank's nonce) is refused and logged, and the wait goes on until `timeout`.
-fn accept_from(listener: &TcpListener, (expected, nonce): (usize, u64), rank: usize, timeout: Duration) -> Result<TcpStream> {
+fn accept_from(
+    listener: &TcpListener,
+    (expected, nonce): (usize, u64),
+    rank: usize,
+    timeout: Duration,
+) -> Result<TcpStream> {
     listener.set_nonblocking(true).map_err(|e| Error::io("listener", e))?;
     let start = Instant::now();
     loop {
         match listener.accept() {
             Ok((mut s, peer)) => {
-                s.set_nonblocking(false).and_then(|_| s.set_read_timeout(Some(timeout.min(Duration::from_secs(10))))).map_err(|e| Error::io("accepted socket", e))?;
+                s.set_nonblocking(false)
+                    .and_then(|_| s.set_read_timeout(Some(timeout.min(Duration::from_secs(10)))))
+                    .map_err(|e| Error::io("accepted socket", e))?;
                 let mut hello = [0u8; 16];
-                let greeting = s.read_exact(&mut hello).map(|()| (u64::from_le_bytes(hello[..8].try_into().expect("8 bytes")) as usize, u64::from_le_bytes(hello[8..].try_into().expect("8 bytes"))));
+                let greeting = s.read_exact(&mut hello).map(|()| {
+                    (
+                        u64::from_le_bytes(hello[..8].try_into().expect("8 bytes")) as usize,
+                        u64::from_le_bytes(hello[8..].try_into().expect("8 bytes")),
+                    )
+                });
                 match greeting {
                     Ok((from, n)) if from == expected && n == nonce => {
                         s.set_read_timeout(Some(timeout)).map_err(|e| Error::io("accepted socket", e))?;
                         return Ok(s);
                     }
-                    Ok((from, _)) => log::warn!("rank {rank}: refused a ring connection from {peer} (claimed rank {from}, expected rank {expected} with this job's ring nonce)"),
+                    Ok((from, _)) => log::warn!(
+                        "rank {rank}: refused a ring connection from {peer} (claimed rank {from}, expected rank {expected} with this job's ring nonce)"
+                    ),
                     Err(e) => log::warn!("rank {rank}: refused a ring connection from {peer}: no greeting ({e})"),
                 }
             }
@@ -265,7 +344,12 @@ fn accept_from(listener: &TcpListener, (expected, nonce): (usize, u64), rank: us
             Err(e) => return Err(Error::io("accepting", e)),
         }
         if start.elapsed() > timeout {
-            return Err(Error::Timeout { op: "tcp ring setup".into(), rank, waited: start.elapsed(), missing: vec![expected] });
+            return Err(Error::Timeout {
+                op: "tcp ring setup".into(),
+                rank,
+                waited: start.elapsed(),
+                missing: vec![expected],
+            });
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -306,7 +390,9 @@ impl ProcessGroup for TcpProcessGroup {
         }
         let mut links = self.lock(opts.timeout)?;
         let last = (opts.root + self.world - 1) % self.world;
-        let pieces: Vec<Range<usize>> = (0..bytes.len().div_ceil(BROADCAST_PIECE).max(1)).map(|i| i * BROADCAST_PIECE..((i + 1) * BROADCAST_PIECE).min(bytes.len())).collect();
+        let pieces: Vec<Range<usize>> = (0..bytes.len().div_ceil(BROADCAST_PIECE).max(1))
+            .map(|i| i * BROADCAST_PIECE..((i + 1) * BROADCAST_PIECE).min(bytes.len()))
+            .collect();
         for r in pieces {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
@@ -323,7 +409,9 @@ impl ProcessGroup for TcpProcessGroup {
                 header[9] = dtype;
                 header[10..].copy_from_slice(&(r.len() as u64).to_le_bytes());
                 let next = &mut links.next;
-                next.write_all(&header).and_then(|_| next.write_all(&bytes[r])).map_err(|e| self.link_error(Kind::Broadcast, self.next_rank(), e, started.elapsed()))?;
+                next.write_all(&header)
+                    .and_then(|_| next.write_all(&bytes[r]))
+                    .map_err(|e| self.link_error(Kind::Broadcast, self.next_rank(), e, started.elapsed()))?;
             }
         }
         Ok(())

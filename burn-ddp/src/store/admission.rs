@@ -91,7 +91,9 @@ impl Admission {
             *n
         };
         if count == 1 {
-            log::warn!("store: refused a connection from {ip}: {reason} (further refusals of this address are counted)");
+            log::warn!(
+                "store: refused a connection from {ip}: {reason} (further refusals of this address are counted)"
+            );
         } else if is_power_of_ten(count) {
             log::warn!("store: {count} connections from {ip} refused so far (latest: {reason})");
         }

@@ -59,20 +59,30 @@ impl TcpStore {
     pub fn connect(host: &str, port: u16, token: Option<&str>, timeout: Duration) -> Result<Self> {
         let server = format!("{host}:{port}");
         let start = Instant::now();
-        let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(|e| Error::io(format!("resolving {server}"), e))?.collect();
+        let addrs: Vec<SocketAddr> =
+            (host, port).to_socket_addrs().map_err(|e| Error::io(format!("resolving {server}"), e))?.collect();
         loop {
-            if let Some(mut conn) = addrs.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok()) {
+            if let Some(mut conn) =
+                addrs.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(2)).ok())
+            {
                 // A greeting cut off (the server closed a connection it had no room for while
                 // strangers flooded it) is tried again; a refusal is final.
                 match greet(&mut conn, token) {
                     Ok(Ok(())) => return Ok(Self { conn: Mutex::new(conn), timeout, server }),
-                    Ok(Err(msg)) => return Err(Error::Store { reason: format!("{server} refused the connection: {msg}") }),
+                    Ok(Err(msg)) => {
+                        return Err(Error::Store { reason: format!("{server} refused the connection: {msg}") });
+                    }
                     Err(e) if start.elapsed() >= timeout => return Err(Error::io(format!("greeting {server}"), e)),
                     Err(e) => log::debug!("greeting {server} failed ({e}); trying again"),
                 }
             }
             if start.elapsed() >= timeout {
-                return Err(Error::Timeout { op: format!("connecting to the store at {server}"), rank: usize::MAX, waited: start.elapsed(), missing: vec![0] });
+                return Err(Error::Timeout {
+                    op: format!("connecting to the store at {server}"),
+                    rank: usize::MAX,
+                    waited: start.elapsed(),
+                    missing: vec![0],
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -116,7 +126,10 @@ impl TcpStore {
     }
 
     fn refused(&self, reply: &[u8]) -> Error {
-        let msg = Reader(reply.get(1..).unwrap_or_default()).bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        let msg = Reader(reply.get(1..).unwrap_or_default())
+            .bytes()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
         Error::Store { reason: format!("{} refused the request: {msg}", self.server) }
     }
 }
@@ -130,8 +143,12 @@ impl Store for TcpStore {
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         let reply = self.request(Writer::op(Op::Get).bytes(key.as_bytes()).u64(self.timeout.as_millis() as u64))?;
         match reply.first() {
-            Some(&status::OK) => Reader(&reply[1..]).bytes().map(<[u8]>::to_vec).map_err(|e| Error::io("store reply", e)),
-            Some(&status::TIMEOUT) => Err(Error::Store { reason: format!("key `{key}` was not set within {:?}", self.timeout) }),
+            Some(&status::OK) => {
+                Reader(&reply[1..]).bytes().map(<[u8]>::to_vec).map_err(|e| Error::io("store reply", e))
+            }
+            Some(&status::TIMEOUT) => {
+                Err(Error::Store { reason: format!("key `{key}` was not set within {:?}", self.timeout) })
+            }
             _ => Err(self.refused(&reply)),
         }
     }
@@ -145,7 +162,9 @@ impl Store for TcpStore {
     }
 
     fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
-        self.wait_missing(keys, timeout)?.map_err(|MissingKeys(missing)| Error::Store { reason: format!("keys not set within {timeout:?}: {}", missing.join(", ")) })
+        self.wait_missing(keys, timeout)?.map_err(|MissingKeys(missing)| Error::Store {
+            reason: format!("keys not set within {timeout:?}: {}", missing.join(", ")),
+        })
     }
 
     fn delete(&self, key: &str) -> Result<bool> {
@@ -174,5 +193,8 @@ fn greet(conn: &mut TcpStream, token: Option<&str>) -> std::io::Result<std::resu
     if reply.first() == Some(&status::OK) {
         return Ok(Ok(()));
     }
-    Ok(Err(Reader(&reply[1.min(reply.len())..]).bytes().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()))
+    Ok(Err(Reader(&reply[1.min(reply.len())..])
+        .bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default()))
 }

@@ -64,7 +64,10 @@ pub mod status {
 /// Writes one frame.
 pub fn write_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
     if payload.len() > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {} bytes exceeds {MAX_FRAME}", payload.len())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("frame of {} bytes exceeds {MAX_FRAME}", payload.len()),
+        ));
     }
     w.write_all(&(payload.len() as u32).to_le_bytes())?;
     w.write_all(payload)?;
@@ -88,7 +91,10 @@ pub fn read_frame_within(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(len.min(64 << 10));
     r.take(len as u64).read_to_end(&mut buf)?;
     if buf.len() < len {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("frame ended after {} of {len} bytes", buf.len())));
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("frame ended after {} of {len} bytes", buf.len()),
+        ));
     }
     Ok(buf)
 }
@@ -162,7 +168,10 @@ impl<'a> Reader<'a> {
     pub fn key(&mut self) -> io::Result<String> {
         let b = self.bytes()?;
         if b.len() > MAX_KEY {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("key of {} bytes exceeds {MAX_KEY}", b.len())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("key of {} bytes exceeds {MAX_KEY}", b.len()),
+            ));
         }
         String::from_utf8(b.to_vec()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "key is not UTF-8"))
     }

@@ -61,7 +61,9 @@ impl StoreServer {
                     // for greetings, however fast strangers connect.
                     let Ok(pending) = book2.admit(&conn) else { continue };
                     let (state, token, book) = (state.clone(), token.clone(), book2.clone());
-                    let _ = std::thread::Builder::new().name("burn-ddp-store-conn".into()).spawn(move || connection(conn, pending, &state, token.as_deref(), &book));
+                    let _ = std::thread::Builder::new()
+                        .name("burn-ddp-store-conn".into())
+                        .spawn(move || connection(conn, pending, &state, token.as_deref(), &book));
                 }
             })
             .map_err(|e| Error::io("spawning the store thread", e))?;
@@ -130,7 +132,13 @@ fn greet(conn: &TcpStream, token: Option<&str>) -> io::Result<()> {
     let their_token = r.bytes()?;
     let mut conn = conn;
     if version != VERSION {
-        write_frame(&mut conn, &Writer::default().u8(status::ERROR).bytes(format!("protocol version {version}, server speaks {VERSION}").as_bytes()).0)?;
+        write_frame(
+            &mut conn,
+            &Writer::default()
+                .u8(status::ERROR)
+                .bytes(format!("protocol version {version}, server speaks {VERSION}").as_bytes())
+                .0,
+        )?;
         return Err(invalid(format!("protocol version {version}")));
     }
     if token.is_some_and(|t| t.as_bytes() != their_token) {
@@ -198,9 +206,14 @@ fn handle(msg: &[u8], state: &State) -> io::Result<Vec<u8>> {
             let mut map = state.map.lock().expect("store poisoned");
             let current = match map.get(&key) {
                 None => 0,
-                Some(v) => std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()).ok_or_else(|| invalid(format!("add on non-integer key {key}")))?,
+                Some(v) => std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .ok_or_else(|| invalid(format!("add on non-integer key {key}")))?,
             };
-            let new = current.checked_add(delta).ok_or_else(|| invalid(format!("add on {key} overflows: {current} + {delta}")))?;
+            let new = current
+                .checked_add(delta)
+                .ok_or_else(|| invalid(format!("add on {key} overflows: {current} + {delta}")))?;
             map.insert(key, new.to_string().into_bytes());
             state.changed.notify_all();
             ok.u64(new as u64).0

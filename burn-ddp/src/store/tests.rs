@@ -33,7 +33,8 @@ fn set_get_add_delete_check() {
 #[test]
 fn get_waits_for_another_client() {
     let (_s, port) = server(None);
-    let waiter = std::thread::spawn(move || TcpStore::connect("127.0.0.1", port, None, T).unwrap().get("late").unwrap());
+    let waiter =
+        std::thread::spawn(move || TcpStore::connect("127.0.0.1", port, None, T).unwrap().get("late").unwrap());
     std::thread::sleep(Duration::from_millis(200));
     TcpStore::connect("127.0.0.1", port, None, T).unwrap().set("late", b"here").unwrap();
     assert_eq!(waiter.join().unwrap(), b"here");
@@ -78,7 +79,8 @@ fn garbage_clients_are_dropped_and_the_server_keeps_serving() {
         drop(g);
     }
     let mut g = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    protocol::write_frame(&mut g, &protocol::Writer::op(protocol::Op::Hello).u32(protocol::VERSION).bytes(b"").0).unwrap();
+    protocol::write_frame(&mut g, &protocol::Writer::op(protocol::Op::Hello).u32(protocol::VERSION).bytes(b"").0)
+        .unwrap();
     assert_eq!(protocol::read_frame(&mut g).unwrap(), [protocol::status::OK]);
     protocol::write_frame(&mut g, &[99, 1, 2]).unwrap();
     protocol::write_frame(&mut g, &protocol::Writer::op(protocol::Op::Set).u32(1 << 30).0).ok();
@@ -103,7 +105,10 @@ fn connect_times_out_when_nobody_serves() {
         l.local_addr().unwrap().port()
     };
     let t = Instant::now();
-    assert!(matches!(TcpStore::connect("127.0.0.1", port, None, Duration::from_millis(300)), Err(Error::Timeout { .. })));
+    assert!(matches!(
+        TcpStore::connect("127.0.0.1", port, None, Duration::from_millis(300)),
+        Err(Error::Timeout { .. })
+    ));
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
@@ -122,7 +127,8 @@ fn overflowing_fields_from_a_peer_do_not_take_the_server_down() {
     c.set("k", b"v").unwrap();
     let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
     raw.set_read_timeout(Some(T)).unwrap();
-    protocol::write_frame(&mut raw, &protocol::Writer::op(protocol::Op::Hello).u32(protocol::VERSION).bytes(b"").0).unwrap();
+    protocol::write_frame(&mut raw, &protocol::Writer::op(protocol::Op::Hello).u32(protocol::VERSION).bytes(b"").0)
+        .unwrap();
     let _ = protocol::read_frame(&mut raw).unwrap();
     let get = protocol::write_keys(protocol::Writer::op(protocol::Op::Wait), &["k"]).u64(u64::MAX);
     protocol::write_frame(&mut raw, &get.0).unwrap();

@@ -54,6 +54,11 @@ pub fn spawn(test: &str, world: usize, ranks: &[usize], extra: &[(&str, String)]
 
 pub fn assert_all_ok(test: &str, outs: &[Output]) {
     for (r, o) in outs.iter().enumerate() {
-        assert!(o.status.success(), "{test} rank {r} failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{test} rank {r} failed:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }

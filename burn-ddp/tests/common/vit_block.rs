@@ -31,13 +31,24 @@ impl<B: Backend> VitBlock<B> {
     pub fn new(device: &B::Device) -> Self {
         let norm = || LayerNormConfig::new(DIM).with_epsilon(1e-6).init(device);
         let lin = |i, o| LinearConfig::new(i, o).init(device);
-        Self { embed: lin(FEATURES / TOKENS, DIM), norm1: norm(), qkv: lin(DIM, 3 * DIM), proj: lin(DIM, DIM), norm2: norm(), fc1: lin(DIM, 4 * DIM), fc2: lin(4 * DIM, DIM), head: lin(DIM, 3) }
+        Self {
+            embed: lin(FEATURES / TOKENS, DIM),
+            norm1: norm(),
+            qkv: lin(DIM, 3 * DIM),
+            proj: lin(DIM, DIM),
+            norm2: norm(),
+            fc1: lin(DIM, 4 * DIM),
+            fc2: lin(4 * DIM, DIM),
+            head: lin(DIM, 3),
+        }
     }
 
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let n = x.dims()[0];
         let x = linear(&self.embed, x.reshape([n, TOKENS, FEATURES / TOKENS]));
-        let qkv = linear(&self.qkv, self.norm1.forward(x.clone())).reshape([n, TOKENS, 3, HEADS, DIM / HEADS]).permute([2, 0, 3, 1, 4]);
+        let qkv = linear(&self.qkv, self.norm1.forward(x.clone()))
+            .reshape([n, TOKENS, 3, HEADS, DIM / HEADS])
+            .permute([2, 0, 3, 1, 4]);
         let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, HEADS, TOKENS, DIM / HEADS]);
         let attended = attention(part(0), part(1), part(2)).swap_dims(1, 2).reshape([n, TOKENS, DIM]);
         let x = x + linear(&self.proj, attended);

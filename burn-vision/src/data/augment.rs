@@ -39,7 +39,15 @@ pub struct Augment {
 
 impl Default for Augment {
     fn default() -> Self {
-        Self { hflip: 0.5, scale: [0.08, 1.0], ratio: [3.0 / 4.0, 4.0 / 3.0], color_jitter: 0.0, random_erasing: 0.0, rand_augment_ops: 0, rand_augment_magnitude: 9 }
+        Self {
+            hflip: 0.5,
+            scale: [0.08, 1.0],
+            ratio: [3.0 / 4.0, 4.0 / 3.0],
+            color_jitter: 0.0,
+            random_erasing: 0.0,
+            rand_augment_ops: 0,
+            rand_augment_magnitude: 9,
+        }
     }
 }
 
@@ -83,7 +91,11 @@ impl Augment {
             self.scale[1],
             self.ratio[0],
             self.ratio[1],
-            if self.rand_augment_ops == 0 { "off".to_string() } else { format!("{} ops at magnitude {}", self.rand_augment_ops, self.rand_augment_magnitude) },
+            if self.rand_augment_ops == 0 {
+                "off".to_string()
+            } else {
+                format!("{} ops at magnitude {}", self.rand_augment_ops, self.rand_augment_magnitude)
+            },
             self.color_jitter,
             self.random_erasing
         )
@@ -107,8 +119,15 @@ pub fn color_jitter(img: DynamicImage, strength: f64, rng: &mut ChaCha8Rng) -> D
     for i in (1..3).rev() {
         order.swap(i, rng.random_range(0..=i));
     }
-    let factors: [f32; 3] = std::array::from_fn(|_| rng.random_range((1.0 - strength).max(0.0)..=1.0 + strength) as f32);
-    let gray = matches!(img, DynamicImage::ImageLuma8(_) | DynamicImage::ImageLuma16(_) | DynamicImage::ImageLumaA8(_) | DynamicImage::ImageLumaA16(_));
+    let factors: [f32; 3] =
+        std::array::from_fn(|_| rng.random_range((1.0 - strength).max(0.0)..=1.0 + strength) as f32);
+    let gray = matches!(
+        img,
+        DynamicImage::ImageLuma8(_)
+            | DynamicImage::ImageLuma16(_)
+            | DynamicImage::ImageLumaA8(_)
+            | DynamicImage::ImageLumaA16(_)
+    );
     let mut rgb = img.into_rgb8();
     for op in order {
         let f = factors[op];
@@ -122,7 +141,11 @@ pub fn color_jitter(img: DynamicImage, strength: f64, rng: &mut ChaCha8Rng) -> D
             _ => {}
         }
     }
-    if gray { DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8()) } else { DynamicImage::ImageRgb8(rgb) }
+    if gray {
+        DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
+    } else {
+        DynamicImage::ImageRgb8(rgb)
+    }
 }
 
 pub(super) fn luma(p: [u8; 3]) -> f32 {
@@ -160,7 +183,11 @@ pub fn random_erasing(img: DynamicImage, p: f64, rng: &mut ChaCha8Rng) -> Dynami
                 rgb.put_pixel(x, y, Rgb(v));
             }
         }
-        return if gray { DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8()) } else { DynamicImage::ImageRgb8(rgb) };
+        return if gray {
+            DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
+        } else {
+            DynamicImage::ImageRgb8(rgb)
+        };
     }
     img
 }

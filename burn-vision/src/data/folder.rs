@@ -18,7 +18,9 @@ pub struct FolderDataset {
 
 /// Whether `path` names an image file (by its extension, [`IMAGE_EXTENSIONS`]).
 pub fn is_image(path: &Path) -> bool {
-    path.extension().and_then(|e| e.to_str()).is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -91,7 +93,9 @@ pub fn decode_bytes(bytes: Vec<u8>) -> std::result::Result<DynamicImage, String>
         super::jpeg::check_whole(&bytes)?;
     }
     let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().map_err(|e| e.to_string())?;
-    crate::guard::catch_panic(|| reader.decode()).map_err(|p| format!("the decoder failed: {p}"))?.map_err(|e| e.to_string())
+    crate::guard::catch_panic(|| reader.decode())
+        .map_err(|p| format!("the decoder failed: {p}"))?
+        .map_err(|e| e.to_string())
 }
 
 impl Dataset for FolderDataset {

@@ -8,7 +8,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Fashion-MNIST's ten class names, by label.
-pub const FASHION_MNIST_CLASSES: [&str; 10] = ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"];
+pub const FASHION_MNIST_CLASSES: [&str; 10] =
+    ["T-shirt_top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle_boot"];
 
 /// Grayscale images and their labels from a pair of IDX files.
 #[derive(Debug, Clone)]
@@ -58,7 +59,8 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray> {
     if ndim == 0 || bytes.len() < header {
         return Err(bad(format!("header of {ndim} dimensions is truncated")));
     }
-    let dims: Vec<usize> = (0..ndim).map(|d| u32::from_be_bytes(bytes[4 + 4 * d..8 + 4 * d].try_into().unwrap()) as usize).collect();
+    let dims: Vec<usize> =
+        (0..ndim).map(|d| u32::from_be_bytes(bytes[4 + 4 * d..8 + 4 * d].try_into().unwrap()) as usize).collect();
     let expected = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     let payload = bytes.len() - header;
     if expected != Some(payload) {
@@ -82,7 +84,10 @@ impl IdxDataset {
         let labels = parse_idx(labels, &path)?;
         let bad = |reason: String| Error::BadIdx { path: path.clone(), reason };
         if images.dims.len() != 3 || labels.dims.len() != 1 {
-            return Err(bad(format!("expected images [N,H,W] and labels [N], got {:?} and {:?}", images.dims, labels.dims)));
+            return Err(bad(format!(
+                "expected images [N,H,W] and labels [N], got {:?} and {:?}",
+                images.dims, labels.dims
+            )));
         }
         if images.dims[0] != labels.dims[0] {
             return Err(bad(format!("{} images but {} labels", images.dims[0], labels.dims[0])));
@@ -92,7 +97,14 @@ impl IdxDataset {
         for extra in classes.len()..=max_label {
             classes.push(format!("class_{extra}"));
         }
-        Ok(Self { rows: images.dims[1], cols: images.dims[2], pixels: images.data, labels: labels.data, classes, name: name.to_string() })
+        Ok(Self {
+            rows: images.dims[1],
+            cols: images.dims[2],
+            pixels: images.data,
+            labels: labels.data,
+            classes,
+            name: name.to_string(),
+        })
     }
 
     /// Reads `images` and `labels` IDX files (plain or `.gz`).
@@ -121,7 +133,14 @@ impl IdxDataset {
                 pixels.extend_from_slice(&self.pixels[i * size..(i + 1) * size]);
             }
         }
-        Self { pixels, labels, rows: self.rows, cols: self.cols, classes: self.classes.clone(), name: self.name.clone() }
+        Self {
+            pixels,
+            labels,
+            rows: self.rows,
+            cols: self.cols,
+            classes: self.classes.clone(),
+            name: self.name.clone(),
+        }
     }
 
     /// The raw pixels of sample `index` (row-major, one byte per pixel).
@@ -139,7 +158,8 @@ impl Dataset for IdxDataset {
         self.labels[index] as usize
     }
     fn load(&self, index: usize) -> Result<DynamicImage> {
-        let img = GrayImage::from_raw(self.cols as u32, self.rows as u32, self.pixels(index).to_vec()).expect("IDX payload size was checked at load");
+        let img = GrayImage::from_raw(self.cols as u32, self.rows as u32, self.pixels(index).to_vec())
+            .expect("IDX payload size was checked at load");
         Ok(DynamicImage::ImageLuma8(img))
     }
     fn describe(&self, index: usize) -> String {

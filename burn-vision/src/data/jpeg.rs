@@ -14,7 +14,10 @@ pub fn check_whole(bytes: &[u8]) -> Result<(), String> {
     let mut at = 2;
     loop {
         let Some(marker_at) = next_marker(bytes, at) else {
-            return Err(format!("truncated: the file ends after {} bytes without its end-of-image marker", bytes.len()));
+            return Err(format!(
+                "truncated: the file ends after {} bytes without its end-of-image marker",
+                bytes.len()
+            ));
         };
         let marker = bytes[marker_at];
         at = marker_at + 1;
@@ -27,11 +30,16 @@ pub fn check_whole(bytes: &[u8]) -> Result<(), String> {
             return Err(format!("truncated: the file ends inside a segment header at byte {at}"));
         };
         if len < 2 || at + len > bytes.len() {
-            return Err(format!("truncated: a segment of {len} bytes at byte {at} runs past the end of the file ({} bytes)", bytes.len()));
+            return Err(format!(
+                "truncated: a segment of {len} bytes at byte {at} runs past the end of the file ({} bytes)",
+                bytes.len()
+            ));
         }
         at += len;
         if marker == 0xDA {
-            at = scan_end(bytes, at).ok_or_else(|| format!("truncated: the image data stops at byte {} (premature end of data)", bytes.len()))?;
+            at = scan_end(bytes, at).ok_or_else(|| {
+                format!("truncated: the image data stops at byte {} (premature end of data)", bytes.len())
+            })?;
         }
     }
 }
@@ -63,7 +71,9 @@ mod tests {
     use super::*;
 
     fn jpeg(w: u32, h: u32) -> Vec<u8> {
-        let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7 % 256) as u8, (y * 13 % 256) as u8, ((x ^ y) % 256) as u8]));
+        let img = image::RgbImage::from_fn(w, h, |x, y| {
+            image::Rgb([(x * 7 % 256) as u8, (y * 13 % 256) as u8, ((x ^ y) % 256) as u8])
+        });
         let mut out = std::io::Cursor::new(Vec::new());
         image::DynamicImage::ImageRgb8(img).write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
         out.into_inner()

@@ -108,9 +108,17 @@ pub struct Loader {
 impl Loader {
     /// Starts producing the batches of `order` (dataset indices, already shuffled as wanted)
     /// for `epoch`.
-    pub fn new(dataset: Arc<dyn Dataset>, order: Vec<usize>, pipeline: Pipeline, epoch: u64, config: LoaderConfig, skips: Arc<SkipLog>) -> Self {
+    pub fn new(
+        dataset: Arc<dyn Dataset>,
+        order: Vec<usize>,
+        pipeline: Pipeline,
+        epoch: u64,
+        config: LoaderConfig,
+        skips: Arc<SkipLog>,
+    ) -> Self {
         assert!(config.batch_size > 0, "Got batch_size=0, expected at least 1");
-        let batches = if config.drop_last { order.len() / config.batch_size } else { order.len().div_ceil(config.batch_size) };
+        let batches =
+            if config.drop_last { order.len() / config.batch_size } else { order.len().div_ceil(config.batch_size) };
         let (tx, rx) = sync_channel(config.prefetch.max(1));
         let times = Arc::new(StageTimes::default());
         let stage_times = times.clone();
@@ -148,7 +156,15 @@ impl Loader {
     }
 }
 
-fn make_batch(dataset: &dyn Dataset, chunk: &[usize], pipeline: &Pipeline, epoch: u64, config: &LoaderConfig, skips: &SkipLog, times: &StageTimes) -> Result<Option<Batch>> {
+fn make_batch(
+    dataset: &dyn Dataset,
+    chunk: &[usize],
+    pipeline: &Pipeline,
+    epoch: u64,
+    config: &LoaderConfig,
+    skips: &SkipLog,
+    times: &StageTimes,
+) -> Result<Option<Batch>> {
     let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
     // Decode and transform in parallel; normalise straight into the batch (below).
     let decoded: Vec<(usize, Result<DynamicImage>)> = chunk
@@ -177,7 +193,10 @@ fn make_batch(dataset: &dyn Dataset, chunk: &[usize], pipeline: &Pipeline, epoch
                     return Err(Error::InvalidConfig {
                         name: "transforms",
                         value: format!("{hw:?} vs {:?}", size.unwrap()),
-                        reason: format!("images in one batch differ in size ({}); add a Resize/CenterCrop", dataset.describe(index)),
+                        reason: format!(
+                            "images in one batch differ in size ({}); add a Resize/CenterCrop",
+                            dataset.describe(index)
+                        ),
                     });
                 }
                 kept.push(img);
@@ -256,7 +275,11 @@ mod tests {
     #[test]
     fn augmentation_is_reproducible_per_epoch() {
         let pipe = Pipeline::grayscale(4, 0.0, 1.0, &crate::data::Augment::default());
-        let run = |epoch| -> Vec<f32> { Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default()).flat_map(|b| b.unwrap().images).collect() };
+        let run = |epoch| -> Vec<f32> {
+            Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default())
+                .flat_map(|b| b.unwrap().images)
+                .collect()
+        };
         assert_eq!(run(0), run(0));
         assert_ne!(run(0), run(1));
     }

@@ -67,7 +67,13 @@ fn strength(op: Op, k: u32, (w, h): (u32, u32)) -> (f64, bool) {
 
 /// `ops` operations at magnitude `magnitude` (0..=30), drawn from `rng`.
 pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCha8Rng) -> DynamicImage {
-    let gray = matches!(img, DynamicImage::ImageLuma8(_) | DynamicImage::ImageLuma16(_) | DynamicImage::ImageLumaA8(_) | DynamicImage::ImageLumaA16(_));
+    let gray = matches!(
+        img,
+        DynamicImage::ImageLuma8(_)
+            | DynamicImage::ImageLuma16(_)
+            | DynamicImage::ImageLumaA8(_)
+            | DynamicImage::ImageLumaA16(_)
+    );
     let mut rgb = img.into_rgb8();
     for _ in 0..ops {
         let op = OPS[rng.random_range(0..OPS.len())];
@@ -77,7 +83,11 @@ pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCh
         }
         rgb = apply(rgb, op, m);
     }
-    if gray { DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8()) } else { DynamicImage::ImageRgb8(rgb) }
+    if gray {
+        DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
+    } else {
+        DynamicImage::ImageRgb8(rgb)
+    }
 }
 
 fn apply(mut img: RgbImage, op: Op, m: f64) -> RgbImage {
@@ -120,7 +130,11 @@ fn warp(img: &RgbImage, map: impl Fn(f64, f64) -> (f64, f64)) -> RgbImage {
     RgbImage::from_fn(w, h, |x, y| {
         let (sx, sy) = map(f64::from(x) + 0.5, f64::from(y) + 0.5);
         let (ix, iy) = ((sx - 0.5).round(), (sy - 0.5).round());
-        if ix >= 0.0 && iy >= 0.0 && ix < f64::from(w) && iy < f64::from(h) { *img.get_pixel(ix as u32, iy as u32) } else { Rgb([0; 3]) }
+        if ix >= 0.0 && iy >= 0.0 && ix < f64::from(w) && iy < f64::from(h) {
+            *img.get_pixel(ix as u32, iy as u32)
+        } else {
+            Rgb([0; 3])
+        }
     })
 }
 
@@ -135,12 +149,21 @@ fn sharpness(img: &RgbImage, f: f32) -> RgbImage {
     for y in 1..h - 1 {
         for x in 1..w - 1 {
             let smooth: [f32; 3] = std::array::from_fn(|c| {
-                let around: u32 = (0..3).flat_map(|dy| (0..3).map(move |dx| (dx, dy))).map(|(dx, dy)| u32::from(img.get_pixel(x + dx - 1, y + dy - 1).0[c])).sum();
+                let around: u32 = (0..3)
+                    .flat_map(|dy| (0..3).map(move |dx| (dx, dy)))
+                    .map(|(dx, dy)| u32::from(img.get_pixel(x + dx - 1, y + dy - 1).0[c]))
+                    .sum();
                 let centre = u32::from(img.get_pixel(x, y).0[c]);
                 ((around + 4 * centre) as f32 / 13.0).round()
             });
             let p = img.get_pixel(x, y).0;
-            out.put_pixel(x, y, Rgb(std::array::from_fn(|c| (smooth[c] + f * (p[c] as f32 - smooth[c])).round().clamp(0.0, 255.0) as u8)));
+            out.put_pixel(
+                x,
+                y,
+                Rgb(std::array::from_fn(|c| {
+                    (smooth[c] + f * (p[c] as f32 - smooth[c])).round().clamp(0.0, 255.0) as u8
+                })),
+            );
         }
     }
     out
@@ -215,14 +238,21 @@ mod tests {
         let post = apply(img.clone(), Op::Posterize, 4.0);
         assert!(post.pixels().zip(img.pixels()).all(|(a, b)| a.0.iter().zip(b.0).all(|(&x, y)| x == y & 0xF0)));
         let sol = apply(img.clone(), Op::Solarize, 128.0);
-        assert!(sol.pixels().zip(img.pixels()).all(|(a, b)| a.0.iter().zip(b.0).all(|(&x, y)| x == if y >= 128 { 255 - y } else { y })));
+        assert!(
+            sol.pixels().zip(img.pixels()).all(|(a, b)| a
+                .0
+                .iter()
+                .zip(b.0)
+                .all(|(&x, y)| x == if y >= 128 { 255 - y } else { y }))
+        );
         let dark = RgbImage::from_fn(4, 4, |x, _| Rgb([100 + x as u8 * 10; 3]));
         let stretched = apply(dark, Op::AutoContrast, 0.0);
         assert_eq!((stretched.get_pixel(0, 0).0[0], stretched.get_pixel(3, 0).0[0]), (0, 255));
         assert_eq!(apply(img.clone(), Op::Brightness, 0.0), img, "factor 1 is the identity");
         assert_eq!(apply(img.clone(), Op::Sharpness, 0.0), img, "factor 1 is the identity");
         let eq = apply(img.clone(), Op::Equalize, 0.0);
-        let spread = |i: &RgbImage| i.pixels().map(|p| p.0[1]).max().unwrap() - i.pixels().map(|p| p.0[1]).min().unwrap();
+        let spread =
+            |i: &RgbImage| i.pixels().map(|p| p.0[1]).max().unwrap() - i.pixels().map(|p| p.0[1]).min().unwrap();
         assert!(spread(&eq) >= spread(&img), "equalizing spreads the values");
     }
 

@@ -108,7 +108,11 @@ pub fn load_source_with(source: &DataSource, image_size: u32, aug: &Augment) -> 
                 .into_iter()
                 .find(|d| d.join("train-images-idx3-ubyte.gz").is_file())
                 .ok_or_else(|| Error::MissingDataDir { path: PathBuf::from("datasets/fashion-mnist (run `cargo xtask data fashion-mnist`, or `apt-get install dataset-fashion-mnist`)") })?;
-            let ds = IdxDataset::open(&dir.join("train-images-idx3-ubyte.gz"), &dir.join("train-labels-idx1-ubyte.gz"), classes())?;
+            let ds = IdxDataset::open(
+                &dir.join("train-images-idx3-ubyte.gz"),
+                &dir.join("train-labels-idx1-ubyte.gz"),
+                classes(),
+            )?;
             idx_data(ds, aug)
         }
         DataSource::Folder(path) => folder_data(path, image_size, aug),
@@ -123,7 +127,11 @@ fn idx_data(ds: IdxDataset, aug: &Augment) -> Result<LoadedData> {
 
 fn folder_data(path: &Path, image_size: u32, aug: &Augment) -> Result<LoadedData> {
     let ds = FolderDataset::open(path)?;
-    Ok(LoadedData { dataset: Arc::new(ds), train: Pipeline::imagenet_train_with(image_size, aug), eval: Pipeline::imagenet_eval(image_size) })
+    Ok(LoadedData {
+        dataset: Arc::new(ds),
+        train: Pipeline::imagenet_train_with(image_size, aug),
+        eval: Pipeline::imagenet_eval(image_size),
+    })
 }
 
 #[cfg(test)]

@@ -74,22 +74,39 @@ pub struct DataBenchResult {
 ///
 /// # Errors
 /// When there are too few images for the batches asked for, or (strict mode) an image fails.
-pub fn loader_throughput(data: &LoadedData, config: &DataBenchConfig, sink: &mut dyn BatchSink) -> Result<DataBenchResult> {
+pub fn loader_throughput(
+    data: &LoadedData,
+    config: &DataBenchConfig,
+    sink: &mut dyn BatchSink,
+) -> Result<DataBenchResult> {
     let need = config.batch_size * (config.batches + 1);
     if config.batch_size == 0 || config.batches == 0 || data.dataset.len() < need {
         return Err(Error::InvalidConfig {
             name: "bench-data",
             value: format!("batch size {} × ({} + 1) batches", config.batch_size, config.batches),
-            reason: format!("needs {need} images and the data has {}; lower --batches or --batch-size", data.dataset.len()),
+            reason: format!(
+                "needs {need} images and the data has {}; lower --batches or --batch-size",
+                data.dataset.len()
+            ),
         });
     }
     let all: Vec<usize> = (0..data.dataset.len()).collect();
     let order: Vec<usize> = shuffle_for_epoch(&all, config.seed, 0).into_iter().take(need).collect();
     let pipeline = if config.eval { data.eval.clone() } else { data.train.clone() };
-    let loader_config = LoaderConfig { batch_size: config.batch_size, drop_last: true, prefetch: config.prefetch, seed: config.seed, strict: false };
+    let loader_config = LoaderConfig {
+        batch_size: config.batch_size,
+        drop_last: true,
+        prefetch: config.prefetch,
+        seed: config.seed,
+        strict: false,
+    };
     let skips = Arc::new(SkipLog::default());
     let mut loader = Loader::new(data.dataset.clone(), order, pipeline, 0, loader_config, skips.clone());
-    let first = loader.next().ok_or_else(|| Error::InvalidConfig { name: "bench-data", value: String::new(), reason: "every image of the first batch failed to load".into() })??;
+    let first = loader.next().ok_or_else(|| Error::InvalidConfig {
+        name: "bench-data",
+        value: String::new(),
+        reason: "every image of the first batch failed to load".into(),
+    })??;
     let batch_shape = first.shape;
     sink.take(first);
     sink.finish();

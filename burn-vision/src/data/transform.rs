@@ -76,7 +76,11 @@ impl Step {
             }
             Step::Resize { size } => {
                 let (w, h) = img.dimensions();
-                let (nw, nh) = if w <= h { (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1)) } else { (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size) };
+                let (nw, nh) = if w <= h {
+                    (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1))
+                } else {
+                    (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size)
+                };
                 if (nw, nh) == (w, h) { img } else { resize_region(&img, (0, 0, w, h), (nw, nh)) }
             }
             Step::CenterCrop { size } => center_crop(img, size),
@@ -95,7 +99,9 @@ fn resize_region(img: &DynamicImage, (x, y, w, h): (u32, u32, u32, u32), (nw, nh
     thread_local! {
         static RESIZER: std::cell::RefCell<fr::Resizer> = std::cell::RefCell::new(fr::Resizer::new());
     }
-    let options = fr::ResizeOptions::new().resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear)).crop(x as f64, y as f64, w as f64, h as f64);
+    let options = fr::ResizeOptions::new()
+        .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
+        .crop(x as f64, y as f64, w as f64, h as f64);
     let mut out = DynamicImage::new(nw, nh, img.color());
     match RESIZER.with(|r| r.borrow_mut().resize(img, &mut out, &options)) {
         Ok(()) => out,
@@ -167,7 +173,8 @@ impl Pipeline {
     /// Training at `size` with `aug`: RandomResizedCrop(scale, ratio), then the flip, colour
     /// jitter and random erasing that are on.
     pub fn imagenet_train_with(size: u32, aug: &Augment) -> Self {
-        let crop = Step::RandomResizedCrop { size, scale: (aug.scale[0], aug.scale[1]), ratio: (aug.ratio[0], aug.ratio[1]) };
+        let crop =
+            Step::RandomResizedCrop { size, scale: (aug.scale[0], aug.scale[1]), ratio: (aug.ratio[0], aug.ratio[1]) };
         Self::rgb(std::iter::once(crop).chain(Self::random_steps(aug)).collect())
     }
 
@@ -207,7 +214,20 @@ impl Pipeline {
 
     /// The same pipeline with every random step removed (for evaluation of grayscale sets).
     pub fn deterministic(&self) -> Self {
-        let steps = self.steps.iter().filter(|s| !matches!(s, Step::RandomHorizontalFlip { .. } | Step::RandAugment { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. })).cloned().collect();
+        let steps = self
+            .steps
+            .iter()
+            .filter(|s| {
+                !matches!(
+                    s,
+                    Step::RandomHorizontalFlip { .. }
+                        | Step::RandAugment { .. }
+                        | Step::ColorJitter { .. }
+                        | Step::RandomErasing { .. }
+                )
+            })
+            .cloned()
+            .collect();
         Self { steps, ..self.clone() }
     }
 
@@ -219,9 +239,16 @@ impl Pipeline {
                 Step::RandomResizedCrop { size: s, .. } | Step::CenterCrop { size: s } => (s, s),
                 Step::Resize { size: s } => {
                     let (w, h) = size;
-                    if w <= h { (s, (h as f64 * s as f64 / w as f64).round() as u32) } else { ((w as f64 * s as f64 / h as f64).round() as u32, s) }
+                    if w <= h {
+                        (s, (h as f64 * s as f64 / w as f64).round() as u32)
+                    } else {
+                        ((w as f64 * s as f64 / h as f64).round() as u32, s)
+                    }
                 }
-                Step::RandomHorizontalFlip { .. } | Step::RandAugment { .. } | Step::ColorJitter { .. } | Step::RandomErasing { .. } => size,
+                Step::RandomHorizontalFlip { .. }
+                | Step::RandAugment { .. }
+                | Step::ColorJitter { .. }
+                | Step::RandomErasing { .. } => size,
             };
         }
         size
@@ -259,9 +286,16 @@ impl Pipeline {
             self.std
         );
         let plane = (img.width() * img.height()) as usize;
-        assert_eq!(out.len(), plane * self.channels, "Got an output of {} values, expected {}", out.len(), plane * self.channels);
+        assert_eq!(
+            out.len(),
+            plane * self.channels,
+            "Got an output of {} values, expected {}",
+            out.len(),
+            plane * self.channels
+        );
         // (p / 255 - mean) / std as one lookup per value: 256 entries a channel.
-        let table = |c: usize| -> [f32; 256] { std::array::from_fn(|p| (p as f32 / 255.0 - self.mean[c]) / self.std[c]) };
+        let table =
+            |c: usize| -> [f32; 256] { std::array::from_fn(|p| (p as f32 / 255.0 - self.mean[c]) / self.std[c]) };
         if self.channels == 1 {
             let t = table(0);
             for (o, p) in out.iter_mut().zip(img.into_luma8().into_raw()) {
@@ -291,7 +325,8 @@ mod tests {
 
     #[test]
     fn imagenet_pipelines_give_224_rgb_in_range() {
-        let img = DynamicImage::ImageRgb8(RgbImage::from_fn(320, 240, |x, y| Rgb([(x % 256) as u8, (y % 256) as u8, 128])));
+        let img =
+            DynamicImage::ImageRgb8(RgbImage::from_fn(320, 240, |x, y| Rgb([(x % 256) as u8, (y % 256) as u8, 128])));
         for p in [Pipeline::imagenet_train(224), Pipeline::imagenet_eval(224)] {
             let mut out = Vec::new();
             for seed in 0..5 {
@@ -330,7 +365,12 @@ mod tests {
     #[test]
     fn flip_mirrors_and_is_seeded() {
         let img = DynamicImage::ImageLuma8(image::GrayImage::from_fn(4, 1, |x, _| image::Luma([x as u8 * 60])));
-        let p = Pipeline { steps: vec![Step::RandomHorizontalFlip { p: 1.0 }], channels: 1, mean: vec![0.0], std: vec![1.0] };
+        let p = Pipeline {
+            steps: vec![Step::RandomHorizontalFlip { p: 1.0 }],
+            channels: 1,
+            mean: vec![0.0],
+            std: vec![1.0],
+        };
         let mut out = Vec::new();
         p.apply_into(img.clone(), &mut rng(0), &mut out);
         assert!(out[0] > out[3]);
@@ -348,12 +388,15 @@ mod tests {
     fn fast_resize_matches_image_triangle_filter() {
         // A smooth gradient with detail, shrunk from a crop and enlarged: the SIMD resize and
         // image's own Triangle filter agree to within rounding.
-        let img = DynamicImage::ImageRgb8(RgbImage::from_fn(97, 61, |x, y| Rgb([(x * 2) as u8, (y * 4) as u8, ((x + y) % 256) as u8])));
+        let img = DynamicImage::ImageRgb8(RgbImage::from_fn(97, 61, |x, y| {
+            Rgb([(x * 2) as u8, (y * 4) as u8, ((x + y) % 256) as u8])
+        }));
         for (region, size) in [((5, 3, 80, 50), (40, 25)), ((0, 0, 97, 61), (150, 90)), ((10, 10, 30, 30), (30, 30))] {
             let fast = resize_region(&img, region, size).to_rgb8();
             let (x, y, w, h) = region;
             let reference = img.crop_imm(x, y, w, h).resize_exact(size.0, size.1, FilterType::Triangle).to_rgb8();
-            let worst = fast.as_raw().iter().zip(reference.as_raw()).map(|(a, b)| (*a as i32 - *b as i32).abs()).max().unwrap();
+            let worst =
+                fast.as_raw().iter().zip(reference.as_raw()).map(|(a, b)| (*a as i32 - *b as i32).abs()).max().unwrap();
             assert!(worst <= 3, "region {region:?} → {size:?}: largest difference {worst} levels");
         }
     }

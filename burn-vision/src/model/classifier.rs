@@ -128,9 +128,12 @@ impl<B: Backend> ImageClassifier<B> for Classifier<B> {
 /// The recorder's error when the bytes fit neither.
 pub fn load_model_record<B: Backend>(bytes: &[u8], device: &B::Device) -> Result<ClassifierRecord<B>, RecorderError> {
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let load = |f: &dyn Fn() -> Result<ClassifierRecord<B>, RecorderError>| crate::guard::catch_panic(f).unwrap_or_else(|p| Err(RecorderError::DeserializeError(p)));
+    let load = |f: &dyn Fn() -> Result<ClassifierRecord<B>, RecorderError>| {
+        crate::guard::catch_panic(f).unwrap_or_else(|p| Err(RecorderError::DeserializeError(p)))
+    };
     match load(&|| recorder.load::<ClassifierRecord<B>>(bytes.to_vec(), device)) {
         Ok(record) => Ok(record),
-        Err(e) => load(&|| recorder.load::<ResNetRecord<B>>(bytes.to_vec(), device).map(ClassifierRecord::ResNet)).map_err(|_| e),
+        Err(e) => load(&|| recorder.load::<ResNetRecord<B>>(bytes.to_vec(), device).map(ClassifierRecord::ResNet))
+            .map_err(|_| e),
     }
 }

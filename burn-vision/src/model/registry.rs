@@ -33,7 +33,11 @@ pub fn list_models() -> Vec<&'static str> {
 /// # Errors
 /// [`Error::UnknownModel`] listing the known names.
 pub fn model_config(name: &str, num_classes: usize) -> Result<ModelConfig> {
-    MODELS.iter().find(|(n, _)| *n == name).map(|(_, make)| make(num_classes)).ok_or_else(|| Error::UnknownModel { name: name.to_string(), available: list_models().join(", ") })
+    MODELS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, make)| make(num_classes))
+        .ok_or_else(|| Error::UnknownModel { name: name.to_string(), available: list_models().join(", ") })
 }
 
 /// Builds model `name` with `num_classes` outputs and `in_channels` inputs; `small_input`
@@ -41,7 +45,13 @@ pub fn model_config(name: &str, num_classes: usize) -> Result<ModelConfig> {
 ///
 /// # Errors
 /// [`Error::UnknownModel`] for a name not in the registry.
-pub fn create<B: Backend>(name: &str, num_classes: usize, in_channels: usize, small_input: bool, device: &B::Device) -> Result<Classifier<B>> {
+pub fn create<B: Backend>(
+    name: &str,
+    num_classes: usize,
+    in_channels: usize,
+    small_input: bool,
+    device: &B::Device,
+) -> Result<Classifier<B>> {
     Ok(model_config(name, num_classes)?.with_in_channels(in_channels).with_small_input(small_input).init(device))
 }
 
@@ -57,7 +67,11 @@ mod tests {
         for name in list_models() {
             for (channels, small, side) in [(3, false, 32), (1, true, 16)] {
                 let model = create::<Flex>(name, 7, channels, small, &device).unwrap();
-                let x = Tensor::<Flex, 4>::random([2, channels, side, side], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+                let x = Tensor::<Flex, 4>::random(
+                    [2, channels, side, side],
+                    burn::tensor::Distribution::Normal(0.0, 1.0),
+                    &device,
+                );
                 let y = model.forward(x);
                 assert_eq!(y.dims(), [2, 7], "{name}");
                 let values = y.into_data().to_vec::<f32>().unwrap();

@@ -73,10 +73,13 @@ impl<B: Backend> Block<B> {
     fn new(kind: BlockKind, c_in: usize, width: usize, stride: usize, device: &B::Device) -> Self {
         let c_out = width * kind.expansion();
         let bn = |c| BatchNorm::from(BatchNormConfig::new(c).init(device));
-        let downsample = (stride != 1 || c_in != c_out).then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device).into(), bn: bn(c_out) });
+        let downsample = (stride != 1 || c_in != c_out)
+            .then(|| Downsample { conv: conv(c_in, c_out, 1, stride).init(device).into(), bn: bn(c_out) });
         let (conv1, conv2, conv3) = match kind {
             BlockKind::Basic => (conv(c_in, width, 3, stride), conv(width, width, 3, 1), None),
-            BlockKind::Bottleneck => (conv(c_in, width, 1, 1), conv(width, width, 3, stride), Some(conv(width, c_out, 1, 1))),
+            BlockKind::Bottleneck => {
+                (conv(c_in, width, 1, 1), conv(width, width, 3, stride), Some(conv(width, c_out, 1, 1)))
+            }
         };
         Self {
             conv1: conv1.init(device).into(),
@@ -101,7 +104,9 @@ impl<B: Backend> Block<B> {
         };
         let out = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         let out = match (&self.conv3, &self.bn3) {
-            (Some(conv3), Some(bn3)) => conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false),
+            (Some(conv3), Some(bn3)) => {
+                conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false)
+            }
             _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
         };
         // Rectified keeping only the output for the backward (the sum is kept by nothing else).
@@ -117,7 +122,9 @@ impl<B: Backend> Block<B> {
             bn2: self.bn2.with_layout(layout),
             conv3: self.conv3.map(|c| c.with_layout(layout)),
             bn3: self.bn3.map(|b| b.with_layout(layout)),
-            downsample: self.downsample.map(|d| Downsample { conv: d.conv.with_layout(layout), bn: d.bn.with_layout(layout) }),
+            downsample: self
+                .downsample
+                .map(|d| Downsample { conv: d.conv.with_layout(layout), bn: d.bn.with_layout(layout) }),
             relu: self.relu,
         }
     }
@@ -127,7 +134,13 @@ impl<B: Backend> Block<B> {
 /// or SyncBatchNorm with the same parameters when `sync` spans more than one rank (on the
 /// channels-last batch norm kernels for a channels-last model on burn-cuda; over one rank it is
 /// this plain path, as PyTorch's SyncBatchNorm); then ReLU when `relu`.
-fn conv_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tensor<B, 4>, sync: Option<&BatchNormSync>, relu: bool) -> Tensor<B, 4> {
+fn conv_norm<B: Backend>(
+    conv: &Conv2d<B>,
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    sync: Option<&BatchNormSync>,
+    relu: bool,
+) -> Tensor<B, 4> {
     match sync.filter(|s| s.world_size() > 1) {
         Some(s) => {
             // SyncBatchNorm takes NCHW-ordered dims; the block's output keeps the activations'
@@ -240,7 +253,11 @@ impl ResNetConfig {
             self.layers
         );
         let stem_width = self.widths[0];
-        let conv1 = if self.small_input { conv(self.in_channels, stem_width, 3, 1) } else { conv(self.in_channels, stem_width, 7, 2) };
+        let conv1 = if self.small_input {
+            conv(self.in_channels, stem_width, 3, 1)
+        } else {
+            conv(self.in_channels, stem_width, 7, 2)
+        };
         let mut c_in = stem_width;
         let mut stage = |i: usize| -> Vec<Block<B>> {
             (0..self.layers[i])
@@ -256,7 +273,12 @@ impl ResNetConfig {
         ResNet {
             conv1: conv1.init(device).into(),
             bn1: BatchNormConfig::new(stem_width).init(device).into(),
-            maxpool: (!self.small_input).then(|| MaxPool2dConfig::new([3, 3]).with_strides([2, 2]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init()),
+            maxpool: (!self.small_input).then(|| {
+                MaxPool2dConfig::new([3, 3])
+                    .with_strides([2, 2])
+                    .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                    .init()
+            }),
             layer1,
             layer2,
             layer3,
@@ -298,7 +320,8 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
         let stage = |blocks: Vec<Block<B>>| blocks.into_iter().map(|b| b.with_layout(layout)).collect();
         self.conv1 = self.conv1.with_layout(layout);
         self.bn1 = self.bn1.with_layout(layout);
-        (self.layer1, self.layer2, self.layer3, self.layer4) = (stage(self.layer1), stage(self.layer2), stage(self.layer3), stage(self.layer4));
+        (self.layer1, self.layer2, self.layer3, self.layer4) =
+            (stage(self.layer1), stage(self.layer2), stage(self.layer3), stage(self.layer4));
         self.layout = layout;
         self
     }
@@ -422,12 +445,18 @@ mod tests {
         let run = |m: ResNet<B>| {
             let logits = m.forward(x.clone());
             let grads = logits.clone().powf_scalar(2.0).sum().backward();
-            let v4 = |p: &burn::module::Param<Tensor<B, 4>>| p.val().grad(&grads).expect("gradient").into_data().to_vec::<f32>().unwrap();
+            let v4 = |p: &burn::module::Param<Tensor<B, 4>>| {
+                p.val().grad(&grads).expect("gradient").into_data().to_vec::<f32>().unwrap()
+            };
             (logits.into_data().to_vec::<f32>().unwrap(), v4(&m.conv1.weight), v4(&m.layer3[0].conv1.weight))
         };
         let nchw = run(model.clone());
         let nhwc = run(model.with_channels_last(true));
-        for (name, a, b) in [("logits", &nhwc.0, &nchw.0), ("conv1 gradient", &nhwc.1, &nchw.1), ("layer3.0.conv1 gradient", &nhwc.2, &nchw.2)] {
+        for (name, a, b) in [
+            ("logits", &nhwc.0, &nchw.0),
+            ("conv1 gradient", &nhwc.1, &nchw.1),
+            ("layer3.0.conv1 gradient", &nhwc.2, &nchw.2),
+        ] {
             let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
             let err = a.iter().zip(b).fold(0f32, |m, (p, q)| m.max((p - q).abs())) / scale;
             assert!(err < 1e-4, "{name}: channels-last differs from NCHW by {err} (relative to the largest value)");

@@ -102,7 +102,8 @@ impl<B: Backend> EncoderBlock<B> {
             None => t,
         };
         let x = x.clone() + scaled(self.attn.forward(layer_norm(&self.norm1, x, NORM_EPS)), 0);
-        let hidden = burn::tensor::activation::gelu(linear(&self.mlp.fc1, layer_norm(&self.norm2, x.clone(), NORM_EPS)));
+        let hidden =
+            burn::tensor::activation::gelu(linear(&self.mlp.fc1, layer_norm(&self.norm2, x.clone(), NORM_EPS)));
         x + scaled(linear(&self.mlp.fc2, hidden), 1)
     }
 }
@@ -119,7 +120,13 @@ pub struct DropPath {
 
 impl DropPath {
     /// Block `block`'s two `[n, 1, 1]` factors, or `None` when it drops nothing.
-    fn factors<B: Backend>(&self, block: usize, depth: usize, n: usize, like: &Tensor<B, 3>) -> Option<[Tensor<B, 3>; 2]> {
+    fn factors<B: Backend>(
+        &self,
+        block: usize,
+        depth: usize,
+        n: usize,
+        like: &Tensor<B, 3>,
+    ) -> Option<[Tensor<B, 3>; 2]> {
         let p = if depth > 1 { self.rate * block as f64 / (depth - 1) as f64 } else { self.rate };
         if p <= 0.0 || !B::ad_enabled(&like.device()) {
             return None;
@@ -127,8 +134,10 @@ impl DropPath {
         let key = self.key.load(std::sync::atomic::Ordering::Relaxed);
         Some([0, 1].map(|branch| {
             use rand::{Rng, SeedableRng};
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(key ^ ((block as u64) << 48) ^ ((branch as u64) << 56));
-            let f: Vec<f32> = (0..n).map(|_| if rng.random::<f64>() < p { 0.0 } else { (1.0 / (1.0 - p)) as f32 }).collect();
+            let mut rng =
+                rand_chacha::ChaCha8Rng::seed_from_u64(key ^ ((block as u64) << 48) ^ ((branch as u64) << 56));
+            let f: Vec<f32> =
+                (0..n).map(|_| if rng.random::<f64>() < p { 0.0 } else { (1.0 / (1.0 - p)) as f32 }).collect();
             Tensor::<B, 3>::from_data(TensorData::new(f, [n, 1, 1]), &like.device()).cast(like.dtype())
         }))
     }
@@ -211,19 +220,29 @@ impl VitConfig {
     /// If `dim` is not a multiple of `heads`, or the image side not of the patch side.
     pub fn init<B: Backend>(&self, device: &B::Device) -> VisionTransformer<B> {
         let (patch, side) = self.layout();
-        assert!(self.dim.is_multiple_of(self.heads) && side.is_multiple_of(patch) && self.depth > 0, "ViT: dim {} over {} heads, image {side} over patch {patch}", self.dim, self.heads);
+        assert!(
+            self.dim.is_multiple_of(self.heads) && side.is_multiple_of(patch) && self.depth > 0,
+            "ViT: dim {} over {} heads, image {side} over patch {patch}",
+            self.dim,
+            self.heads
+        );
         let normal = Initializer::Normal { mean: 0.0, std: 0.02 };
         let linear = |i: usize, o: usize| LinearConfig::new(i, o).with_initializer(normal.clone()).init(device);
         let norm = || LayerNormConfig::new(self.dim).with_epsilon(NORM_EPS).init(device);
         let block = || EncoderBlock {
             norm1: norm(),
-            attn: Attention { qkv: linear(self.dim, 3 * self.dim), proj: linear(self.dim, self.dim), heads: self.heads },
+            attn: Attention {
+                qkv: linear(self.dim, 3 * self.dim),
+                proj: linear(self.dim, self.dim),
+                heads: self.heads,
+            },
             norm2: norm(),
             mlp: Mlp { fc1: linear(self.dim, 4 * self.dim), fc2: linear(4 * self.dim, self.dim) },
         };
         let tokens = 1 + (side / patch) * (side / patch);
-        let proj =
-            Conv2dConfig::new([self.in_channels, self.dim], [patch, patch]).with_stride([patch, patch]).with_initializer(Initializer::KaimingUniform { gain: 1.0 / 3f64.sqrt(), fan_out_only: false });
+        let proj = Conv2dConfig::new([self.in_channels, self.dim], [patch, patch])
+            .with_stride([patch, patch])
+            .with_initializer(Initializer::KaimingUniform { gain: 1.0 / 3f64.sqrt(), fan_out_only: false });
         VisionTransformer {
             patch_embed: PatchEmbed { proj: proj.init(device).into() },
             cls_token: normal.init([1, 1, self.dim], device),
@@ -277,7 +296,8 @@ fn bicubic_matrix(from: usize, to: usize) -> Vec<f32> {
 /// burn-cuda). Returns `[to.0, to.1, d]`.
 fn resize_bicubic<B: Backend>(grid: Tensor<B, 2>, from: (usize, usize), to: (usize, usize), d: usize) -> Tensor<B, 3> {
     let device = grid.device();
-    let weights = |f: usize, t: usize| Tensor::<B, 2>::from_data(TensorData::new(bicubic_matrix(f, t), [t, f]), &device);
+    let weights =
+        |f: usize, t: usize| Tensor::<B, 2>::from_data(TensorData::new(bicubic_matrix(f, t), [t, f]), &device);
     let rows = matmul(weights(from.0, to.0), grid).reshape([to.0, from.1, d]);
     let cols = weights(from.1, to.1).unsqueeze_dim::<3>(0).expand([to.0, to.1, from.1]);
     matmul(cols, rows)
@@ -327,7 +347,9 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
     /// A ViT has no BatchNorm (LayerNorm needs no statistics across ranks).
     fn with_sync_batch_norm(self, sync: Option<BatchNormSync>) -> Self {
         if sync.is_some() {
-            log::warn!("--sync-bn: a Vision Transformer has no BatchNorm (LayerNorm needs no cross-rank statistics); ignored");
+            log::warn!(
+                "--sync-bn: a Vision Transformer has no BatchNorm (LayerNorm needs no cross-rank statistics); ignored"
+            );
         }
         self
     }
@@ -371,10 +393,19 @@ mod tests {
         let device = Default::default();
         for (from, to) in [((4, 4), (7, 7)), ((14, 14), (6, 6)), ((8, 8), (5, 12)), ((2, 2), (2, 3))] {
             let d = 3;
-            let grid = Tensor::<Flex, 3>::random([from.0, from.1, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
-            let ours = resize_bicubic(grid.clone().reshape([from.0, from.1 * d]), from, to, d).into_data().to_vec::<f32>().unwrap();
+            let grid =
+                Tensor::<Flex, 3>::random([from.0, from.1, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+            let ours = resize_bicubic(grid.clone().reshape([from.0, from.1 * d]), from, to, d)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap();
             let options = InterpolateOptions { mode: InterpolateMode::Bicubic, align_corners: false };
-            let burn = interpolate(grid.permute([2, 0, 1]).unsqueeze_dim::<4>(0), [to.0, to.1], options).squeeze_dim::<3>(0).permute([1, 2, 0]).into_data().to_vec::<f32>().unwrap();
+            let burn = interpolate(grid.permute([2, 0, 1]).unsqueeze_dim::<4>(0), [to.0, to.1], options)
+                .squeeze_dim::<3>(0)
+                .permute([1, 2, 0])
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap();
             let err = ours.iter().zip(&burn).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert!(err < 1e-5, "{from:?} → {to:?}: max difference {err}");
         }
@@ -420,7 +451,8 @@ mod tests {
         type Ad = burn_autodiff::Autodiff<Flex>;
         let device = Default::default();
         let ((fh, fw), (th, tw)) = ((4, 3), (6, 5));
-        let grid = Tensor::<Ad, 2>::random([fh, fw], burn::tensor::Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let grid =
+            Tensor::<Ad, 2>::random([fh, fw], burn::tensor::Distribution::Normal(0.0, 1.0), &device).require_grad();
         let g = Tensor::<Ad, 3>::random([th, tw, 1], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
         let gv: Vec<f64> = g.clone().into_data().to_vec::<f32>().unwrap().into_iter().map(f64::from).collect();
         let grads = (resize_bicubic(grid.clone(), (fh, fw), (th, tw), 1) * g).sum().backward();
@@ -428,7 +460,10 @@ mod tests {
         let (ry, rx) = (bicubic_matrix(fh, th), bicubic_matrix(fw, tw));
         for a in 0..fh {
             for b in 0..fw {
-                let want: f64 = (0..th).flat_map(|i| (0..tw).map(move |j| (i, j))).map(|(i, j)| f64::from(ry[i * fh + a]) * gv[i * tw + j] * f64::from(rx[j * fw + b])).sum();
+                let want: f64 = (0..th)
+                    .flat_map(|i| (0..tw).map(move |j| (i, j)))
+                    .map(|(i, j)| f64::from(ry[i * fh + a]) * gv[i * tw + j] * f64::from(rx[j * fw + b]))
+                    .sum();
                 assert!((f64::from(got[a * fw + b]) - want).abs() < 1e-5, "({a},{b}): {} vs {want}", got[a * fw + b]);
             }
         }
@@ -438,7 +473,11 @@ mod tests {
     fn timm_parameter_counts() {
         // timm: sum(p.numel() for p in create_model(name).parameters()) (1000 classes).
         let device = Default::default();
-        for (config, params) in [(VitConfig::tiny(16, 1000), 5_717_416usize), (VitConfig::small(16, 1000), 22_050_664), (VitConfig::base(16, 1000), 86_567_656)] {
+        for (config, params) in [
+            (VitConfig::tiny(16, 1000), 5_717_416usize),
+            (VitConfig::small(16, 1000), 22_050_664),
+            (VitConfig::base(16, 1000), 86_567_656),
+        ] {
             assert_eq!(config.init::<Flex>(&device).num_params(), params, "{config:?}");
         }
     }
@@ -448,7 +487,8 @@ mod tests {
         let device = Default::default();
         let model = VitConfig::new(4, 32, 2, 2, 5).with_image_size(32).init::<Flex>(&device);
         for side in [32, 28, 48] {
-            let x = Tensor::<Flex, 4>::random([2, 3, side, side], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+            let x =
+                Tensor::<Flex, 4>::random([2, 3, side, side], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
             assert_eq!(model.forward(x).dims(), [2, 5], "{side}");
         }
     }

@@ -267,7 +267,12 @@ fn warm_up<B: AutodiffBackend>(
 
 /// burn-cuda's live GiB on `gpu` after one more forward pass and its loss (synchronised there);
 /// its backward then runs and its gradients are dropped.
-fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, (x, y): (&Tensor<B, 4>, &Tensor<B, 1, Int>), device: &B::Device, gpu: usize) -> Option<f64> {
+fn in_use_after_forward<B: AutodiffBackend>(
+    model: &Classifier<B>,
+    (x, y): (&Tensor<B, 4>, &Tensor<B, 1, Int>),
+    device: &B::Device,
+    gpu: usize,
+) -> Option<f64> {
     let loss = cross_entropy(model.forward(x.clone()), y.clone(), 0.0);
     B::sync(device).ok()?;
     let gib = burn_ddp::nn::memory::report(gpu).map(|r| r.in_use_gib);
@@ -280,9 +285,15 @@ fn in_use_after_forward<B: AutodiffBackend>(model: &Classifier<B>, (x, y): (&Ten
 ///
 /// # Errors
 /// For an unknown model, or a failed DDP step.
-pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B::Device, dist: Option<&Distributed>) -> Result<BenchResult> {
+pub fn synthetic_throughput<B: AutodiffBackend>(
+    config: &BenchConfig,
+    device: &B::Device,
+    dist: Option<&Distributed>,
+) -> Result<BenchResult> {
     B::seed(device, 0);
-    let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?.with_precision(config.precision).with_channels_last(config.channels_last);
+    let mut model: Classifier<B> = create(&config.model, config.classes, config.channels, config.small_input, device)?
+        .with_precision(config.precision)
+        .with_channels_last(config.channels_last);
     model = burn_ddp::params::initialized(model);
     if let Some(d) = dist {
         // Every rank starts from rank 0's parameters, as in training.
@@ -325,7 +336,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         Ok((model, loss))
     };
     let first_step_profile = config.host_profile.as_deref().filter(|_| config.host_profile_first_step);
-    let (m, mut loss, first_step, warmup_seconds) = warm_up::<B>(config.warmup, device, model, &mut step, first_step_profile)?;
+    let (m, mut loss, first_step, warmup_seconds) =
+        warm_up::<B>(config.warmup, device, model, &mut step, first_step_profile)?;
     model = m;
     let memory_after_warmup = config.gpu.and_then(burn_ddp::nn::memory::report);
     if let Some(gpu) = config.gpu {
@@ -333,7 +345,12 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
     }
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
-    let profile = config.host_profile.as_deref().filter(|_| !config.host_profile_first_step).map(super::host_profile::HostProfile::start).transpose()?;
+    let profile = config
+        .host_profile
+        .as_deref()
+        .filter(|_| !config.host_profile_first_step)
+        .map(super::host_profile::HostProfile::start)
+        .transpose()?;
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
     let cache_before = burn_ddp::nn::kernel_cache::usage();
@@ -370,14 +387,22 @@ pub fn synthetic_throughput<B: AutodiffBackend>(config: &BenchConfig, device: &B
         img_per_s: (config.steps * config.batch_size) as f64 / seconds,
         warmup_seconds,
         first_step,
-        device_used_gib: config.gpu.and_then(|g| burn_ddp::gpu_memory_used(g).ok()).map(|b| b as f64 / (1u64 << 30) as f64),
+        device_used_gib: config
+            .gpu
+            .and_then(|g| burn_ddp::gpu_memory_used(g).ok())
+            .map(|b| b as f64 / (1u64 << 30) as f64),
         memory_after_warmup,
         memory,
         in_use_after_forward_gib,
         last_loss,
         cudnn,
         upload_s,
-        host: HostTimes { enqueued_s, forward_s: host_s.get()[0], backward_s: host_s.get()[1], optimizer_s: host_s.get()[2] },
+        host: HostTimes {
+            enqueued_s,
+            forward_s: host_s.get()[0],
+            backward_s: host_s.get()[1],
+            optimizer_s: host_s.get()[2],
+        },
         threads,
         ddp,
         kernel_cache,

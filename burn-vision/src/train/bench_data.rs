@@ -38,7 +38,11 @@ pub fn bench_data(data: &LoadedData, config: &DataBenchConfig, gpu: Option<usize
 
 #[cfg(feature = "cuda")]
 fn on_gpu(data: &LoadedData, config: &DataBenchConfig, id: usize) -> Result<DataBenchResult> {
-    loader_throughput(data, config, &mut OnDevice::<burn_cuda::Cuda> { device: super::gpu(id), name: format!("gpu {id}") })
+    loader_throughput(
+        data,
+        config,
+        &mut OnDevice::<burn_cuda::Cuda> { device: super::gpu(id), name: format!("gpu {id}") },
+    )
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -96,7 +96,9 @@ impl Checkpoint {
         let crc = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
         let body = &bytes[12..];
         if crc32fast::hash(body) != crc {
-            return Err(bad("checksum mismatch: the file is truncated or corrupt; use the other checkpoint (best/last) or retrain"));
+            return Err(bad(
+                "checksum mismatch: the file is truncated or corrupt; use the other checkpoint (best/last) or retrain",
+            ));
         }
         let mut rest = body;
         let mut section = || -> Result<Vec<u8>> {
@@ -129,7 +131,9 @@ impl Checkpoint {
     /// When it cannot be read or is not valid.
     pub fn load(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::BadCheckpoint { path: path.to_path_buf(), reason: "file not found".into() },
+            std::io::ErrorKind::NotFound => {
+                Error::BadCheckpoint { path: path.to_path_buf(), reason: "file not found".into() }
+            }
             _ => Error::io("reading", path, e),
         })?;
         Self::from_bytes(&bytes, path)

@@ -35,7 +35,8 @@ impl DeviceSpec {
         let bad = |reason: String| Error::InvalidConfig { name: "--gpus", value: list.to_string(), reason };
         let mut ids = Vec::new();
         for part in list.split(',').map(str::trim) {
-            let id: usize = part.parse().map_err(|_| bad(format!("`{part}` is not a GPU number; use e.g. --gpus 0,1")))?;
+            let id: usize =
+                part.parse().map_err(|_| bad(format!("`{part}` is not a GPU number; use e.g. --gpus 0,1")))?;
             if ids.contains(&id) {
                 return Err(bad(format!("GPU {id} is listed twice")));
             }
@@ -191,7 +192,11 @@ impl std::str::FromStr for Strategy {
         match s {
             "ddp" => Ok(Strategy::Ddp),
             "dp" => Ok(Strategy::Dp),
-            other => Err(Error::InvalidConfig { name: "--strategy", value: other.into(), reason: "use ddp (one process per device) or dp (one process, a thread per device)".into() }),
+            other => Err(Error::InvalidConfig {
+                name: "--strategy",
+                value: other.into(),
+                reason: "use ddp (one process per device) or dp (one process, a thread per device)".into(),
+            }),
         }
     }
 }
@@ -253,7 +258,11 @@ pub fn parse_grad_compression(value: &str) -> Result<GradCompression> {
         "none" | "f32" | "fp32" => Ok(GradCompression::None),
         "bf16" => Ok(GradCompression::Bf16),
         "fp16" | "f16" => Ok(GradCompression::Fp16),
-        _ => Err(Error::InvalidConfig { name: "--grad-compression", value: value.into(), reason: "use none (f32), bf16 or fp16".into() }),
+        _ => Err(Error::InvalidConfig {
+            name: "--grad-compression",
+            value: value.into(),
+            reason: "use none (f32), bf16 or fp16".into(),
+        }),
     }
 }
 
@@ -300,7 +309,13 @@ impl TrainConfig {
             label_smoothing: 0.1,
             small_input: false,
             clip_grad_norm: Some(1.0),
-            augment: crate::data::Augment { color_jitter: 0.4, random_erasing: 0.25, rand_augment_ops: 2, rand_augment_magnitude: 9, ..crate::data::Augment::default() },
+            augment: crate::data::Augment {
+                color_jitter: 0.4,
+                random_erasing: 0.25,
+                rand_augment_ops: 2,
+                rand_augment_magnitude: 9,
+                ..crate::data::Augment::default()
+            },
             mixup: super::mixup::MixupConfig { mixup_alpha: 0.8, cutmix_alpha: 1.0, ..Default::default() },
             drop_path: 0.1,
             ..Self::default()
@@ -337,28 +352,48 @@ impl TrainConfig {
             return bad("--min-lr-factor", self.min_lr_factor.to_string(), "must be in [0, 1]");
         }
         if self.weight_decay < 0.0 || !(0.0..1.0).contains(&self.momentum) {
-            return bad("--weight-decay/--momentum", format!("{}/{}", self.weight_decay, self.momentum), "need weight decay ≥ 0 and momentum in [0, 1)");
+            return bad(
+                "--weight-decay/--momentum",
+                format!("{}/{}", self.weight_decay, self.momentum),
+                "need weight decay ≥ 0 and momentum in [0, 1)",
+            );
         }
         if self.nproc == 0 {
             return bad("--nproc", "0".into(), "use at least 1");
         }
         if self.sync_bn && self.strategy == Strategy::Dp {
-            return bad("--sync-bn", "with --strategy dp".into(), "SyncBatchNorm synchronises DDP ranks; use --strategy ddp, or drop --sync-bn");
+            return bad(
+                "--sync-bn",
+                "with --strategy dp".into(),
+                "SyncBatchNorm synchronises DDP ranks; use --strategy ddp, or drop --sync-bn",
+            );
         }
         if !(self.backbone_lr_scale >= 0.0 && self.backbone_lr_scale.is_finite()) {
-            return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "must be a number ≥ 0 (1 = the head's rate)");
+            return bad(
+                "--backbone-lr-scale",
+                self.backbone_lr_scale.to_string(),
+                "must be a number ≥ 0 (1 = the head's rate)",
+            );
         }
         if let Some(c) = self.clip_grad_norm.filter(|c| !(*c > 0.0 && c.is_finite())) {
             return bad("--clip-grad-norm", c.to_string(), "must be a positive number");
         }
         if self.freeze_layers && self.backbone_lr_scale != 1.0 {
-            return bad("--backbone-lr-scale", self.backbone_lr_scale.to_string(), "with --freeze-layers the backbone does not train; drop one of them");
+            return bad(
+                "--backbone-lr-scale",
+                self.backbone_lr_scale.to_string(),
+                "with --freeze-layers the backbone does not train; drop one of them",
+            );
         }
         if let Some(t) = self.timeout_s.filter(|t| !(*t > 0.0 && t.is_finite())) {
             return bad("--timeout-s", t.to_string(), "give a positive number of seconds");
         }
         if self.checkpoint_every == Some(0) {
-            return bad("--checkpoint-every", "0".into(), "use at least 1 step, or drop the flag for checkpoints at epoch ends only");
+            return bad(
+                "--checkpoint-every",
+                "0".into(),
+                "use at least 1 step, or drop the flag for checkpoints at epoch ends only",
+            );
         }
         self.augment.validate()?;
         self.mixup.validate()?;

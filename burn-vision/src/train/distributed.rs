@@ -2,7 +2,10 @@
 //! training loop needs (sharding, reductions of metrics). One process = `None` everywhere.
 
 use crate::error::{Error, Result};
-use burn_ddp::{CommBackend as Collectives, DdpConfig, DistributedDataParallel, GradCompression, ProcessGroup, ReduceOp, RendezvousConfig, init_process_groups};
+use burn_ddp::{
+    CommBackend as Collectives, DdpConfig, DistributedDataParallel, GradCompression, ProcessGroup, ReduceOp,
+    RendezvousConfig, init_process_groups,
+};
 use std::sync::Arc;
 
 /// A joined process group with DDP on top.
@@ -35,7 +38,12 @@ impl Distributed {
     ///
     /// # Errors
     /// Rendezvous failures, NCCL set-up failures, or a local rank without a GPU in `--gpus`.
-    pub fn from_env(local_gpus: Option<usize>, overlap: bool, timeout_s: Option<f64>, compression: GradCompression) -> Result<Option<Self>> {
+    pub fn from_env(
+        local_gpus: Option<usize>,
+        overlap: bool,
+        timeout_s: Option<f64>,
+        compression: GradCompression,
+    ) -> Result<Option<Self>> {
         if !burn_ddp::launch_env::launched(&|k| std::env::var(k).ok()) {
             return Ok(None);
         }
@@ -47,7 +55,10 @@ impl Distributed {
             return Err(Error::InvalidConfig {
                 name: "--gpus",
                 value: format!("{n} GPU(s)"),
-                reason: format!("this process is local rank {} of {} on its node: list one GPU per local rank (each node names its own GPUs)", config.local_rank, config.local_world_size),
+                reason: format!(
+                    "this process is local rank {} of {} on its node: list one GPU per local rank (each node names its own GPUs)",
+                    config.local_rank, config.local_world_size
+                ),
             });
         }
         Self::join(&config, local_gpus.is_some(), overlap, compression).map(Some)
@@ -63,7 +74,13 @@ impl Distributed {
     pub fn alone(gpu: Option<usize>, overlap: bool, compression: GradCompression) -> Result<Self> {
         let d = Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu.is_some(), overlap, compression)?;
         // `overlap` exactly as asked (the training loop keeps it on over NCCL).
-        Ok(Self { ddp: DistributedDataParallel::new(d.device_group.clone(), DdpConfig { overlap, compression, ..DdpConfig::default() }), ..d })
+        Ok(Self {
+            ddp: DistributedDataParallel::new(
+                d.device_group.clone(),
+                DdpConfig { overlap, compression, ..DdpConfig::default() },
+            ),
+            ..d
+        })
     }
 
     /// The groups of the world `config` describes, DDP over the device group.
@@ -71,16 +88,30 @@ impl Distributed {
         let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
         let groups = init_process_groups(backends, config).map_err(|e| match e {
-            burn_ddp::Error::Cuda { op, reason } if nccl => burn_ddp::Error::Cuda { op, reason: format!("{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)") },
+            burn_ddp::Error::Cuda { op, reason } if nccl => burn_ddp::Error::Cuda {
+                op,
+                reason: format!(
+                    "{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)"
+                ),
+            },
             other => other,
         })?;
         let host_group: Arc<dyn ProcessGroup> = groups[0].clone();
         let device_group: Arc<dyn ProcessGroup> = groups[groups.len() - 1].clone();
         if config.rank == 0 {
-            log::info!("{} ranks from {}; gradients over {}, metrics over {}", config.world_size, config.source, device_group.backend(), host_group.backend());
+            log::info!(
+                "{} ranks from {}; gradients over {}, metrics over {}",
+                config.world_size,
+                config.source,
+                device_group.backend(),
+                host_group.backend()
+            );
         }
         Ok(Self {
-            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap: overlap || nccl, compression, ..DdpConfig::default() }),
+            ddp: DistributedDataParallel::new(
+                device_group.clone(),
+                DdpConfig { overlap: overlap || nccl, compression, ..DdpConfig::default() },
+            ),
             device_group,
             host_group,
             rank: config.rank,

@@ -54,9 +54,19 @@ impl EpochPlan {
         if let Some(max) = config.max_steps_per_epoch {
             steps_per_epoch = steps_per_epoch.min(max);
         }
-        let schedule =
-            CosineSchedule { base_lr: config.scaled_lr(), min_factor: config.min_lr_factor, warmup_steps: config.warmup_epochs * steps_per_epoch, total_steps: config.epochs * steps_per_epoch };
-        let loader = LoaderConfig { batch_size, drop_last, prefetch: config.prefetch, seed: config.seed, strict: config.strict_images };
+        let schedule = CosineSchedule {
+            base_lr: config.scaled_lr(),
+            min_factor: config.min_lr_factor,
+            warmup_steps: config.warmup_epochs * steps_per_epoch,
+            total_steps: config.epochs * steps_per_epoch,
+        };
+        let loader = LoaderConfig {
+            batch_size,
+            drop_last,
+            prefetch: config.prefetch,
+            seed: config.seed,
+            strict: config.strict_images,
+        };
         Self { dataset, train_idx, val_idx, sampler, steps_per_epoch, schedule, loader }
     }
 
@@ -147,7 +157,13 @@ fn progress_bar(config: &TrainConfig, len: usize, epoch: usize) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(len as u64);
-    bar.set_style(ProgressStyle::with_template("{prefix} [{bar:30.cyan/blue}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]").expect("static template").progress_chars("=> "));
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30.cyan/blue}] {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
     bar.set_prefix(format!("epoch {}/{}", epoch + 1, config.epochs));
     bar
 }
@@ -169,11 +185,19 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     // A resumed epoch skips the batches its checkpoint had trained on.
     let order = plan.order(epoch);
     let order = order[(done.steps * plan.loader.batch_size).min(order.len())..].to_vec();
-    let loader = Loader::new(plan.dataset.clone(), order, train_pipeline.clone(), epoch as u64, plan.loader.clone(), skips.clone());
+    let loader = Loader::new(
+        plan.dataset.clone(),
+        order,
+        train_pipeline.clone(),
+        epoch as u64,
+        plan.loader.clone(),
+        skips.clone(),
+    );
     let main_rank = at.dist.is_none_or(|d| d.rank == 0);
     let bar = if main_rank { progress_bar(config, plan.steps_per_epoch, epoch) } else { ProgressBar::hidden() };
     bar.set_position(done.steps as u64);
-    let (mut loss_sum, mut correct) = (Tensor::<B::InnerBackend, 1>::zeros([1], device), Tensor::<B::InnerBackend, 1, Int>::zeros([1], device));
+    let (mut loss_sum, mut correct) =
+        (Tensor::<B::InnerBackend, 1>::zeros([1], device), Tensor::<B::InnerBackend, 1, Int>::zeros([1], device));
     let (mut seen, mut steps, mut sync_seconds, mut first_step) = (0usize, 0usize, 0.0, None);
     // The first step carries the one-time costs (kernel tuning and compilation, cuDNN's plan
     // search, the first batch's decoding), the second those of the optimizer with its state:
@@ -204,7 +228,9 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         sync_seconds += at.dist.map_or(0.0, |d| d.ddp.stats().seconds) - synced_before;
         (steps, seen) = (steps + 1, seen + n);
         start.tracer.after_step(trainer.step - 1)?;
-        if config.checkpoint_every.is_some_and(|k| trainer.step.is_multiple_of(k)) && done.steps + steps < plan.steps_per_epoch {
+        if config.checkpoint_every.is_some_and(|k| trainer.step.is_multiple_of(k))
+            && done.steps + steps < plan.steps_per_epoch
+        {
             let so_far = epoch_so_far::<B>(done, (steps, seen, started), (&loss_sum, &correct), at.dist)?;
             (start.save)(trainer, so_far)?;
         }
@@ -224,7 +250,8 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         sums.iter_mut().zip(done.sums).for_each(|(s, d)| *s += d);
     }
     // Read back above, so the device has finished the epoch's steps.
-    let steady_img_per_s = first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
+    let steady_img_per_s =
+        first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
     Ok(EpochTrained {
         sums,
         seconds: done.seconds + started.elapsed().as_secs_f64(),
@@ -240,7 +267,13 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
 
 /// The batch on the device: images, labels, and — when this step's draws (`key`) mix it
 /// (mixup / cutmix) — the mixed images and soft targets.
-fn mixed_batch<B: AutodiffBackend>(batch: crate::data::Batch, config: &TrainConfig, key: u64, classes: usize, device: &B::Device) -> StepBatch<B> {
+fn mixed_batch<B: AutodiffBackend>(
+    batch: crate::data::Batch,
+    config: &TrainConfig,
+    key: u64,
+    classes: usize,
+    device: &B::Device,
+) -> StepBatch<B> {
     let Some(mix) = config.mixup.draw(key, (batch.shape[2], batch.shape[3])) else {
         let (x, y) = batch_tensors::<B>(batch, device);
         return (x, y, None);
@@ -263,7 +296,8 @@ fn epoch_so_far<B: AutodiffBackend>(
     (loss_sum, correct): (&Tensor<B::InnerBackend, 1>, &Tensor<B::InnerBackend, 1, Int>),
     dist: Dist<'_>,
 ) -> Result<PartialEpoch> {
-    let mut sums = [loss_sum.clone().into_scalar().elem::<f64>(), correct.clone().into_scalar().elem::<i64>() as f64, seen as f64];
+    let mut sums =
+        [loss_sum.clone().into_scalar().elem::<f64>(), correct.clone().into_scalar().elem::<i64>() as f64, seen as f64];
     if let Some(d) = dist {
         d.sum(&mut sums)?;
     }
@@ -273,7 +307,12 @@ fn epoch_so_far<B: AutodiffBackend>(
 
 /// Forward and backward of one batch, on one device or split over DataParallel's; as a DDP
 /// rank, the gradients come back averaged over the ranks (all-reduced while backward runs).
-fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Placement<'_, B>, (x, y, soft): StepBatch<B>, phases: &mut StepPhases<B>) -> Result<StepOut<B>> {
+fn step_gradients<B: AutodiffBackend, O>(
+    trainer: &mut Trainer<B, O>,
+    at: &Placement<'_, B>,
+    (x, y, soft): StepBatch<B>,
+    phases: &mut StepPhases<B>,
+) -> Result<StepOut<B>> {
     let n = x.dims()[0];
     let loss_scale = trainer.scaler.as_ref().map_or(1.0, GradScaler::scale);
     let smoothing = trainer.label_smoothing;
@@ -300,7 +339,8 @@ fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Place
         let (x, y) = (xs[i].clone(), ys[i].clone());
         let k = x.dims()[0];
         let logits = replica.forward(x);
-        let hits: i64 = logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
+        let hits: i64 =
+            logits.clone().inner().argmax(1).reshape([k]).equal(y.clone().inner()).int().sum().into_scalar().elem();
         let loss = match &ts {
             Some(ts) => soft_cross_entropy(logits, ts[i].clone()),
             None => cross_entropy(logits, y, smoothing),
@@ -316,7 +356,12 @@ fn step_gradients<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, at: &Place
 
 /// Unscales the gradients (f16; every rank alike, after DDP averaged them), clips their global
 /// norm when asked, and steps the optimizer; a step whose scaled gradients overflowed is skipped.
-fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut Trainer<B, O>, grads: GradientsParams, schedule: &CosineSchedule, phases: &mut StepPhases<B>) {
+fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    trainer: &mut Trainer<B, O>,
+    grads: GradientsParams,
+    schedule: &CosineSchedule,
+    phases: &mut StepPhases<B>,
+) {
     phases.end(4);
     let grads = match &mut trainer.scaler {
         Some(s) => s.unscale(&trainer.model, grads),
@@ -336,13 +381,27 @@ fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(trainer: &mut 
 
 /// Validation tallies over every sample of the validation split exactly once across the
 /// ranks, summed over them, and the count of images skipped so far (all ranks).
-pub(super) fn validate<B: AutodiffBackend>(model: &Classifier<B>, plan: &EpochPlan, eval_pipeline: &crate::data::Pipeline, skips: &Arc<SkipLog>, at: &Placement<'_, B>) -> Result<(Tally, usize)> {
+pub(super) fn validate<B: AutodiffBackend>(
+    model: &Classifier<B>,
+    plan: &EpochPlan,
+    eval_pipeline: &crate::data::Pipeline,
+    skips: &Arc<SkipLog>,
+    at: &Placement<'_, B>,
+) -> Result<(Tally, usize)> {
     let mine: Vec<usize> = match at.dist {
         None => plan.val_idx.clone(),
         Some(d) => shard_exact(plan.val_idx.len(), d.world, d.rank).into_iter().map(|i| plan.val_idx[i]).collect(),
     };
     at.release_unused();
-    let val = evaluate(&model.valid(), plan.dataset.clone(), mine, eval_pipeline.clone(), plan.loader.clone(), skips.clone(), &at.device);
+    let val = evaluate(
+        &model.valid(),
+        plan.dataset.clone(),
+        mine,
+        eval_pipeline.clone(),
+        plan.loader.clone(),
+        skips.clone(),
+        &at.device,
+    );
     at.release_unused();
     let val = val?;
     let Some(d) = at.dist else { return Ok((val, skips.count())) };

@@ -24,7 +24,15 @@ pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) 
 ///
 /// # Errors
 /// When a batch cannot be loaded (strict mode) or a transform fails.
-pub fn evaluate<B: Backend>(model: &Classifier<B>, dataset: Arc<dyn Dataset>, indices: Vec<usize>, pipeline: Pipeline, config: LoaderConfig, skips: Arc<SkipLog>, device: &B::Device) -> Result<Tally> {
+pub fn evaluate<B: Backend>(
+    model: &Classifier<B>,
+    dataset: Arc<dyn Dataset>,
+    indices: Vec<usize>,
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    skips: Arc<SkipLog>,
+    device: &B::Device,
+) -> Result<Tally> {
     let classes = dataset.classes().len();
     let mut tally = Tally::default();
     for batch in Loader::new(dataset, indices, pipeline, 0, LoaderConfig { drop_last: false, ..config }, skips) {

@@ -16,7 +16,12 @@ use burn_store::ModuleSnapshot;
 /// The ids of the head's parameters.
 fn head_ids<B: Backend>(model: &Classifier<B>) -> Vec<ParamId> {
     let head = model.head_params();
-    model.collect(None, None, true).into_iter().filter(|s| head.contains(&s.full_path())).filter_map(|s| s.tensor_id).collect()
+    model
+        .collect(None, None, true)
+        .into_iter()
+        .filter(|s| head.contains(&s.full_path()))
+        .filter_map(|s| s.tensor_id)
+        .collect()
 }
 
 /// Loads `config.pretrained` into `model` (logging what happened on the main rank) and freezes
@@ -24,7 +29,11 @@ fn head_ids<B: Backend>(model: &Classifier<B>) -> Vec<ParamId> {
 ///
 /// # Errors
 /// As [`load_pretrained`].
-pub(super) fn prepare<B: AutodiffBackend>(config: &TrainConfig, model: Classifier<B>, main_rank: bool) -> Result<(Classifier<B>, i64)> {
+pub(super) fn prepare<B: AutodiffBackend>(
+    config: &TrainConfig,
+    model: Classifier<B>,
+    main_rank: bool,
+) -> Result<(Classifier<B>, i64)> {
     let (mut model, tracked) = match &config.pretrained {
         Some(path) => {
             let (model, report) = load_pretrained(model, &config.model, path)?;
@@ -87,11 +96,22 @@ impl LrGroups {
     }
 
     /// Steps `optim` with `lr` for the head and `lr × scale` for the rest.
-    pub fn step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(&self, optim: &mut O, lr: f64, model: Classifier<B>, mut grads: GradientsParams) -> Classifier<B> {
+    pub fn step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+        &self,
+        optim: &mut O,
+        lr: f64,
+        model: Classifier<B>,
+        mut grads: GradientsParams,
+    ) -> Classifier<B> {
         if self.head.is_empty() {
             return optim.step(lr, model, grads);
         }
-        let mut take = TakeHead::<B> { ids: &self.head, from: &mut grads, to: GradientsParams::new(), _backend: std::marker::PhantomData };
+        let mut take = TakeHead::<B> {
+            ids: &self.head,
+            from: &mut grads,
+            to: GradientsParams::new(),
+            _backend: std::marker::PhantomData,
+        };
         model.visit(&mut take);
         let head = take.to;
         let model = optim.step(lr * self.backbone_scale, model, grads);

@@ -44,7 +44,11 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
 
 /// `grads` scaled so that their global L2 norm is at most `max_norm`; returns them with the
 /// norm before clipping (a device scalar, read only when logged).
-pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(model: &M, mut grads: GradientsParams, max_norm: f64) -> (GradientsParams, Option<Tensor<B::InnerBackend, 1>>) {
+pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    mut grads: GradientsParams,
+    max_norm: f64,
+) -> (GradientsParams, Option<Tensor<B::InnerBackend, 1>>) {
     let mut sum = SquaredNorm::<B> { grads: &grads, total: None };
     model.visit(&mut sum);
     let Some(total) = sum.total else { return (grads, None) };
@@ -84,7 +88,12 @@ mod tests {
         let device = Default::default();
         let model = Two::<B> { a: LinearConfig::new(5, 4).init(&device), b: LinearConfig::new(4, 3).init(&device) };
         let x = Tensor::<B, 2>::random([6, 5], burn::tensor::Distribution::Normal(0.0, 3.0), &device);
-        let grads = || GradientsParams::from_grads(model.b.forward(model.a.forward(x.clone())).powi_scalar(2).sum().backward(), &model);
+        let grads = || {
+            GradientsParams::from_grads(
+                model.b.forward(model.a.forward(x.clone())).powi_scalar(2).sum().backward(),
+                &model,
+            )
+        };
         let before = flat(&model, &grads());
         let norm: f64 = before.iter().map(|g| g * g).sum::<f64>().sqrt();
         for max_norm in [norm / 3.0, norm * 2.0] {

@@ -54,7 +54,10 @@ impl GradScaler {
     /// # Panics
     /// If `scale` is not a positive finite number or `growth_interval` is zero.
     pub fn new(scale: f64, growth_interval: usize) -> Self {
-        assert!(scale.is_finite() && scale > 0.0 && growth_interval > 0, "Got scale {scale}, growth interval {growth_interval}; expected positive");
+        assert!(
+            scale.is_finite() && scale > 0.0 && growth_interval > 0,
+            "Got scale {scale}, growth interval {growth_interval}; expected positive"
+        );
         Self { scale, growth_interval, finite_steps: 0 }
     }
 
@@ -71,7 +74,11 @@ impl GradScaler {
     /// Divides `model`'s gradients by the scale (after any all-reduce: every rank then decides
     /// alike) and updates the scale. Returns the gradients when they are all finite, `None`
     /// when the step must be skipped.
-    pub fn unscale<B: AutodiffBackend, M: AutodiffModule<B>>(&mut self, model: &M, mut grads: GradientsParams) -> Option<GradientsParams> {
+    pub fn unscale<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &mut self,
+        model: &M,
+        mut grads: GradientsParams,
+    ) -> Option<GradientsParams> {
         let mut visitor = Unscale::<B> { grads: &mut grads, inv_scale: 1.0 / self.scale, total: None };
         model.visit(&mut visitor);
         let finite = visitor.total.is_none_or(|t| t.into_scalar().elem::<f64>().is_finite());
@@ -120,7 +127,9 @@ mod tests {
         let layer = layer(&device);
         let x = Tensor::<B, 4>::random([4, 2, 6, 6], Distribution::Normal(0.0, 1.0), &device);
         let loss_of = |dt: FloatDType| conv_out(&layer, &x, dt).powf_scalar(2.0).mean();
-        let want = GradientsParams::from_grads(loss_of(FloatDType::F32).backward(), &layer).get::<Flex, 4>(layer.weight.id).unwrap();
+        let want = GradientsParams::from_grads(loss_of(FloatDType::F32).backward(), &layer)
+            .get::<Flex, 4>(layer.weight.id)
+            .unwrap();
         let mut scaler = GradScaler::new(1024.0, 2);
         for step in 0..2 {
             let grads = GradientsParams::from_grads(scaler.scale_loss(loss_of(FloatDType::F16)).backward(), &layer);

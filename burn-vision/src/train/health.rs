@@ -49,7 +49,11 @@ impl UtilSampler {
 pub fn peak_host_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())))
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+        })
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
@@ -73,7 +77,15 @@ pub struct RankEpoch {
 /// step, GPU utilisation, exposed share.
 pub fn row(r: &RankEpoch, gpu: Option<usize>) -> [f64; FIELDS] {
     let bytes = gpu.and_then(gpu_memory_bytes);
-    [r.img_per_s, r.collective_share, peak_host_mib(), bytes.map_or(0.0, |b| b as f64 / (1 << 20) as f64), r.exposed_ms_per_step, r.utilization_pct, r.exposed_share]
+    [
+        r.img_per_s,
+        r.collective_share,
+        peak_host_mib(),
+        bytes.map_or(0.0, |b| b as f64 / (1 << 20) as f64),
+        r.exposed_ms_per_step,
+        r.utilization_pct,
+        r.exposed_share,
+    ]
 }
 
 /// Bytes of GPU `gpu`'s memory this process holds (NVML), else the device's whole use.
@@ -108,12 +120,20 @@ pub fn log(rows: &[f64]) {
     }
     utilization_spread(&rows.iter().map(|c| c[5]).collect::<Vec<_>>());
     let ips: Vec<f64> = rows.iter().map(|c| c[0]).collect();
-    log::info!("{} ranks: {:.1} img/s together, slowest/fastest rank {:.2}", rows.len(), ips.iter().sum::<f64>(), 1.0 / skew(&ips));
+    log::info!(
+        "{} ranks: {:.1} img/s together, slowest/fastest rank {:.2}",
+        rows.len(),
+        ips.iter().sum::<f64>(),
+        1.0 / skew(&ips)
+    );
     let gpu: Vec<f64> = rows.iter().map(|c| c[3]).collect();
     let mem = if gpu.iter().any(|&g| g > 0.0) { gpu } else { rows.iter().map(|c| c[2]).collect() };
     let s = skew(&mem);
     if s > 1.35 {
-        log::warn!("memory differs by {:.0}% between ranks (more than 35%): look for work done on one rank only (rank-0 logging, evaluation) or unequal batches", 100.0 * (s - 1.0));
+        log::warn!(
+            "memory differs by {:.0}% between ranks (more than 35%): look for work done on one rank only (rank-0 logging, evaluation) or unequal batches",
+            100.0 * (s - 1.0)
+        );
     }
 }
 
@@ -126,7 +146,9 @@ fn utilization_spread(util: &[f64]) -> Option<f64> {
     }
     let spread = seen.iter().copied().fold(0.0, f64::max) - seen.iter().copied().fold(f64::MAX, f64::min);
     if spread > 25.0 {
-        log::error!("GPU utilisation differs by {spread:.0} points between ranks (alarm above 25): one rank waits for the others; look at its data loading and its GPU");
+        log::error!(
+            "GPU utilisation differs by {spread:.0} points between ranks (alarm above 25): one rank waits for the others; look at its data loading and its GPU"
+        );
     } else if spread > 15.0 {
         log::warn!("GPU utilisation differs by {spread:.0} points between ranks (warning above 15)");
     }

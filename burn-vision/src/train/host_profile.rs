@@ -24,13 +24,25 @@ impl HostProfile {
     /// [`Error::InvalidConfig`] when the binary was built without the `host-profile` feature or
     /// the profiler cannot start; [`Error::Io`] when `dir` cannot be created.
     pub fn start(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io { action: "creating", path: dir.to_path_buf(), source })?;
-        Self::sample(dir).map_err(|reason| Error::InvalidConfig { name: "--host-profile", value: dir.display().to_string(), reason })
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            action: "creating",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Self::sample(dir).map_err(|reason| Error::InvalidConfig {
+            name: "--host-profile",
+            value: dir.display().to_string(),
+            reason,
+        })
     }
 
     #[cfg(feature = "host-profile")]
     fn sample(dir: &Path) -> std::result::Result<Self, String> {
-        let guard = pprof::ProfilerGuardBuilder::default().frequency(997).blocklist(&["libc", "libgcc", "pthread", "vdso"]).build().map_err(|e| format!("the profiler did not start: {e}"))?;
+        let guard = pprof::ProfilerGuardBuilder::default()
+            .frequency(997)
+            .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+            .build()
+            .map_err(|e| format!("the profiler did not start: {e}"))?;
         Ok(Self { guard, dir: dir.to_path_buf() })
     }
 
@@ -46,14 +58,21 @@ impl HostProfile {
     /// [`Error::Io`] when a file cannot be written.
     #[cfg(feature = "host-profile")]
     pub fn finish(self) -> Result<PathBuf> {
-        let report =
-            self.guard.report().build().map_err(|e| Error::InvalidConfig { name: "--host-profile", value: self.dir.display().to_string(), reason: format!("the profile could not be read: {e}") })?;
+        let report = self.guard.report().build().map_err(|e| Error::InvalidConfig {
+            name: "--host-profile",
+            value: self.dir.display().to_string(),
+            reason: format!("the profile could not be read: {e}"),
+        })?;
         let stacks: Vec<Stack> = report
             .data
             .iter()
             .map(|(frames, &n)| Stack {
                 thread: thread_group(&frames.thread_name_or_id()),
-                leaf_first: frames.frames.iter().map(|f| f.first().map_or_else(|| "?".into(), |s| short_name(&s.name()))).collect(),
+                leaf_first: frames
+                    .frames
+                    .iter()
+                    .map(|f| f.first().map_or_else(|| "?".into(), |s| short_name(&s.name())))
+                    .collect(),
                 samples: n.max(0) as u64,
             })
             .collect();
@@ -138,7 +157,17 @@ pub fn crate_of(name: &str) -> &str {
 
 /// The stacks as flame-graph tools read them: `thread;outer;…;inner count`, one per line.
 pub fn folded(stacks: &[Stack]) -> String {
-    let mut lines: Vec<String> = stacks.iter().map(|s| format!("{};{} {}", s.thread, s.leaf_first.iter().rev().map(String::as_str).collect::<Vec<_>>().join(";"), s.samples)).collect();
+    let mut lines: Vec<String> = stacks
+        .iter()
+        .map(|s| {
+            format!(
+                "{};{} {}",
+                s.thread,
+                s.leaf_first.iter().rev().map(String::as_str).collect::<Vec<_>>().join(";"),
+                s.samples
+            )
+        })
+        .collect();
     lines.sort();
     lines.join("\n") + "\n"
 }
@@ -156,7 +185,8 @@ pub fn summarise(stacks: &[Stack], top: usize) -> String {
     order.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let mut out = format!("host profile: {total} samples in all (~1 ms of CPU each)\n");
     for (thread, n) in order {
-        let (mut inclusive, mut leaf, mut crates) = (BTreeMap::<&str, u64>::new(), BTreeMap::<&str, u64>::new(), BTreeMap::<&str, u64>::new());
+        let (mut inclusive, mut leaf, mut crates) =
+            (BTreeMap::<&str, u64>::new(), BTreeMap::<&str, u64>::new(), BTreeMap::<&str, u64>::new());
         for s in &threads[thread] {
             for f in s.leaf_first.iter().map(String::as_str).collect::<HashSet<_>>() {
                 *inclusive.entry(f).or_default() += s.samples;
@@ -185,8 +215,14 @@ mod tests {
 
     #[test]
     fn names_lose_hashes_and_inner_generics() {
-        assert_eq!(short_name("burn_fusion::stream::Stream<R>::run::h0123456789abcdef"), "burn_fusion::stream::Stream<…>::run");
-        assert_eq!(short_name("<burn_fusion::Fusion<B> as burn::Backend>::float_add::h0123456789abcdef"), "<burn_fusion::Fusion<…> as burn::Backend>::float_add");
+        assert_eq!(
+            short_name("burn_fusion::stream::Stream<R>::run::h0123456789abcdef"),
+            "burn_fusion::stream::Stream<…>::run"
+        );
+        assert_eq!(
+            short_name("<burn_fusion::Fusion<B> as burn::Backend>::float_add::h0123456789abcdef"),
+            "<burn_fusion::Fusion<…> as burn::Backend>::float_add"
+        );
         assert_eq!(short_name("core::ptr::drop_in_place<alloc::vec::Vec<u8>>"), "core::ptr::drop_in_place<…>");
         assert_eq!(short_name("main::h12"), "main::h12", "not a hash: too short");
         assert_eq!(crate_of("<burn_fusion::Fusion<…> as burn::Backend>::float_add"), "burn_fusion");
@@ -195,8 +231,17 @@ mod tests {
 
     #[test]
     fn summary_counts_each_function_once_per_stack_and_ranks_threads() {
-        let stack = |thread: &str, frames: &[&str], samples| Stack { thread: thread_group(thread), leaf_first: frames.iter().map(|s| s.to_string()).collect(), samples };
-        let stacks = [stack("main", &["a::f", "a::g", "a::f", "main"], 3), stack("main", &["b::h", "main"], 1), stack("rayon-1", &["c::x"], 5), stack("rayon-2", &["c::x"], 2)];
+        let stack = |thread: &str, frames: &[&str], samples| Stack {
+            thread: thread_group(thread),
+            leaf_first: frames.iter().map(|s| s.to_string()).collect(),
+            samples,
+        };
+        let stacks = [
+            stack("main", &["a::f", "a::g", "a::f", "main"], 3),
+            stack("main", &["b::h", "main"], 1),
+            stack("rayon-1", &["c::x"], 5),
+            stack("rayon-2", &["c::x"], 2),
+        ];
         let text = summarise(&stacks, 10);
         let rayon = text.find("== thread rayon-*: 7 samples (63.6 %)").expect("pooled threads added up, busiest first");
         let main = text.find("== thread main: 4 samples (36.4 %)").expect("main thread listed");

@@ -56,7 +56,8 @@ pub fn device_for(asked: Option<usize>, checkpoint: &Path) -> Result<Option<usiz
     if !cfg!(feature = "cuda") {
         return Ok(None);
     }
-    let trained: Option<TrainConfig> = Checkpoint::load(checkpoint).ok().and_then(|ck| serde_json::from_value(ck.meta.config).ok());
+    let trained: Option<TrainConfig> =
+        Checkpoint::load(checkpoint).ok().and_then(|ck| serde_json::from_value(ck.meta.config).ok());
     let id = match trained.map(|c| c.device) {
         Some(DeviceSpec::Cuda(ids)) => ids.first().copied(),
         _ => None,
@@ -84,7 +85,8 @@ pub fn evaluate_checkpoint(r: &EvalRequest) -> Result<EvalReport> {
 fn evaluate_on<B: Backend>(r: &EvalRequest, device: &B::Device, gpu: bool) -> Result<EvalReport> {
     let mut restored = restore::<B>(&r.checkpoint, device)?;
     let bad = |reason: String| Error::BadCheckpoint { path: r.checkpoint.clone(), reason };
-    let trained: TrainConfig = serde_json::from_value(restored.meta.config.clone()).map_err(|e| bad(format!("no training config: {e}")))?;
+    let trained: TrainConfig =
+        serde_json::from_value(restored.meta.config.clone()).map_err(|e| bad(format!("no training config: {e}")))?;
     // The layout and precision it trained with, where they help: channels-last on GPUs.
     restored.model = restored.model.with_precision(trained.precision).with_channels_last(gpu);
     let source: DataSource = match r.data.as_deref().unwrap_or(&trained.data).parse() {
@@ -96,7 +98,11 @@ fn evaluate_on<B: Backend>(r: &EvalRequest, device: &B::Device, gpu: bool) -> Re
         return Err(Error::InvalidConfig {
             name: "--data",
             value: source.to_string(),
-            reason: format!("its classes ({}) differ from the checkpoint's ({})", data.dataset.classes().join(","), restored.meta.classes.join(",")),
+            reason: format!(
+                "its classes ({}) differ from the checkpoint's ({})",
+                data.dataset.classes().join(","),
+                restored.meta.classes.join(",")
+            ),
         });
     }
     let indices: Vec<usize> = if r.all {
@@ -107,7 +113,8 @@ fn evaluate_on<B: Backend>(r: &EvalRequest, device: &B::Device, gpu: bool) -> Re
     };
     let images = indices.len();
     let skips = Arc::new(SkipLog::default());
-    let cfg = LoaderConfig { batch_size: r.batch_size, drop_last: false, prefetch: 4, seed: trained.seed, strict: false };
+    let cfg =
+        LoaderConfig { batch_size: r.batch_size, drop_last: false, prefetch: 4, seed: trained.seed, strict: false };
     let tally = evaluate(&restored.model, data.dataset, indices, restored.pipeline, cfg, skips.clone(), device)?;
     Ok(EvalReport { images, skipped: skips.count(), tally, device: String::new() })
 }
@@ -124,7 +131,11 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             out.push(p.clone());
             continue;
         }
-        let mut found: Vec<PathBuf> = std::fs::read_dir(p).map_err(|e| Error::io("listing", p, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|f| is_image(f)).collect();
+        let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+            .map_err(|e| Error::io("listing", p, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|f| is_image(f))
+            .collect();
         found.sort();
         out.extend(found);
     }
@@ -136,7 +147,12 @@ pub fn image_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 ///
 /// # Errors
 /// An unusable checkpoint, a folder that cannot be listed, a missing GPU.
-pub fn predict_paths(checkpoint: &Path, paths: &[PathBuf], top: usize, gpu: Option<usize>) -> Result<Vec<(PathBuf, Result<Prediction>)>> {
+pub fn predict_paths(
+    checkpoint: &Path,
+    paths: &[PathBuf],
+    top: usize,
+    gpu: Option<usize>,
+) -> Result<Vec<(PathBuf, Result<Prediction>)>> {
     let files = image_files(paths)?;
     match device_for(gpu, checkpoint)? {
         None => predict_on::<burn_flex::Flex>(checkpoint, &files, top, &Default::default()),
@@ -147,7 +163,15 @@ pub fn predict_paths(checkpoint: &Path, paths: &[PathBuf], top: usize, gpu: Opti
     }
 }
 
-fn predict_on<B: Backend>(checkpoint: &Path, files: &[PathBuf], top: usize, device: &B::Device) -> Result<Vec<(PathBuf, Result<Prediction>)>> {
+fn predict_on<B: Backend>(
+    checkpoint: &Path,
+    files: &[PathBuf],
+    top: usize,
+    device: &B::Device,
+) -> Result<Vec<(PathBuf, Result<Prediction>)>> {
     let restored = restore::<B>(checkpoint, device)?;
-    Ok(files.iter().map(|f| (f.clone(), predict(&restored, std::slice::from_ref(f), top, device).map(|mut p| p.remove(0)))).collect())
+    Ok(files
+        .iter()
+        .map(|f| (f.clone(), predict(&restored, std::slice::from_ref(f), top, device).map(|mut p| p.remove(0))))
+        .collect())
 }

@@ -24,7 +24,13 @@ impl Tally {
     /// # Panics
     /// If the logits length is not `labels.len() · classes`.
     pub fn add(&mut self, logits: &[f32], labels: &[i64], classes: usize, mean_loss: f64) {
-        assert_eq!(logits.len(), labels.len() * classes, "Got {} logits for {} labels × {classes} classes", logits.len(), labels.len());
+        assert_eq!(
+            logits.len(),
+            labels.len() * classes,
+            "Got {} logits for {} labels × {classes} classes",
+            logits.len(),
+            labels.len()
+        );
         for (row, &label) in logits.chunks(classes).zip(labels) {
             let target = row[label as usize];
             // Rank of the true class: how many classes score strictly higher (ties favour the label).
@@ -118,7 +124,11 @@ impl MetricsLog {
     /// # Errors
     /// When the file cannot be opened or written.
     pub fn append<T: Serialize>(&self, record: &T) -> Result<()> {
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).map_err(|e| Error::io("opening", &self.path, e))?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| Error::io("opening", &self.path, e))?;
         let line = serde_json::to_string(record).expect("metrics serialise");
         writeln!(file, "{line}").and_then(|_| file.sync_data()).map_err(|e| Error::io("writing", &self.path, e))
     }

@@ -52,7 +52,9 @@ impl MixupConfig {
     /// # Errors
     /// [`Error::InvalidConfig`] for a negative or non-finite α, or a probability outside [0, 1].
     pub fn validate(&self) -> Result<()> {
-        let bad = |name, value: f64, reason: &str| Err(Error::InvalidConfig { name, value: value.to_string(), reason: reason.into() });
+        let bad = |name, value: f64, reason: &str| {
+            Err(Error::InvalidConfig { name, value: value.to_string(), reason: reason.into() })
+        };
         for (name, a) in [("--mixup", self.mixup_alpha), ("--cutmix", self.cutmix_alpha)] {
             if !(a >= 0.0 && a.is_finite()) {
                 return bad(name, a, "must be ≥ 0 (0 turns it off)");
@@ -71,7 +73,10 @@ impl MixupConfig {
         if !self.enabled() {
             return "no mixup/cutmix".into();
         }
-        format!("mixup α {} cutmix α {} (p {}, switch {})", self.mixup_alpha, self.cutmix_alpha, self.prob, self.switch_prob)
+        format!(
+            "mixup α {} cutmix α {} (p {}, switch {})",
+            self.mixup_alpha, self.cutmix_alpha, self.prob, self.switch_prob
+        )
     }
 
     /// The mix of the batch whose step has the draw key `key` ([`step_key`]), for `h × w`
@@ -105,7 +110,8 @@ impl MixupConfig {
 /// uninterrupted one and ranks draw apart.
 pub fn step_key(seed: u64, (epoch, step, rank): (usize, usize, usize)) -> u64 {
     use rand::RngCore;
-    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ ((epoch as u64) << 40) ^ ((rank as u64) << 32) ^ step as u64).next_u64()
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ ((epoch as u64) << 40) ^ ((rank as u64) << 32) ^ step as u64)
+        .next_u64()
 }
 
 /// timm's `rand_bbox`: a box with sides `√(1 − λ)` of the image's, centred anywhere, clipped.
@@ -137,7 +143,9 @@ pub fn mix_images<B: Backend>(x: Tensor<B, 4>, mix: &MixDraw) -> Tensor<B, 4> {
         return x.mul_scalar(mix.lam) + partner.mul_scalar(1.0 - mix.lam);
     };
     let [_, _, h, w] = x.dims();
-    let inside: Vec<f32> = (0..h * w).map(|p| if (y0..y1).contains(&(p / w)) && (x0..x1).contains(&(p % w)) { 1.0 } else { 0.0 }).collect();
+    let inside: Vec<f32> = (0..h * w)
+        .map(|p| if (y0..y1).contains(&(p / w)) && (x0..x1).contains(&(p % w)) { 1.0 } else { 0.0 })
+        .collect();
     let mask = Tensor::<B, 4>::from_data(TensorData::new(inside, [1, 1, h, w]), &x.device());
     x.mul(mask.clone().neg().add_scalar(1.0)) + partner.mul(mask)
 }
@@ -193,7 +201,11 @@ mod tests {
             }
         }
         assert!(cut > 60 && mix > 60, "switch prob 0.5: {cut} cutmix, {mix} mixup");
-        assert_ne!(c.draw(step_key(7, (1, 0, 0)), (32, 24)), c.draw(step_key(7, (1, 0, 1)), (32, 24)), "ranks draw apart");
+        assert_ne!(
+            c.draw(step_key(7, (1, 0, 0)), (32, 24)),
+            c.draw(step_key(7, (1, 0, 1)), (32, 24)),
+            "ranks draw apart"
+        );
         assert_eq!(MixupConfig::default().draw(step_key(7, (0, 0, 0)), (8, 8)), None);
         assert_eq!(MixupConfig { prob: 0.0, ..both() }.draw(step_key(7, (0, 0, 0)), (8, 8)), None);
     }
@@ -201,7 +213,10 @@ mod tests {
     #[test]
     fn images_mix_with_their_reversed_partner() {
         let device = Default::default();
-        let x = Tensor::<Flex, 4>::from_data(TensorData::new((0..2 * 3 * 4).map(|v| v as f32).collect::<Vec<_>>(), [2, 1, 3, 4]), &device);
+        let x = Tensor::<Flex, 4>::from_data(
+            TensorData::new((0..2 * 3 * 4).map(|v| v as f32).collect::<Vec<_>>(), [2, 1, 3, 4]),
+            &device,
+        );
         let v = |t: Tensor<Flex, 4>| t.into_data().to_vec::<f32>().unwrap();
         let m = v(mix_images(x.clone(), &MixDraw { lam: 0.25, cut: None }));
         let orig = v(x.clone());

@@ -38,7 +38,9 @@ use burn_flex::Flex;
 pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
     match &config.device {
         // DataParallel over CPU "devices": worker threads of one process sharing the CPU.
-        DeviceSpec::Cpu if config.strategy == Strategy::Dp => train_on::<Autodiff<Flex>>(config, vec![Default::default(); config.nproc]),
+        DeviceSpec::Cpu if config.strategy == Strategy::Dp => {
+            train_on::<Autodiff<Flex>>(config, vec![Default::default(); config.nproc])
+        }
         DeviceSpec::Cpu => train::<Autodiff<Flex>>(config, Default::default()),
         DeviceSpec::Cuda(ids) => run_cuda(config, ids),
     }
@@ -64,15 +66,27 @@ pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench
 ///
 /// # Errors
 /// As [`distributed::Distributed::from_env`]; several GPUs without a launcher.
-fn bench_world(config: &bench::BenchConfig, gpus: Option<&[usize]>) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
+fn bench_world(
+    config: &bench::BenchConfig,
+    gpus: Option<&[usize]>,
+) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
     let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
     if config.ddp && launched {
-        let d = distributed::Distributed::from_env(gpus.map(<[usize]>::len), !config.no_overlap, None, config.grad_compression)?.expect("a launcher's world");
+        let d = distributed::Distributed::from_env(
+            gpus.map(<[usize]>::len),
+            !config.no_overlap,
+            None,
+            config.grad_compression,
+        )?
+        .expect("a launcher's world");
         let gpu = gpus.map(|ids| ids[d.local_rank]);
         return Ok((Some(d), gpu));
     }
     let gpu = gpus.map(cuda_device).transpose()?;
-    let dist = config.ddp.then(|| distributed::Distributed::alone(gpu, !config.no_overlap, config.grad_compression)).transpose()?;
+    let dist = config
+        .ddp
+        .then(|| distributed::Distributed::alone(gpu, !config.no_overlap, config.grad_compression))
+        .transpose()?;
     Ok((dist, gpu))
 }
 
@@ -135,7 +149,9 @@ fn run_cuda(config: &TrainConfig, ids: &[usize]) -> Result<TrainSummary> {
         return train_on::<Autodiff<burn_cuda::Cuda>>(config, ids.iter().map(|&i| gpu(i)).collect());
     }
     let local_rank = burn_ddp::launch_env::detect(&|k| std::env::var(k).ok())?.map_or(0, |p| p.local_rank);
-    let id = *ids.get(local_rank).ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
+    let id = *ids
+        .get(local_rank)
+        .ok_or_else(|| Error::Device { reason: format!("LOCAL_RANK {local_rank} has no GPU in --gpus {ids:?}") })?;
     train::<Autodiff<burn_cuda::Cuda>>(config, gpu(id))
 }
 

@@ -113,7 +113,13 @@ impl RunOutputs {
         partial: PartialEpoch,
     ) -> Result<()> {
         checkpoint(config, state, facts, (epoch, best_acc, val_acc), Some(partial))?.save(&last_path(&config.out))?;
-        log::debug!("saved {} at step {} ({} steps into epoch {})", last_path(&config.out).display(), state.2, partial.steps, epoch + 1);
+        log::debug!(
+            "saved {} at step {} ({} steps into epoch {})",
+            last_path(&config.out).display(),
+            state.2,
+            partial.steps,
+            epoch + 1
+        );
         Ok(())
     }
 }
@@ -127,7 +133,8 @@ fn checkpoint<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     (epoch, best_acc, val_acc): (usize, f64, f64),
     partial: Option<PartialEpoch>,
 ) -> Result<Checkpoint> {
-    let bad = |e: burn::record::RecorderError| Error::BadCheckpoint { path: last_path(&config.out), reason: e.to_string() };
+    let bad =
+        |e: burn::record::RecorderError| Error::BadCheckpoint { path: last_path(&config.out), reason: e.to_string() };
     Ok(Checkpoint {
         meta: CheckpointMeta {
             model: config.model.clone(),

@@ -29,12 +29,21 @@ pub fn restore<B: Backend>(path: &Path, device: &B::Device) -> Result<Restored<B
     let ck = Checkpoint::load(path)?;
     let meta = ck.meta;
     let model = create::<B>(&meta.model, meta.classes.len(), meta.in_channels, meta.small_input, device)?;
-    let record = load_model_record::<B>(&ck.model, device).map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
-    let pipeline = if meta.in_channels == 1 { grayscale_pipelines(meta.image_size, &crate::data::Augment::default()).1 } else { Pipeline::imagenet_eval(meta.image_size) };
+    let record = load_model_record::<B>(&ck.model, device).map_err(|e| Error::BadCheckpoint {
+        path: path.to_path_buf(),
+        reason: format!("model record does not fit {}: {e}", meta.model),
+    })?;
+    let pipeline = if meta.in_channels == 1 {
+        grayscale_pipelines(meta.image_size, &crate::data::Augment::default()).1
+    } else {
+        Pipeline::imagenet_eval(meta.image_size)
+    };
     // Burn panics when a record's structure differs from the model's (a crafted or foreign
     // record under a valid checksum); that is a bad checkpoint, not a crash.
-    let model =
-        crate::guard::catch_panic(|| model.load_record(record)).map_err(|e| Error::BadCheckpoint { path: path.to_path_buf(), reason: format!("model record does not fit {}: {e}", meta.model) })?;
+    let model = crate::guard::catch_panic(|| model.load_record(record)).map_err(|e| Error::BadCheckpoint {
+        path: path.to_path_buf(),
+        reason: format!("model record does not fit {}: {e}", meta.model),
+    })?;
     Ok(Restored { model, meta, pipeline })
 }
 
@@ -51,14 +60,22 @@ pub struct Prediction {
 ///
 /// # Errors
 /// When an image cannot be decoded.
-pub fn predict<B: Backend>(restored: &Restored<B>, images: &[impl AsRef<Path>], k: usize, device: &B::Device) -> Result<Vec<Prediction>> {
+pub fn predict<B: Backend>(
+    restored: &Restored<B>,
+    images: &[impl AsRef<Path>],
+    k: usize,
+    device: &B::Device,
+) -> Result<Vec<Prediction>> {
     let mut out = Vec::new();
     for path in images {
         let path = path.as_ref();
         let img = decode_file(path)?;
         let mut pixels = Vec::new();
         let (w, h) = restored.pipeline.apply_into(img, &mut sample_rng(0, 0, 0), &mut pixels);
-        let x = Tensor::<B, 4>::from_data(TensorData::new(pixels, [1, restored.meta.in_channels, h as usize, w as usize]), device);
+        let x = Tensor::<B, 4>::from_data(
+            TensorData::new(pixels, [1, restored.meta.in_channels, h as usize, w as usize]),
+            device,
+        );
         let probs = softmax(restored.model.forward(x), 1).into_data().convert::<f32>().to_vec::<f32>().expect("f32");
         let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));

@@ -85,11 +85,19 @@ pub fn train_with<B: AutodiffBackend>(config: &TrainConfig, device: B::Device, d
     train_inner::<B>(config, vec![device], dist)
 }
 
-fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>, dist: Dist<'_>) -> Result<TrainSummary> {
+fn train_inner<B: AutodiffBackend>(
+    config: &TrainConfig,
+    devices: Vec<B::Device>,
+    dist: Dist<'_>,
+) -> Result<TrainSummary> {
     let data = load_source_with(&config.source(), config.image_size, &config.augment)?;
     let classes = data.dataset.classes().len();
     let main_rank = dist.is_none_or(|d| d.rank == 0);
-    let (model, tracked) = super::fine_tune::prepare(config, seeded_model::<B>(config, classes, data.train.channels, &devices[0])?, main_rank)?;
+    let (model, tracked) = super::fine_tune::prepare(
+        config,
+        seeded_model::<B>(config, classes, data.train.channels, &devices[0])?,
+        main_rank,
+    )?;
     let model = model.with_precision(config.precision).with_channels_last(config.channels_last_on());
     let mut model = model.with_drop_path(config.drop_path).ok_or_else(|| Error::InvalidConfig {
         name: "--drop-path",
@@ -97,18 +105,26 @@ fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>
         reason: format!("{} has no stochastic depth (ViTs have); leave it at 0", config.model),
     })?;
     match dist {
-        Some(d) if config.sync_bn => model = model.with_sync_batch_norm(Some(BatchNormSync::new::<B>(d.device_group.clone())?)),
-        None if config.sync_bn => log::info!("--sync-bn: one process, so BatchNorm statistics are already over the whole batch"),
+        Some(d) if config.sync_bn => {
+            model = model.with_sync_batch_norm(Some(BatchNormSync::new::<B>(d.device_group.clone())?))
+        }
+        None if config.sync_bn => {
+            log::info!("--sync-bn: one process, so BatchNorm statistics are already over the whole batch")
+        }
         _ => {}
     }
     let wd = config.weight_decay as f32;
     match config.optimizer {
         OptimizerKind::Sgd => {
             // PyTorch's SGD (dampening 0); on CUDA one operation per step (burn_ddp::nn::sgd).
-            let optim = FusedSgdConfig { momentum: config.momentum, weight_decay: f64::from(wd), ..FusedSgdConfig::default() }.init();
+            let optim =
+                FusedSgdConfig { momentum: config.momentum, weight_decay: f64::from(wd), ..FusedSgdConfig::default() }
+                    .init();
             train_loop(config, data, (model, tracked), optim, devices, dist)
         }
-        OptimizerKind::Adamw => train_loop(config, data, (model, tracked), AdamWConfig::new().with_weight_decay(wd).init(), devices, dist),
+        OptimizerKind::Adamw => {
+            train_loop(config, data, (model, tracked), AdamWConfig::new().with_weight_decay(wd).init(), devices, dist)
+        }
     }
 }
 
@@ -117,7 +133,12 @@ fn train_inner<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>
 /// still get the initialisation their seed promises.
 static INIT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn seeded_model<B: AutodiffBackend>(config: &TrainConfig, classes: usize, channels: usize, device: &B::Device) -> Result<Classifier<B>> {
+fn seeded_model<B: AutodiffBackend>(
+    config: &TrainConfig,
+    classes: usize,
+    channels: usize,
+    device: &B::Device,
+) -> Result<Classifier<B>> {
     let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     B::seed(device, config.seed);
     // Every parameter drawn here, in visiting order: a plain run and a DDP run (whose broadcast
@@ -126,7 +147,8 @@ fn seeded_model<B: AutodiffBackend>(config: &TrainConfig, classes: usize, channe
 }
 
 /// Settings that must match between a run and its resumption for it to continue exactly.
-const RESUME_KEYS: [&str; 9] = ["data", "model", "batch_size", "seed", "val_fraction", "optimizer", "small_input", "image_size", "epochs"];
+const RESUME_KEYS: [&str; 9] =
+    ["data", "model", "batch_size", "seed", "val_fraction", "optimizer", "small_input", "image_size", "epochs"];
 
 /// Where a run starts: after `epoch` finished epochs and `partial` of the next one.
 #[derive(Debug, Default)]
@@ -143,7 +165,12 @@ struct StartPoint {
 /// The trainer and where to start: from `last.ckpt` with `--resume` or when a launcher
 /// restarted the job (torchrun/`burn-ddp launch --max-restarts`, a requeued Slurm job), else
 /// fresh (refusing to overwrite a run); every rank then takes rank 0's parameters and buffers.
-fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, trainer: Trainer<B, O>, device: &B::Device, dist: Dist<'_>) -> Result<(Trainer<B, O>, StartPoint)> {
+fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    config: &TrainConfig,
+    trainer: Trainer<B, O>,
+    device: &B::Device,
+    dist: Dist<'_>,
+) -> Result<(Trainer<B, O>, StartPoint)> {
     let out = &config.out;
     let restart = burn_ddp::launch_env::restart_count(&|k| std::env::var(k).ok());
     let (mut trainer, from) = if config.resume || (restart > 0 && last_path(out).exists()) {
@@ -166,7 +193,11 @@ fn start<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfi
     Ok((trainer, from))
 }
 
-fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConfig, mut trainer: Trainer<B, O>, device: &B::Device) -> Result<(Trainer<B, O>, StartPoint)> {
+fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    config: &TrainConfig,
+    mut trainer: Trainer<B, O>,
+    device: &B::Device,
+) -> Result<(Trainer<B, O>, StartPoint)> {
     let path = last_path(&config.out);
     let ck = Checkpoint::load(&path)?;
     let now = serde_json::to_value(config).expect("config serialises");
@@ -181,24 +212,45 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(config: &TrainConf
         }
     }
     let record = load_model_record::<B>(&ck.model, device).map_err(|e| bad(format!("model record: {e}")))?;
-    let optim_record =
-        crate::guard::catch_panic(|| Bytes::default().load(ck.optimizer, device)).map_err(|e| bad(format!("optimizer record: {e}")))?.map_err(|e| bad(format!("optimizer record: {e}")))?;
+    let optim_record = crate::guard::catch_panic(|| Bytes::default().load(ck.optimizer, device))
+        .map_err(|e| bad(format!("optimizer record: {e}")))?
+        .map_err(|e| bad(format!("optimizer record: {e}")))?;
     let partial = ck.meta.partial.unwrap_or_default();
-    let within = if partial.steps > 0 { format!(" and {} steps of epoch {}", partial.steps, ck.meta.epoch + 1) } else { String::new() };
+    let within = if partial.steps > 0 {
+        format!(" and {} steps of epoch {}", partial.steps, ck.meta.epoch + 1)
+    } else {
+        String::new()
+    };
     log::info!("resuming {} after epoch {}{within} (step {})", path.display(), ck.meta.epoch, ck.meta.step);
     // Burn panics on a record that does not fit (a crafted file under a valid checksum).
     let (model, optim) = (trainer.model, trainer.optim);
-    trainer.model = crate::guard::catch_panic(|| model.load_record(record)).map_err(|e| bad(format!("model record does not fit {}: {e}", config.model)))?;
-    trainer.optim = crate::guard::catch_panic(|| optim.load_record(optim_record)).map_err(|e| bad(format!("optimizer record does not fit: {e}")))?;
+    trainer.model = crate::guard::catch_panic(|| model.load_record(record))
+        .map_err(|e| bad(format!("model record does not fit {}: {e}", config.model)))?;
+    trainer.optim = crate::guard::catch_panic(|| optim.load_record(optim_record))
+        .map_err(|e| bad(format!("optimizer record does not fit: {e}")))?;
     trainer.step = ck.meta.step;
     if let Some(tracked) = ck.meta.batches_tracked {
         trainer.batches_tracked_before = tracked - ck.meta.step as i64;
     }
-    Ok((trainer, StartPoint { epoch: ck.meta.epoch, best_acc: ck.meta.best_acc, val_acc: ck.meta.val_acc, partial, resumed: true }))
+    Ok((
+        trainer,
+        StartPoint {
+            epoch: ck.meta.epoch,
+            best_acc: ck.meta.best_acc,
+            val_acc: ck.meta.val_acc,
+            partial,
+            resumed: true,
+        },
+    ))
 }
 
 /// The run's first log line (rank 0).
-fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: &Classifier<B>, (data_parallel, world): (bool, usize)) {
+fn log_start<B: AutodiffBackend>(
+    config: &TrainConfig,
+    plan: &EpochPlan,
+    model: &Classifier<B>,
+    (data_parallel, world): (bool, usize),
+) {
     log::info!(
         "training {} on {} ({} classes): {} train / {} validation images, {} device(s) x batch {} = global batch {}, {} steps/epoch, lr {} ({} x {}){}{}{}{}; augmentation: {}, {}{}",
         config.model,
@@ -221,7 +273,11 @@ fn log_start<B: AutodiffBackend>(config: &TrainConfig, plan: &EpochPlan, model: 
             ""
         },
         if model.sync_batch_norm() { ", SyncBatchNorm" } else { "" },
-        if model.precision() == Precision::F32 { String::new() } else { format!(", {} activations", model.precision()) },
+        if model.precision() == Precision::F32 {
+            String::new()
+        } else {
+            format!(", {} activations", model.precision())
+        },
         if model.layout() == Layout::Nhwc { ", channels-last" } else { "" },
         config.augment.describe(),
         config.mixup.describe(),
@@ -239,7 +295,11 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
 ) -> Result<TrainSummary> {
     let started = Instant::now();
     // DataParallel: the loader's batch is split over the devices (batch_size per device).
-    let at = Placement { device: devices[0].clone(), dp: (devices.len() > 1).then(|| DataParallel::<B>::new(devices.clone())), dist };
+    let at = Placement {
+        device: devices[0].clone(),
+        dp: (devices.len() > 1).then(|| DataParallel::<B>::new(devices.clone())),
+        dist,
+    };
     let main_rank = dist.is_none_or(|d| d.rank == 0);
     // f16 activations need loss scaling (bf16 has f32's range). A resumed run starts again from
     // the initial scale, which adapts within a few steps.
@@ -247,14 +307,26 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let lr_groups = LrGroups::new(config, &model);
     let (mut trainer, from) = start(
         config,
-        Trainer { model, optim, lr_groups, clip_grad_norm: config.clip_grad_norm, batches_tracked_before: tracked, step: 0, scaler, label_smoothing: config.label_smoothing as f32 },
+        Trainer {
+            model,
+            optim,
+            lr_groups,
+            clip_grad_norm: config.clip_grad_norm,
+            batches_tracked_before: tracked,
+            step: 0,
+            scaler,
+            label_smoothing: config.label_smoothing as f32,
+        },
         &at.device,
         dist,
     )?;
     let mut outputs = if main_rank { Some(RunOutputs::open(config, from.epoch)?) } else { None };
     let plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
     if from.partial.steps >= plan.steps_per_epoch {
-        let reason = format!("it stopped {} steps into an epoch of {} steps; resume with the --max-steps-per-epoch it was trained with", from.partial.steps, plan.steps_per_epoch);
+        let reason = format!(
+            "it stopped {} steps into an epoch of {} steps; resume with the --max-steps-per-epoch it was trained with",
+            from.partial.steps, plan.steps_per_epoch
+        );
         return Err(Error::BadCheckpoint { path: last_path(&config.out), reason });
     }
     if main_rank {
@@ -273,7 +345,11 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let end_epoch = config.stop_after_epochs.map_or(config.epochs, |n| (from.epoch + n).min(config.epochs));
     for epoch in from.epoch..end_epoch {
         let epoch_start = Instant::now();
-        let mut save = |t: &Trainer<B, O>, so_far| outputs.as_ref().map_or(Ok(()), |o| o.step_saved(config, (&t.model, &t.optim, t.step), &facts, (epoch, best_acc, last_val), so_far));
+        let mut save = |t: &Trainer<B, O>, so_far| {
+            outputs.as_ref().map_or(Ok(()), |o| {
+                o.step_saved(config, (&t.model, &t.optim, t.step), &facts, (epoch, best_acc, last_val), so_far)
+            })
+        };
         let start = EpochStart { epoch, done: std::mem::take(&mut done), save: &mut save, tracer: &mut tracer };
         let sampler = UtilSampler::start(dist.and(this_gpu(config, dist)));
         let trained = train_epoch(&mut trainer, &plan, &at, config, (start, &data.train), &skips)?;
@@ -284,13 +360,20 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         if let Some(d) = dist {
             health.push(d.gather(&health_row(config, d, &trained, (rank_img_per_s, utilization)))?);
         }
-        let mut record = epoch_record(epoch, &trained, &train, &val, skipped, plan.schedule.lr(trainer.step.saturating_sub(1)));
+        let mut record =
+            epoch_record(epoch, &trained, &train, &val, skipped, plan.schedule.lr(trainer.step.saturating_sub(1)));
         record.seconds = epoch_start.elapsed().as_secs_f64(); // with validation
         record.gpu_memory_gib = gpu_bytes.map(|b| b as f64 / (1u64 << 30) as f64);
         if let Some(outputs) = outputs.as_mut() {
             let improved = record.val_acc > best_acc || epoch == 0;
             best_acc = best_acc.max(record.val_acc);
-            outputs.epoch_done(config, &record, (&trainer.model, &trainer.optim, trainer.step), &facts, (best_acc, improved))?;
+            outputs.epoch_done(
+                config,
+                &record,
+                (&trainer.model, &trainer.optim, trainer.step),
+                &facts,
+                (best_acc, improved),
+            )?;
         }
         last_val = record.val_acc;
         records.push(record);
@@ -319,7 +402,12 @@ fn this_gpu(config: &TrainConfig, dist: Dist<'_>) -> Option<usize> {
 }
 
 /// This rank's row of the health table for an epoch.
-fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained: &EpochTrained, (img_per_s, utilization_pct): (f64, f64)) -> [f64; super::health::FIELDS] {
+fn health_row(
+    config: &TrainConfig,
+    d: &super::distributed::Distributed,
+    trained: &EpochTrained,
+    (img_per_s, utilization_pct): (f64, f64),
+) -> [f64; super::health::FIELDS] {
     let (steps, seconds) = (trained.steps.max(1) as f64, trained.seconds.max(1e-9));
     let r = super::health::RankEpoch {
         img_per_s,
@@ -334,7 +422,11 @@ fn health_row(config: &TrainConfig, d: &super::distributed::Distributed, trained
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every
 /// rank rank 0's BatchNorm running statistics. Returns the global tally and this rank's
 /// images per second.
-fn reduce_training<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, trained: &EpochTrained, dist: Dist<'_>) -> Result<(Tally, f64)> {
+fn reduce_training<B: AutodiffBackend, O>(
+    trainer: &mut Trainer<B, O>,
+    trained: &EpochTrained,
+    dist: Dist<'_>,
+) -> Result<(Tally, f64)> {
     let rank_img_per_s = trained.rank_img_per_s;
     let mut sums = trained.sums;
     if let Some(d) = dist {
@@ -346,7 +438,14 @@ fn reduce_training<B: AutodiffBackend, O>(trainer: &mut Trainer<B, O>, trained: 
     Ok((Tally { loss_sum: sums[0], top1: sums[1] as usize, top5: 0, count: sums[2] as usize }, rank_img_per_s))
 }
 
-fn epoch_record(epoch: usize, trained: &EpochTrained, train: &Tally, val: &Tally, skipped: usize, lr: f64) -> EpochRecord {
+fn epoch_record(
+    epoch: usize,
+    trained: &EpochTrained,
+    train: &Tally,
+    val: &Tally,
+    skipped: usize,
+    lr: f64,
+) -> EpochRecord {
     let seen = train.count;
     EpochRecord {
         epoch: epoch + 1,

@@ -91,7 +91,9 @@ impl EventWriter {
     /// [`Error::Io`] when the folder or file cannot be created or written.
     pub fn create(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
-        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".into());
         let wall = now();
         let mut name = format!("events.out.tfevents.{}.{host}", wall as u64);
         let mut n = 0;

@@ -17,7 +17,11 @@ use std::time::Instant;
 /// # Errors
 /// [`Error::InvalidConfig`] for anything else or an empty range.
 pub fn parse_steps(text: &str) -> Result<[usize; 2]> {
-    let bad = || Error::InvalidConfig { name: "--profile-steps", value: text.into(), reason: "write A..B with A < B, e.g. 10..20 (steps counted from 0)".into() };
+    let bad = || Error::InvalidConfig {
+        name: "--profile-steps",
+        value: text.into(),
+        reason: "write A..B with A < B, e.g. 10..20 (steps counted from 0)".into(),
+    };
     let (a, b) = text.split_once("..").ok_or_else(bad)?;
     let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
     if a >= b {
@@ -61,7 +65,13 @@ impl StepTracer {
         if !self.recording {
             return Ok(());
         }
-        trace::record(format!("step {step}"), "step", self.step_started, Instant::now(), serde_json::json!({ "step": step }));
+        trace::record(
+            format!("step {step}"),
+            "step",
+            self.step_started,
+            Instant::now(),
+            serde_json::json!({ "step": step }),
+        );
         if step + 1 >= self.steps.end { self.finish() } else { Ok(()) }
     }
 
@@ -76,7 +86,13 @@ impl StepTracer {
         let spans = trace::stop();
         let json = trace::chrome_json(&spans, "burn-vision rank 0", 0);
         crate::atomic_file::write_atomic(&self.path, &serde_json::to_vec(&json).expect("trace serialises"))?;
-        log::info!("wrote {} ({} spans of steps {}..{}): open it in ui.perfetto.dev", self.path.display(), spans.len(), self.steps.start, self.steps.end);
+        log::info!(
+            "wrote {} ({} spans of steps {}..{}): open it in ui.perfetto.dev",
+            self.path.display(),
+            spans.len(),
+            self.steps.start,
+            self.steps.end
+        );
         Ok(())
     }
 }

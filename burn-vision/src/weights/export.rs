@@ -29,7 +29,11 @@ impl std::str::FromStr for WeightFormat {
         match s {
             "safetensors" => Ok(Self::Safetensors),
             "pth" | "pt" => Ok(Self::Pth),
-            other => Err(Error::InvalidConfig { name: "--format", value: other.into(), reason: "expected safetensors or pth".into() }),
+            other => Err(Error::InvalidConfig {
+                name: "--format",
+                value: other.into(),
+                reason: "expected safetensors or pth".into(),
+            }),
         }
     }
 }
@@ -43,15 +47,32 @@ impl WeightFormat {
 
 /// The model's state dict under PyTorch's names, in its order; every BatchNorm gets
 /// `num_batches_tracked = batches_tracked`.
-fn entries<B: Backend>(model: &Classifier<B>, (batches_tracked, scheme): (i64, usize), path: &Path) -> Result<Vec<Entry>> {
+fn entries<B: Backend>(
+    model: &Classifier<B>,
+    (batches_tracked, scheme): (i64, usize),
+    path: &Path,
+) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     for (torch, name) in ordered_torch_names(model, scheme) {
-        let data = name.snapshot.to_data().map_err(|e| Error::Weights { path: path.to_path_buf(), reason: format!("reading {}: {e:?}", name.path) })?;
+        let data = name.snapshot.to_data().map_err(|e| Error::Weights {
+            path: path.to_path_buf(),
+            reason: format!("reading {}: {e:?}", name.path),
+        })?;
         let values = data.convert_dtype(DType::F32).to_vec::<f32>().expect("f32 after conversion");
         let bn_end = name.running_var.then(|| format!("{}num_batches_tracked", torch.trim_end_matches("running_var")));
-        out.push(Entry { name: torch, storage: Storage::Float, shape: name.snapshot.shape.to_vec(), bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect() });
+        out.push(Entry {
+            name: torch,
+            storage: Storage::Float,
+            shape: name.snapshot.shape.to_vec(),
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        });
         if let Some(name) = bn_end {
-            out.push(Entry { name, storage: Storage::Long, shape: Vec::new(), bytes: batches_tracked.to_le_bytes().to_vec() });
+            out.push(Entry {
+                name,
+                storage: Storage::Long,
+                shape: Vec::new(),
+                bytes: batches_tracked.to_le_bytes().to_vec(),
+            });
         }
     }
     Ok(out)
@@ -79,7 +100,10 @@ pub fn scheme_index<B: Backend>(model: &Classifier<B>, name: Option<&str>) -> Re
     schemes.iter().position(|(n, _)| *n == name).ok_or_else(|| Error::InvalidConfig {
         name: "--names",
         value: name.into(),
-        reason: format!("this model's PyTorch names are {}", schemes.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")),
+        reason: format!(
+            "this model's PyTorch names are {}",
+            schemes.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        ),
     })
 }
 
@@ -89,7 +113,12 @@ pub fn scheme_index<B: Backend>(model: &Classifier<B>, name: Option<&str>) -> Re
 /// # Errors
 /// [`Error::Weights`] when the tensors cannot be read or encoded, [`Error::Io`] when the file
 /// cannot be written (nothing is left half-written).
-pub fn export<B: Backend>(model: &Classifier<B>, path: &Path, format: WeightFormat, (batches_tracked, scheme): (i64, usize)) -> Result<usize> {
+pub fn export<B: Backend>(
+    model: &Classifier<B>,
+    path: &Path,
+    format: WeightFormat,
+    (batches_tracked, scheme): (i64, usize),
+) -> Result<usize> {
     let entries = entries(model, (batches_tracked, scheme), path)?;
     let bytes = match format {
         WeightFormat::Safetensors => safetensors_bytes(&entries).map_err(|e| e.to_string()),

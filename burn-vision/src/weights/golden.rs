@@ -38,7 +38,8 @@ impl Golden {
     /// [`Error::Weights`] when it is missing or malformed.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("golden.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::Weights { path: path.clone(), reason: e.to_string() })?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| Error::Weights { path: path.clone(), reason: e.to_string() })?;
         serde_json::from_str(&text).map_err(|e| Error::Weights { path, reason: e.to_string() })
     }
 }
@@ -53,7 +54,9 @@ pub fn arch_config(arch: &str, classes: usize, in_channels: usize) -> Result<Mod
 }
 
 fn family_config(arch: &str, classes: usize) -> Result<ModelConfig> {
-    let small = |block, first| Ok(ModelConfig::ResNet(ResNetConfig::new(block, [1, 1, 1, 1], classes).with_widths([first, 16, 32, 64])));
+    let small = |block, first| {
+        Ok(ModelConfig::ResNet(ResNetConfig::new(block, [1, 1, 1, 1], classes).with_widths([first, 16, 32, 64])))
+    };
     match arch {
         "tv_small_basic" => small(BlockKind::Basic, 8),
         "tv_small_bottleneck" => small(BlockKind::Bottleneck, 8),
@@ -61,7 +64,9 @@ fn family_config(arch: &str, classes: usize) -> Result<ModelConfig> {
         "timm_small_basic" => small(BlockKind::Basic, 64),
         "tv_resnet50" | "timm_resnet50" => model_config("resnet50", classes),
         // timm's / torchvision's VisionTransformer class: patch 8 at 32², dim 32, 2 blocks, 2 heads.
-        "timm_small_vit" | "tv_small_vit" => Ok(ModelConfig::Vit(VitConfig::new(8, 32, 2, 2, classes).with_image_size(32))),
+        "timm_small_vit" | "tv_small_vit" => {
+            Ok(ModelConfig::Vit(VitConfig::new(8, 32, 2, 2, classes).with_image_size(32)))
+        }
         "timm_vit_s16" => model_config("vit_s16", classes),
         "tv_vit_b16" => model_config("vit_b16", classes),
         other => model_config(other, classes),

@@ -69,7 +69,14 @@ fn listed(what: &str, items: &[String]) -> Option<String> {
 
 impl Mismatch {
     fn into_error(self, path: &Path, model: &str) -> Option<Error> {
-        let parts: Vec<String> = [listed("missing", &self.missing), listed("unexpected", &self.unexpected), listed("wrongly shaped", &self.shapes)].into_iter().flatten().collect();
+        let parts: Vec<String> = [
+            listed("missing", &self.missing),
+            listed("unexpected", &self.unexpected),
+            listed("wrongly shaped", &self.shapes),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         (!parts.is_empty()).then(|| Error::Weights {
             path: path.to_path_buf(),
             reason: format!("does not fit {model}: {}; pass the --model the weights were made for (torchvision/timm names expected)", parts.join("; ")),
@@ -88,13 +95,19 @@ fn compare(src: &Source, names: &BTreeMap<String, TorchName>, head: &[String]) -
                 if head.contains(&ours.path) {
                     head_skip.push(torch.clone());
                 } else {
-                    m.shapes.push(format!("{torch}: file {:?}, model {:?}", t.shape.as_slice(), ours.snapshot.shape.as_slice()));
+                    m.shapes.push(format!(
+                        "{torch}: file {:?}, model {:?}",
+                        t.shape.as_slice(),
+                        ours.snapshot.shape.as_slice()
+                    ));
                 }
             }
             Some(_) => {}
         }
     }
-    let tracked = |k: &str| k.strip_suffix(".num_batches_tracked").is_some_and(|bn| names.contains_key(&format!("{bn}.running_mean")));
+    let tracked = |k: &str| {
+        k.strip_suffix(".num_batches_tracked").is_some_and(|bn| names.contains_key(&format!("{bn}.running_mean")))
+    };
     m.unexpected = src.tensors.keys().filter(|k| !names.contains_key(*k) && !tracked(k)).cloned().collect();
     (m, head_skip)
 }
@@ -104,11 +117,22 @@ fn renamed(snapshot: &TensorSnapshot, path: &str) -> TensorSnapshot {
     let data = snapshot.clone_data_fn();
     let convert = snapshot.dtype != DType::F32;
     let read = Rc::new(move || data().map(|d| if convert { d.convert_dtype(DType::F32) } else { d }));
-    TensorSnapshot::from_closure(read, DType::F32, snapshot.shape.clone(), path.split('.').map(String::from).collect(), Vec::new(), Default::default())
+    TensorSnapshot::from_closure(
+        read,
+        DType::F32,
+        snapshot.shape.clone(),
+        path.split('.').map(String::from).collect(),
+        Vec::new(),
+        Default::default(),
+    )
 }
 
 fn largest_batches_tracked(src: &Source) -> Option<i64> {
-    src.tensors.iter().filter(|(k, _)| k.ends_with(".num_batches_tracked")).filter_map(|(_, t)| t.to_data().ok()?.convert::<i64>().to_vec::<i64>().ok()?.first().copied()).max()
+    src.tensors
+        .iter()
+        .filter(|(k, _)| k.ends_with(".num_batches_tracked"))
+        .filter_map(|(_, t)| t.to_data().ok()?.convert::<i64>().to_vec::<i64>().ok()?.first().copied())
+        .max()
 }
 
 /// Loads the PyTorch weights at `path` into `model` (registry name `model_name`, for messages).
@@ -116,13 +140,23 @@ fn largest_batches_tracked(src: &Source) -> Option<i64> {
 /// # Errors
 /// [`Error::Weights`] for an unreadable file, or one whose keys or shapes do not fit the model
 /// (all differences in one message), or a tensor that fails to load.
-pub fn load_pretrained<B: Backend>(model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
+pub fn load_pretrained<B: Backend>(
+    model: Classifier<B>,
+    model_name: &str,
+    path: &Path,
+) -> Result<(Classifier<B>, ImportReport)> {
     // burn-store's readers may panic on bytes crafted against them (a pickle or a header that
     // lies); that is a bad weight file, not a crash.
-    crate::guard::catch_panic(|| load_checked(model, model_name, path)).unwrap_or_else(|p| Err(Error::Weights { path: path.to_path_buf(), reason: format!("not a readable weight file: {p}") }))
+    crate::guard::catch_panic(|| load_checked(model, model_name, path)).unwrap_or_else(|p| {
+        Err(Error::Weights { path: path.to_path_buf(), reason: format!("not a readable weight file: {p}") })
+    })
 }
 
-fn load_checked<B: Backend>(mut model: Classifier<B>, model_name: &str, path: &Path) -> Result<(Classifier<B>, ImportReport)> {
+fn load_checked<B: Backend>(
+    mut model: Classifier<B>,
+    model_name: &str,
+    path: &Path,
+) -> Result<(Classifier<B>, ImportReport)> {
     let all = source::read_all(path)?;
     // The family's naming scheme (timm's, torchvision's) that fits the file best.
     // Most names found wins; on a tie the family's first scheme.
@@ -158,7 +192,14 @@ fn load_checked<B: Backend>(mut model: Classifier<B>, model_name: &str, path: &P
         return Err(Error::Weights { path: path.to_path_buf(), reason: format!("{err}") });
     }
     if result.applied.len() != wanted {
-        return Err(Error::Weights { path: path.to_path_buf(), reason: format!("only {} of {wanted} tensors applied (missing: {:?})", result.applied.len(), result.missing.first()) });
+        return Err(Error::Weights {
+            path: path.to_path_buf(),
+            reason: format!(
+                "only {} of {wanted} tensors applied (missing: {:?})",
+                result.applied.len(),
+                result.missing.first()
+            ),
+        });
     }
     let head_reinitialised = (!head_skip.is_empty()).then(|| {
         let classes_in = |shape: &[usize]| shape.first().copied().unwrap_or(0);

@@ -30,7 +30,11 @@ pub fn torch_names<B: Backend>(model: &Classifier<B>, scheme: usize) -> BTreeMap
 /// # Panics
 /// If `scheme` is not one of the family's, or one of its patterns is not a regex.
 pub fn ordered_torch_names<B: Backend>(model: &Classifier<B>, scheme: usize) -> Vec<(String, TorchName)> {
-    let renames: Vec<(regex::Regex, &str)> = model.torch_names()[scheme].1.iter().map(|(re, to)| (regex::Regex::new(re).expect("a family's pattern"), *to)).collect();
+    let renames: Vec<(regex::Regex, &str)> = model.torch_names()[scheme]
+        .1
+        .iter()
+        .map(|(re, to)| (regex::Regex::new(re).expect("a family's pattern"), *to))
+        .collect();
     model
         .collect(None, None, true)
         .into_iter()
@@ -40,7 +44,8 @@ pub fn ordered_torch_names<B: Backend>(model: &Classifier<B>, scheme: usize) -> 
             for (re, to) in &renames {
                 torch = re.replace(&torch, *to).into_owned();
             }
-            let running_var = ours.module_type().as_deref() == Some("Struct:BatchNorm") && torch.ends_with(".running_var");
+            let running_var =
+                ours.module_type().as_deref() == Some("Struct:BatchNorm") && torch.ends_with(".running_var");
             (torch, TorchName { path: ours.full_path(), snapshot: theirs, running_var })
         })
         .collect()

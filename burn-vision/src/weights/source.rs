@@ -24,19 +24,23 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 /// # Errors
 /// [`Error::Weights`] for a missing file or one neither reader accepts.
 pub fn read_all(path: &Path) -> Result<BTreeMap<String, TensorSnapshot>> {
-    let meta = std::fs::metadata(path).map_err(|e| bad(path, format!("cannot read it ({e}); pass an existing .pth, .pt or .safetensors file")))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| bad(path, format!("cannot read it ({e}); pass an existing .pth, .pt or .safetensors file")))?;
     if meta.is_dir() {
         return Err(bad(path, "is a folder; pass a .pth, .pt or .safetensors file"));
     }
     let mut magic = [0u8; 2];
-    let is_zip = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && &magic == b"PK";
+    let is_zip = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok()
+        && &magic == b"PK";
     let safetensors = path.extension().is_some_and(|e| e == "safetensors") && !is_zip;
     let tensors = if safetensors {
         let mut store = SafetensorsStore::from_file(path);
         store.get_all_snapshots().cloned().map_err(|e| bad(path, format!("not a readable .safetensors file: {e}")))?
     } else {
         let mut store = PytorchStore::from_file(path).map_indices_contiguous(false);
-        store.get_all_snapshots().cloned().map_err(|e| bad(path, format!("not a readable PyTorch weight file (torch.save output): {}", first_line(&e.to_string()))))?
+        store.get_all_snapshots().cloned().map_err(|e| {
+            bad(path, format!("not a readable PyTorch weight file (torch.save output): {}", first_line(&e.to_string())))
+        })?
     };
     if tensors.is_empty() {
         return Err(bad(path, "holds no tensors; pass a state dict saved with torch.save or safetensors"));
@@ -63,7 +67,9 @@ pub fn locate(all: &BTreeMap<String, TensorSnapshot>, expected: &HashSet<String>
     }
     let with_module: Vec<String> = prefixes.iter().map(|p| format!("{p}module.")).collect();
     prefixes.extend(with_module);
-    let hits = |p: &String| all.keys().filter(|k| k.strip_prefix(p.as_str()).is_some_and(|rest| expected.contains(rest))).count();
+    let hits = |p: &String| {
+        all.keys().filter(|k| k.strip_prefix(p.as_str()).is_some_and(|rest| expected.contains(rest))).count()
+    };
     // The first best wins: the bare file before any wrapper.
     let mut best = (0, String::new());
     for p in &prefixes {
@@ -73,6 +79,9 @@ pub fn locate(all: &BTreeMap<String, TensorSnapshot>, expected: &HashSet<String>
         }
     }
     let (found, stripped) = best;
-    let tensors = all.iter().filter_map(|(k, v)| k.strip_prefix(stripped.as_str()).map(|rest| (rest.to_string(), v.clone()))).collect();
+    let tensors = all
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix(stripped.as_str()).map(|rest| (rest.to_string(), v.clone())))
+        .collect();
     (Source { tensors, stripped }, found)
 }
