@@ -17,10 +17,11 @@ use burn::prelude::*;
 use burn::tensor::{Distribution, FloatDType, bf16, f16};
 use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
+use burn_ddp::nn::cuda::cublas;
+use burn_ddp::nn::cuda::cudnn::{attention as cudnn_sdpa, convolution as cudnn, layer_norm as cudnn_ln};
 use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_pool2d_f64, max_rel_err};
 use burn_ddp::nn::{
-    CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, cublas, cudnn, cudnn_ln, cudnn_sdpa, layer_norm, linear,
-    matmul, options, self_attention,
+    CudnnOptions, CudnnTimes, Layout, batch_norm, conv2d, layer_norm, linear, matmul, options, self_attention,
 };
 use burn_nn::BatchNormConfig;
 use std::time::Instant;
@@ -1635,7 +1636,8 @@ fn check_nccl(device: &CudaDevice) -> bool {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // As burn-vision runs: kernel caches, cuDNN's plans on disk, exact-size allocations.
-    let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
+    let _ =
+        burn_ddp::nn::runtime::kernel_cache::configure_with(burn_ddp::nn::runtime::kernel_cache::Allocator::ExactSizes);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str, default: usize| {
         args.iter()

@@ -217,7 +217,7 @@ fn main() {
     let args = parse_args();
     if args.gpu {
         // Before burn-cuda's first operation: autotune results and compiled kernels persist.
-        let _ = burn_ddp::nn::kernel_cache::configure();
+        let _ = burn_ddp::nn::runtime::kernel_cache::configure();
     }
     if args.steps < 10 || args.batch == 0 {
         fail("--steps must be at least 10 and --batch positive");

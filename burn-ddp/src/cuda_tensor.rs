@@ -12,7 +12,8 @@
 
 use crate::ReduceOp;
 use crate::error::{Error, Result};
-use crate::nn::{bucket_copy, side_stream};
+use crate::nn::cuda::kernels::bucket_copy;
+use crate::nn::cuda::runtime::side_stream;
 use crate::process_group::buffer::{Buffer, DType, Memory};
 use crate::process_group::nccl::DeviceReduction;
 use crate::process_group::{AllReduceOptions, BroadcastOptions, ProcessGroup};

@@ -14,7 +14,7 @@
 //! else by blocking collectives (TCP through the host). Anything the kernels refuse falls back
 //! to the f32 path of SyncBatchNorm (its caller).
 
-use crate::nn::bn_nhwc_phases::{self as phases, Affine};
+use crate::nn::cuda::kernels::batch_norm_phases::{self as phases, Affine};
 use crate::nn::{BatchNorm, Layout};
 use crate::process_group::ProcessGroup;
 use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
@@ -47,7 +47,7 @@ pub(crate) fn try_sync_batch_norm<B: Backend, const D: usize>(
     pg: &Arc<dyn ProcessGroup>,
     relu: bool,
 ) -> std::result::Result<Tensor<B, D>, Tensor<B, D>> {
-    if bn.layout != Layout::Nhwc || !crate::nn::options::get().nhwc_bn_kernels {
+    if bn.layout != Layout::Nhwc || !crate::nn::settings::options::get().nhwc_bn_kernels {
         return Err(x);
     }
     let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() else { return Err(x) };

@@ -154,7 +154,7 @@ pub fn all_reduce_f64(pg: &dyn ProcessGroup, values: &mut [f64], op: ReduceOp) -
 
 /// What [`join_on_device`] waits for: one [`all_reduce_on_device`]'s end.
 #[derive(Clone)]
-pub struct DeviceJoin(#[cfg(feature = "cuda")] crate::nn::side_stream::Join);
+pub struct DeviceJoin(#[cfg(feature = "cuda")] crate::nn::cuda::runtime::side_stream::Join);
 
 /// Whether `pg` sums `B`'s tensors on `device` on the device, without the host waiting
 /// (burn-cuda tensors on an NCCL group: `cuda_tensor::orders_on_device`).
@@ -199,7 +199,8 @@ pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<
     #[cfg(feature = "cuda")]
     let t = match cast::<Tensor<B, 1>, Tensor<burn_cuda::Cuda, 1>>(t) {
         Ok(cuda) => {
-            let joined = crate::nn::side_stream::join(vec![cuda.into_primitive().tensor()], &join.0).remove(0);
+            let joined =
+                crate::nn::cuda::runtime::side_stream::join(vec![cuda.into_primitive().tensor()], &join.0).remove(0);
             return cast(Tensor::<burn_cuda::Cuda, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(joined)))
                 .unwrap_or_else(|_| unreachable!("B is burn-cuda"));
         }
@@ -269,7 +270,7 @@ pub(crate) fn join_bucket_on_device<B: Backend>(
             cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
         };
         let all: Vec<_> = bucket.grads.into_iter().chain(bucket.presence).map(to).collect();
-        let mut joined: Vec<FloatTensor<B>> = crate::nn::side_stream::join(all, &bucket.join.0)
+        let mut joined: Vec<FloatTensor<B>> = crate::nn::cuda::runtime::side_stream::join(all, &bucket.join.0)
             .into_iter()
             .map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda")))
             .collect();

@@ -3,8 +3,8 @@
 //! else — as [`BatchNorm::forward`] and the functions beside it.
 
 use super::Layout;
-use super::layers::{BatchNorm, Conv2d};
 use crate::grad_ready;
+use crate::nn::layers::{BatchNorm, Conv2d};
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::activation::relu as relu_op;
@@ -42,7 +42,7 @@ impl<B: Backend> BatchNorm<B> {
 /// the input's element type (or the layer's precision, when set); statistics and parameters
 /// stay f32, and so does the arithmetic (PyTorch's rule for half inputs).
 ///
-/// Channels-last activations ([`Layout::Nhwc`] in the layer) go to [`super::batch_norm_nhwc`]
+/// Channels-last activations ([`Layout::Nhwc`] in the layer) go to [`crate::nn::batch_norm_nhwc`]
 /// (our CUDA kernels on burn-cuda, burn's operations elsewhere). NCHW ones, on
 /// `Autodiff<Cuda>` and `Cuda`, run cuDNN's batch normalization — and its ReLU — when the
 /// library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn's BatchNorm
@@ -58,10 +58,10 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
     let hooked = grad_ready::active().then(|| bn.through_grad_hooks(&x));
     let bn = hooked.as_ref().unwrap_or(bn);
     if bn.layout == Layout::Nhwc {
-        return super::batch_norm_nhwc(bn, x, relu);
+        return crate::nn::batch_norm_nhwc(bn, x, relu);
     }
     #[cfg(feature = "cuda")]
-    let x = match super::cudnn_bn_burn::try_batch_norm(bn, x, relu) {
+    let x = match crate::nn::cuda::ops::batch_norm::try_batch_norm(bn, x, relu) {
         Ok(y) => return y,
         Err(x) => x,
     };
@@ -93,7 +93,7 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
             if top == bottom
                 && left == right
                 && conv.layout == Layout::Nchw
-                && super::cudnn_conv_bn::applies::<B>() =>
+                && crate::nn::cuda::ops::conv_batch_norm::applies::<B>() =>
         {
             let x = match conv.precision {
                 Some(p) => x.cast(p.dtype()),
@@ -102,7 +102,13 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
             let options = burn::tensor::ops::ConvOptions::new(conv.stride, [*top, *left], conv.dilation, conv.groups);
             let weight = grad_ready::param_val(&conv.weight, &x).cast(x.dtype());
             let hooked = grad_ready::active().then(|| bn.through_grad_hooks(&x));
-            match super::cudnn_conv_bn::try_conv_bn(weight, &options, hooked.as_ref().unwrap_or(bn), x, relu) {
+            match crate::nn::cuda::ops::conv_batch_norm::try_conv_bn(
+                weight,
+                &options,
+                hooked.as_ref().unwrap_or(bn),
+                x,
+                relu,
+            ) {
                 Ok(y) => return y,
                 Err(x) => x,
             }

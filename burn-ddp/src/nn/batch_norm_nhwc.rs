@@ -1,17 +1,17 @@
 //! BatchNorm (+ ReLU) on channels-last activations, from burn's tensor operations, on every
-//! backend — except burn-cuda, where burn-vision's own kernels run (`bn_nhwc_cuda`; these
+//! backend — except burn-cuda, where burn-vision's own kernels run (`cuda::ops::batch_norm_nhwc`; these
 //! operations remain its fallback and reference).
 //!
 //! cuDNN's batch norm reads NHWC through its legacy entry points 4–6× slower than NCHW, and its
 //! fast channels-last kernels are persistent ones that cannot run beside the fence kernel that
-//! orders cuDNN with burn (see `cudnn_bn`). Here the statistics are reductions over the
+//! orders cuDNN with burn (see `cuda::cudnn::batch_norm`). Here the statistics are reductions over the
 //! spatial axes and the batch of an `[n, h, w, c]` tensor, whose channels are contiguous — each
 //! stage reads memory in order and leaves many independent sums — and the normalisation, ReLU
 //! and type casts are elementwise operations that burn's fusion merges. The gradients are
 //! burn's autodiff of these operations. Statistics and arithmetic are f32 whatever the
 //! activations' type; the output has the input's type.
 
-use super::layers::BatchNorm;
+use crate::nn::layers::BatchNorm;
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn::tensor::activation::relu as relu_op;
@@ -32,7 +32,7 @@ fn channel_mean<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
 /// `[batch, height, width, channels]` → the same
 pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
-    let x = match super::bn_nhwc_cuda::try_batch_norm(bn, x, relu) {
+    let x = match crate::nn::cuda::ops::batch_norm_nhwc::try_batch_norm(bn, x, relu) {
         Ok(y) => return y,
         Err(x) => x,
     };

@@ -2,9 +2,9 @@
 //! both gradients, with `feature = "cuda"`), burn's own kernels everywhere else.
 
 use super::Layout;
-use super::layers::Conv2d;
-use super::report::note_path;
 use crate::grad_ready::param_val;
+use crate::nn::layers::Conv2d;
+use crate::nn::runtime::report::note_path;
 use burn::prelude::*;
 use burn::tensor::ops::ConvOptions;
 use burn_nn::PaddingConfig2d;
@@ -44,7 +44,7 @@ pub fn conv2d<B: Backend>(
     let bias = bias.map(|b| b.cast(dtype));
     // cuDNN casts (and reorders) the weight itself, once per forward pass.
     #[cfg(feature = "cuda")]
-    let (x, weight) = match super::cudnn_conv::try_conv2d(x, weight, &options, layout) {
+    let (x, weight) = match crate::nn::cuda::ops::conv::try_conv2d(x, weight, &options, layout) {
         Ok(y) => {
             return match bias {
                 Some(b) => {
@@ -95,8 +95,8 @@ impl<B: Backend> Conv2d<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64};
     use super::*;
+    use crate::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64};
     use burn_autodiff::Autodiff;
     use burn_flex::Flex;
 

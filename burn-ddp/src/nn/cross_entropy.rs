@@ -6,7 +6,7 @@
 //! a fresh machine's first step (docs/benchmarks-history.md, 2026-12-03). On burn-cuda (f32 logits)
 //! this is one kernel that writes every row's loss and its gradient `(softmax(z) − t) / n`,
 //! another that averages the rows, and a backward that scales the saved gradient
-//! ([`super::cross_entropy_cuda`]); elsewhere, burn's `CrossEntropyLoss`.
+//! ([`crate::nn::cuda::ops::cross_entropy`]); elsewhere, burn's `CrossEntropyLoss`.
 
 use burn::prelude::*;
 use burn::tensor::Int;
@@ -17,7 +17,7 @@ use burn::tensor::Int;
 /// behaviour.
 pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>, smoothing: f32) -> Tensor<B, 1> {
     #[cfg(feature = "cuda")]
-    let (logits, labels) = match super::cross_entropy_cuda::try_cross_entropy(logits, labels, smoothing) {
+    let (logits, labels) = match crate::nn::cuda::ops::cross_entropy::try_cross_entropy(logits, labels, smoothing) {
         Ok(loss) => return loss,
         Err(inputs) => inputs,
     };
@@ -32,7 +32,7 @@ pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>
 /// the fast path ran.
 pub fn fused_calls() -> usize {
     #[cfg(feature = "cuda")]
-    return super::cross_entropy_cuda::CALLS.load(std::sync::atomic::Ordering::Relaxed);
+    return crate::nn::cuda::ops::cross_entropy::CALLS.load(std::sync::atomic::Ordering::Relaxed);
     #[cfg(not(feature = "cuda"))]
     0
 }

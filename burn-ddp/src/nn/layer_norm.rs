@@ -1,5 +1,5 @@
 //! LayerNorm in the activations' type with f32 statistics: on burn-cuda with bf16/f16
-//! activations one cuDNN pass forward and one backward ([`super::cudnn_ln_burn`]), elsewhere
+//! activations one cuDNN pass forward and one backward ([`crate::nn::cuda::ops::layer_norm`]), elsewhere
 //! burn-nn's `LayerNorm` on an f32 copy (PyTorch's autocast runs `layer_norm` in f32 too).
 
 use burn::prelude::*;
@@ -10,7 +10,7 @@ use burn_nn::LayerNorm;
 /// (burn-nn keeps the field private; the cuDNN path needs it, burn's uses the module's own).
 pub fn layer_norm<B: Backend, const D: usize>(norm: &LayerNorm<B>, x: Tensor<B, D>, eps: f64) -> Tensor<B, D> {
     #[cfg(feature = "cuda")]
-    let x = match super::cudnn_ln_burn::try_layer_norm(norm, x, eps) {
+    let x = match crate::nn::cuda::ops::layer_norm::try_layer_norm(norm, x, eps) {
         Ok(y) => return y,
         Err(x) => x,
     };

@@ -4,7 +4,8 @@
 //! operations (`conv.rs`, `batch_norm.rs`); this file imports none of them, so the operations
 //! may name these types without an import cycle.
 
-use super::{Layout, Precision};
+use crate::nn::settings::layout::Layout;
+use crate::nn::settings::precision::Precision;
 use burn::module::{Param, RunningState};
 use burn::prelude::*;
 use burn_nn::PaddingConfig2d;

@@ -1,6 +1,6 @@
 //! `Linear`, matrix products and attention, fast and f32-accurate on every backend.
 //!
-//! On burn-cuda the products run on cuBLAS ([`super::cublas_matmul`]) with f32 accumulation:
+//! On burn-cuda the products run on cuBLAS ([`crate::nn::cuda::ops::matmul`]) with f32 accumulation:
 //! strict f32 for f32 tensors (PyTorch's default, `torch.backends.cuda.matmul.allow_tf32 =
 //! False`), tensor cores for bf16/f16 — about six times burn-cuda's own matmul kernels on an
 //! H200. Where cuBLAS is switched off or missing, burn-cuda's kernels run; their f32 products
@@ -32,7 +32,7 @@ fn split_matmul<B: Backend, const D: usize>(x: Tensor<B, D>, w: Tensor<B, D>) ->
 /// Whether `B`'s f32 matrix products are TF32 (burn-cuda's, with or without autodiff).
 fn tf32_matmul<B: Backend>() -> bool {
     #[cfg(feature = "cuda")]
-    return super::cudnn_burn::cuda_backend::<B>().is_some();
+    return crate::nn::cuda::runtime::launch::cuda_backend::<B>().is_some();
     #[cfg(not(feature = "cuda"))]
     false
 }
@@ -40,7 +40,7 @@ fn tf32_matmul<B: Backend>() -> bool {
 /// Whether `B`'s products run on cuBLAS.
 fn cublas<B: Backend>() -> bool {
     #[cfg(feature = "cuda")]
-    return super::cublas_matmul::enabled::<B>();
+    return crate::nn::cuda::ops::matmul::enabled::<B>();
     #[cfg(not(feature = "cuda"))]
     false
 }
@@ -49,7 +49,7 @@ fn cublas<B: Backend>() -> bool {
 /// element type with f32 accumulation; f32-accurate for f32 tensors on every backend.
 pub fn matmul<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> Tensor<B, D> {
     #[cfg(feature = "cuda")]
-    let (a, b) = match super::cublas_matmul::try_matmul(a, b) {
+    let (a, b) = match crate::nn::cuda::ops::matmul::try_matmul(a, b) {
         Ok(c) => return c,
         Err(inputs) => inputs,
     };
@@ -105,7 +105,7 @@ pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -
 /// `y + b` over `y`'s rows; on cuBLAS's path the backward sums `dy`'s rows there too.
 fn add_bias<B: Backend>(y: Tensor<B, 2>, b: Tensor<B, 1>) -> Tensor<B, 2> {
     #[cfg(feature = "cuda")]
-    let (y, b) = match super::cublas_matmul::try_bias_add(y, b) {
+    let (y, b) = match crate::nn::cuda::ops::matmul::try_bias_add(y, b) {
         Ok(sum) => return sum,
         Err(inputs) => inputs,
     };
@@ -136,7 +136,7 @@ pub fn attention<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) 
 /// [`attention`] on q, k and v sliced out of `qkv`.
 pub fn self_attention<B: Backend>(qkv: Tensor<B, 5>) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
-    let qkv = match super::cudnn_attention::try_self_attention(qkv) {
+    let qkv = match crate::nn::cuda::ops::attention::try_self_attention(qkv) {
         Ok(out) => return out,
         Err(qkv) => qkv,
     };

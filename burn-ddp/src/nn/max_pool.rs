@@ -14,9 +14,11 @@ use burn_nn::pool::MaxPool2d;
 /// `[batch, channels, height, width]` → `[batch, channels, height_out, width_out]`
 pub fn max_pool2d<B: Backend>(pool: &MaxPool2d, x: Tensor<B, 4>) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
-    if let (Some(true), Some(padding)) = (super::cudnn_burn::cuda_backend::<B>(), symmetric_padding(&pool.padding)) {
-        let x: Tensor<super::cudnn_burn::Ad, 4> = super::cudnn_burn::cast(x);
-        return super::cudnn_burn::cast(cuda::max_pool2d(x, pool, padding));
+    if let (Some(true), Some(padding)) =
+        (crate::nn::cuda::runtime::launch::cuda_backend::<B>(), symmetric_padding(&pool.padding))
+    {
+        let x: Tensor<crate::nn::cuda::runtime::launch::Ad, 4> = crate::nn::cuda::runtime::launch::cast(x);
+        return crate::nn::cuda::runtime::launch::cast(cuda::max_pool2d(x, pool, padding));
     }
     pool.forward(x)
 }
@@ -33,7 +35,7 @@ fn symmetric_padding(padding: &PaddingConfig2d) -> Option<[usize; 2]> {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use super::super::cudnn_burn::Ad;
+    use crate::nn::cuda::runtime::launch::Ad;
     use burn::prelude::*;
     use burn::tensor::ops::{FloatTensorOps, IntTensor, ModuleOps};
     use burn::tensor::{FloatDType, TensorPrimitive};
@@ -88,7 +90,7 @@ mod cuda {
         }
     }
 
-    pub(super) fn max_pool2d(x: Tensor<Ad, 4>, pool: &MaxPool2d, padding: [usize; 2]) -> Tensor<Ad, 4> {
+    pub(crate) fn max_pool2d(x: Tensor<Ad, 4>, pool: &MaxPool2d, padding: [usize; 2]) -> Tensor<Ad, 4> {
         let x = x.into_primitive().tensor();
         let (shape, dtype) = (x.primitive.shape.clone(), x.primitive.dtype.into());
         let pooled = <Cuda as ModuleOps<Cuda>>::max_pool2d_with_indices(
@@ -145,8 +147,7 @@ mod tests {
         let grads =
             (y.clone() * Tensor::<B, 1>::from_floats(wv.as_slice(), &device).reshape([1, 1, ho, wo])).sum().backward();
         let f64s = |v: &[f32]| v.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
-        let (expect_y, expect_g) =
-            super::super::reference::max_pool2d_f64(&f64s(&xv), [1, 1, h, w], 3, 2, 1, &f64s(&wv));
+        let (expect_y, expect_g) = crate::nn::reference::max_pool2d_f64(&f64s(&xv), [1, 1, h, w], 3, 2, 1, &f64s(&wv));
         let y: Vec<f64> = y.inner().into_data().to_vec::<f32>().expect("f32").into_iter().map(f64::from).collect();
         assert_eq!(y, expect_y);
         let g: Vec<f64> = x

@@ -10,15 +10,15 @@ use burn::prelude::*;
 /// `max(x, 0)`, keeping only its output for the backward on burn-cuda.
 pub fn relu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     #[cfg(feature = "cuda")]
-    if super::cudnn_burn::cuda_backend::<B>() == Some(true) {
-        return super::cudnn_burn::cast(cuda::relu::<D>(super::cudnn_burn::cast(x)));
+    if crate::nn::cuda::runtime::launch::cuda_backend::<B>() == Some(true) {
+        return crate::nn::cuda::runtime::launch::cast(cuda::relu::<D>(crate::nn::cuda::runtime::launch::cast(x)));
     }
     burn::tensor::activation::relu(x)
 }
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use super::super::cudnn_burn::{Ad, Prim};
+    use crate::nn::cuda::runtime::launch::{Ad, Prim};
     use burn::prelude::*;
     use burn::tensor::TensorPrimitive;
     use burn::tensor::ops::ActivationOps;
@@ -45,7 +45,7 @@ mod cuda {
         }
     }
 
-    pub(super) fn relu<const D: usize>(x: Tensor<Ad, D>) -> Tensor<Ad, D> {
+    pub(crate) fn relu<const D: usize>(x: Tensor<Ad, D>) -> Tensor<Ad, D> {
         let x = x.into_primitive().tensor();
         let y = <Cuda as ActivationOps<Cuda>>::relu(x.primitive);
         let out = match ReluFromOutput.prepare::<NoCheckpointing>([x.node]).compute_bound().stateful() {

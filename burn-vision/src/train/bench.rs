@@ -11,8 +11,8 @@ use burn::tensor::Distribution;
 use burn::tensor::backend::AutodiffBackend;
 use burn_ddp::GradCompression;
 use burn_ddp::nn::cross_entropy;
-use burn_ddp::nn::memory::MemoryReport;
-use burn_ddp::nn::profile::cuda_profiler_range;
+use burn_ddp::nn::runtime::memory::MemoryReport;
+use burn_ddp::nn::runtime::profile::cuda_profiler_range;
 use burn_ddp::nn::{CudnnTimes, Precision};
 use burn_optim::momentum::MomentumConfig;
 use burn_optim::{GradientsParams, Optimizer, SgdConfig};
@@ -275,7 +275,7 @@ fn in_use_after_forward<B: AutodiffBackend>(
 ) -> Option<f64> {
     let loss = cross_entropy(model.forward(x.clone()), y.clone(), 0.0);
     B::sync(device).ok()?;
-    let gib = burn_ddp::nn::memory::report(gpu).map(|r| r.in_use_gib);
+    let gib = burn_ddp::nn::runtime::memory::report(gpu).map(|r| r.in_use_gib);
     drop(loss.backward());
     gib
 }
@@ -339,9 +339,9 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let (m, mut loss, first_step, warmup_seconds) =
         warm_up::<B>(config.warmup, device, model, &mut step, first_step_profile)?;
     model = m;
-    let memory_after_warmup = config.gpu.and_then(burn_ddp::nn::memory::report);
+    let memory_after_warmup = config.gpu.and_then(burn_ddp::nn::runtime::memory::report);
     if let Some(gpu) = config.gpu {
-        burn_ddp::nn::memory::release_unused(gpu);
+        burn_ddp::nn::runtime::memory::release_unused(gpu);
     }
     let (t1, before) = (Instant::now(), CudnnTimes::now());
     let upload_before = upload_s.get();
@@ -353,7 +353,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         .transpose()?;
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
-    let cache_before = burn_ddp::nn::kernel_cache::usage();
+    let cache_before = burn_ddp::nn::runtime::kernel_cache::usage();
     let ddp_before = dist.map(|d| d.ddp.stats());
     if dist.is_some() {
         burn_ddp::trace::start();
@@ -369,7 +369,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
     let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), config.steps));
-    let kernel_cache = cache_before.zip(burn_ddp::nn::kernel_cache::usage()).map(|(a, b)| [a, b]);
+    let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
     let threads = super::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     if let Some(profile) = profile {
@@ -379,7 +379,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let _ = model.num_params();
     let upload_s = upload_s.get() - upload_before;
     // The pools as the timed steps left them, before the probe's forward and backward.
-    let memory = config.gpu.and_then(burn_ddp::nn::memory::report);
+    let memory = config.gpu.and_then(burn_ddp::nn::runtime::memory::report);
     let in_use_after_forward_gib = config.gpu.and_then(|gpu| in_use_after_forward(&model, (&x, &y), device, gpu));
     Ok(BenchResult {
         config: config.clone(),

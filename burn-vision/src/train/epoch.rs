@@ -93,7 +93,7 @@ impl<B: AutodiffBackend> Placement<'_, B> {
     fn release_unused(&self) {
         // DataParallel's devices include `device` (its first).
         let devices = self.dp.as_ref().map_or(std::slice::from_ref(&self.device), |dp| dp.devices());
-        devices.iter().for_each(burn_ddp::nn::memory::release_unused_on);
+        devices.iter().for_each(burn_ddp::nn::runtime::memory::release_unused_on);
     }
 }
 

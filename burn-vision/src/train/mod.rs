@@ -95,7 +95,8 @@ fn bench_world(
 /// and image size; the training loop hands blocks back when the batch size changes).
 #[cfg(feature = "cuda")]
 pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
-    let _ = burn_ddp::nn::kernel_cache::configure_with(burn_ddp::nn::kernel_cache::Allocator::ExactSizes);
+    let _ =
+        burn_ddp::nn::runtime::kernel_cache::configure_with(burn_ddp::nn::runtime::kernel_cache::Allocator::ExactSizes);
     burn_cuda::CudaDevice::new(id)
 }
 

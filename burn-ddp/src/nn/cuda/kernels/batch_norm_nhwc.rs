@@ -1,0 +1,327 @@
+//! CUDA kernels (cubecl) for batch norm (+ ReLU) on channels-last activations, seen as a
+//! row-major `[rows, channels]` matrix (`rows = n·h·w`): the channels of one pixel are
+//! contiguous. Every pass over the activations is a *column-tile* kernel: a thread owns a
+//! vector of `N` neighbouring channels (up to 16 bytes: 8 bf16, 4 f32) and walks down the rows
+//! of its block (rows `g·tile_y + ty`, stepping `groups·tile_y`), so threads side by side read
+//! neighbouring memory, the per-channel parameters stay in registers, and no index is divided.
+//!
+//! Training forward: per-channel partial sums over blocks of rows, one pass ([`stats_partials`]);
+//! one warp per channel folds the partials into the mean and `1/√(var+ε)` and blends the
+//! running statistics ([`stats_finalize`]); one elementwise pass writes `relu?(γ·x̂ + β)` ([`normalize`]).
+//! Backward: the same two-step reduction of `Σ dz` and `Σ dz·(x − mean)` ([`grad_partials`],
+//! [`grad_finalize`]; `dz` is `dy` masked by the ReLU, recomputed from `x`), then one
+//! elementwise pass for `dx` ([`input_grad`]). Seven passes over the activation memory in all;
+//! arithmetic and statistics are f32 whatever the activations' type (`F`).
+//!
+//! The sums are shifted by each channel's first value (`x[0, c]`) so that the variance
+//! `E[d²] − E[d]²` does not cancel when the mean is large against the spread.
+
+use cubecl::num_traits::Zero;
+use cubecl::prelude::*;
+
+/// One warp per channel folds the partial sums.
+pub(crate) const FOLD: u32 = 32;
+
+/// `relu(v)` elementwise when `relu`, else `v`. The forward's output and the backward's mask
+/// both come from this one comparison (`v > 0`), so they agree exactly.
+#[cube]
+fn relu_mask<N: Size>(v: Vector<f32, N>, dy: Vector<f32, N>, #[comptime] relu: bool) -> Vector<f32, N> {
+    let mut out = dy;
+    if relu {
+        out = select_many(v.greater_than(Vector::zero()), dy, Vector::zero());
+    }
+    out
+}
+
+/// This thread's channel vector, first row and row step (see the module documentation).
+#[cube]
+fn tile_position(#[comptime] tile_x: u32, #[comptime] tile_y: u32, groups: usize) -> (usize, usize, usize) {
+    let cv = CUBE_POS_X as usize * tile_x as usize + UNIT_POS_X as usize;
+    let first = CUBE_POS_Y as usize * tile_y as usize + UNIT_POS_Y as usize;
+    (cv, first, groups * tile_y as usize)
+}
+
+/// Adds up the `tile_y` threads' sums of each column of the block and writes them as
+/// `partials[0, g, cv]` and `partials[1, g, cv]` (in vectors of `N` channels).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn store_partials<N: Size>(
+    s1: Vector<f32, N>,
+    s2: Vector<f32, N>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    cv: usize,
+    cols: usize,
+    groups: usize,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+) {
+    let tx = UNIT_POS_X as usize;
+    let ty = UNIT_POS_Y as usize;
+    let mut sum1 = SharedMemory::<Vector<f32, N>>::new(tile_x as usize * tile_y as usize);
+    let mut sum2 = SharedMemory::<Vector<f32, N>>::new(tile_x as usize * tile_y as usize);
+    sum1[ty * tile_x as usize + tx] = s1;
+    sum2[ty * tile_x as usize + tx] = s2;
+    sync_cube();
+    if ty == 0 && cv < cols {
+        let mut a = s1;
+        let mut b = s2;
+        for k in 1..tile_y as usize {
+            a += sum1[k * tile_x as usize + tx];
+            b += sum2[k * tile_x as usize + tx];
+        }
+        let g = CUBE_POS_Y as usize;
+        partials[g * cols + cv] = a;
+        partials[(groups + g) * cols + cv] = b;
+    }
+}
+
+/// Per block row `g`: `Σ (x − x[0])` and `Σ (x − x[0])²` for each channel.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stats_partials<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    let mut s1 = Vector::<f32, N>::zero();
+    let mut s2 = Vector::<f32, N>::zero();
+    if cv < cols {
+        let shift = Vector::<f32, N>::cast_from(x[cv]);
+        let mut r = first;
+        while r < rows {
+            let d = Vector::<f32, N>::cast_from(x[r * cols + cv]) - shift;
+            s1 += d;
+            s2 += d * d;
+            r += step;
+        }
+    }
+    store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
+}
+
+/// Channel `c`'s two sums over all block rows, `Σ_g partials[0, g, c]` and
+/// `Σ_g partials[1, g, c]`, folded by the warp that runs it (one warp per channel).
+#[cube]
+fn fold(partials: &Tensor<f32>, c: usize, channels: usize, groups: usize) -> (f32, f32) {
+    let mut s1 = f32::new(0.0);
+    let mut s2 = f32::new(0.0);
+    let mut g = UNIT_POS_X as usize;
+    while g < groups {
+        s1 += partials[g * channels + c];
+        s2 += partials[(groups + g) * channels + c];
+        g += CUBE_DIM_X as usize;
+    }
+    (plane_sum(s1), plane_sum(s2))
+}
+
+/// One warp per channel: `mean` and `inv_std = 1/√(var + eps)` from the partials (`var` the
+/// biased batch variance), and the running statistics blended as burn's BatchNorm does:
+/// `new_running = (1 − momentum)·running + momentum·batch`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stats_finalize<F: Float>(
+    x: &Tensor<F>,
+    partials: &Tensor<f32>,
+    running_mean: &Tensor<f32>,
+    running_var: &Tensor<f32>,
+    mean: &mut Tensor<f32>,
+    inv_std: &mut Tensor<f32>,
+    new_running_mean: &mut Tensor<f32>,
+    new_running_var: &mut Tensor<f32>,
+    rows: u32,
+    channels: u32,
+    groups: u32,
+    eps: f32,
+    momentum: f32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let c = CUBE_POS_X as usize;
+    let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
+    if UNIT_POS_X == 0 {
+        let n = f32::cast_from(rows);
+        let m1 = s1 / n;
+        let mut v = s2 / n - m1 * m1;
+        if v < f32::new(0.0) {
+            v = f32::new(0.0);
+        }
+        let mu = f32::cast_from(x[c]) + m1;
+        mean[c] = mu;
+        inv_std[c] = f32::new(1.0) / f32::sqrt(v + eps);
+        let keep = f32::new(1.0) - momentum;
+        new_running_mean[c] = keep * running_mean[c] + momentum * mu;
+        new_running_var[c] = keep * running_var[c] + momentum * v;
+    }
+}
+
+/// One warp per channel: this batch's moments for SyncBatchNorm's exchange, laid out as
+/// `[count, mean[0..c], M2[0..c]]` with `M2 = Σ (x − mean)²` (Chan's parallel-variance input).
+#[cube(launch)]
+pub(crate) fn moments_finalize<F: Float>(
+    x: &Tensor<F>,
+    partials: &Tensor<f32>,
+    moments: &mut Tensor<f32>,
+    rows: u32,
+    channels: u32,
+    groups: u32,
+    #[define(F)] _dtype: StorageType,
+) {
+    let c = CUBE_POS_X as usize;
+    let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
+    if UNIT_POS_X == 0 {
+        let n = f32::cast_from(rows);
+        let m1 = s1 / n;
+        let mut m2 = s2 - n * m1 * m1;
+        if m2 < f32::new(0.0) {
+            m2 = f32::new(0.0);
+        }
+        if c == 0 {
+            moments[0] = n;
+        }
+        moments[1 + c] = f32::cast_from(x[c]) + m1;
+        moments[1 + channels as usize + c] = m2;
+    }
+}
+
+/// `y = relu?(γ·inv_std·(x − mean) + β)`, in `F`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn normalize<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    y: &mut Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    inv_std: &Tensor<Vector<f32, N>>,
+    gamma: &Tensor<Vector<f32, N>>,
+    beta: &Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+    #[comptime] relu: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    if cv >= cols {
+        terminate!();
+    }
+    let mu = mean[cv];
+    let scale = gamma[cv] * inv_std[cv];
+    let b = beta[cv];
+    let mut r = first;
+    while r < rows {
+        let i = r * cols + cv;
+        let v = (Vector::<f32, N>::cast_from(x[i]) - mu) * scale + b;
+        y[i] = Vector::cast_from(relu_mask(v, v, relu));
+        r += step;
+    }
+}
+
+/// Per block row `g`: `Σ dz` and `Σ dz·(x − mean)` for each channel, `dz` being `dy` where the
+/// forward's ReLU let the value through.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grad_partials<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    inv_std: &Tensor<Vector<f32, N>>,
+    gamma: &Tensor<Vector<f32, N>>,
+    beta: &Tensor<Vector<f32, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+    #[comptime] relu: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    let mut s1 = Vector::<f32, N>::zero();
+    let mut s2 = Vector::<f32, N>::zero();
+    if cv < cols {
+        let mu = mean[cv];
+        let scale = gamma[cv] * inv_std[cv];
+        let b = beta[cv];
+        let mut r = first;
+        while r < rows {
+            let i = r * cols + cv;
+            let d = Vector::<f32, N>::cast_from(x[i]) - mu;
+            let dz = relu_mask(d * scale + b, Vector::<f32, N>::cast_from(dy[i]), relu);
+            s1 += dz;
+            s2 += dz * d;
+            r += step;
+        }
+    }
+    store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
+}
+
+/// One warp per channel: `dβ = Σ dz`, `dγ = inv_std · Σ dz·(x − mean)`.
+#[cube(launch)]
+pub(crate) fn grad_finalize(
+    partials: &Tensor<f32>,
+    inv_std: &Tensor<f32>,
+    dgamma: &mut Tensor<f32>,
+    dbeta: &mut Tensor<f32>,
+    channels: u32,
+    groups: u32,
+) {
+    let c = CUBE_POS_X as usize;
+    let (s1, s2) = fold(partials, c, channels as usize, groups as usize);
+    if UNIT_POS_X == 0 {
+        dbeta[c] = s1;
+        dgamma[c] = s2 * inv_std[c];
+    }
+}
+
+/// `dx = γ·inv_std·(dz − dβ/m − (x − mean)·inv_std·dγ/m)`, in `F`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn input_grad<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
+    dx: &mut Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    inv_std: &Tensor<Vector<f32, N>>,
+    gamma: &Tensor<Vector<f32, N>>,
+    beta: &Tensor<Vector<f32, N>>,
+    dgamma: &Tensor<Vector<f32, N>>,
+    dbeta: &Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
+    inv_rows: f32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+    #[comptime] relu: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    if cv >= cols {
+        terminate!();
+    }
+    let mu = mean[cv];
+    let is = inv_std[cv];
+    let scale = gamma[cv] * is;
+    let b = beta[cv];
+    let per_row = Vector::<f32, N>::new(inv_rows);
+    let k1 = dbeta[cv] * per_row;
+    let k2 = is * dgamma[cv] * per_row;
+    let mut r = first;
+    while r < rows {
+        let i = r * cols + cv;
+        let d = Vector::<f32, N>::cast_from(x[i]) - mu;
+        let dz = relu_mask(d * scale + b, Vector::<f32, N>::cast_from(dy[i]), relu);
+        dx[i] = Vector::cast_from(scale * (dz - k1 - d * k2));
+        r += step;
+    }
+}

@@ -1,0 +1,10 @@
+//! How burn's buffers reach cuDNN, cuBLAS and our kernels: the launch through cubecl's device
+//! thread, the device-side ordering of other streams with burn's (cuDNN's, NCCL's), burn-fusion
+//! operations, and page-locked uploads.
+
+pub(crate) mod device_thread;
+pub(crate) mod fusion_op;
+pub(crate) mod launch;
+pub(crate) mod side_stream;
+pub(crate) mod stream_bridge;
+pub(crate) mod upload;

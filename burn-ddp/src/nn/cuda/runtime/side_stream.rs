@@ -1,0 +1,241 @@
+//! Work on a CUDA stream of someone else's (NCCL's collectives) on buffers of burn's, ordered
+//! on the device: it starts after burn's kernels that produced the buffers, burn reads its
+//! results only after it has finished, and neither the training thread nor cubecl's device
+//! thread waits for anything in between — burn keeps computing while the other stream works.
+//!
+//! [`fork`] is an operation of burn-fusion's stream (see `fusion_op`) over any number of
+//! buffers: on cubecl's device thread, in order with burn's kernels, it stores a flag on burn's
+//! stream (`stream_bridge`, its own [`Channel::Side`] flags) and hands the buffers' addresses —
+//! each input's, its output's, and scratch buffers' — and a [`SideFence`] to the caller's work,
+//! which enqueues on its stream the fence's wait, its computation and the fence's signal. An
+//! output is its input's own buffer, written in place, when nothing else can see that buffer
+//! (the fork is its tensor's last user and no view shares it), else a fresh buffer; nothing of
+//! burn's touches the outputs until [`join`], another operation of the stream, makes burn's
+//! stream wait for that signal, and the sources read and the scratch buffers stay allocated
+//! until then. Between the two, burn's stream runs on (a DDP backward keeps computing the next
+//! buckets' gradients).
+//!
+//! Should the work fail to enqueue, it is logged, [`join`] does not wait (nothing would signal),
+//! and the next [`fork`] returns the error: the caller's own checks (the process group's
+//! error) report what the values are worth.
+
+use crate::error::{Error, Result};
+use crate::nn::cuda::cudnn::types::fail;
+use crate::nn::cuda::runtime::device_thread;
+use crate::nn::cuda::runtime::fusion_op::{self, Cube};
+use crate::nn::cuda::runtime::launch::{Prim, empty_of};
+use crate::nn::cuda::runtime::stream_bridge::{self, Channel, DeviceKernels, Fence};
+use burn::tensor::{DType, Shape};
+use cubecl::cuda::CudaRuntime;
+use cubecl::prelude::ComputeClient;
+use cudarc::driver::{CudaContext, sys as driver};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The fence kernels of one device, for other streams of its primary context.
+struct SideKernels {
+    ctx: Arc<CudaContext>,
+    kernels: DeviceKernels,
+}
+
+/// What the work enqueues on its stream around its computation.
+pub struct SideFence {
+    fence: Fence,
+    kernels: Arc<Mutex<SideKernels>>,
+}
+
+impl SideFence {
+    /// Enqueues on `stream` (of the device's primary context) a wait until burn's stream has
+    /// run everything queued before the fork. Enqueue it before the computation.
+    ///
+    /// # Errors
+    /// When the launch fails.
+    pub fn wait_on(&self, stream: driver::CUstream) -> Result<()> {
+        let k = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+        k.kernels.wait(stream, &self.fence)
+    }
+
+    /// Enqueues on `stream` the signal [`join`] waits for. Enqueue it after the computation.
+    ///
+    /// # Errors
+    /// When the launch fails (then [`join`] would wait forever: the caller must not join).
+    pub fn signal_on(&self, stream: driver::CUstream) -> Result<()> {
+        let k = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+        k.kernels.signal(stream, &self.fence)
+    }
+}
+
+enum JoinState {
+    /// The fork has not run on the device thread yet.
+    Pending,
+    /// The work and its signal are enqueued; the buffers it reads or writes that no tensor
+    /// holds (sources copied from, scratch) stay allocated until the join has made burn's
+    /// stream wait for it.
+    Enqueued(Fence, Vec<Cube>),
+    /// The work failed to enqueue: nothing to wait for.
+    Failed,
+}
+
+/// What [`join`] waits for: the signal of one [`fork`]'s work.
+#[derive(Clone)]
+pub struct Join(Arc<Mutex<JoinState>>);
+
+/// The device addresses a [`fork`]'s work reads and writes: per input its buffer (packed,
+/// row-major in its dims' order) and the output's (the same address where the output is the
+/// input's buffer, written in place), then the scratch buffers asked for.
+#[derive(Debug, Clone, Default)]
+pub struct ForkBuffers {
+    pub inputs: Vec<u64>,
+    pub outputs: Vec<u64>,
+    pub scratch: Vec<u64>,
+}
+
+fn failure() -> &'static Mutex<Option<String>> {
+    static FAILURE: OnceLock<Mutex<Option<String>>> = OnceLock::new();
+    FAILURE.get_or_init(Default::default)
+}
+
+/// `device`'s fence kernels, loaded and tested on first use.
+fn kernels(device: usize) -> Result<Arc<Mutex<SideKernels>>> {
+    static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Mutex<SideKernels>>>>> = OnceLock::new();
+    let mut map = LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = map.get(&device) {
+        return Ok(k.clone());
+    }
+    let ctx = CudaContext::new(device).map_err(|e| fail("opening the CUDA context", e))?;
+    ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    let kernels = DeviceKernels::load()?;
+    let stream = ctx.new_stream().map_err(|e| fail("creating a CUDA stream", e))?;
+    kernels.self_test(&stream)?;
+    let k = Arc::new(Mutex::new(SideKernels { ctx, kernels }));
+    map.insert(device, k.clone());
+    Ok(k)
+}
+
+/// Whether work on other streams can be ordered with burn's on `device` (loads the fence
+/// kernels on first call).
+///
+/// # Errors
+/// Why not: no driver, or the kernels failed to load or to run.
+pub fn ready(device: usize) -> Result<()> {
+    kernels(device).map(|_| ())
+}
+
+/// The device addresses of `cubes` (on cubecl's device thread: direct calls), and what keeps
+/// them valid while held.
+fn addresses(client: &ComputeClient<CudaRuntime>, cubes: &[Cube]) -> Result<(Vec<u64>, Vec<impl Sized + use<>>)> {
+    let held = cubes
+        .iter()
+        .map(|c| client.get_resource(c.handle.clone()).map_err(|e| fail("device pointer", e)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((held.iter().map(|r| r.resource().ptr).collect(), held))
+}
+
+/// One input's buffer on the fusion thread, packed, and the output buffer of the same shape:
+/// the input's own when no one else can see it (this operation is its tensor's last user and
+/// no view shares it, or it is a packed copy of ours), else a fresh one (then the input is
+/// kept until the join: the work still reads it).
+fn place(cube: Cube, last_user: bool) -> (Cube, Cube, Option<Cube>) {
+    let row_major = cube.meta.strides().to_vec() == fusion_op::row_major(cube.meta.shape().as_slice());
+    let (cube, mine) = if row_major {
+        let mine = last_user && cube.handle.can_mut();
+        (cube, mine)
+    } else {
+        (fusion_op::dense(cube), true)
+    };
+    if mine {
+        return (cube.clone(), cube, None);
+    }
+    let out = empty_of(&cube, cube.meta.shape().as_slice(), cube.dtype);
+    (cube.clone(), out, Some(cube))
+}
+
+/// Hands `inputs`' buffers (and `scratch` buffers of the given shapes and types, fresh) to
+/// `work` once burn's producers of the inputs are queued (see the module docs); returns one
+/// output per input, of its shape and type, that only [`join`] may be given, and what it waits
+/// for. `work` runs on cubecl's device thread with the buffers' addresses ([`ForkBuffers`])
+/// and must enqueue `fence.wait_on`, its computation — which writes every output — and
+/// `fence.signal_on` on its stream, and not block. Every output must be joined: the work may
+/// still be writing it.
+///
+/// # Errors
+/// When device-side ordering is unavailable on the inputs' device ([`ready`]), or an earlier
+/// work failed to enqueue.
+///
+/// # Panics
+/// When `inputs` is empty.
+pub fn fork(
+    inputs: Vec<Prim>,
+    scratch: Vec<(Shape, DType)>,
+    work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
+) -> Result<(Vec<Prim>, Join)> {
+    if let Some(e) = failure().lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        return Err(Error::Cuda { op: "work on another CUDA stream".into(), reason: e.clone() });
+    }
+    let side = kernels(inputs.first().expect("a fork has inputs").client.device().index)?;
+    let join = Join(Arc::new(Mutex::new(JoinState::Pending)));
+    let state = join.0.clone();
+    let work = Mutex::new(Some(work));
+    let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
+    let exec = move |ins: Vec<(Cube, bool)>| {
+        let (mut sources, mut outs, mut keep) =
+            (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
+        for (cube, last_user) in ins {
+            let (src, out, kept) = place(cube, last_user);
+            sources.push(src);
+            outs.push(out);
+            keep.extend(kept);
+        }
+        let scratch: Vec<Cube> =
+            scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
+        let (work, state, side) = (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
+        let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
+        let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
+        device_thread::submit(&device, move || {
+            let (sources, outs, scratch) = buffers;
+            let enqueue = || -> Result<Fence> {
+                let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
+                // The resources are held until the work is enqueued.
+                let ((inputs, _i), (outputs, _o), (scratch, _s)) =
+                    (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
+                let bufs = ForkBuffers { inputs, outputs, scratch };
+                let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
+                work(&bufs, &SideFence { fence, kernels: side })?;
+                Ok(fence)
+            };
+            let outcome = match enqueue() {
+                Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
+                Err(e) => {
+                    log::error!("work on another CUDA stream failed to enqueue: {e}");
+                    failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                    JoinState::Failed
+                }
+            };
+            *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+        });
+        returned
+    };
+    Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
+}
+
+/// `outputs` (a [`fork`]'s) once burn's stream has waited for the work's signal: what burn
+/// launches after this reads the work's results. The host does not wait.
+pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
+    let state = join.0.clone();
+    let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
+    let exec = move |inputs: Vec<Cube>| {
+        let (device, state) = (inputs[0].device.clone(), state.clone());
+        device_thread::submit(&device, move || {
+            let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
+            if let JoinState::Enqueued(fence, keep) = done {
+                stream_bridge::after(Channel::Side, device.index, &fence);
+                // Burn's stream now waits for the work: its buffers may serve burn again.
+                drop(keep);
+            }
+        });
+        inputs
+    };
+    fusion_op::queue("side-stream join", outputs, &shapes, exec)
+}

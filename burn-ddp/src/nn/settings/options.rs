@@ -1,0 +1,174 @@
+//! Process-wide switches of the cuDNN path (convolutions, batch norm), from the environment or set in code.
+
+use std::sync::{OnceLock, RwLock};
+
+/// How the GPU layers run on burn-cuda: one struct, read once from the environment for the
+/// settings users need —
+///
+/// | variable | field | default |
+/// |---|---|---|
+/// | `BURN_DDP_CUDNN=0` | [`enabled`](Self::enabled) | on |
+/// | `BURN_DDP_CUDNN_TF32=0` | [`allow_tf32`](Self::allow_tf32) | on (PyTorch's default) |
+/// | `BURN_DDP_CUDNN_DETERMINISTIC=1` | [`deterministic`](Self::deterministic) | off |
+/// | `BURN_DDP_CUDNN_WORKSPACE_MIB=N` | [`workspace_limit`](Self::workspace_limit) | 512 MiB |
+/// | `BURN_DDP_CUBLAS=0` | [`cublas`](Self::cublas) | on |
+/// | `BURN_DDP_SDPA=0` | [`fused_attention`](Self::fused_attention) | on |
+/// | `BURN_DDP_CUDNN_LN=0` | [`layer_norm`](Self::layer_norm) | on |
+///
+/// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
+/// and for measuring what it gains: `cudnn_check` and the GPU scripts do).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CudnnOptions {
+    /// Use cuDNN at all (otherwise burn's own convolution kernels run).
+    pub enabled: bool,
+    /// Let f32 convolutions run on tensor cores in TF32, as PyTorch allows by default
+    /// (`torch.backends.cuda::cudnn::convolution.allow_tf32`); `false` forces full-precision FMA math.
+    pub allow_tf32: bool,
+    /// Only algorithms whose results are bit-identical run to run.
+    pub deterministic: bool,
+    /// The most scratch memory (bytes) one algorithm may use; also the workspace measured with.
+    pub workspace_limit: usize,
+    /// Copy pitched activations (burn-cuda pads rows) to a packed layout before forward and
+    /// backward-data calls: cuDNN's fast kernels want packed NCHW. Backward-filter always packs
+    /// (cuDNN 9 has no algorithm for strided inputs there).
+    pub pack_inputs: bool,
+    /// Run BatchNorm (and a ReLU right after it) through cuDNN as well
+    /// (`false` keeps burn's BatchNorm).
+    pub batch_norm: bool,
+    /// Order cuDNN's work with burn's by waiting on the host (drain burn's stream before each
+    /// call, cuDNN's after it) instead of on the device (the device-side ordering is the default and
+    /// lets the host run ahead; the host orders by itself when that cannot be set up).
+    pub host_sync: bool,
+    /// Run a convolution and the BatchNorm after it as one cuDNN operation
+    /// (`false` runs them separately): 106 instead of 264 cuDNN calls per
+    /// ResNet-50 step, and the convolution's output never goes back to burn's graph.
+    pub fuse_conv_bn: bool,
+    /// Run channels-last BatchNorm (+ ReLU) on burn-vision's own CUDA kernels on burn's stream
+    /// (`false` builds it from burn's tensor operations instead, as on
+    /// every other backend). Not a cuDNN switch: cuDNN's batch norm is slow on NHWC.
+    pub nhwc_bn_kernels: bool,
+    /// Run convolutions through execution plans of cuDNN's graph API, built once per shape
+    /// (`false` uses the legacy `cudnnConvolution*` entry points, which
+    /// cost several times the host time per call).
+    pub graph_api: bool,
+    /// Run matrix products (`nn::matmul`, `nn::linear`, `nn::attention`) on cuBLAS with f32
+    /// accumulation (`false` runs burn's own matmul kernels: for f32 tensors split into four
+    /// TF32 products to stay f32-accurate).
+    pub cublas: bool,
+    /// Run bf16/f16 self-attention (`nn::self_attention`) as cuDNN's fused flash-attention
+    /// forward and backward (`false`, or [`deterministic`](Self::deterministic): two products
+    /// and a softmax, the scores in memory).
+    pub fused_attention: bool,
+    /// Run bf16/f16 layer norms (`nn::layer_norm`) on cuDNN, one pass each way in the
+    /// activations' type with f32 statistics (`false`, or [`deterministic`](Self::deterministic):
+    /// burn's operations on an f32 copy).
+    pub layer_norm: bool,
+}
+
+impl Default for CudnnOptions {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_tf32: true,
+            deterministic: false,
+            workspace_limit: 512 << 20,
+            pack_inputs: true,
+            batch_norm: true,
+            host_sync: false,
+            fuse_conv_bn: true,
+            nhwc_bn_kernels: true,
+            graph_api: true,
+            cublas: true,
+            fused_attention: true,
+            layer_norm: true,
+        }
+    }
+}
+
+impl CudnnOptions {
+    /// The defaults, overridden by the `BURN_DDP_CUDNN*` environment variables (see the table
+    /// above; a value of `0`, `false`, `off` or empty means off).
+    pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let mut o = Self::default();
+        let flag = |name: &str| var(name).map(|v| !matches!(v.trim(), "0" | "false" | "off" | ""));
+        for (name, field) in [
+            ("BURN_DDP_CUDNN", &mut o.enabled),
+            ("BURN_DDP_CUDNN_TF32", &mut o.allow_tf32),
+            ("BURN_DDP_CUDNN_DETERMINISTIC", &mut o.deterministic),
+            ("BURN_DDP_CUBLAS", &mut o.cublas),
+            ("BURN_DDP_SDPA", &mut o.fused_attention),
+            ("BURN_DDP_CUDNN_LN", &mut o.layer_norm),
+        ] {
+            if let Some(v) = flag(name) {
+                *field = v;
+            }
+        }
+        match var("BURN_DDP_CUDNN_WORKSPACE_MIB").map(|v| v.trim().parse::<usize>()) {
+            Some(Ok(mib)) => o.workspace_limit = mib << 20,
+            Some(Err(_)) => log::warn!(
+                "BURN_DDP_CUDNN_WORKSPACE_MIB is not a whole number of MiB; keeping {} MiB",
+                o.workspace_limit >> 20
+            ),
+            None => {}
+        }
+        o
+    }
+}
+
+fn cell() -> &'static RwLock<CudnnOptions> {
+    static OPTIONS: OnceLock<RwLock<CudnnOptions>> = OnceLock::new();
+    OPTIONS.get_or_init(|| RwLock::new(CudnnOptions::from_env()))
+}
+
+/// The options in force.
+pub fn get() -> CudnnOptions {
+    cell().read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Replaces the options for the convolutions that follow (algorithm choices are cached per
+/// setting of `allow_tf32` and `deterministic`, so switching measures afresh once).
+pub fn set(options: CudnnOptions) {
+    *cell().write().unwrap_or_else(|p| p.into_inner()) = options;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_pytorch() {
+        let o = CudnnOptions::default();
+        assert!(o.enabled && o.allow_tf32 && !o.deterministic);
+        assert_eq!(o.workspace_limit, 512 << 20);
+    }
+
+    #[test]
+    fn environment_sets_the_user_settings_only() {
+        let vars = [
+            ("BURN_DDP_CUDNN", "0"),
+            ("BURN_DDP_CUDNN_TF32", "off"),
+            ("BURN_DDP_CUDNN_DETERMINISTIC", "1"),
+            ("BURN_DDP_CUDNN_WORKSPACE_MIB", "64"),
+            ("BURN_DDP_CUBLAS", "off"),
+            ("BURN_DDP_SDPA", "0"),
+            ("BURN_DDP_CUDNN_LN", "0"),
+            ("BURN_VISION_CUDNN_GRAPH", "0"),
+        ];
+        let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
+        assert!(
+            !o.enabled
+                && !o.allow_tf32
+                && o.deterministic
+                && o.graph_api
+                && !o.cublas
+                && !o.fused_attention
+                && !o.layer_norm
+        );
+        assert_eq!(o.workspace_limit, 64 << 20);
+        assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);
+    }
+}
