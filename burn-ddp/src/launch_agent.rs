@@ -5,7 +5,9 @@
 //! before every node has stopped round k's ranks (so no new rank meets an old rank 0's store).
 
 use crate::error::{Error, Result};
-use crate::store::{Store, StoreServer, TcpStore};
+use crate::store::client::Store;
+use crate::store::client::TcpStore;
+use crate::store::server::StoreServer;
 use std::time::Duration;
 
 /// This launcher's link to the others.

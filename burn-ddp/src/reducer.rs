@@ -21,7 +21,8 @@
 
 use crate::error::{Error, Result};
 use crate::grad_ready::GradSink;
-use crate::process_group::{ProcessGroup, ReduceOp};
+use crate::process_group::ProcessGroup;
+use crate::process_group::buffer::ReduceOp;
 use crate::tensor;
 use burn::module::ParamId;
 use burn::prelude::*;

@@ -6,7 +6,9 @@
 use crate::error::{Error, Result};
 use crate::process_group::buffer::MemoryKind;
 use crate::process_group::*;
-use crate::store::{Store, StoreServer, TcpStore};
+use crate::store::client::Store;
+use crate::store::client::TcpStore;
+use crate::store::server::StoreServer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -295,7 +297,7 @@ impl ProcessGroup for Group {
     fn memory(&self) -> MemoryKind {
         self.inner.memory()
     }
-    fn as_nccl(&self) -> Option<&crate::process_group::NcclProcessGroup> {
+    fn as_nccl(&self) -> Option<&crate::process_group::nccl::NcclProcessGroup> {
         self.inner.as_nccl()
     }
     fn all_reduce(&self, buf: Buffer<'_>, opts: &AllReduceOptions) -> Result<()> {

@@ -11,7 +11,7 @@
 //! autodiff) uses the running statistics and never communicates, and neither does a world of one
 //! process, where this is plain batch norm ([`crate::nn::batch_norm`]), as in PyTorch.
 //!
-//! It is a function over the parameters of [`crate::nn::BatchNorm`] (burn-nn's, with settings),
+//! It is a function over the parameters of [`crate::nn::layers::BatchNorm`] (burn-nn's, with settings),
 //! so a model switches between the two without changing its parameters or checkpoints. The
 //! caller passes the channels at axis 1 (a channels-last caller an NCHW view). A channels-last
 //! layer trained on burn-cuda runs on the batch norm kernels of `nn` (`sync_batch_norm_nhwc`:
@@ -22,7 +22,7 @@
 //! after burn's stream (`tensor::all_reduce_on_device`): the host does not wait for them.
 
 use crate::error::{Error, Result};
-use crate::nn::BatchNorm;
+use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
 use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
 use burn::prelude::*;

@@ -4,7 +4,7 @@
 //! update.
 
 use crate::error::Result;
-use crate::nn::BatchNorm;
+use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
 use crate::{ReduceOp, tensor};
 use burn::prelude::*;

@@ -14,8 +14,9 @@
 //! else by blocking collectives (TCP through the host). Anything the kernels refuse falls back
 //! to the f32 path of SyncBatchNorm (its caller).
 
+use crate::nn::Layout;
 use crate::nn::cuda::kernels::batch_norm_phases::{self as phases, Affine};
-use crate::nn::{BatchNorm, Layout};
+use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
 use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
 use crate::tensor::cast;

@@ -1,6 +1,7 @@
 //! The import graph between the files of a crate (`crate::a::b` and `super::x` paths, `use`
-//! lists, and names re-exported by a `mod.rs`), and its cycles: `cargo xtask imports` prints
-//! them, and a test keeps burn-ddp and burn-vision free of them.
+//! lists, and names re-exported by a `mod.rs`), its cycles, and the imports that reach a name
+//! through a re-export instead of the module that defines it: `cargo xtask imports` prints
+//! both, and a test keeps burn-ddp and burn-vision free of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -47,6 +48,62 @@ fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> std::
         }
     }
     Ok(())
+}
+
+/// The paths of each module (outside its tests) that name an item through another module's
+/// re-export (`use crate::ReduceOp` for `crate::process_group::ReduceOp`), as
+/// `(module, path)`. A module using its own re-exports is not counted.
+pub fn through_reexports(src: &Path) -> std::io::Result<Vec<(String, String)>> {
+    let mut files = BTreeMap::new();
+    collect(src, src, &mut files)?;
+    let modules: BTreeSet<String> = files.keys().cloned().collect();
+    let reexports = reexports(&files, &modules);
+    let mut out = Vec::new();
+    for (module, text) in &files {
+        let code = text.find("#[cfg(test)]\nmod tests").map_or(text.as_str(), |i| &text[..i]);
+        for path in paths(code) {
+            if let Some(via) = reexporter(module, &path, &modules, &reexports)
+                && via != *module
+            {
+                out.push((module.clone(), path.join("::")));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The module whose re-export `path` (seen from `module`) goes through, if any.
+fn reexporter(
+    module: &str,
+    path: &[String],
+    modules: &BTreeSet<String>,
+    reexports: &BTreeMap<(String, String), String>,
+) -> Option<String> {
+    let absolute = absolute(module, path)?;
+    let k = (0..=absolute.len()).rev().find(|&k| modules.contains(&absolute[..k].join("::")))?;
+    let prefix = absolute[..k].join("::");
+    absolute.get(k).filter(|name| reexports.contains_key(&(prefix.clone(), (*name).clone()))).map(|_| prefix)
+}
+
+/// `path` from `module` as a path from the crate root (`None` for other crates' paths).
+fn absolute(module: &str, path: &[String]) -> Option<Vec<String>> {
+    let mut absolute: Vec<String> = Vec::new();
+    let mut rest = path;
+    match path.first().map(String::as_str) {
+        Some("crate") => rest = &path[1..],
+        Some("super") => {
+            absolute = module.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
+            while rest.first().map(String::as_str) == Some("super") {
+                absolute.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => return None,
+    }
+    absolute.extend(rest.iter().cloned());
+    Some(absolute)
 }
 
 /// Every `crate::…` / `super::…` path in `code`, with `use x::{a, b::c}` lists expanded.
@@ -113,20 +170,7 @@ fn resolve(
     modules: &BTreeSet<String>,
     reexports: &BTreeMap<(String, String), String>,
 ) -> Option<String> {
-    let mut absolute: Vec<String> = Vec::new();
-    let mut rest = path;
-    match path.first().map(String::as_str) {
-        Some("crate") => rest = &path[1..],
-        Some("super") => {
-            absolute = module.split("::").filter(|s| !s.is_empty()).map(str::to_string).collect();
-            while rest.first().map(String::as_str) == Some("super") {
-                absolute.pop();
-                rest = &rest[1..];
-            }
-        }
-        _ => return None,
-    }
-    absolute.extend(rest.iter().cloned());
+    let absolute = absolute(module, path)?;
     for k in (0..=absolute.len()).rev() {
         let prefix = absolute[..k].join("::");
         if modules.contains(&prefix) {
@@ -225,6 +269,62 @@ mod tests {
         for krate in ["burn-ddp", "burn-vision"] {
             let found = cycles(&graph(&root.join(krate).join("src")).unwrap());
             assert!(found.is_empty(), "{krate}: import cycles between files: {found:?}");
+        }
+    }
+
+    #[test]
+    fn finds_names_imported_through_a_reexport() {
+        let dir = std::env::temp_dir().join(format!("xtask-reexports-{}", std::process::id()));
+        write(
+            &dir,
+            &[
+                (
+                    "lib.rs",
+                    "pub mod nn;
+pub mod top;
+pub use top::Thing;
+",
+                ),
+                (
+                    "top.rs",
+                    "pub struct Thing;
+",
+                ),
+                (
+                    "nn/mod.rs",
+                    "mod a;
+mod b;
+pub use a::helper;
+fn own() { helper() }
+",
+                ),
+                (
+                    "nn/a.rs",
+                    "use crate::Thing;
+pub fn helper() {}
+",
+                ),
+                (
+                    "nn/b.rs",
+                    "use super::helper;
+use super::a::helper as direct;
+use crate::top::Thing;
+",
+                ),
+            ],
+        );
+        let found = through_reexports(&dir).unwrap();
+        let expected = [("nn::a", "crate::Thing"), ("nn::b", "super::helper")];
+        assert_eq!(found, expected.map(|(m, p)| (m.to_string(), p.to_string())));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_workspace_crates_import_names_from_where_they_live() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for krate in ["burn-ddp", "burn-vision"] {
+            let found = through_reexports(&root.join(krate).join("src")).unwrap();
+            assert!(found.is_empty(), "{krate}: {} import(s) through a re-export: {found:?}", found.len());
         }
     }
 }

@@ -25,7 +25,8 @@ const FOLDER_PER_CLASS: usize = 30;
 
 const USAGE: &str = "usage: cargo xtask <command>
   test                      run every test of the workspace (the CI command)
-  imports                   list import cycles between the files of burn-ddp and burn-vision
+  imports                   list import cycles between the files of burn-ddp and burn-vision,
+                            and names imported through a re-export instead of where they live
   data fashion-mnist        copy the full Fashion-MNIST (60k/10k) into datasets/fashion-mnist
   data bundle               rebuild the bundled subset in datasets/ from Debian's package
   data flowers              print how to download TensorFlow's flower_photos
@@ -71,10 +72,17 @@ fn import_cycles(root: &Path) -> Result<()> {
         }
         found += cycles.len();
     }
-    if found > 0 {
-        bail!("{found} import cycle(s)");
+    let mut upward = 0;
+    for krate in ["burn-ddp", "burn-vision"] {
+        for (module, path) in imports::through_reexports(&root.join(krate).join("src"))? {
+            println!("{krate}: {module} imports {path} through a re-export");
+            upward += 1;
+        }
     }
-    println!("no import cycles");
+    if found > 0 || upward > 0 {
+        bail!("{found} import cycle(s), {upward} import(s) through a re-export");
+    }
+    println!("no import cycles, no imports through a re-export");
     Ok(())
 }
 

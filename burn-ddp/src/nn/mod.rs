@@ -17,7 +17,7 @@ pub mod cross_entropy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod layer_norm;
-mod layers;
+pub(crate) mod layers;
 pub mod linear;
 pub mod max_pool;
 pub mod optim;

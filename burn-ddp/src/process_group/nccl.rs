@@ -17,7 +17,7 @@ mod stand_in {
     use crate::error::{Error, Result};
     use crate::process_group::buffer::{Buffer, MemoryKind};
     use crate::process_group::*;
-    use crate::store::Store;
+    use crate::store::client::Store;
     use std::time::Duration;
 
     /// NCCL process group (this build has no CUDA: [`NcclProcessGroup::new`] always fails).
@@ -86,7 +86,7 @@ mod imp {
     use crate::error::{Error, Result};
     use crate::process_group::buffer::{Buffer, DType, Memory, MemoryKind, ReduceOp};
     use crate::process_group::*;
-    use crate::store::Store;
+    use crate::store::client::Store;
     use cudarc::driver::{CudaContext, CudaStream, sys as driver};
     use cudarc::nccl::{result as nr, sys as ns};
     use std::ffi::c_void;

@@ -7,7 +7,7 @@ use super::buffer::{Buffer, MemoryKind, ReduceOp};
 use super::reduce::{accumulate, finish};
 use super::{AllGatherOptions, AllReduceOptions, BarrierOptions, BroadcastOptions, ProcessGroup, ReduceScatterOptions};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::client::Store;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
@@ -247,7 +247,7 @@ impl TcpProcessGroup {
         &self,
         links: &mut Links,
         kind: Kind,
-        dtype: super::DType,
+        dtype: crate::process_group::buffer::DType,
         buf: &mut [u8],
         first_send: usize,
         combine: impl Fn(&mut [u8], &[u8]),
@@ -274,7 +274,7 @@ impl TcpProcessGroup {
         &self,
         links: &mut Links,
         kind: Kind,
-        dtype: super::DType,
+        dtype: crate::process_group::buffer::DType,
         op: ReduceOp,
         buf: &mut [u8],
         shift: usize,
@@ -287,7 +287,7 @@ impl TcpProcessGroup {
         &self,
         links: &mut Links,
         kind: Kind,
-        dtype: super::DType,
+        dtype: crate::process_group::buffer::DType,
         buf: &mut [u8],
         shift: usize,
     ) -> Result<()> {
@@ -469,8 +469,15 @@ impl ProcessGroup for TcpProcessGroup {
         }
         let mut token = 1i64.to_le_bytes();
         let mut links = self.lock(opts.timeout)?;
-        self.ring_reduce_scatter(&mut links, Kind::Barrier, super::DType::I64, ReduceOp::Sum, &mut token, 0)?;
-        self.ring_all_gather(&mut links, Kind::Barrier, super::DType::I64, &mut token, 0)?;
+        self.ring_reduce_scatter(
+            &mut links,
+            Kind::Barrier,
+            crate::process_group::buffer::DType::I64,
+            ReduceOp::Sum,
+            &mut token,
+            0,
+        )?;
+        self.ring_all_gather(&mut links, Kind::Barrier, crate::process_group::buffer::DType::I64, &mut token, 0)?;
         Ok(())
     }
 }

@@ -40,7 +40,7 @@ pub trait Store: Send + Sync {
     fn check(&self, keys: &[&str]) -> Result<Vec<bool>>;
 }
 
-/// A connection to a [`super::StoreServer`].
+/// A connection to a [`crate::store::server::StoreServer`].
 pub struct TcpStore {
     conn: Mutex<TcpStream>,
     timeout: Duration,

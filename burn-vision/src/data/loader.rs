@@ -1,7 +1,8 @@
 //! The batch loader: decodes and transforms samples on a thread pool, a few batches ahead of
 //! the training loop, skipping (and counting) unreadable images.
 
-use super::{Dataset, Pipeline};
+use super::Dataset;
+use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
 use image::{DynamicImage, GenericImageView};
 use rand::SeedableRng;

@@ -1,8 +1,12 @@
 //! Resolves `--data` (`bundled`, `fashion-mnist`, or a folder) into a dataset and the
 //! transforms that suit it.
 
+use super::Dataset;
 use super::idx::FASHION_MNIST_CLASSES;
-use super::{Augment, Dataset, FolderDataset, IdxDataset, Pipeline};
+use crate::data::augment::Augment;
+use crate::data::folder::FolderDataset;
+use crate::data::idx::IdxDataset;
+use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -4,7 +4,9 @@
 
 use super::distributed::Distributed;
 use crate::error::Result;
-use crate::model::{Classifier, ImageClassifier, create};
+use crate::model::classifier::Classifier;
+use crate::model::image_classifier::ImageClassifier;
+use crate::model::registry::create;
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;

@@ -2,8 +2,13 @@
 //! training uploads it (page-locked memory, burn-ddp's upload), the clock stopped once the
 //! device holds them all.
 
+use crate::data::loader::Batch;
 use crate::data::source::LoadedData;
-use crate::data::{Batch, BatchSink, DataBenchConfig, DataBenchResult, HostMemory, loader_throughput};
+use crate::data::throughput::BatchSink;
+use crate::data::throughput::DataBenchConfig;
+use crate::data::throughput::DataBenchResult;
+use crate::data::throughput::HostMemory;
+use crate::data::throughput::loader_throughput;
 use crate::error::Result;
 use burn::prelude::*;
 

@@ -1,6 +1,6 @@
 //! `TrainConfig`: everything a training run needs, built by the CLI or by library users.
 
-use crate::data::DataSource;
+use crate::data::source::DataSource;
 use crate::error::{Error, Result};
 use burn_ddp::GradCompression;
 use burn_ddp::nn::Precision;
@@ -162,7 +162,7 @@ pub struct TrainConfig {
     pub timeout_s: Option<f64>,
     /// Training augmentation (flip, crop ranges, colour jitter, random erasing).
     #[serde(default)]
-    pub augment: crate::data::Augment,
+    pub augment: crate::data::augment::Augment,
     /// Mixup / CutMix of training batches (off by default).
     #[serde(default)]
     pub mixup: super::mixup::MixupConfig,
@@ -242,7 +242,7 @@ impl Default for TrainConfig {
             checkpoint_every: None,
             profile_steps: None,
             timeout_s: None,
-            augment: crate::data::Augment::default(),
+            augment: crate::data::augment::Augment::default(),
             mixup: super::mixup::MixupConfig::default(),
             drop_path: 0.0,
         }
@@ -309,12 +309,12 @@ impl TrainConfig {
             label_smoothing: 0.1,
             small_input: false,
             clip_grad_norm: Some(1.0),
-            augment: crate::data::Augment {
+            augment: crate::data::augment::Augment {
                 color_jitter: 0.4,
                 random_erasing: 0.25,
                 rand_augment_ops: 2,
                 rand_augment_magnitude: 9,
-                ..crate::data::Augment::default()
+                ..crate::data::augment::Augment::default()
             },
             mixup: super::mixup::MixupConfig { mixup_alpha: 0.8, cutmix_alpha: 1.0, ..Default::default() },
             drop_path: 0.1,

@@ -13,10 +13,15 @@ use super::mixup::soft_cross_entropy;
 use super::phases::StepPhases;
 use super::schedule::CosineSchedule;
 use super::trace::StepTracer;
+use crate::data::Dataset;
+use crate::data::loader::Loader;
+use crate::data::loader::LoaderConfig;
+use crate::data::loader::SkipLog;
 use crate::data::source::LoadedData;
-use crate::data::{Dataset, Loader, LoaderConfig, SkipLog, split_per_class};
+use crate::data::split::split_per_class;
 use crate::error::Result;
-use crate::model::{Classifier, ImageClassifier};
+use crate::model::classifier::Classifier;
+use crate::model::image_classifier::ImageClassifier;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -177,7 +182,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     plan: &EpochPlan,
     at: &Placement<'_, B>,
     config: &TrainConfig,
-    (start, train_pipeline): (EpochStart<'_, B, O>, &crate::data::Pipeline),
+    (start, train_pipeline): (EpochStart<'_, B, O>, &crate::data::transform::Pipeline),
     skips: &Arc<SkipLog>,
 ) -> Result<EpochTrained> {
     let (started, collectives_before) = (Instant::now(), burn_ddp::tensor::collective_seconds());
@@ -268,7 +273,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
 /// The batch on the device: images, labels, and — when this step's draws (`key`) mix it
 /// (mixup / cutmix) — the mixed images and soft targets.
 fn mixed_batch<B: AutodiffBackend>(
-    batch: crate::data::Batch,
+    batch: crate::data::loader::Batch,
     config: &TrainConfig,
     key: u64,
     classes: usize,
@@ -384,7 +389,7 @@ fn apply_step<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
 pub(super) fn validate<B: AutodiffBackend>(
     model: &Classifier<B>,
     plan: &EpochPlan,
-    eval_pipeline: &crate::data::Pipeline,
+    eval_pipeline: &crate::data::transform::Pipeline,
     skips: &Arc<SkipLog>,
     at: &Placement<'_, B>,
 ) -> Result<(Tally, usize)> {

@@ -1,8 +1,13 @@
 //! Evaluation: loss, top-1 and top-5 over a set of samples, with no gradient tracking.
 
-use crate::data::{Dataset, Loader, LoaderConfig, Pipeline, SkipLog};
+use crate::data::Dataset;
+use crate::data::loader::Loader;
+use crate::data::loader::LoaderConfig;
+use crate::data::loader::SkipLog;
+use crate::data::transform::Pipeline;
 use crate::error::Result;
-use crate::model::{Classifier, ImageClassifier};
+use crate::model::classifier::Classifier;
+use crate::model::image_classifier::ImageClassifier;
 use crate::train::metrics::Tally;
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -12,7 +17,10 @@ use std::sync::Arc;
 ///
 /// # Shapes
 /// images `[n, c, h, w]`, labels `[n]`
-pub fn batch_tensors<B: Backend>(batch: crate::data::Batch, device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+pub fn batch_tensors<B: Backend>(
+    batch: crate::data::loader::Batch,
+    device: &B::Device,
+) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
     let n = batch.shape[0];
     let x = burn_ddp::nn::images_to_device(batch.images, batch.shape, device);
     let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);

@@ -5,8 +5,9 @@
 
 use super::config::TrainConfig;
 use crate::error::Result;
-use crate::model::{Classifier, ImageClassifier};
-use crate::weights::load_pretrained;
+use crate::model::classifier::Classifier;
+use crate::model::image_classifier::ImageClassifier;
+use crate::weights::import::load_pretrained;
 use burn::module::{ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;

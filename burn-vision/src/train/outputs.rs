@@ -6,7 +6,7 @@ use super::config::TrainConfig;
 use super::metrics::{EpochRecord, MetricsLog};
 use super::tensorboard::EventWriter;
 use crate::error::{Error, Result};
-use crate::model::Classifier;
+use crate::model::classifier::Classifier;
 use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;

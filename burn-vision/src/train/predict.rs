@@ -2,10 +2,14 @@
 
 use super::checkpoint::{Checkpoint, CheckpointMeta};
 use crate::data::folder::decode_file;
+use crate::data::loader::sample_rng;
 use crate::data::source::grayscale_pipelines;
-use crate::data::{Pipeline, loader::sample_rng};
+use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
-use crate::model::{Classifier, ImageClassifier, create, load_model_record};
+use crate::model::classifier::Classifier;
+use crate::model::classifier::load_model_record;
+use crate::model::image_classifier::ImageClassifier;
+use crate::model::registry::create;
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::activation::softmax;
@@ -34,7 +38,7 @@ pub fn restore<B: Backend>(path: &Path, device: &B::Device) -> Result<Restored<B
         reason: format!("model record does not fit {}: {e}", meta.model),
     })?;
     let pipeline = if meta.in_channels == 1 {
-        grayscale_pipelines(meta.image_size, &crate::data::Augment::default()).1
+        grayscale_pipelines(meta.image_size, &crate::data::augment::Augment::default()).1
     } else {
         Pipeline::imagenet_eval(meta.image_size)
     };

@@ -3,7 +3,12 @@
 //! same input against PyTorch's float64 ones.
 
 use crate::error::{Error, Result};
-use crate::model::{BlockKind, ImageClassifier, ModelConfig, ResNetConfig, VitConfig, model_config};
+use crate::model::classifier::ModelConfig;
+use crate::model::image_classifier::ImageClassifier;
+use crate::model::registry::model_config;
+use crate::model::resnet::BlockKind;
+use crate::model::resnet::ResNetConfig;
+use crate::model::vit::VitConfig;
 use burn::prelude::*;
 use serde::Deserialize;
 use std::collections::BTreeMap;

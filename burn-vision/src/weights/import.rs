@@ -10,7 +10,8 @@
 use super::names::{TorchName, torch_names};
 use super::source::{self, Source};
 use crate::error::{Error, Result};
-use crate::model::{Classifier, ImageClassifier};
+use crate::model::classifier::Classifier;
+use crate::model::image_classifier::ImageClassifier;
 use burn::prelude::*;
 use burn::tensor::DType;
 use burn_store::{ModuleSnapshot, PyTorchToBurnAdapter, TensorSnapshot};

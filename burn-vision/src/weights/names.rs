@@ -4,7 +4,8 @@
 //! import), and each model family rewrites what its layouts name differently
 //! ([`ImageClassifier::torch_names`]: one or more schemes).
 
-use crate::model::{Classifier, ImageClassifier};
+use crate::model::classifier::Classifier;
+use crate::model::image_classifier::ImageClassifier;
 use burn::prelude::*;
 use burn_store::{BurnToPyTorchAdapter, ModuleAdapter, ModuleSnapshot, TensorSnapshot};
 use std::collections::BTreeMap;
