@@ -4,9 +4,9 @@
 use anyhow::Result;
 use burn_vision::data::{DataBenchConfig, DataSource, load_source};
 use burn_vision::model::list_models;
-use burn_vision::train::bench::BenchConfig;
-use burn_vision::train::inference::{EvalRequest, evaluate_checkpoint, predict_paths};
-use burn_vision::train::predict::restore;
+use burn_vision::train::bench::training::BenchConfig;
+use burn_vision::train::inference::predict::restore;
+use burn_vision::train::inference::requests::{EvalRequest, evaluate_checkpoint, predict_paths};
 use burn_vision::train::{DeviceSpec, OptimizerKind, TrainConfig, run, run_bench};
 use burn_vision::weights::{WeightFormat, export, scheme_index};
 use clap::{Args, Parser, Subcommand};
@@ -405,7 +405,7 @@ fn train_config(a: TrainArgs) -> Result<TrainConfig> {
     c.clip_grad_norm = a.clip_grad_norm.or(c.clip_grad_norm);
     c.checkpoint_every = a.checkpoint_every;
     c.timeout_s = a.timeout_s;
-    c.profile_steps = a.profile_steps.as_deref().map(burn_vision::train::trace::parse_steps).transpose()?;
+    c.profile_steps = a.profile_steps.as_deref().map(burn_vision::train::instrument::trace::parse_steps).transpose()?;
     // 28x28 IDX data gets the small-input stem unless told otherwise (`*-mini` models always have it).
     c.small_input = a.small_input.unwrap_or(matches!(c.source(), DataSource::Bundled | DataSource::FashionMnist));
     c.resume = a.resume;
@@ -678,7 +678,7 @@ fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
         prefetch: a.prefetch,
     };
     let gpu = first_gpu(a.gpus.as_deref())?;
-    println!("{}", serde_json::to_string(&burn_vision::train::bench_data::bench_data(&data, &config, gpu)?)?);
+    println!("{}", serde_json::to_string(&burn_vision::train::bench::data::bench_data(&data, &config, gpu)?)?);
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use burn_flex::Flex;
 use burn_vision::data::folder::decode_bytes;
 use burn_vision::model::{Classifier, create};
 use burn_vision::train::checkpoint::{Checkpoint, CheckpointMeta};
-use burn_vision::train::predict::restore;
+use burn_vision::train::inference::predict::restore;
 use burn_vision::weights::golden::arch_config;
 use burn_vision::weights::load_pretrained;
 use proptest::prelude::*;

@@ -3,7 +3,7 @@
 use burn_ddp::params::{flat_values, max_relative_diff};
 use burn_flex::Flex;
 use burn_vision::train::checkpoint::{best_path, last_path};
-use burn_vision::train::predict::restore;
+use burn_vision::train::inference::predict::restore;
 use burn_vision::train::{TrainConfig, run};
 use std::path::{Path, PathBuf};
 

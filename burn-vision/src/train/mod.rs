@@ -1,28 +1,20 @@
 //! Training, evaluation and prediction over a [`TrainConfig`], on the CPU or CUDA.
 
 pub mod bench;
-pub mod bench_data;
 pub mod checkpoint;
 pub mod config;
 pub mod distributed;
 mod epoch;
-pub mod evaluate;
 mod fine_tune;
 pub mod grad_clip;
 pub mod grad_scaler;
-pub mod health;
-pub mod host_profile;
 pub mod inference;
+pub mod instrument;
 pub mod metrics;
 pub mod mixup;
 mod outputs;
-pub mod phases;
-pub mod predict;
 pub mod runner;
 pub mod schedule;
-pub mod tensorboard;
-pub mod thread_clock;
-pub mod trace;
 
 pub use config::{DeviceSpec, OptimizerKind, Strategy, TrainConfig};
 pub use runner::{TrainSummary, train, train_on, train_with};
@@ -49,12 +41,12 @@ pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
 /// Runs the synthetic throughput benchmark on the device `spec` names.
 ///
 /// # Errors
-/// As [`bench::synthetic_throughput`], plus device errors.
-pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench::BenchResult> {
+/// As [`bench::training::synthetic_throughput`], plus device errors.
+pub fn run_bench(config: &bench::training::BenchConfig, spec: &DeviceSpec) -> Result<bench::training::BenchResult> {
     match spec {
         DeviceSpec::Cpu => {
             let (dist, _) = bench_world(config, None)?;
-            bench::synthetic_throughput::<Autodiff<Flex>>(config, &Default::default(), dist.as_ref())
+            bench::training::synthetic_throughput::<Autodiff<Flex>>(config, &Default::default(), dist.as_ref())
         }
         DeviceSpec::Cuda(ids) => bench_cuda(config, ids),
     }
@@ -67,7 +59,7 @@ pub fn run_bench(config: &bench::BenchConfig, spec: &DeviceSpec) -> Result<bench
 /// # Errors
 /// As [`distributed::Distributed::from_env`]; several GPUs without a launcher.
 fn bench_world(
-    config: &bench::BenchConfig,
+    config: &bench::training::BenchConfig,
     gpus: Option<&[usize]>,
 ) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
     let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
@@ -101,16 +93,16 @@ pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
 }
 
 #[cfg(feature = "cuda")]
-fn bench_cuda(config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::BenchResult> {
+fn bench_cuda(config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::training::BenchResult> {
     check_gpus(ids)?;
     let (dist, id) = bench_world(config, Some(ids))?;
     let id = id.expect("a GPU");
-    let config = bench::BenchConfig { gpu: Some(id), ..config.clone() };
-    bench::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(&config, &gpu(id), dist.as_ref())
+    let config = bench::training::BenchConfig { gpu: Some(id), ..config.clone() };
+    bench::training::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(&config, &gpu(id), dist.as_ref())
 }
 
 #[cfg(not(feature = "cuda"))]
-fn bench_cuda(_config: &bench::BenchConfig, ids: &[usize]) -> Result<bench::BenchResult> {
+fn bench_cuda(_config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::training::BenchResult> {
     cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
 }
 

@@ -4,9 +4,9 @@
 use super::checkpoint::{Checkpoint, CheckpointMeta, PartialEpoch, best_path, last_path};
 use super::config::TrainConfig;
 use super::metrics::{EpochRecord, MetricsLog};
-use super::tensorboard::EventWriter;
 use crate::error::{Error, Result};
 use crate::model::classifier::Classifier;
+use crate::train::instrument::tensorboard::EventWriter;
 use burn::module::Module;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;

@@ -8,10 +8,8 @@ use super::distributed::{Dist, Distributed};
 use super::epoch::{EpochPlan, EpochStart, EpochTrained, Placement, Trainer, train_epoch, validate};
 use super::fine_tune::LrGroups;
 use super::grad_scaler::GradScaler;
-use super::health::UtilSampler;
 use super::metrics::{EpochRecord, Tally};
 use super::outputs::{CheckpointFacts, RunOutputs};
-use super::trace::StepTracer;
 use crate::data::loader::SkipLog;
 use crate::data::source::{LoadedData, load_source_with};
 use crate::error::{Error, Result};
@@ -19,6 +17,8 @@ use crate::model::classifier::Classifier;
 use crate::model::classifier::load_model_record;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
+use crate::train::instrument::health::UtilSampler;
+use crate::train::instrument::trace::StepTracer;
 use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
@@ -356,7 +356,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         let start = EpochStart { epoch, done: std::mem::take(&mut done), save: &mut save, tracer: &mut tracer };
         let sampler = UtilSampler::start(dist.and(this_gpu(config, dist)));
         let trained = train_epoch(&mut trainer, &plan, &at, config, (start, &data.train), &skips)?;
-        let gpu_bytes = this_gpu(config, dist).and_then(super::health::gpu_memory_bytes);
+        let gpu_bytes = this_gpu(config, dist).and_then(crate::train::instrument::health::gpu_memory_bytes);
         let utilization = sampler.mean();
         let (train, rank_img_per_s) = reduce_training(&mut trainer, &trained, dist)?;
         let (val, skipped) = validate(&trainer.model, &plan, &data.eval, &skips, &at)?;
@@ -383,7 +383,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     }
     tracer.finish()?;
     if let Some(last) = health.last().filter(|_| main_rank) {
-        super::health::log(last);
+        crate::train::instrument::health::log(last);
     }
     Ok(TrainSummary {
         epochs: records,
@@ -410,16 +410,16 @@ fn health_row(
     d: &super::distributed::Distributed,
     trained: &EpochTrained,
     (img_per_s, utilization_pct): (f64, f64),
-) -> [f64; super::health::FIELDS] {
+) -> [f64; crate::train::instrument::health::FIELDS] {
     let (steps, seconds) = (trained.steps.max(1) as f64, trained.seconds.max(1e-9));
-    let r = super::health::RankEpoch {
+    let r = crate::train::instrument::health::RankEpoch {
         img_per_s,
         collective_share: trained.collective_seconds / seconds,
         exposed_share: trained.sync_seconds / seconds,
         exposed_ms_per_step: 1e3 * trained.sync_seconds / steps,
         utilization_pct,
     };
-    super::health::row(&r, this_gpu(config, Some(d)))
+    crate::train::instrument::health::row(&r, this_gpu(config, Some(d)))
 }
 
 /// Sums the epoch's training tallies over the ranks and, without SyncBatchNorm, hands every

@@ -147,7 +147,7 @@ mod tests {
     /// `burn-vision/tests/golden/make_tfevents.py`: the file-version event at wall time
     /// 1764547200.25, then `val/acc` = 0.8125 at step 3 and `train/loss` = 0.4375 at step 12,
     /// both at wall time 1764547260.5.
-    const GOLDEN: &str = include_str!("../../tests/golden/tfevents.hex");
+    const GOLDEN: &str = include_str!("../../../tests/golden/tfevents.hex");
 
     fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -1,6 +1,5 @@
 //! Loading a trained checkpoint for evaluation and prediction on new images.
 
-use super::checkpoint::{Checkpoint, CheckpointMeta};
 use crate::data::folder::decode_file;
 use crate::data::loader::sample_rng;
 use crate::data::source::grayscale_pipelines;
@@ -10,6 +9,7 @@ use crate::model::classifier::Classifier;
 use crate::model::classifier::load_model_record;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
+use crate::train::checkpoint::{Checkpoint, CheckpointMeta};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::activation::softmax;

@@ -31,7 +31,7 @@ pub fn parse_steps(text: &str) -> Result<[usize; 2]> {
 }
 
 /// Rank 0's recorder of the steps asked for; does nothing on other ranks or without the flag.
-pub(super) struct StepTracer {
+pub(crate) struct StepTracer {
     steps: Range<usize>,
     path: PathBuf,
     recording: bool,

@@ -2,11 +2,11 @@
 //! with random images, so data loading is out of the measurement — plain, or through
 //! DistributedDataParallel (`--ddp`), so DDP's own cost is the difference of two runs.
 
-use super::distributed::Distributed;
 use crate::error::Result;
 use crate::model::classifier::Classifier;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
+use crate::train::distributed::Distributed;
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
@@ -53,7 +53,7 @@ pub struct BenchConfig {
     #[serde(default)]
     pub gpu: Option<usize>,
     /// Sample every host thread over the timed steps and write where their time went into
-    /// this folder ([`super::host_profile`]).
+    /// this folder ([`crate::train::instrument::host_profile`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_profile: Option<std::path::PathBuf>,
     /// The host profile covers the first warm-up step (the cold start) instead of the timed
@@ -137,7 +137,7 @@ pub struct BenchResult {
     pub host: HostTimes,
     /// CPU seconds of each of the process's threads over the timed steps, busiest first
     /// (Linux; empty elsewhere): which host thread sets the pace.
-    pub threads: Vec<super::thread_clock::ThreadTime>,
+    pub threads: Vec<crate::train::instrument::thread_clock::ThreadTime>,
     /// DDP's own cost over the timed steps (`ddp` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ddp: Option<DdpCost>,
@@ -246,7 +246,7 @@ fn warm_up<B: AutodiffBackend>(
     profile: Option<&std::path::Path>,
 ) -> Result<WarmedUp<B>> {
     B::sync(device).expect("device sync");
-    let mut profile = profile.map(super::host_profile::HostProfile::start).transpose()?;
+    let mut profile = profile.map(crate::train::instrument::host_profile::HostProfile::start).transpose()?;
     let (t0, cudnn0) = (Instant::now(), CudnnTimes::now());
     let mut first_step = FirstStep { setup_s: crate::since_start(), ..FirstStep::default() };
     let mut loss = None;
@@ -351,7 +351,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         .host_profile
         .as_deref()
         .filter(|_| !config.host_profile_first_step)
-        .map(super::host_profile::HostProfile::start)
+        .map(crate::train::instrument::host_profile::HostProfile::start)
         .transpose()?;
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
@@ -360,7 +360,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     if dist.is_some() {
         burn_ddp::trace::start();
     }
-    let clock = super::thread_clock::ThreadClock::now();
+    let clock = crate::train::instrument::thread_clock::ThreadClock::now();
     for _ in 0..config.steps {
         let (m, l) = step(model)?;
         model = m;
@@ -372,7 +372,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let seconds = t1.elapsed().as_secs_f64();
     let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), config.steps));
     let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
-    let threads = super::thread_clock::ThreadClock::now().since(&clock);
+    let threads = crate::train::instrument::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     if let Some(profile) = profile {
         log::info!("bench: host profile written: {}", profile.finish()?.display());

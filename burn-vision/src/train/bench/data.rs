@@ -24,7 +24,7 @@ impl<B: Backend> BatchSink for OnDevice<B> {
         self.name.clone()
     }
     fn take(&mut self, batch: Batch) {
-        let _ = super::evaluate::batch_tensors::<B>(batch, &self.device);
+        let _ = crate::train::inference::evaluate::batch_tensors::<B>(batch, &self.device);
     }
     fn finish(&mut self) {
         let _ = B::sync(&self.device);
@@ -37,7 +37,7 @@ impl<B: Backend> BatchSink for OnDevice<B> {
 /// As [`loader_throughput`]; a GPU that does not exist, or a build without CUDA.
 pub fn bench_data(data: &LoadedData, config: &DataBenchConfig, gpu: Option<usize>) -> Result<DataBenchResult> {
     let Some(id) = gpu else { return loader_throughput(data, config, &mut HostMemory) };
-    super::check_gpus(&[id])?;
+    crate::train::check_gpus(&[id])?;
     on_gpu(data, config, id)
 }
 
@@ -46,7 +46,7 @@ fn on_gpu(data: &LoadedData, config: &DataBenchConfig, id: usize) -> Result<Data
     loader_throughput(
         data,
         config,
-        &mut OnDevice::<burn_cuda::Cuda> { device: super::gpu(id), name: format!("gpu {id}") },
+        &mut OnDevice::<burn_cuda::Cuda> { device: crate::train::gpu(id), name: format!("gpu {id}") },
     )
 }
 

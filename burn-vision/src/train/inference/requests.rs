@@ -2,11 +2,6 @@
 //! build has CUDA and that GPU exists, else the CPU. Prediction takes files and folders and
 //! reports an unreadable image per file without stopping.
 
-use super::checkpoint::Checkpoint;
-use super::config::{DeviceSpec, TrainConfig};
-use super::evaluate::evaluate;
-use super::metrics::Tally;
-use super::predict::{Prediction, predict, restore};
 use crate::data::folder::is_image;
 use crate::data::loader::LoaderConfig;
 use crate::data::loader::SkipLog;
@@ -15,6 +10,11 @@ use crate::data::source::load_source;
 use crate::data::split::split_per_class;
 use crate::error::{Error, Result};
 use crate::model::image_classifier::ImageClassifier;
+use crate::train::checkpoint::Checkpoint;
+use crate::train::config::{DeviceSpec, TrainConfig};
+use crate::train::inference::evaluate::evaluate;
+use crate::train::inference::predict::{Prediction, predict, restore};
+use crate::train::metrics::Tally;
 use burn::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,7 +54,7 @@ pub struct EvalReport {
 /// [`Error::Device`] when `asked` does not exist or the build has no CUDA.
 pub fn device_for(asked: Option<usize>, checkpoint: &Path) -> Result<Option<usize>> {
     if let Some(id) = asked {
-        super::check_gpus(&[id])?;
+        crate::train::check_gpus(&[id])?;
         return Ok(Some(id));
     }
     if !cfg!(feature = "cuda") {
@@ -66,7 +66,7 @@ pub fn device_for(asked: Option<usize>, checkpoint: &Path) -> Result<Option<usiz
         Some(DeviceSpec::Cuda(ids)) => ids.first().copied(),
         _ => None,
     };
-    Ok(id.filter(|&id| super::check_gpus(&[id]).is_ok()))
+    Ok(id.filter(|&id| crate::train::check_gpus(&[id]).is_ok()))
 }
 
 /// Evaluates a checkpoint (on [`device_for`]'s device).
@@ -78,7 +78,7 @@ pub fn evaluate_checkpoint(r: &EvalRequest) -> Result<EvalReport> {
     let mut report = match gpu {
         None => evaluate_on::<burn_flex::Flex>(r, &Default::default(), false)?,
         #[cfg(feature = "cuda")]
-        Some(id) => evaluate_on::<burn_cuda::Cuda>(r, &super::gpu(id), true)?,
+        Some(id) => evaluate_on::<burn_cuda::Cuda>(r, &crate::train::gpu(id), true)?,
         #[cfg(not(feature = "cuda"))]
         Some(_) => unreachable!("check_gpus fails without the cuda feature"),
     };
@@ -161,7 +161,7 @@ pub fn predict_paths(
     match device_for(gpu, checkpoint)? {
         None => predict_on::<burn_flex::Flex>(checkpoint, &files, top, &Default::default()),
         #[cfg(feature = "cuda")]
-        Some(id) => predict_on::<burn_cuda::Cuda>(checkpoint, &files, top, &super::gpu(id)),
+        Some(id) => predict_on::<burn_cuda::Cuda>(checkpoint, &files, top, &crate::train::gpu(id)),
         #[cfg(not(feature = "cuda"))]
         Some(_) => unreachable!("check_gpus fails without the cuda feature"),
     }

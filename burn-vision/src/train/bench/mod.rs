@@ -1,0 +1,5 @@
+//! Benchmarks: synthetic training throughput (`bench`) and the input pipeline alone
+//! (`bench-data`).
+
+pub mod data;
+pub mod training;
