@@ -11,16 +11,13 @@ pub type Graph = BTreeMap<String, BTreeSet<String>>;
 
 /// Reads every `.rs` file under `src` (tests inside `#[cfg(test)] mod tests` left out).
 pub fn graph(src: &Path) -> std::io::Result<Graph> {
-    let mut files = BTreeMap::new();
-    collect(src, src, &mut files)?;
-    let modules: BTreeSet<String> = files.keys().cloned().collect();
-    let reexports = reexports(&files, &modules);
+    let krate = Crate::read(src)?;
+    let (modules, reexports) = (&krate.modules, &krate.reexports);
     let mut graph = Graph::new();
-    for (module, text) in &files {
-        let code = text.find("#[cfg(test)]\nmod tests").map_or(text.as_str(), |i| &text[..i]);
+    for (module, code) in krate.code() {
         let mut edges = BTreeSet::new();
         for path in paths(code) {
-            if let Some(target) = resolve(module, &path, &modules, &reexports)
+            if let Some(target) = resolve(module, &path, modules, reexports)
                 && target != *module
                 && !module.starts_with(&format!("{target}::"))
                 && !target.starts_with(&format!("{module}::"))
@@ -28,9 +25,33 @@ pub fn graph(src: &Path) -> std::io::Result<Graph> {
                 edges.insert(target);
             }
         }
-        graph.insert(module.clone(), edges);
+        graph.insert(module.to_string(), edges);
     }
     Ok(graph)
+}
+
+/// A crate's files by module, its modules, and its re-exports.
+struct Crate {
+    files: BTreeMap<String, String>,
+    modules: BTreeSet<String>,
+    reexports: BTreeMap<(String, String), String>,
+}
+
+impl Crate {
+    fn read(src: &Path) -> std::io::Result<Self> {
+        let mut files = BTreeMap::new();
+        collect(src, src, &mut files)?;
+        let modules: BTreeSet<String> = files.keys().cloned().collect();
+        let reexports = reexports(&files, &modules);
+        Ok(Self { files, modules, reexports })
+    }
+
+    /// Each module's code, its `#[cfg(test)] mod tests` left out.
+    fn code(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.files.iter().map(|(module, text)| {
+            (module.as_str(), text.find("#[cfg(test)]\nmod tests").map_or(text.as_str(), |i| &text[..i]))
+        })
+    }
 }
 
 fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> std::io::Result<()> {
@@ -54,18 +75,14 @@ fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> std::
 /// re-export (`use crate::ReduceOp` for `crate::process_group::ReduceOp`), as
 /// `(module, path)`. A module using its own re-exports is not counted.
 pub fn through_reexports(src: &Path) -> std::io::Result<Vec<(String, String)>> {
-    let mut files = BTreeMap::new();
-    collect(src, src, &mut files)?;
-    let modules: BTreeSet<String> = files.keys().cloned().collect();
-    let reexports = reexports(&files, &modules);
+    let krate = Crate::read(src)?;
     let mut out = Vec::new();
-    for (module, text) in &files {
-        let code = text.find("#[cfg(test)]\nmod tests").map_or(text.as_str(), |i| &text[..i]);
+    for (module, code) in krate.code() {
         for path in paths(code) {
-            if let Some(via) = reexporter(module, &path, &modules, &reexports)
-                && via != *module
+            if let Some(via) = reexporter(module, &path, &krate.modules, &krate.reexports)
+                && via != module
             {
-                out.push((module.clone(), path.join("::")));
+                out.push((module.to_string(), path.join("::")));
             }
         }
     }
