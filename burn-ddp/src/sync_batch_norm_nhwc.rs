@@ -1,5 +1,5 @@
 //! SyncBatchNorm of a channels-last layer trained on burn-cuda, on `nn`'s batch norm kernels
-//! (`nn::bn_nhwc_phases`) — PyTorch's split of its SyncBatchNorm into per-rank statistics, an
+//! (`nn::cuda::kernels::batch_norm_phases`) — PyTorch's split of its SyncBatchNorm into per-rank statistics, an
 //! exchange and an elementwise pass:
 //!
 //! - forward: this rank's `[count, mean, M2]` (one read of `x`), gathered from every rank and
