@@ -1,6 +1,7 @@
 """Device time of one PyTorch training step by kernel (torch.profiler), the anchor for
-burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N] [f32|bf16]
-(bf16: autocast, as benches/pytorch_baseline.py)"""
+burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N] [f32|bf16] [eager|compile]
+(bf16: autocast, as benches/pytorch_baseline.py; compile: torch.compile, compiled during the
+warm-up steps; N: how many kernels to list, 0 for all)"""
 import sys, torch, torchvision
 from torch.profiler import profile, ProfilerActivity
 
@@ -8,11 +9,14 @@ model_name, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cl = len(sys.argv) > 4 and sys.argv[4] == "1"
 top = int(sys.argv[5]) if len(sys.argv) > 5 else 25
 bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
+compiled = len(sys.argv) > 7 and sys.argv[7] == "compile"
 torch.backends.cudnn.benchmark = True
 torch.manual_seed(0)
 fmt = torch.channels_last if cl else torch.contiguous_format
 model = getattr(torchvision.models, model_name)(num_classes=1000).cuda().to(memory_format=fmt)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+if compiled:
+    model = torch.compile(model)
 x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=fmt)
 y = torch.randint(0, 1000, (batch,), device="cuda")
 loss_fn = torch.nn.CrossEntropyLoss()
@@ -24,7 +28,7 @@ def step():
     loss.backward()
     opt.step()
 
-for _ in range(3):
+for _ in range(5 if compiled else 3):
     step()
 torch.cuda.synchronize()
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -33,7 +37,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
 events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0) > 0]
 key = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
 total = sum(key(e) for e in events) / 1e3
-label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}{'-bf16' if bf16 else ''}"
+label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}{'-bf16' if bf16 else ''}{'-compile' if compiled else ''}"
 print(f"NCU {label}: {sum(e.count for e in events)} kernels, {total:.1f} ms of device time")
-for e in sorted(events, key=key, reverse=True)[:top]:
+for e in sorted(events, key=key, reverse=True)[: top or len(events)]:
     print(f"NCU {label}: {key(e) / 1e3:9.2f} ms {100 * key(e) / 1e3 / total:5.1f}% {e.count:5d}x  {e.key[:70]}")
