@@ -5,16 +5,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// `cargo test` builds the examples beside the test binaries (`target/<profile>/examples/`).
+mod common;
+
 fn example_binary() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let exe = deps.parent().unwrap().join("examples").join(format!("plain_burn{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        exe.exists(),
-        "{} is missing: run the tests through `cargo test`, which builds the examples",
-        exe.display()
-    );
-    exe
+    common::example_binary("plain_burn")
 }
 
 /// `(rank, first_loss, last_loss, params)` from a `RESULT` line.

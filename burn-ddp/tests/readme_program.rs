@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
@@ -70,16 +72,8 @@ fn readme_dependencies_cover_the_program_at_the_workspace_versions() {
     }
 }
 
-/// `cargo test` builds the examples beside the test binaries (`target/<profile>/examples/`).
 fn program() -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let exe = deps.parent().unwrap().join("examples").join(format!("first_program{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        exe.exists(),
-        "{} is missing: run the tests through `cargo test`, which builds the examples",
-        exe.display()
-    );
-    exe
+    common::example_binary("first_program")
 }
 
 /// Each rank's `(first epoch's loss, last epoch's loss, held-out accuracy)` from the output.

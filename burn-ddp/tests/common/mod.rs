@@ -62,3 +62,16 @@ pub fn assert_all_ok(test: &str, outs: &[Output]) {
         );
     }
 }
+
+/// The example `name`, which `cargo test` builds beside the test binaries
+/// (`target/<profile>/examples/`).
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let exe = deps.parent().unwrap().join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        exe.exists(),
+        "{} is missing: run the tests through `cargo test`, which builds the examples",
+        exe.display()
+    );
+    exe
+}
