@@ -14,7 +14,7 @@
 #       torchvision's vit_b_16, eager and _compile) and vits16_bf16 (ViT-S/16 b256; timm's
 #       vit_small_patch16_224), bf16 autocast, SGD as for the ResNets.
 # burn-vision's bench (like train) keeps GPU activations channels-last unless told
-# --channels-first; the old binaries of calls a-b (before that default) run NCHW without flags.
+# --channels-first; binaries built before 2026-12-01 (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
 #   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp --example cudnn_check --example plain_burn
 # and packed as carry/bins.txz or bins.tgz (burn-vision, cudnn_check; old/burn-vision for the
