@@ -3,6 +3,7 @@
 //! decoder may panic on bytes crafted against it; whatever is read from disk must end in a
 //! one-line error instead. The panic's message becomes the error's reason and is not printed.
 
+use burn::record::RecorderError;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Once;
@@ -37,6 +38,14 @@ pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()));
         text.unwrap_or_else(|| "the library panicked".into()).lines().next().unwrap_or_default().to_string()
     })
+}
+
+/// Runs a recorder's decoding; a panic inside it becomes its `DeserializeError`.
+///
+/// # Errors
+/// The recorder's error, or the panic's message as one.
+pub fn decode<R>(f: impl FnOnce() -> Result<R, RecorderError>) -> Result<R, RecorderError> {
+    catch_panic(f).unwrap_or_else(|p| Err(RecorderError::DeserializeError(p)))
 }
 
 #[cfg(test)]

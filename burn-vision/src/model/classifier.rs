@@ -128,12 +128,25 @@ impl<B: Backend> ImageClassifier<B> for Classifier<B> {
 /// The recorder's error when the bytes fit neither.
 pub fn load_model_record<B: Backend>(bytes: &[u8], device: &B::Device) -> Result<ClassifierRecord<B>, RecorderError> {
     let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
-    let load = |f: &dyn Fn() -> Result<ClassifierRecord<B>, RecorderError>| {
-        crate::guard::catch_panic(f).unwrap_or_else(|p| Err(RecorderError::DeserializeError(p)))
-    };
-    match load(&|| recorder.load::<ClassifierRecord<B>>(bytes.to_vec(), device)) {
+    match crate::guard::decode(|| recorder.load::<ClassifierRecord<B>>(bytes.to_vec(), device)) {
         Ok(record) => Ok(record),
-        Err(e) => load(&|| recorder.load::<ResNetRecord<B>>(bytes.to_vec(), device).map(ClassifierRecord::ResNet))
-            .map_err(|_| e),
+        Err(e) => crate::guard::decode(|| {
+            recorder.load::<ResNetRecord<B>>(bytes.to_vec(), device).map(ClassifierRecord::ResNet)
+        })
+        .map_err(|_| e),
     }
+}
+
+/// `model` with the model record in a checkpoint's `bytes` loaded into it.
+///
+/// # Errors
+/// Why the bytes are no record, or do not fit `model` (Burn panics on a record of another
+/// structure, which a crafted file under a valid checksum can be; that panic becomes the error).
+pub fn with_model_record<B: Backend>(
+    model: Classifier<B>,
+    bytes: &[u8],
+    device: &B::Device,
+) -> Result<Classifier<B>, String> {
+    let record = load_model_record::<B>(bytes, device).map_err(|e| e.to_string())?;
+    crate::guard::catch_panic(|| model.load_record(record))
 }

@@ -14,12 +14,11 @@ use crate::data::loader::SkipLog;
 use crate::data::source::{LoadedData, load_source_with};
 use crate::error::{Error, Result};
 use crate::model::classifier::Classifier;
-use crate::model::classifier::load_model_record;
+use crate::model::classifier::with_model_record;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
 use crate::train::instrument::health::UtilSampler;
 use crate::train::instrument::trace::StepTracer;
-use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn_ddp::nn::FusedSgdConfig;
@@ -214,9 +213,7 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
             )));
         }
     }
-    let record = load_model_record::<B>(&ck.model, device).map_err(|e| bad(format!("model record: {e}")))?;
-    let optim_record = crate::guard::catch_panic(|| Bytes::default().load(ck.optimizer, device))
-        .map_err(|e| bad(format!("optimizer record: {e}")))?
+    let optim_record = crate::guard::decode(|| Bytes::default().load(ck.optimizer, device))
         .map_err(|e| bad(format!("optimizer record: {e}")))?;
     let partial = ck.meta.partial.unwrap_or_default();
     let within = if partial.steps > 0 {
@@ -225,10 +222,10 @@ fn resume<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         String::new()
     };
     log::info!("resuming {} after epoch {}{within} (step {})", path.display(), ck.meta.epoch, ck.meta.step);
-    // Burn panics on a record that does not fit (a crafted file under a valid checksum).
-    let (model, optim) = (trainer.model, trainer.optim);
-    trainer.model = crate::guard::catch_panic(|| model.load_record(record))
+    trainer.model = with_model_record(trainer.model, &ck.model, device)
         .map_err(|e| bad(format!("model record does not fit {}: {e}", config.model)))?;
+    // Burn panics on a record that does not fit (a crafted file under a valid checksum).
+    let optim = trainer.optim;
     trainer.optim = crate::guard::catch_panic(|| optim.load_record(optim_record))
         .map_err(|e| bad(format!("optimizer record does not fit: {e}")))?;
     trainer.step = ck.meta.step;

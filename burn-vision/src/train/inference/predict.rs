@@ -6,7 +6,7 @@ use crate::data::source::grayscale_pipelines;
 use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
 use crate::model::classifier::Classifier;
-use crate::model::classifier::load_model_record;
+use crate::model::classifier::with_model_record;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
 use crate::train::checkpoint::{Checkpoint, CheckpointMeta};
@@ -33,18 +33,12 @@ pub fn restore<B: Backend>(path: &Path, device: &B::Device) -> Result<Restored<B
     let ck = Checkpoint::load(path)?;
     let meta = ck.meta;
     let model = create::<B>(&meta.model, meta.classes.len(), meta.in_channels, meta.small_input, device)?;
-    let record = load_model_record::<B>(&ck.model, device).map_err(|e| Error::BadCheckpoint {
-        path: path.to_path_buf(),
-        reason: format!("model record does not fit {}: {e}", meta.model),
-    })?;
     let pipeline = if meta.in_channels == 1 {
         grayscale_pipelines(meta.image_size, &crate::data::augment::Augment::default()).1
     } else {
         Pipeline::imagenet_eval(meta.image_size)
     };
-    // Burn panics when a record's structure differs from the model's (a crafted or foreign
-    // record under a valid checksum); that is a bad checkpoint, not a crash.
-    let model = crate::guard::catch_panic(|| model.load_record(record)).map_err(|e| Error::BadCheckpoint {
+    let model = with_model_record(model, &ck.model, device).map_err(|e| Error::BadCheckpoint {
         path: path.to_path_buf(),
         reason: format!("model record does not fit {}: {e}", meta.model),
     })?;
