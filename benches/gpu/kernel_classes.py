@@ -5,8 +5,11 @@ lines of benches/pytorch_profile.py run with N = 0 (every kernel).
 Usage: kernel_classes.py FILE LABEL [STEPS] [MINUS_FILE]   (STEPS: how many steps the file holds,
 default 1; MINUS_FILE: a run one step shorter, subtracted class by class, so that a whole run
 under ncu yields one step without a profiler range)"""
-import csv, re, sys
+import os, re, sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_summary import kernel_rows  # noqa: E402  (the CSV reader, one for both scripts)
 
 CLASSES = [  # first match wins
     ("attention", r"sdpa|fmha|flash|attn|dot_do_o|convert_dq"),
@@ -29,17 +32,8 @@ def kernels(path):
         for m in re.finditer(r"^NCU [^:]+:\s+([0-9.]+) ms\s+[0-9.]+%\s+(\d+)x\s+(.*)$", text, re.M):
             yield m.group(3), int(m.group(2)), float(m.group(1))
         return
-    rows = list(csv.reader(l for l in text.splitlines() if not l.startswith("==")))
-    head, body = rows[0], rows[1:]
-    name_i, t_i = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
-    scale = 1e-6
-    if body and not re.match(r"^[0-9.,]+$", body[0][t_i]):
-        unit = body[0][t_i].strip()
-        scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}.get(unit, 1e-6)
-        body = body[1:]
-    for r in body:
-        if len(r) > t_i and r[t_i]:
-            yield r[name_i], 1, float(r[t_i].replace(",", "")) * scale
+    for name, _stream, ms in kernel_rows(path):
+        yield name, 1, ms
 
 
 def classify(name):
