@@ -98,10 +98,23 @@ fn reexporter(
     modules: &BTreeSet<String>,
     reexports: &BTreeMap<(String, String), String>,
 ) -> Option<String> {
+    let (prefix, child) = locate(module, path, modules, reexports)?;
+    child.map(|_| prefix)
+}
+
+/// The longest prefix of `path` (seen from `module`) that is a module, and the child module
+/// when the name after that prefix is re-exported there.
+fn locate(
+    module: &str,
+    path: &[String],
+    modules: &BTreeSet<String>,
+    reexports: &BTreeMap<(String, String), String>,
+) -> Option<(String, Option<String>)> {
     let absolute = absolute(module, path)?;
     let k = (0..=absolute.len()).rev().find(|&k| modules.contains(&absolute[..k].join("::")))?;
     let prefix = absolute[..k].join("::");
-    absolute.get(k).filter(|name| reexports.contains_key(&(prefix.clone(), (*name).clone()))).map(|_| prefix)
+    let child = absolute.get(k).and_then(|name| reexports.get(&(prefix.clone(), name.clone()))).cloned();
+    Some((prefix, child))
 }
 
 /// `path` from `module` as a path from the crate root (`None` for other crates' paths).
@@ -187,17 +200,8 @@ fn resolve(
     modules: &BTreeSet<String>,
     reexports: &BTreeMap<(String, String), String>,
 ) -> Option<String> {
-    let absolute = absolute(module, path)?;
-    for k in (0..=absolute.len()).rev() {
-        let prefix = absolute[..k].join("::");
-        if modules.contains(&prefix) {
-            if let Some(child) = absolute.get(k).and_then(|name| reexports.get(&(prefix.clone(), name.clone()))) {
-                return Some(child.clone());
-            }
-            return Some(prefix);
-        }
-    }
-    None
+    let (prefix, child) = locate(module, path, modules, reexports)?;
+    Some(child.unwrap_or(prefix))
 }
 
 /// Every cycle (strongly connected set of two or more modules), each sorted.
