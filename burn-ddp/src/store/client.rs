@@ -126,11 +126,7 @@ impl TcpStore {
     }
 
     fn refused(&self, reply: &[u8]) -> Error {
-        let msg = Reader(reply.get(1..).unwrap_or_default())
-            .bytes()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
-        Error::Store { reason: format!("{} refused the request: {msg}", self.server) }
+        Error::Store { reason: format!("{} refused the request: {}", self.server, error_message(reply)) }
     }
 }
 
@@ -193,8 +189,13 @@ fn greet(conn: &mut TcpStream, token: Option<&str>) -> std::io::Result<std::resu
     if reply.first() == Some(&status::OK) {
         return Ok(Ok(()));
     }
-    Ok(Err(Reader(&reply[1.min(reply.len())..])
+    Ok(Err(error_message(&reply)))
+}
+
+/// The message of a reply whose status is not OK (empty when it carries none).
+fn error_message(reply: &[u8]) -> String {
+    Reader(reply.get(1..).unwrap_or_default())
         .bytes()
         .map(|b| String::from_utf8_lossy(b).into_owned())
-        .unwrap_or_default()))
+        .unwrap_or_default()
 }
