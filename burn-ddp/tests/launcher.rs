@@ -296,3 +296,9 @@ fn ranks_die_with_a_killed_launcher() {
     }
     assert!(orphans.is_empty(), "ranks {orphans:?} outlived their killed launcher");
 }
+
+#[cfg(not(target_os = "linux"))]
+#[test]
+fn ranks_die_with_a_killed_launcher() {
+    eprintln!("SKIPPED: the parent-death signal and /proc are Linux's");
+}

@@ -257,10 +257,11 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     // Read back above, so the device has finished the epoch's steps.
     let steady_img_per_s =
         first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
+    let trained_s = started.elapsed().as_secs_f64();
     Ok(EpochTrained {
         sums,
-        seconds: done.seconds + started.elapsed().as_secs_f64(),
-        rank_img_per_s: seen as f64 / started.elapsed().as_secs_f64(),
+        seconds: done.seconds + trained_s,
+        rank_img_per_s: seen as f64 / trained_s,
         steady_img_per_s,
         sync_seconds,
         collective_seconds: burn_ddp::tensor::collective_seconds() - collectives_before,
