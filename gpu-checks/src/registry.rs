@@ -1,0 +1,90 @@
+//! The list of checks, in the order they run: each with a name (what `burn-ddp-gpu-checks NAME`
+//! selects), what it compares, and the function that does it.
+
+use crate::checks::{
+    activations, attention, batch_norm, convolution, layer_norm, loss, memory, nccl, optimizer, ordering, products,
+    sync_batch_norm,
+};
+use burn_cuda::CudaDevice;
+
+/// One check.
+pub(crate) struct Check {
+    /// Its name on the command line and in the summary.
+    pub(crate) name: &'static str,
+    /// What it compares with what.
+    pub(crate) what: &'static str,
+    /// Runs it; true when every comparison passed.
+    pub(crate) run: fn(&CudaDevice) -> bool,
+}
+
+/// Every check, in the order they run (`cudnn-ordering` last: it judges the calls before it).
+pub(crate) const CHECKS: &[Check] = &[
+    Check {
+        name: "convolution",
+        what: "cuDNN convolutions, every direction and option, f32/TF32/bf16/f16, NCHW and NHWC, against f64",
+        run: convolution::check,
+    },
+    Check {
+        name: "convolution-accumulate",
+        what: "input gradients of several convolutions accumulated by cuDNN in place, against f64",
+        run: convolution::check_accumulate,
+    },
+    Check {
+        name: "batch-norm",
+        what: "cuDNN batch norm (+ ReLU): outputs, gradients, running statistics, inference, against burn on the CPU",
+        run: batch_norm::check_bn,
+    },
+    Check {
+        name: "conv-bn-relu",
+        what: "convolution + batch norm + ReLU as one cuDNN operation against the separate operations",
+        run: batch_norm::check_fused,
+    },
+    Check { name: "upload", what: "page-locked image uploads arrive exactly", run: memory::check_upload },
+    Check {
+        name: "products",
+        what: "cuBLAS matmul and linear, values and gradients, against f64",
+        run: products::check_gemm,
+    },
+    Check {
+        name: "attention",
+        what: "cuDNN fused attention, values and gradients, against f64",
+        run: attention::check_sdpa,
+    },
+    Check {
+        name: "layer-norm",
+        what: "cuDNN layer norm, values and gradients, against f64",
+        run: layer_norm::check_ln,
+    },
+    Check { name: "relu", what: "burn-ddp's ReLU against burn's, bit for bit", run: activations::check_relu },
+    Check {
+        name: "max-pool",
+        what: "burn-ddp's max-pool against f64 (f32) and burn's (bf16)",
+        run: activations::check_max_pool,
+    },
+    Check { name: "sgd", what: "FusedSgd against burn's Sgd, four settings", run: optimizer::check_sgd },
+    Check {
+        name: "cross-entropy",
+        what: "burn-ddp's fused cross-entropy, with and without label smoothing, against f64",
+        run: loss::check_cross_entropy,
+    },
+    Check {
+        name: "mean-over",
+        what: "the global average pool on cuBLAS (`mean_over`), both axes, against f64",
+        run: loss::check_mean_over,
+    },
+    Check {
+        name: "sync-batch-norm",
+        what: "SyncBatchNorm on 2 ranks against BatchNorm over the whole batch: values, gradients, statistics",
+        run: sync_batch_norm::check_sync_bn,
+    },
+    Check {
+        name: "nccl",
+        what: "NCCL ordered on the device; DDP over a one-rank NCCL group against plain training (needs libnccl)",
+        run: nccl::check_nccl,
+    },
+    Check {
+        name: "cudnn-ordering",
+        what: "every cuDNN call above was ordered on the device, none waited for on the host",
+        run: ordering::check_cudnn_ordering,
+    },
+];
