@@ -1,8 +1,9 @@
 """PyTorch/torchvision baselines for the burn-vision benchmarks, run in the same device call.
 
 Modes (each prints one JSON line prefixed with RESULT):
-  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc] [eager|compile|ddp]
-             forward+backward+SGD(momentum 0.9) on random data, fp32 (cuDNN may use TF32, as
+  synthetic  MODEL BATCH SIZE CHANNELS CLASSES SMALL WARMUP STEPS [f32|bf16] [nchw|nhwc] [eager|compile|ddp] [sgd|adamw]
+             forward+backward+SGD(lr 0.01, momentum 0.9) or AdamW(lr 5e-4, weight decay 0.05,
+             fused=True: PyTorch's fastest; `burn-vision bench --optimizer adamw`) on random data, fp32 (cuDNN may use TF32, as
              PyTorch allows by default) or bf16 autocast, NCHW or channels_last, eager,
              torch.compile (compiled during the warm-up steps) or eager under
              DistributedDataParallel over a one-rank NCCL group (its defaults: 25 MB buckets, the
@@ -101,12 +102,16 @@ def allocated_after_forward(model, x, y, amp):
     return gib
 
 
-def synthetic(name, batch, size, channels, classes, small, warmup, steps, precision="f32", layout="nchw", mode="eager"):
+def synthetic(name, batch, size, channels, classes, small, warmup, steps, precision="f32", layout="nchw", mode="eager",
+              optimizer="sgd"):
     dev = torch.device("cuda")
     torch.manual_seed(0)
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     model = resnet(name, classes, channels, small).to(dev).to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.05, fused=True)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     if mode == "compile":
         model = torch.compile(model)
     if mode == "ddp":
@@ -117,7 +122,7 @@ def synthetic(name, batch, size, channels, classes, small, warmup, steps, precis
     ips, warm, loss = timed_steps(model, opt, iter(lambda: (x, y), None), warmup, steps, amp)
     peak = torch.cuda.max_memory_allocated() / 2**30
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="synthetic", model=name, batch=batch, size=size,
-                                      precision=precision, layout=layout, compiled=mode == "compile", ddp=mode == "ddp",
+                                      precision=precision, layout=layout, compiled=mode == "compile", ddp=mode == "ddp", optimizer=optimizer,
                                       img_per_s=ips, peak_mem_gib=peak, allocated_after_forward_gib=allocated_after_forward(model, x, y, amp),
                                       reserved_gib=torch.cuda.max_memory_reserved() / 2**30, device_used_gib=device_used_gib(),
                                       first_step=FIRST, warmup_s=warm, loss=loss, torch=torch.__version__)), flush=True)

@@ -1,6 +1,6 @@
 """PyTorch anchor for burn-vision's cuDNN convolutions: every distinct ResNet-50 convolution
 shape (benches/resnet50_conv_shapes.json), forward and forward + backward, timed exactly as
-burn-vision/examples/cudnn_check.rs times them (2 warm-up calls, then `iters` calls;
+`burn-ddp-gpu-checks --bench convolution` times them (2 warm-up calls, then `iters` calls;
 `latency`: a device synchronize after each call, `pipelined`: one after all of them), TF32
 allowed for f32 as PyTorch's default for convolutions, cudnn.benchmark on.
 

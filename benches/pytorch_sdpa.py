@@ -1,7 +1,7 @@
 """The attention op alone, forward and forward + backward, at ViT-B/16's shape on one GPU:
 PyTorch's F.scaled_dot_product_attention (its default backend choice) on q, k, v viewed out of
 one qkv buffer [batch, tokens, 3, heads, head_dim] as timm does, bf16, loss o.sum() — the same
-work as `cudnn_check bench-sdpa`.
+work as `burn-ddp-gpu-checks --bench attention`.
 
 python3 benches/pytorch_sdpa.py [iters]
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on one H200: the cuDNN convolution path of burn-vision next to PyTorch.
-#  1. cudnn_check: correctness against an f64 reference (cuDNN fp32, TF32, bf16, f16, burn's
+#  1. burn-ddp-gpu-checks: correctness against an f64 reference (cuDNN fp32, TF32, bf16, f16, burn's
 #     kernels), batch norm and fused convolution + batch norm in f32/bf16/f16, the upload;
 #  2. every distinct ResNet-50 convolution shape at batch 256 (forward, forward+backward), timed
 #     per call (`latency`) and back to back (`pipelined`), f32 and bf16, by burn-vision and by
@@ -9,24 +9,24 @@
 #     burn-vision vs PyTorch (bf16: autocast, NCHW and channels_last).
 # STEPS picks steps (default: all).
 # Binaries built on the development machine and carried in carry/ (B=...):
-#   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp --example cudnn_check --example plain_burn
+#   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp-gpu-checks --example plain_burn
 # Writes raw logs to $OUT and prints summary tables last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/cudnn.log
-SHOW="FAIL|cudnn_check=|img_per_s|error|panic"
+SHOW="FAIL|passed, |img_per_s|error|panic"
 source benches/gpu/lib.sh
-chmod +x "$B"/burn-vision "$B"/cudnn_check
+chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
 python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())' | tee -a "$LOG"
 ALL="check shapes shapes_pipe shapes_bf16 shapes_bf16_pipe shapes_bf16_nhwc_pipe torch_shapes torch_shapes_pipe torch_shapes_bf16 torch_shapes_bf16_pipe torch_shapes_bf16_nhwc_pipe burn_r50 burn_r50_bf16 burn_r50_bf16_cl torch_r50 torch_r50_bf16 torch_r50_bf16_nhwc"
 R50="bench --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --warmup 3 --steps 10 --gpus 0"
 TR50="benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 10"
-SH="$B/cudnn_check bench --batch 256 --iters 10"
+SH="$B/burn-ddp-gpu-checks --bench convolution --batch 256 --iters 10"
 TSH="benches/pytorch_conv_shapes.py 256 10"
 for s in ${STEPS:-$ALL}; do
   case $s in
-    check)        step cudnn_check ${T_CHECK:-180} "$B"/cudnn_check check ;;
+    check)        step burn-ddp-gpu-checks ${T_CHECK:-180} "$B"/burn-ddp-gpu-checks --skip nccl ;;
     shapes)       step burn_shapes ${T_SHAPES:-180} $SH ;;
     shapes_pipe)  step burn_shapes_pipe ${T_SHAPES:-180} $SH --pipelined ;;
     shapes_nhwc_pipe) step burn_shapes_nhwc_pipe ${T_SHAPES:-180} $SH --pipelined --nhwc ;;

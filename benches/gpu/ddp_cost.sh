@@ -2,7 +2,7 @@
 # What DistributedDataParallel costs on one GPU: each workload plain and through DDP over a
 # one-rank NCCL group — every bucket goes through NCCL, there is no world-size-1 shortcut for
 # DDP's buckets — with PyTorch's DDP over a one-rank NCCL group beside it, pairs alternated.
-#   PART=1  `cudnn_check check-nccl` (NCCL ordered on the device; DDP against plain training;
+#   PART=1  `burn-ddp-gpu-checks nccl` (NCCL ordered on the device; DDP against plain training;
 #           bf16-compressed DDP within bf16 rounding; DDP's host time per step), then
 #           ResNet-50 bf16 channels-last b256 and ViT-B/16 bf16 b128 on synthetic batches:
 #           ours plain, ours `bench --ddp`, PyTorch eager, PyTorch DDP — twice in that order.
@@ -11,11 +11,11 @@
 #           epochs; and the tutorial preset (ResNet-34, batch 16, SyncBatchNorm) on 224² JPEGs
 #           for 1 epoch — each plain and under `burn-ddp launch --nproc-per-node 1`, alternated
 #           twice; ResNet-50 with bf16-compressed gradients.
-#   PART=3  the rows a host-bound step makes noisy, with more pairs: `cudnn_check check-nccl`,
+#   PART=3  the rows a host-bound step makes noisy, with more pairs: `burn-ddp-gpu-checks nccl`,
 #           the tutorial preset plain / under the launcher three times, the ResNet-18 28²
 #           synthetic step plain / `--ddp` four times.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
-# Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
+# Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,7 +24,7 @@ LOG=$OUT/ddp-cost-$PART.log
 SHOW="RESULT|rror|panick|FAIL"; SHOW_LINES=3
 B=${B:-carry}
 source benches/gpu/lib.sh
-chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/cudnn_check 2>/dev/null
+chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/burn-ddp-gpu-checks 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee -a "$LOG"
 BV="$B"/burn-vision
@@ -52,7 +52,7 @@ TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
 R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 VIT=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 if [ "$PART" = 1 ]; then
-  step check_nccl 300 "$B"/cudnn_check check-nccl
+  step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
   for i in 1 2; do
     step r50_plain_$i 150 "$BV" "${R50[@]}"
     step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
@@ -83,7 +83,7 @@ elif [ "$PART" = 2 ]; then
     train_pair old_r18 1 "$OLD" "${R18[@]}"
   fi
 elif [ "$PART" = 3 ]; then
-  step check_nccl 300 "$B"/cudnn_check check-nccl
+  step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
   fm224
   for i in 1 2 3; do train_pair tut $i "$B" "${TUT[@]}"; done
   for i in 1 2 3 4; do

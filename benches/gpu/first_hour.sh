@@ -20,11 +20,11 @@
 #           again (first step, speed, memory), PyTorch eager's first run beside; ResNet-50 f32 and
 #           ResNet-34 b16 memory beside PyTorch's; the tutorial's job for EPOCHS (default 5) from a
 #           fresh machine beside PyTorch's (channels_last, 16 loader workers); `eval --gpus 0` and
-#           `predict --gpus 0` of its checkpoint; the job again (second run); `cudnn_check
+#           `predict --gpus 0` of its checkpoint; the job again (second run); `burn-ddp-gpu-checks
 #           check-accumulate`; torch.compile's ResNet-50 bf16 (the stretch row).
 #   PART=7  the tutorial's job alone, alternated with PyTorch's (16 loader workers) twice: ours from a
 #           fresh machine, PyTorch, ours again, PyTorch again (the steady ratio's spread in one call).
-# Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check; release, CUDA). Raw log
+# Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/first-hour-PART.log, metrics.jsonl of each training run; the summary table is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -77,8 +77,8 @@ elif [ "$PART" = 6 ]; then
   rm -rf /tmp/tut-second
   step tut_ours_second 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-second
   sed 's/^/METRICS /' /tmp/tut-second/metrics.jsonl >>"$LOG" 2>/dev/null
-  chmod +x "$B"/cudnn_check
-  SHOW="RESULT check=conv_input|FAIL|rror|panick" step check_accumulate 120 "$B"/cudnn_check check-accumulate
+  chmod +x "$B"/burn-ddp-gpu-checks
+  SHOW="RESULT check=conv_input|FAIL|rror|panick" step check_accumulate 120 "$B"/burn-ddp-gpu-checks convolution-accumulate
   step r50_torch_compile 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 20 bf16 nhwc compile
 elif [ "$PART" = 7 ]; then
   D=datasets/fashion-mnist-10k

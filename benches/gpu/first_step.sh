@@ -8,7 +8,7 @@
 #   warm      the profile run's cache again (the second run on a machine)
 #   clean     (CLEAN=1) two more runs from empty caches with nothing logged or sampled (the
 #             figure), PyTorch eager's first run twice beside them, then the steady step with
-#             warm caches against PyTorch eager (50 steps), and `cudnn_check check-ce`
+#             warm caches against PyTorch eager (50 steps), and `burn-ddp-gpu-checks cross-entropy mean-over`
 #   vit       (VIT=1) ViT-B/16 bf16 b128 fresh and again, PyTorch's vit_b_16 beside, then
 #             ResNet-50's steady step against torch.compile (first steps included)
 #   tutorial  (TUTORIAL=1) the tutorial's job (ResNet-34 f32 b16, 1 epoch on the fm224 JPEG
@@ -29,7 +29,7 @@ step profile 300 env BURN_DDP_CACHE_DIR=/tmp/kc-p "${BENCH[@]}" --host-profile "
 step kernels 300 env BURN_DDP_CACHE_DIR=/tmp/kc-k BURN_DDP_KERNEL_LOG="$OUT"/kernels.log "${BENCH[@]}"
 step warm 120 env BURN_DDP_CACHE_DIR=/tmp/kc-p "${BENCH[@]}"
 if [ "${CLEAN:-0}" = 1 ]; then
-  step check_ce 120 "$B"/cudnn_check check-ce
+  step check_ce 120 "$B"/burn-ddp-gpu-checks cross-entropy mean-over
   for i in 1 2; do
     step clean_$i 300 env BURN_DDP_CACHE_DIR=/tmp/kc-c$i "${BENCH[@]}"
     step torch_first_$i 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 3 20 bf16 nhwc eager

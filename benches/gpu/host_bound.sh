@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on one H200: where a host-bound training step stands, old build against new
 # build against PyTorch, all in the same call (the lent machines' CPUs differ by ~10 %).
-#   check      cudnn_check check (new binaries): correctness of every cuDNN / kernel path
+#   check      burn-ddp-gpu-checks --skip nccl (new binaries): correctness of every cuDNN / kernel path
 #   NAME_new / NAME_old  `burn-vision bench` of the new build (carry/) or the old one
 #              (carry/old/), printing img/s and each host thread's CPU seconds per step
 #   NAME_torch benches/pytorch_baseline.py on the same workload
@@ -16,17 +16,17 @@
 # burn-vision's bench (like train) keeps GPU activations channels-last unless told
 # --channels-first; binaries built before 2026-12-01 (before that default) run NCHW without flags.
 # STEPS picks steps (default below). Binaries built on the development machine:
-#   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp --example cudnn_check --example plain_burn
-# and packed as carry/bins.txz or bins.tgz (burn-vision, cudnn_check; old/burn-vision for the
+#   cargo build --release --features burn-vision/cuda,burn-ddp/cuda -p burn-vision --bin burn-vision -p burn-ddp-gpu-checks --example plain_burn
+# and packed as carry/bins.txz or bins.tgz (burn-vision, burn-ddp-gpu-checks; old/burn-vision for the
 # old build); benches/gpu/lib.sh unpacks them.
 # Raw output in $OUT/host_bound.log; the summary table is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/host_bound.log
-SHOW="FAIL|cudnn_check=|img_per_s|error|panic|convolutions:|RESULT rank"
+SHOW="FAIL|passed, |img_per_s|error|panic|convolutions:|RESULT rank"
 SHOW_LINES=3
 source benches/gpu/lib.sh
-chmod +x "$B"/burn-vision "$B"/cudnn_check "$B"/old/burn-vision 2>/dev/null
+chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks "$B"/old/burn-vision 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee -a "$LOG"
 nproc | sed 's/^/host cores: /' | tee -a "$LOG"
 grep -m1 "model name" /proc/cpuinfo | tee -a "$LOG"
@@ -46,7 +46,7 @@ VITB="--model vit_b16 --batch-size 128 --image-size 224 --classes 1000"
 VITS="--model vit_s16 --batch-size 256 --image-size 224 --classes 1000"
 for s in ${STEPS:-$DEFAULT}; do
   case $s in
-    check) step cudnn_check "${T_CHECK:-200}" "$B"/cudnn_check check ;;
+    check) step burn-ddp-gpu-checks "${T_CHECK:-200}" "$B"/burn-ddp-gpu-checks --skip nccl ;;
     r50_bf16_cl_new) bench "$s" "$B"/burn-vision $R50 --precision bf16 --channels-last ;;
     r50_bf16_cl_old) bench "$s" "$B"/old/burn-vision $R50 --precision bf16 --channels-last ;;
     r50_bf16_cl_compile) step "$s" 400 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 6 "$W" bf16 nhwc compile ;;
@@ -95,8 +95,8 @@ for name, body in re.findall(r"=== (\S+): .*?\n(.*?)=== \1 rc", log, re.S):
                 runs[name] = json.loads(line)
             except ValueError:
                 pass
-ok = re.findall(r"cudnn_check=(\S+)", log)
-print(f"cudnn_check: {ok[-1] if ok else 'not run'}")
+ok = re.findall(r"(\d+ passed, \d+ failed)", log)
+print(f"GPU checks: {ok[-1] if ok else 'not run'}")
 for name, r in runs.items():
     if name.endswith("_torch") or name.endswith("_compile"):
         continue

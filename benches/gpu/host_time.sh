@@ -5,12 +5,12 @@
 #           sampled; the binary built with --features host-profile, its symbol table kept);
 #           the profile's files land in $OUT/host-profile-*/; then benches/gpu/nvrtc_headers.py
 #           (what NVRTC spends per kernel with the headers cubecl includes, and without).
-#   PART=3  `cudnn_check check-sgd`, the tutorial's job (2 epochs) and PyTorch's (16 workers)
+#   PART=3  `burn-ddp-gpu-checks sgd`, the tutorial's job (2 epochs) and PyTorch's (16 workers)
 #           alternated twice, the bench step with burn's Sgd and FusedSgd alternated 3 times.
-#   PART=4  every `cudnn_check check`, the tutorial's job (2 epochs) from a fresh kernel cache
+#   PART=4  every `burn-ddp-gpu-checks --skip nccl`, the tutorial's job (2 epochs) from a fresh kernel cache
 #           and again, PyTorch's with 16 workers after each, the bench step again.
 #   PART=2  burn's Sgd (`--burn-sgd`) against burn-ddp's FusedSgd (the default), alternated
-#           twice (after `cudnn_check check-sgd`: the kernel against burn's Sgd), then the step
+#           twice (after `burn-ddp-gpu-checks sgd`: the kernel against burn's Sgd), then the step
 #           under `--host-profile` with FusedSgd, then the tutorial's job for 2 epochs on the
 #           fm224 JPEG folder against PyTorch's with 16 loader workers; PyTorch beside.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp). Raw log $OUT/host-time-PART.log; summary last.
@@ -28,9 +28,9 @@ STEPS=${STEPS:-200}
 R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps "$STEPS")
 step r34_warm_caches 300 "$BV" "${R34[@]}"
 if [ "$PART" = 4 ]; then
-  # Every cudnn_check check (FusedSgd and the fused cross-entropy among them), then the
+  # Every GPU check but NCCL (FusedSgd and the fused cross-entropy among them), then the
   # tutorial's job (2 epochs) from empty kernel caches and again, PyTorch's beside each.
-  step check_all 300 "$B"/cudnn_check check
+  step check_all 300 "$B"/burn-ddp-gpu-checks --skip nccl
   D=datasets/fashion-mnist-10k
   [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
   for i in fresh 2; do
@@ -44,7 +44,7 @@ if [ "$PART" = 4 ]; then
 elif [ "$PART" = 3 ]; then
   # The fused SGD kernel against burn's Sgd on the GPU, then the tutorial's job (2 epochs)
   # and PyTorch's with 16 loader workers, alternated twice, and the bench step A/B again.
-  step check_sgd 180 "$B"/cudnn_check check-sgd
+  step check_sgd 180 "$B"/burn-ddp-gpu-checks sgd
   D=datasets/fashion-mnist-10k
   [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $D/images-idx3-ubyte.gz $D/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
   for i in 1 2; do
@@ -64,7 +64,7 @@ elif [ "$PART" = 1 ]; then
   # The cold start's compile cost: NVRTC with and without the headers cubecl includes.
   SHOW_LINES=8 step nvrtc_headers 180 python3 benches/gpu/nvrtc_headers.py 5
 else
-  step check_sgd 180 "$B"/cudnn_check check-sgd
+  step check_sgd 180 "$B"/burn-ddp-gpu-checks sgd
   for i in 1 2; do
     step r34_burn_sgd_$i 120 "$BV" "${R34[@]}" --burn-sgd
     step r34_fused_sgd_$i 120 "$BV" "${R34[@]}"

@@ -8,14 +8,14 @@
 # blocks are now the default and BURN_DDP_ALLOCATOR=pages the old way), a short ViT-B/16 run
 # with cubecl's memory log (every page it reserves), cold kernel caches; PyTorch eager beside.
 # PART=2: the exact-size allocator as the default, against the pages, ViT-B/16, ViT-S/16 and
-# ResNet-50 beside PyTorch; every cudnn_check check with it (and cuDNN's plans written to the
+# ResNet-50 beside PyTorch; every burn-ddp-gpu-checks --skip nccl with it (and cuDNN's plans written to the
 # plan cache), then the transformer checks again on plans restored from it; a ViT trained
 # from the CLI for three epochs (a partial last batch, validation) to see its memory hold.
 # PART=3: the build bound to CUDA 12.8's driver API on the H200's CUDA 13 driver: `burn-ddp
-# doctor`, every cudnn_check check, ViT-B/16 and ResNet-50 beside PyTorch, a ViT trained from
+# doctor`, every burn-ddp-gpu-checks --skip nccl, ViT-B/16 and ResNet-50 beside PyTorch, a ViT trained from
 # the CLI and its checkpoint evaluated on the GPU.
 # PART=4: ResNet blocks rectifying their residual sum with burn_ddp::nn::relu (its backward
-# reads the output): `cudnn_check check-relu` (bit-identical to burn's relu), ResNet-50 twice
+# reads the output): `burn-ddp-gpu-checks relu max-pool` (bit-identical to burn's relu), ResNet-50 twice
 # (the first warms the kernel caches) beside PyTorch.
 # PART=5 (2026-12-03): cubecl's memory log (BURN_DDP_MEMORY_LOG: every reservation, the blocks
 # by size at each new one) of short ResNet-50 bf16 b256 and ResNet-34 b16 f32 runs with the
@@ -24,42 +24,42 @@
 # docs/benchmarks.md): the residual block's end as one operation (its
 # backward masks the incoming gradient in place), the stem's max-pool keeping only its indices
 # (burn_ddp::nn::max_pool2d), and the channels-last batch norm's backward writing over an
-# unshared incoming gradient: `cudnn_check check-relu` (both against f64), the memory log
-# again, ResNet-50 bf16 and f32 and ResNet-34 b16 beside PyTorch, every cudnn_check check.
+# unshared incoming gradient: `burn-ddp-gpu-checks relu max-pool` (both against f64), the memory log
+# again, ResNet-50 bf16 and f32 and ResNet-34 b16 beside PyTorch, every burn-ddp-gpu-checks --skip nccl.
 # PART=7 (2026-12-03; needs PART=6's binaries as A): A/B, alternated in one call: A = PART=6's build (ResNet blocks end in
 # add_relu, the channels-last batch norm's backward may write over its incoming gradient),
 # B = carry/burn-vision-b.xz (ResNet blocks end in relu(out + identity), batch norm as before;
 # both keep the max-pool change): ResNet-50 bf16 b256 and ResNet-34 b16 f32 (speed, memory),
 # then the tutorial's job (2 epochs of the fm224 folder) with each; PyTorch beside.
-# PART=8 (2026-12-03, the committed code): `cudnn_check check-relu` (the max-pool against f64),
+# PART=8 (2026-12-03, the committed code): `burn-ddp-gpu-checks relu max-pool` (the max-pool against f64),
 # ResNet-50 bf16 b256 twice beside PyTorch (speed, memory). Not run on 2026-12-03 (no device
 # time left).
 # PART=9 (2026-12-03): queued cuDNN jobs hold buffer bindings instead of tensor handles (burn
 # may write a buffer in place once its tensors are gone), and a convolution whose input
-# already has a gradient adds its share into it (cuDNN's β = 1): `cudnn_check check-accumulate`
-# (an input feeding two and three convolutions, against f64), every cudnn_check check, the
+# already has a gradient adds its share into it (cuDNN's β = 1): `burn-ddp-gpu-checks convolution-accumulate`
+# (an input feeding two and three convolutions, against f64), every burn-ddp-gpu-checks --skip nccl, the
 # memory log, ResNet-50 bf16 b256 beside PyTorch.
-# Binaries: carry/bins.txz (burn-vision, burn-ddp, cudnn_check); kernel caches carry/kernel-cache.tgz.
+# Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/memory${PART:-2}.log; SHOW="img_per_s|device_used|restored|plans built|checks|GPU memory|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-8}
 source benches/gpu/lib.sh
-chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/cudnn_check
+chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/burn-ddp-gpu-checks
 BIN=$(realpath "$B"/burn-vision)
 BB="--gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 3 --steps 20"
 R="--gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
 if [ "${PART:-2}" = 9 ]; then
-  SHOW="RESULT check=conv_input|rror|panick" SHOW_LINES=8 step check_accumulate 120 "$B"/cudnn_check check-accumulate
+  SHOW="RESULT check=conv_input|rror|panick" SHOW_LINES=8 step check_accumulate 120 "$B"/burn-ddp-gpu-checks convolution-accumulate
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
   python3 benches/gpu/memory_log_summary.py "$OUT"/mem-r50.log > "$OUT"/mem-r50-summary.txt
   head -12 "$OUT"/mem-r50-summary.txt | tee -a "$LOG"
   xz_files "$OUT"/mem-r50.log
   step r50_1 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
-  SHOW="RESULT cudnn_check|RESULT cuDNN calls|FAIL|rror|panick" SHOW_LINES=8 step check_all 420 "$B"/cudnn_check check
+  SHOW="passed, |RESULT cuDNN calls|FAIL|rror|panick" SHOW_LINES=8 step check_all 420 "$B"/burn-ddp-gpu-checks --skip nccl
 elif [ "${PART:-2}" = 8 ]; then
-  SHOW="RESULT check|rror|panick" SHOW_LINES=8 step check_relu 120 "$B"/cudnn_check check-relu
+  SHOW="RESULT check|rror|panick" SHOW_LINES=8 step check_relu 120 "$B"/burn-ddp-gpu-checks relu max-pool
   step r50_1 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
   step r50_2 150 "$BIN" bench $R
@@ -84,7 +84,7 @@ elif [ "${PART:-2}" = 7 ]; then
   SHOW="RESULT|rror|panick|top-1|images \\(" step tut_b 300 "$BINB" train --data /tmp/fm224 --preset tutorial --epochs 2 --gpus 0 --quiet --out /tmp/tut-b
   step tut_torch_w16 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 2 f32 nhwc 16
 elif [ "${PART:-2}" = 6 ]; then
-  SHOW="RESULT check|rror|panick" SHOW_LINES=12 step check_relu 120 "$B"/cudnn_check check-relu
+  SHOW="RESULT check|rror|panick" SHOW_LINES=12 step check_relu 120 "$B"/burn-ddp-gpu-checks relu max-pool
   step r50_memlog 150 env BURN_DDP_MEMORY_LOG="$OUT"/mem-r50.log "$BIN" bench $(echo $R | sed 's/--warmup 5 --steps 30/--warmup 2 --steps 3/')
   xz_files "$OUT"/mem-r50.log
   step r50_exact 150 "$BIN" bench $R
@@ -95,7 +95,7 @@ elif [ "${PART:-2}" = 6 ]; then
   R34="--gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps 200"
   step r34_b16 150 "$BIN" bench $R34
   step r34_b16_torch 120 python3 benches/pytorch_baseline.py synthetic resnet34 16 224 3 1000 0 5 200 f32 nhwc eager
-  SHOW="RESULT cudnn_check|FAIL|rror|panick" SHOW_LINES=8 step check_all 420 "$B"/cudnn_check check
+  SHOW="passed, |FAIL|rror|panick" SHOW_LINES=8 step check_all 420 "$B"/burn-ddp-gpu-checks --skip nccl
   grep -h "^RESULT check" "$LOG" | grep -c " ok$" | sed 's/^/checks ok: /' | tee -a "$LOG"
   grep -h "^RESULT check" "$LOG" | grep -v " ok$" | grep -v "info:" | tee -a "$LOG"
 elif [ "${PART:-2}" = 5 ]; then
@@ -106,14 +106,14 @@ elif [ "${PART:-2}" = 5 ]; then
   step r50_exact 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
 elif [ "${PART:-2}" = 4 ]; then
-  SHOW="RESULT check|img_per_s|rror|panick" step check_relu 120 "$B"/cudnn_check check-relu
+  SHOW="RESULT check|img_per_s|rror|panick" step check_relu 120 "$B"/burn-ddp-gpu-checks relu max-pool
   step r50_first 150 "$BIN" bench $R
   step r50_second 150 "$BIN" bench $R
   step r50_torch 90 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
   step vitb16_exact 150 "$BIN" bench $BB
 elif [ "${PART:-2}" = 3 ]; then
   SHOW_LINES=12 step doctor 60 "$B"/burn-ddp doctor --nproc-per-node 1 --all-reduce-mib 64
-  SHOW_LINES=4 step check 420 "$B"/cudnn_check check
+  SHOW_LINES=4 step check 420 "$B"/burn-ddp-gpu-checks --skip nccl
   grep -h "^RESULT check" "$LOG" | grep -c " ok$" | sed 's/^/checks ok: /' | tee -a "$LOG"
   grep -h "^RESULT check" "$LOG" | grep -v " ok$" | tee -a "$LOG"
   step vitb16_exact 150 "$BIN" bench $BB
@@ -124,9 +124,9 @@ elif [ "${PART:-2}" = 3 ]; then
   SHOW_LINES=4 step vit_cli_train 120 "$BIN" train --gpus 0 --model vit-mini --precision bf16 --epochs 1 --out /tmp/vit-run
   SHOW="accuracy|acc|img/s|rror|panick" SHOW_LINES=4 step vit_cli_eval 120 "$BIN" eval --gpus 0 --checkpoint /tmp/vit-run/best.ckpt
 elif [ "${PART:-2}" = 2 ]; then
-  SHOW_LINES=6 step check 420 "$B"/cudnn_check check
+  SHOW_LINES=6 step check 420 "$B"/burn-ddp-gpu-checks --skip nccl
   echo "cuDNN plans kept: $(ls "$BURN_DDP_CACHE_DIR"/*/cudnn-plans 2>/dev/null | wc -l)" | tee -a "$LOG"
-  SHOW_LINES=6 step check_transformer_restored 200 "$B"/cudnn_check check-transformer
+  SHOW_LINES=6 step check_transformer_restored 200 "$B"/burn-ddp-gpu-checks attention layer-norm
   echo "plans restored in check_transformer_restored: $(sed -n '/=== check_transformer_restored:/,/=== check_transformer_restored rc/p' "$LOG" | grep -c 'plan restored')" | tee -a "$LOG"
   step vitb16_exact 150 "$BIN" bench $BB
   step vitb16_exact_restored 150 "$BIN" bench $BB

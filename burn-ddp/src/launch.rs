@@ -61,6 +61,32 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr().map_err(|e| Error::io("finding a free port", e))?.port())
 }
 
+/// A port P with P and P + 1 both free, for several `--nnodes` launchers on one machine
+/// (`--master-port P`; node 0's launcher store takes P + 1). It is drawn below the system's
+/// range of ephemeral ports, so the ports the system hands out meanwhile (to [`free_port`], to
+/// any outgoing connection) cannot take P + 1 before the launchers bind it.
+///
+/// # Errors
+/// When no such pair is found in 200 tries.
+pub fn free_port_pair() -> Result<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.max(10_100) - 2);
+    let mut x = std::process::id() as u64
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..200 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let port = low + ((x >> 33) % u64::from(high - low)) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok();
+        if free(port) && free(port + 1) {
+            return Ok(port);
+        }
+    }
+    Err(Error::io("finding two adjacent free ports", std::io::Error::other("200 candidates were taken")))
+}
+
 /// How long the launcher waits for the last output of exited ranks before it returns.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 

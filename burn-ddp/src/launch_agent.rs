@@ -74,9 +74,20 @@ impl NodeLink {
     }
 
     /// Tells every node that `rank` failed with `code` in round `round` (first report wins).
+    ///
+    /// The first report of a round stands; a store that cannot say whether there was one gets
+    /// this one (tried three times), since another node waits on it.
     pub fn report_failure(&self, round: usize, rank: usize, code: i32) {
-        if self.store.check(&[&key(round, "failed")]).is_ok_and(|v| !v[0]) {
-            let _ = self.store.set(&key(round, "failed"), format!("{rank} {code} {}", self.node_rank).as_bytes());
+        let k = key(round, "failed");
+        if self.store.check(&[&k]).is_ok_and(|v| v[0]) {
+            return;
+        }
+        let value = format!("{rank} {code} {}", self.node_rank);
+        for _ in 0..3 {
+            if self.store.set(&k, value.as_bytes()).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
 

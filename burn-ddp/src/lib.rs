@@ -27,6 +27,7 @@ mod sync_batch_norm_exchange;
 #[cfg(feature = "cuda")]
 mod sync_batch_norm_nhwc;
 pub mod tensor;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod trace;
 

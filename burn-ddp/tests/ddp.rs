@@ -190,7 +190,7 @@ fn ddp_2_nodes_of_2_ranks_equal_one_process_with_the_global_batch() {
     if is_worker() {
         return equivalence::<Mlp<B>>(test, 4);
     }
-    let port = burn_ddp::launch::free_port().unwrap().to_string();
+    let port = burn_ddp::launch::free_port_pair().unwrap().to_string();
     let exe = std::env::current_exe().unwrap();
     let nodes: Vec<_> = (0..2)
         .map(|node| {

@@ -104,7 +104,7 @@ fn wrong_node_ranks_are_one_line_errors() {
     assert_eq!(code, 2);
     assert!(err.contains("needs --master-addr"), "{err}");
 
-    let port = burn_ddp::launch::free_port().unwrap().to_string();
+    let port = burn_ddp::launch::free_port_pair().unwrap().to_string();
     let exe = std::env::current_exe().unwrap();
     let started = Instant::now();
     let nodes: Vec<_> = (0..2)
@@ -167,7 +167,7 @@ fn doctor_reports_one_line_per_check_and_fails_on_real_mistakes() {
             .unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    let port = burn_ddp::launch::free_port().unwrap().to_string();
+    let port = burn_ddp::launch::free_port_pair().unwrap().to_string();
     let (code, table) = doctor(&["--nproc-per-node", "2", "--master-port", &port, "--all-reduce-mib", "4"]);
     assert!(code == 0 || table.contains("FAIL  GPUs"), "{table}");
     for name in ["MASTER_ADDR", "MASTER_PORT", "GPUs", "variables", "firewall", "all-reduce"] {
@@ -195,7 +195,7 @@ fn doctor_reports_one_line_per_check_and_fails_on_real_mistakes() {
 fn a_failure_on_one_node_ends_the_round_on_every_node() {
     let script = r#"if [ "$BURN_DDP_RESTART_COUNT" = 0 ]; then if [ "$RANK" = 1 ]; then sleep 0.5; exit 5; fi; sleep 60; fi; echo "round $BURN_DDP_RESTART_COUNT ok rank $RANK""#;
     for restarts in ["1", "0"] {
-        let port = burn_ddp::launch::free_port().unwrap().to_string();
+        let port = burn_ddp::launch::free_port_pair().unwrap().to_string();
         let t = Instant::now();
         let nodes: Vec<_> = (0..2)
             .map(|node| {

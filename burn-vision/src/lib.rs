@@ -2,6 +2,7 @@
 //! and a training / evaluation / prediction pipeline for the CPU and CUDA GPUs.
 
 pub mod atomic_file;
+pub mod cli;
 pub mod data;
 pub mod error;
 pub mod guard;

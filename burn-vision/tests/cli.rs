@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 22] = [
+    let cases: [(&[&str], &str); 26] = [
         (&["train", "--lr", "-1", "--quiet"], "must be a positive number"),
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
@@ -36,10 +36,16 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--hflip", "2", "--quiet"], "--hflip"),
         (&["train", "--preset", "deit", "--quiet"], "available: tutorial, vit"),
         (&["train", "--rrc-scale", "0.5", "--quiet"], "MIN,MAX"),
+        (&["train", "--randaugment", "two", "--quiet"], "give N,M"),
+        (&["train", "--sync-bn", "--no-sync-bn"], "cannot be used with"),
+        (&["eval", "--checkpoint", "x.ckpt", "--gpus", "0,1"], "this command runs on one GPU"),
+        (&["bench", "--no-overlap"], "--ddp"),
     ];
     for (args, expected) in cases {
         let out = cli(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        // 2: refused while reading the flags (a usage error, as clap and argparse say it); 1:
+        // refused by the run's checks or on the way.
+        assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {:?}", out.status);
         let err = stderr(&out);
         assert!(err.contains(expected), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?} printed more than one line: {err}");
@@ -597,6 +603,23 @@ fn augmentation_flags_are_used_logged_and_recorded() {
         bad.contains("--drop-path") && bad.contains("no stochastic depth") && bad.trim().lines().count() == 1,
         "{bad}"
     );
+}
+
+/// `bench --optimizer adamw` steps with AdamW: the same model, data and seed end at another loss
+/// than SGD's, and the JSON says which optimizer ran.
+#[test]
+fn bench_runs_adamw_as_well_as_sgd() {
+    let last_loss = |optimizer: &str| {
+        let args = "bench --model resnet10-mini --batch-size 4 --image-size 28 --channels 1 --classes 10 \
+                    --small-input --warmup 1 --steps 3 --optimizer";
+        let o = cli(&args.split_whitespace().chain([optimizer]).collect::<Vec<_>>());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["config"]["optimizer"], optimizer, "{r}");
+        r["last_loss"].as_f64().unwrap()
+    };
+    let (sgd, adamw) = (last_loss("sgd"), last_loss("adamw"));
+    assert!(sgd.is_finite() && adamw.is_finite() && sgd != adamw, "sgd {sgd}, adamw {adamw}");
 }
 
 /// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from

@@ -21,6 +21,7 @@ pub(crate) mod layers;
 pub mod linear;
 pub mod max_pool;
 pub mod optim;
+#[cfg(any(test, feature = "testing"))]
 pub mod reference;
 pub mod relu;
 pub mod runtime;

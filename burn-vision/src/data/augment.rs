@@ -16,24 +16,35 @@ pub const RAND_AUGMENT_BINS: u32 = 31;
 /// What training does to each image. The default is torchvision's ImageNet recipe
 /// (RandomResizedCrop with scale 0.08–1 and ratio 3/4–4/3, a flip half the time, nothing else)
 /// and, for 28² IDX data, the flip alone.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default)]
 pub struct Augment {
-    /// Probability of a horizontal flip (0 turns flips off: digits, text, X-rays).
+    /// Probability of a horizontal flip in training (default 0.5; 0 for digits, text, X-rays).
+    #[arg(long, value_name = "P", required = false)]
     pub hflip: f64,
-    /// RandomResizedCrop's range of the crop's area, as fractions of the image (folder data).
+    /// RandomResizedCrop's range of the crop's area as fractions of the image, MIN,MAX
+    /// (default 0.08,1; folder data).
+    #[arg(long = "rrc-scale", value_name = "MIN,MAX", value_parser = |s: &str| parse_pair("--rrc-scale", s), required = false)]
     pub scale: [f64; 2],
-    /// RandomResizedCrop's range of the crop's aspect ratio (folder data).
+    /// RandomResizedCrop's range of the crop's aspect ratio, MIN,MAX (default 0.75,1.333;
+    /// folder data).
+    #[arg(long = "rrc-ratio", value_name = "MIN,MAX", value_parser = |s: &str| parse_pair("--rrc-ratio", s), required = false)]
     pub ratio: [f64; 2],
-    /// Colour jitter strength s: brightness, contrast and saturation factors drawn from
-    /// [1 − s, 1 + s] (torchvision's `ColorJitter(s, s, s)`), in a random order; 0 is off.
+    /// Colour jitter strength S: brightness, contrast and saturation factors drawn from
+    /// [1 − S, 1 + S] (torchvision's `ColorJitter(S, S, S)`), in a random order; default 0 =
+    /// off, e.g. 0.4.
+    #[arg(long, value_name = "S", required = false)]
     pub color_jitter: f64,
     /// Probability of erasing one random rectangle (2–33 % of the area, aspect 0.3–3.3) with
-    /// random pixels (timm's `--reprob` in its per-pixel mode); 0 is off.
+    /// random pixels (timm's `--reprob` in its per-pixel mode); default 0 = off, e.g. 0.25.
+    #[arg(long, value_name = "P", required = false)]
     pub random_erasing: f64,
-    /// RandAugment's number of operations per image (torchvision's `num_ops`); 0 is off.
+    /// RandAugment's number of operations per image (torchvision's `num_ops`); 0 is off. Set
+    /// with `--randaugment N,M`.
+    #[arg(skip)]
     pub rand_augment_ops: u32,
     /// RandAugment's magnitude, 0–30 of 31 bins (torchvision's default 9).
+    #[arg(skip = 9u32)]
     pub rand_augment_magnitude: u32,
 }
 

@@ -9,18 +9,23 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// What to measure.
-#[derive(Debug, Clone, serde::Serialize)]
+/// What to measure; its fields are also flags of `burn-vision bench-data`.
+#[derive(Debug, Clone, serde::Serialize, clap::Args)]
 pub struct DataBenchConfig {
     /// Images per batch.
+    #[arg(long, default_value_t = 256)]
     pub batch_size: usize,
-    /// Batches timed (after one untimed batch).
+    /// Batches timed, after one untimed batch.
+    #[arg(long, default_value_t = 10)]
     pub batches: usize,
-    /// Use the evaluation transforms instead of the training ones.
+    /// Time the evaluation transforms instead of the training ones.
+    #[arg(long)]
     pub eval: bool,
     /// Augmentation and shuffling seed.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Batches prepared ahead (as in training).
+    /// Batches prepared ahead of the consumer (as in training).
+    #[arg(long, default_value_t = 4)]
     pub prefetch: usize,
 }
 

@@ -48,6 +48,22 @@ impl DeviceSpec {
         Ok(DeviceSpec::Cuda(ids))
     }
 
+    /// Parses the `--gpus` of a one-device command (eval, predict, bench): one GPU number.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for what [`DeviceSpec::parse_gpus`] refuses, and for a list of
+    /// more than one GPU.
+    pub fn parse_one_gpu(list: &str) -> Result<usize> {
+        match Self::parse_gpus(list)? {
+            DeviceSpec::Cuda(ids) if ids.len() == 1 => Ok(ids[0]),
+            _ => Err(Error::InvalidConfig {
+                name: "--gpus",
+                value: list.into(),
+                reason: "this command runs on one GPU: give one number, e.g. --gpus 0 (several GPUs: train, or bench under `burn-ddp launch`)".into(),
+            }),
+        }
+    }
+
     /// Number of devices (ranks) this spec trains on.
     pub fn world_size(&self) -> usize {
         match self {
@@ -58,116 +74,170 @@ impl DeviceSpec {
 }
 
 /// A complete training run description. Serialised into every checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Its fields are also `burn-vision train`'s flags (each declared here once, with its help as
+/// the doc comment): the command line starts from [`TrainConfig::default`] or a preset and
+/// overrides only the flags given (`cli::TrainArgs`). No field has a clap default, so
+/// a flag left out never overwrites the preset's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct TrainConfig {
-    /// `bundled`, `fashion-mnist` or a class-folder path.
+    /// `bundled`, `fashion-mnist`, or a folder with one sub-folder of images per class.
+    #[arg(long, required = false)]
     pub data: String,
-    /// Registry name of the model.
+    /// Model name (see `burn-vision models`).
+    #[arg(long, required = false)]
     pub model: String,
     /// Epochs to train in total (a resumed run continues up to this).
+    #[arg(long, required = false)]
     pub epochs: usize,
     /// Images per batch per device.
+    #[arg(long, required = false)]
     pub batch_size: usize,
-    /// Peak learning rate for one device; scaled linearly by the number of devices.
+    /// Peak learning rate for one device (multiplied by the number of devices).
+    #[arg(long, required = false)]
     pub lr: f64,
     /// The optimiser.
+    #[arg(long, value_enum, required = false)]
     pub optimizer: OptimizerKind,
     /// SGD momentum.
+    #[arg(long, required = false)]
     pub momentum: f64,
     /// Weight decay (L2 for SGD, decoupled for AdamW).
+    #[arg(long, required = false)]
     pub weight_decay: f64,
     /// Epochs of linear warm-up.
+    #[arg(long, required = false)]
     pub warmup_epochs: usize,
-    /// Final LR over peak LR of the cosine schedule.
+    /// Final over peak learning rate of the cosine schedule.
+    #[arg(long, required = false)]
     pub min_lr_factor: f64,
     /// Label smoothing in [0, 1).
+    #[arg(long, required = false)]
     pub label_smoothing: f64,
-    /// Validation fraction per class.
+    /// Fraction of each class held out for validation.
+    #[arg(long, required = false)]
     pub val_fraction: f64,
     /// Seed of the split, the initialisation, the shuffles and the augmentation.
+    #[arg(long, required = false)]
     pub seed: u64,
-    /// Run folder: checkpoints and metrics.
+    /// Run folder: checkpoints and metrics.jsonl.
+    #[arg(long, required = false)]
     pub out: PathBuf,
-    /// Continue from `out/last.ckpt`.
+    /// Continue the run in --out from its last checkpoint.
+    #[arg(long)]
     pub resume: bool,
-    /// Devices.
+    /// CUDA GPUs to train on, e.g. `0,1` (CUDA is in the default build; not in one built with
+    /// `--no-default-features`); the CPU when absent.
+    #[arg(long = "gpus", value_name = "IDS", value_parser = DeviceSpec::parse_gpus, required = false)]
     pub device: DeviceSpec,
-    /// Processes for CPU training (one per device for CUDA).
+    /// CPU processes training together (DDP over TCP), e.g. `--nproc 2 --cpu`; with
+    /// `--strategy dp`, CPU worker threads of one process. GPUs run one process each.
+    #[arg(long, conflicts_with = "device", required = false)]
     pub nproc: usize,
-    /// Model input side for folder datasets.
+    /// Input side for folder datasets.
+    #[arg(long, required = false)]
     pub image_size: u32,
-    /// Use the 3×3 stem without max-pool.
+    /// Use the 3×3 stem without max-pool (for 28–64 px images).
+    #[arg(skip)]
     pub small_input: bool,
-    /// Fail on unreadable images instead of skipping them.
+    /// Stop on the first unreadable image instead of skipping it.
+    #[arg(long)]
     pub strict_images: bool,
     /// Batches decoded ahead of the training loop.
+    #[arg(long, required = false)]
     pub prefetch: usize,
-    /// Stop each epoch after this many steps (quick runs, benchmarks).
+    /// Stop every epoch after this many steps (quick runs, benchmarks).
+    #[arg(long)]
     pub max_steps_per_epoch: Option<usize>,
-    /// End this invocation after this many epochs, keeping the schedule of `epochs`; the run
-    /// continues later with `resume` (time-boxed or preemptible jobs).
+    /// End after this many epochs, keeping the schedule of --epochs; continue later with
+    /// --resume (time-boxed or preemptible jobs).
+    #[arg(long)]
     pub stop_after_epochs: Option<usize>,
     /// Draw a progress bar.
+    #[arg(skip = true)]
     pub show_progress: bool,
-    /// How several devices train together.
+    /// How several devices train together: `ddp` (one process per device, all-reduce; the
+    /// default) or `dp` (DataParallel: one process, a thread per device).
     #[serde(default)]
+    #[arg(long, required = false)]
     pub strategy: Strategy,
     /// BatchNorm statistics over the global batch of all ranks (DDP only).
     #[serde(default)]
+    #[arg(skip)]
     pub sync_bn: bool,
-    /// The type DDP's gradient all-reduce sends: f32, or bf16 / fp16 (half the bytes;
-    /// parameters and optimizer state stay f32: PyTorch's `bf16_compress_hook`).
+    /// The type DDP's gradient all-reduce sends: `none` (f32, the default), `bf16` or `fp16`
+    /// (half the bytes across the wire; parameters and optimizer state stay f32: PyTorch's
+    /// `bf16_compress_hook`).
     #[serde(default)]
+    #[arg(long, value_name = "TYPE", value_parser = parse_grad_compression, required = false)]
     pub grad_compression: GradCompression,
-    /// Activation precision (autocast); parameters and optimizer state stay f32.
+    /// Activation precision: `f32` (the default), `bf16` or `f16` (PyTorch's autocast:
+    /// parameters, optimizer and BatchNorm statistics stay f32; f16 adds dynamic loss scaling,
+    /// PyTorch's GradScaler).
     #[serde(default)]
+    #[arg(long, required = false)]
     pub precision: Precision,
     /// Channels-last activations (`[n, h, w, c]`): `None` picks them on CUDA devices (where
     /// they are faster on every model measured, docs/benchmarks.md) and NCHW on the CPU.
     #[serde(default)]
+    #[arg(skip)]
     pub channels_last: Option<bool>,
     /// The job's number of ranks when an outside launcher (torchrun, srun, mpirun, `burn-ddp
     /// launch --nnodes N`) set it: it wins over `nproc` / the local `--gpus` list for the
     /// learning-rate scaling and the log. Set by `train` from the environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(skip)]
     pub world: Option<usize>,
-    /// PyTorch weights (torchvision / timm `.pth`, `.pt`, `.safetensors`) loaded before the
-    /// first step; the head is re-initialised when the file has another class count.
+    /// Start from PyTorch weights: a torchvision / timm state dict (.pth, .pt, .safetensors;
+    /// `state_dict`/`model` wrappers and DDP's `module.` prefix are found). The classifier head
+    /// is re-initialised when the class count differs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
     pub pretrained: Option<PathBuf>,
-    /// Train only the classifier head: every other parameter keeps its value (BatchNorm
-    /// running statistics still follow the data, as in PyTorch's train mode).
+    /// Train only the classifier head (the tutorial's option for fine-tuning): every other
+    /// parameter keeps its value (BatchNorm running statistics still follow the data, as in
+    /// PyTorch's train mode).
     #[serde(default)]
+    #[arg(long)]
     pub freeze_layers: bool,
-    /// The backbone's learning rate over the head's (PyTorch's two parameter groups); 1 trains
-    /// everything at one rate.
+    /// The backbone's learning rate as a fraction of the head's, e.g. 0.1 (PyTorch's two
+    /// parameter groups); 1 trains everything at one rate.
     #[serde(default = "one")]
+    #[arg(long, required = false)]
     pub backbone_lr_scale: f64,
-    /// Clip the gradients to this global L2 norm (all parameters as one vector, after DDP's
-    /// all-reduce: PyTorch's `clip_grad_norm_`, timm's `--clip-grad`).
+    /// Clip the gradients to this global L2 norm, e.g. 1.0 (all parameters as one vector,
+    /// after DDP's all-reduce: PyTorch's `clip_grad_norm_`, timm's `--clip-grad`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long)]
     pub clip_grad_norm: Option<f64>,
-    /// Also write `last.ckpt` every this many optimisation steps inside an epoch (with the
-    /// position in the epoch's sample order and the epoch's tallies so far), so a crash or a
-    /// restart redoes at most this many steps.
+    /// Also save last.ckpt every N optimisation steps inside an epoch, so a crash redoes at
+    /// most N steps (a resumed run continues from that step exactly).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
     pub checkpoint_every: Option<usize>,
-    /// Steps `[A, B)` (counted from 0 over the run) that rank 0 records as a Chrome / Perfetto
-    /// trace in `out/trace.json`.
+    /// Record steps A..B−1 (counted from 0) as a Chrome / Perfetto trace in OUT/trace.json
+    /// (rank 0): spans per step, phase and DDP bucket all-reduce; open it in ui.perfetto.dev.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "A..B", value_parser = crate::train::instrument::trace::parse_steps)]
     pub profile_steps: Option<[usize; 2]>,
-    /// Seconds a rendezvous or collective may take before this rank gives up (a dead or stuck
-    /// peer); `None`: `BURN_DDP_TIMEOUT_S`, else 300.
+    /// Seconds a rendezvous or collective may wait for the other ranks before this rank stops
+    /// with an error (a dead or stuck rank); default: BURN_DDP_TIMEOUT_S, else 300.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "S")]
     pub timeout_s: Option<f64>,
-    /// Training augmentation (flip, crop ranges, colour jitter, random erasing).
+    /// Training augmentation (flip, crop ranges, colour jitter, RandAugment, random erasing).
     #[serde(default)]
+    #[command(flatten)]
     pub augment: crate::data::augment::Augment,
     /// Mixup / CutMix of training batches (off by default).
     #[serde(default)]
+    #[command(flatten)]
     pub mixup: super::mixup::MixupConfig,
-    /// Stochastic depth of the deepest block (ViTs; timm's `--drop-path`); 0 is off.
+    /// Stochastic depth: the deepest block's residual branches are skipped per sample with
+    /// this probability, earlier ones linearly less (ViTs; timm's --drop-path; default 0,
+    /// --preset vit 0.1).
     #[serde(default)]
+    #[arg(long, value_name = "RATE", required = false)]
     pub drop_path: f64,
 }
 
@@ -270,6 +340,23 @@ impl TrainConfig {
     /// Whether the model keeps its activations channels-last: as set, else on CUDA devices.
     pub fn channels_last_on(&self) -> bool {
         self.channels_last.unwrap_or(matches!(self.device, DeviceSpec::Cuda(_)))
+    }
+
+    /// The recipe `--preset NAME` starts from: `tutorial` ([`TrainConfig::tutorial`]) or `vit`
+    /// ([`TrainConfig::vit`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for another name.
+    pub fn preset(name: &str) -> Result<Self> {
+        match name {
+            "tutorial" => Ok(Self::tutorial()),
+            "vit" => Ok(Self::vit()),
+            other => Err(Error::InvalidConfig {
+                name: "--preset",
+                value: other.into(),
+                reason: "no such preset; available: tutorial, vit".into(),
+            }),
+        }
     }
 
     /// The seed tutorial's recipe: ResNet-34, batch 16 per GPU, SGD momentum 0.9, weight decay

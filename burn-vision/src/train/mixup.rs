@@ -15,15 +15,22 @@ use rand_distr::{Beta, Distribution};
 use serde::{Deserialize, Serialize};
 
 /// What mixing a run uses; the default is off.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct MixupConfig {
-    /// Mixup's α (0 is off); timm's `--mixup`, e.g. 0.8.
+    /// Mixup's α: batches mixed with their reversed partner by λ ~ Beta(α, α), soft targets
+    /// (timm's --mixup; default 0 = off, --preset vit 0.8).
+    #[arg(long = "mixup", value_name = "ALPHA", required = false)]
     pub mixup_alpha: f64,
-    /// CutMix's α (0 is off); timm's `--cutmix`, e.g. 1.0.
+    /// CutMix's α: a box of area ≈ 1 − λ pasted from the partner (timm's --cutmix; default 0,
+    /// --preset vit 1.0).
+    #[arg(long = "cutmix", value_name = "ALPHA", required = false)]
     pub cutmix_alpha: f64,
-    /// Probability that a batch is mixed at all (timm's `--mixup-prob`).
+    /// Probability that a batch is mixed at all (timm's --mixup-prob; default 1).
+    #[arg(long = "mixup-prob", value_name = "P", required = false)]
     pub prob: f64,
-    /// With both on, the probability of CutMix instead of mixup (timm's `--mixup-switch-prob`).
+    /// With mixup and cutmix both on, the probability of cutmix (timm's --mixup-switch-prob;
+    /// default 0.5).
+    #[arg(long = "mixup-switch-prob", value_name = "P", required = false)]
     pub switch_prob: f64,
 }
 

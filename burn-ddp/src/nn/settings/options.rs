@@ -16,7 +16,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_CUDNN_LN=0` | [`layer_norm`](Self::layer_norm) | on |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
-/// and for measuring what it gains: `cudnn_check` and the GPU scripts do).
+/// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).

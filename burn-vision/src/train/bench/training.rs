@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::model::classifier::Classifier;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
+use crate::train::config::{DeviceSpec, OptimizerKind, parse_grad_compression};
 use crate::train::distributed::Distributed;
 use burn::module::Module;
 use burn::prelude::*;
@@ -17,85 +18,118 @@ use burn_ddp::nn::runtime::memory::MemoryReport;
 use burn_ddp::nn::runtime::profile::cuda_profiler_range;
 use burn_ddp::nn::{CudnnTimes, Precision};
 use burn_optim::momentum::MomentumConfig;
-use burn_optim::{GradientsParams, Optimizer, SgdConfig};
+use burn_optim::{AdamWConfig, GradientsParams, Optimizer, SgdConfig};
 use std::time::Instant;
 
-/// What to measure.
-#[derive(Debug, Clone, serde::Serialize)]
+/// What to measure; its fields are also `burn-vision bench`'s flags.
+#[derive(Debug, Clone, serde::Serialize, clap::Args)]
 pub struct BenchConfig {
-    /// Registry name.
+    /// Registry name (see `burn-vision models`).
+    #[arg(long, default_value = "resnet50")]
     pub model: String,
     /// Images per step.
+    #[arg(long, default_value_t = 64)]
     pub batch_size: usize,
     /// Input side.
+    #[arg(long, default_value_t = 224)]
     pub image_size: usize,
     /// Input channels.
+    #[arg(long, default_value_t = 3)]
     pub channels: usize,
     /// Classes.
+    #[arg(long, default_value_t = 1000)]
     pub classes: usize,
-    /// Small-input stem.
+    /// Small-input stem (3×3, no max-pool).
+    #[arg(long)]
     pub small_input: bool,
     /// Untimed steps first (autotune, kernel compilation, allocator warm-up).
+    #[arg(long, default_value_t = 5)]
     pub warmup: usize,
     /// Timed steps.
+    #[arg(long, default_value_t = 20)]
     pub steps: usize,
     /// Copy each step's images from host memory, as training from files does (otherwise one
     /// batch made on the device is reused): the difference is the cost of the upload.
     #[serde(default)]
+    #[arg(long)]
     pub host_input: bool,
-    /// Activation precision (autocast).
+    /// Activation precision: f32, bf16 or f16 (parameters stay f32).
     #[serde(default)]
+    #[arg(long, default_value = "f32")]
     pub precision: Precision,
-    /// Channels-last activations.
+    /// Channels-last activations (PyTorch's channels_last; the default with --gpus).
     #[serde(default)]
+    #[arg(long)]
     pub channels_last: bool,
-    /// The GPU it runs on (for its memory reading); `None` on the CPU.
+    /// The CUDA GPU it runs on, e.g. `0`; the CPU when absent.
     #[serde(default)]
+    #[arg(long = "gpus", value_name = "ID", value_parser = DeviceSpec::parse_one_gpu)]
     pub gpu: Option<usize>,
-    /// Sample every host thread over the timed steps and write where their time went into
-    /// this folder ([`crate::train::instrument::host_profile`]).
+    /// Sample every host thread over the timed steps and write a flame graph and a summary of
+    /// where their time went into this folder (a binary built with `--features host-profile`;
+    /// [`crate::train::instrument::host_profile`]).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "DIR")]
     pub host_profile: Option<std::path::PathBuf>,
-    /// The host profile covers the first warm-up step (the cold start) instead of the timed
-    /// steps.
+    /// Profile the first warm-up step (a fresh machine's cold start: compilation, autotuning,
+    /// cuDNN's engine timing) instead of the timed steps.
     #[serde(default)]
+    #[arg(long, requires = "host_profile")]
     pub host_profile_first_step: bool,
-    /// burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; the comparison of
-    /// their host cost).
+    /// The optimizer: `sgd` (momentum 0.9, lr 0.01; burn-ddp's FusedSgd) or `adamw` (burn's
+    /// AdamW, lr 5e-4, weight decay 0.05: what ViT recipes train with).
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub optimizer: OptimizerKind,
+    /// With SGD, update with burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; one
+    /// operation per step on CUDA instead of seven per parameter).
     #[serde(default)]
+    #[arg(long)]
     pub burn_sgd: bool,
-    /// Each step through DistributedDataParallel: under a launcher in its world, else in a
-    /// one-rank group of its own — every bucket still goes through the group (NCCL on a GPU,
-    /// TCP on the CPU); there is no shortcut for one rank.
+    /// Step through DistributedDataParallel: under `burn-ddp launch` (or torchrun) in its
+    /// world, else in a one-rank group of its own whose every bucket still goes through NCCL
+    /// (TCP on the CPU): DDP's own cost is then the difference from the same command without
+    /// it. There is no shortcut for one rank.
     #[serde(default)]
+    #[arg(long)]
     pub ddp: bool,
-    /// The type DDP's gradients travel in (with `ddp`).
+    /// With --ddp, the type the gradients travel in: `none` (f32), `bf16` or `fp16`.
     #[serde(default)]
+    #[arg(long, value_name = "TYPE", requires = "ddp", default_value = "none", value_parser = parse_grad_compression)]
     pub grad_compression: GradCompression,
-    /// With `ddp`: every bucket after backward instead of during it (no gradient hooks).
+    /// With --ddp, all-reduce every bucket after backward instead of during it (no gradient
+    /// hooks; one rank — a launcher's NCCL world keeps the overlap).
     #[serde(default)]
+    #[arg(long, requires = "ddp")]
     pub no_overlap: bool,
 }
 
-/// The two implementations of the bench's SGD (momentum 0.9).
-enum BenchSgd<B: AutodiffBackend> {
+/// The bench's optimizer: SGD (momentum 0.9) as burn-ddp's FusedSgd or burn's own Sgd, or
+/// burn's AdamW (weight decay 0.05, as ViT recipes use it).
+enum BenchOptimizer<B: AutodiffBackend> {
     Burn(burn_optim::adaptor::OptimizerAdaptor<burn_optim::Sgd<B::InnerBackend>, Classifier<B>, B>),
     Fused(burn_ddp::nn::FusedSgd<Classifier<B>, B>),
+    AdamW(burn_optim::adaptor::OptimizerAdaptor<burn_optim::AdamW, Classifier<B>, B>),
 }
 
-impl<B: AutodiffBackend> BenchSgd<B> {
-    fn new(burn: bool) -> Self {
-        if burn {
-            Self::Burn(SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init())
-        } else {
-            Self::Fused(burn_ddp::nn::FusedSgdConfig { momentum: 0.9, ..Default::default() }.init())
+impl<B: AutodiffBackend> BenchOptimizer<B> {
+    fn new(kind: OptimizerKind, burn_sgd: bool) -> Self {
+        match kind {
+            OptimizerKind::Adamw => Self::AdamW(AdamWConfig::new().with_weight_decay(0.05).init()),
+            OptimizerKind::Sgd if burn_sgd => {
+                Self::Burn(SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init())
+            }
+            OptimizerKind::Sgd => {
+                Self::Fused(burn_ddp::nn::FusedSgdConfig { momentum: 0.9, ..Default::default() }.init())
+            }
         }
     }
 
-    fn step(&mut self, lr: f64, model: Classifier<B>, grads: GradientsParams) -> Classifier<B> {
+    /// The step at the optimizer's usual learning rate (SGD 0.01, AdamW 5e-4).
+    fn step(&mut self, model: Classifier<B>, grads: GradientsParams) -> Classifier<B> {
         match self {
-            Self::Burn(o) => o.step(lr, model, grads),
-            Self::Fused(o) => o.step(lr, model, grads),
+            Self::Burn(o) => o.step(0.01, model, grads),
+            Self::Fused(o) => o.step(0.01, model, grads),
+            Self::AdamW(o) => o.step(5e-4, model, grads),
         }
     }
 }
@@ -301,7 +335,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         // Every rank starts from rank 0's parameters, as in training.
         model = d.ddp.broadcast_module(model)?;
     }
-    let mut optim = BenchSgd::<B>::new(config.burn_sgd);
+    let mut optim = BenchOptimizer::<B>::new(config.optimizer, config.burn_sgd);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
@@ -332,7 +366,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
                 (GradientsParams::from_grads(grads, &model), t_bwd)
             }
         };
-        let model = optim.step(0.01, model, grads);
+        let model = optim.step(model, grads);
         let h = host_s.get();
         host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
         Ok((model, loss))

@@ -19,18 +19,24 @@ use burn::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// What `eval` is asked to do.
-#[derive(Debug, Clone)]
+/// What `eval` is asked to do; its fields are also `burn-vision eval`'s flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct EvalRequest {
-    /// A checkpoint written by `train`.
+    /// A checkpoint written by `train` (best.ckpt or last.ckpt).
+    #[arg(long)]
     pub checkpoint: PathBuf,
-    /// Data to evaluate on (default: the checkpoint's own).
+    /// Data to evaluate on; defaults to the checkpoint's own validation split.
+    #[arg(long)]
     pub data: Option<String>,
-    /// Every sample of the data instead of the validation split.
+    /// Evaluate every sample of --data instead of the validation split.
+    #[arg(long)]
     pub all: bool,
     /// Images per batch.
+    #[arg(long, default_value_t = 128)]
     pub batch_size: usize,
-    /// GPU to run on (default: see [`device_for`]).
+    /// GPU to evaluate on (default: the checkpoint's own GPU when this build has CUDA and the
+    /// GPU exists, else the CPU; see [`device_for`]).
+    #[arg(long = "gpus", value_name = "ID", value_parser = DeviceSpec::parse_one_gpu)]
     pub gpu: Option<usize>,
 }
 
