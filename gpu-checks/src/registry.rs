@@ -62,6 +62,7 @@ pub(crate) const CHECKS: &[Check] = &[
         run: activations::check_max_pool,
     },
     Check { name: "sgd", what: "FusedSgd against burn's Sgd, four settings", run: optimizer::check_sgd },
+    Check { name: "adamw", what: "FusedAdamW against burn's AdamW, three settings", run: optimizer::check_adamw },
     Check {
         name: "cross-entropy",
         what: "burn-ddp's fused cross-entropy, with and without label smoothing, against f64",

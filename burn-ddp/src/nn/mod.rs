@@ -38,6 +38,7 @@ pub use layer_norm::layer_norm;
 pub use layers::{BatchNorm, Conv2d};
 pub use linear::{attention, linear, matmul, self_attention};
 pub use max_pool::max_pool2d;
+pub use optim::adamw::{FusedAdamW, FusedAdamWConfig};
 pub use optim::sgd::{self, FusedSgd, FusedSgdConfig};
 pub use relu::relu;
 pub use runtime::profile::CudnnTimes;

@@ -21,10 +21,10 @@ use crate::train::instrument::health::UtilSampler;
 use crate::train::instrument::trace::StepTracer;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
-use burn_ddp::nn::FusedSgdConfig;
+use burn_ddp::nn::{FusedAdamWConfig, FusedSgdConfig};
 use burn_ddp::nn::{Layout, Precision};
 use burn_ddp::{BatchNormSync, DataParallel};
-use burn_optim::{AdamWConfig, Optimizer};
+use burn_optim::Optimizer;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -125,7 +125,9 @@ fn train_inner<B: AutodiffBackend>(
             train_loop(config, data, (model, tracked), optim, devices, dist)
         }
         OptimizerKind::Adamw => {
-            train_loop(config, data, (model, tracked), AdamWConfig::new().with_weight_decay(wd).init(), devices, dist)
+            // burn's AdamW rule (and record); on CUDA one operation per step (burn_ddp::nn::FusedAdamW).
+            let optim = FusedAdamWConfig { weight_decay: wd, ..FusedAdamWConfig::default() }.init();
+            train_loop(config, data, (model, tracked), optim, devices, dist)
         }
     }
 }

@@ -1,4 +1,4 @@
-//! FusedSgd against burn's own Sgd.
+//! FusedSgd and FusedAdamW against burn's own Sgd and AdamW.
 
 use crate::util::{Ad, to_f64};
 use burn::prelude::*;
@@ -97,6 +97,57 @@ pub(crate) fn check_sgd(device: &CudaDevice) -> bool {
             c.momentum,
             c.dampening,
             c.nesterov,
+            c.weight_decay,
+            if pass { "ok" } else { "FAIL" }
+        );
+        ok &= pass;
+    }
+    ok
+}
+
+/// burn-ddp's FusedAdamW (one operation per step: its CUDA kernel) against burn's own AdamW on
+/// the same GPU, four steps with changing learning rates, for burn's defaults, a ViT recipe's
+/// weight decay and other betas; the kernel must have run for every parameter of every step.
+pub(crate) fn check_adamw(device: &CudaDevice) -> bool {
+    use burn_ddp::nn::FusedAdamWConfig;
+    use burn_ddp::nn::optim::adamw;
+    use burn_optim::{AdamWConfig, GradientsParams, Optimizer};
+    let x = Tensor::<Ad, 4>::random([4, 3, 16, 16], Distribution::Normal(0.0, 1.0), device);
+    let z = Tensor::<Ad, 2>::random([8, 37], Distribution::Normal(0.0, 1.0), device);
+    let mut ok = true;
+    let d = FusedAdamWConfig::default();
+    for c in [
+        d,
+        FusedAdamWConfig { weight_decay: 0.05, ..d },
+        FusedAdamWConfig { beta_1: 0.8, beta_2: 0.95, epsilon: 1e-8, ..d },
+    ] {
+        let mut burns = AdamWConfig::new()
+            .with_beta_1(c.beta_1)
+            .with_beta_2(c.beta_2)
+            .with_epsilon(c.epsilon)
+            .with_weight_decay(c.weight_decay)
+            .init::<Ad, SgdNet<Ad>>();
+        let mut fused = c.init::<Ad, SgdNet<Ad>>();
+        let mut a = SgdNet::<Ad>::new(device).map(&mut Materialise);
+        let mut b = a.clone();
+        let start = a.values();
+        let before = adamw::fused_updates();
+        let mut err = 0.0f64;
+        for lr in [1e-3, 5e-4, 2e-4, 1e-4] {
+            let ga = GradientsParams::from_grads(a.loss(x.clone(), z.clone()).backward(), &a);
+            a = fused.step(lr, a, ga);
+            let gb = GradientsParams::from_grads(b.loss(x.clone(), z.clone()).backward(), &b);
+            b = burns.step(lr, b, gb);
+            err = err.max(max_rel_err(&a.values(), &b.values()));
+        }
+        let kernel = adamw::fused_updates() - before;
+        let moved = max_rel_err(&a.values(), &start);
+        let pass = err < 1e-5 && kernel == 20 && moved > 1e-5;
+        println!(
+            "RESULT check=fused_adamw beta_1={} beta_2={} epsilon={} weight_decay={} max_rel_err={err:.2e} moved={moved:.2e} parameters_through_the_kernel={kernel} {}",
+            c.beta_1,
+            c.beta_2,
+            c.epsilon,
             c.weight_decay,
             if pass { "ok" } else { "FAIL" }
         );

@@ -10,7 +10,7 @@
 //! The state is burn's: [`FusedSgd::to_record`] is the record `SgdConfig::init()`'s optimizer
 //! writes (`HashMap<ParamId, AdaptorRecord<Sgd, B>>`), so checkpoints move between the two.
 
-use burn::module::{AutodiffModule, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::record::{FullPrecisionSettings, Record};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
@@ -21,6 +21,7 @@ use burn_optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer,
 use hashbrown::HashMap;
 use std::marker::PhantomData;
 
+use crate::nn::optim::params::{Grads, Replace};
 pub use crate::nn::optim::sgd_rule::FusedSgdConfig;
 use crate::nn::optim::sgd_rule::{Entry, reference_update};
 
@@ -69,21 +70,6 @@ impl<M, B: AutodiffBackend> Clone for FusedSgd<M, B> {
     }
 }
 
-/// Where the gradients come from: one device's, or several devices' to be summed.
-enum Grads {
-    Single(GradientsParams),
-    Multi(MultiGradientsParams),
-}
-
-impl Grads {
-    fn remove<B: Backend, const D: usize>(&mut self, id: ParamId) -> Option<Tensor<B, D>> {
-        match self {
-            Grads::Single(g) => g.remove(id),
-            Grads::Multi(g) => g.remove(id).map(|(t, _)| t),
-        }
-    }
-}
-
 /// Gathers each trained parameter's value, gradient and momentum buffer.
 struct Gather<'a, B: AutodiffBackend> {
     grads: Grads,
@@ -120,25 +106,6 @@ fn momentum_buffer<B: AutodiffBackend, const D: usize>(
 ) -> Tensor<Inner<B>, D> {
     let item = state.into_item::<FullPrecisionSettings>();
     <Tensor<Inner<B>, D> as Record<Inner<B>>>::from_item(item.velocity, device)
-}
-
-/// Puts the updated values in place of the parameters (keeping whether they require a gradient).
-struct Replace<B: AutodiffBackend> {
-    updated: HashMap<ParamId, FloatTensor<Inner<B>>>,
-}
-
-impl<B: AutodiffBackend> ModuleMapper<B> for Replace<B> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, value, mapper) = param.consume();
-        let value = match self.updated.remove(&id) {
-            Some(new) => {
-                let new = Tensor::from_inner(Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(new)));
-                if value.is_require_grad() { new.require_grad() } else { new }
-            }
-            None => value,
-        };
-        Param::from_mapped_value(id, value, mapper)
-    }
 }
 
 impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedSgd<M, B> {
@@ -230,7 +197,7 @@ fn velocity_record<B: AutodiffBackend>(v: FloatTensor<Inner<B>>) -> SgdRecord<B>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::module::Module;
+    use burn::module::{Module, ModuleMapper};
     use burn::tensor::{Distribution, Tolerance};
     use burn_autodiff::Autodiff;
     use burn_flex::Flex;

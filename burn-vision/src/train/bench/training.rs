@@ -76,15 +76,15 @@ pub struct BenchConfig {
     #[serde(default)]
     #[arg(long, requires = "host_profile")]
     pub host_profile_first_step: bool,
-    /// The optimizer: `sgd` (momentum 0.9, lr 0.01; burn-ddp's FusedSgd) or `adamw` (burn's
-    /// AdamW, lr 5e-4, weight decay 0.05: what ViT recipes train with).
+    /// The optimizer: `sgd` (momentum 0.9, lr 0.01) or `adamw` (lr 5e-4, weight decay 0.05: what
+    /// ViT recipes train with), as burn-ddp's FusedSgd / FusedAdamW.
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerKind,
-    /// With SGD, update with burn's own `Sgd` instead of burn-ddp's `FusedSgd` (the same rule; one
-    /// operation per step on CUDA instead of seven per parameter).
+    /// Update with burn's own `Sgd` or `AdamW` instead of burn-ddp's fused one (the same rule;
+    /// one operation per step on CUDA instead of several per parameter).
     #[serde(default)]
-    #[arg(long)]
-    pub burn_sgd: bool,
+    #[arg(long, alias = "burn-sgd")]
+    pub burn_optimizer: bool,
     /// Step through DistributedDataParallel: under `burn-ddp launch` (or torchrun) in its
     /// world, else in a one-rank group of its own whose every bucket still goes through NCCL
     /// (TCP on the CPU): DDP's own cost is then the difference from the same command without
@@ -103,23 +103,27 @@ pub struct BenchConfig {
     pub no_overlap: bool,
 }
 
-/// The bench's optimizer: SGD (momentum 0.9) as burn-ddp's FusedSgd or burn's own Sgd, or
-/// burn's AdamW (weight decay 0.05, as ViT recipes use it).
+/// The bench's optimizer: SGD (momentum 0.9) or AdamW (weight decay 0.05, as ViT recipes use
+/// it), each as burn-ddp's fused optimizer or burn's own.
 enum BenchOptimizer<B: AutodiffBackend> {
-    Burn(burn_optim::adaptor::OptimizerAdaptor<burn_optim::Sgd<B::InnerBackend>, Classifier<B>, B>),
-    Fused(burn_ddp::nn::FusedSgd<Classifier<B>, B>),
-    AdamW(burn_optim::adaptor::OptimizerAdaptor<burn_optim::AdamW, Classifier<B>, B>),
+    BurnSgd(burn_optim::adaptor::OptimizerAdaptor<burn_optim::Sgd<B::InnerBackend>, Classifier<B>, B>),
+    FusedSgd(burn_ddp::nn::FusedSgd<Classifier<B>, B>),
+    BurnAdamW(burn_optim::adaptor::OptimizerAdaptor<burn_optim::AdamW, Classifier<B>, B>),
+    FusedAdamW(burn_ddp::nn::FusedAdamW<Classifier<B>, B>),
 }
 
 impl<B: AutodiffBackend> BenchOptimizer<B> {
-    fn new(kind: OptimizerKind, burn_sgd: bool) -> Self {
-        match kind {
-            OptimizerKind::Adamw => Self::AdamW(AdamWConfig::new().with_weight_decay(0.05).init()),
-            OptimizerKind::Sgd if burn_sgd => {
-                Self::Burn(SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init())
+    fn new(kind: OptimizerKind, burn: bool) -> Self {
+        match (kind, burn) {
+            (OptimizerKind::Sgd, true) => {
+                Self::BurnSgd(SgdConfig::new().with_momentum(Some(MomentumConfig::new().with_dampening(0.0))).init())
             }
-            OptimizerKind::Sgd => {
-                Self::Fused(burn_ddp::nn::FusedSgdConfig { momentum: 0.9, ..Default::default() }.init())
+            (OptimizerKind::Sgd, false) => {
+                Self::FusedSgd(burn_ddp::nn::FusedSgdConfig { momentum: 0.9, ..Default::default() }.init())
+            }
+            (OptimizerKind::Adamw, true) => Self::BurnAdamW(AdamWConfig::new().with_weight_decay(0.05).init()),
+            (OptimizerKind::Adamw, false) => {
+                Self::FusedAdamW(burn_ddp::nn::FusedAdamWConfig { weight_decay: 0.05, ..Default::default() }.init())
             }
         }
     }
@@ -127,9 +131,10 @@ impl<B: AutodiffBackend> BenchOptimizer<B> {
     /// The step at the optimizer's usual learning rate (SGD 0.01, AdamW 5e-4).
     fn step(&mut self, model: Classifier<B>, grads: GradientsParams) -> Classifier<B> {
         match self {
-            Self::Burn(o) => o.step(0.01, model, grads),
-            Self::Fused(o) => o.step(0.01, model, grads),
-            Self::AdamW(o) => o.step(5e-4, model, grads),
+            Self::BurnSgd(o) => o.step(0.01, model, grads),
+            Self::FusedSgd(o) => o.step(0.01, model, grads),
+            Self::BurnAdamW(o) => o.step(5e-4, model, grads),
+            Self::FusedAdamW(o) => o.step(5e-4, model, grads),
         }
     }
 }
@@ -335,7 +340,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         // Every rank starts from rank 0's parameters, as in training.
         model = d.ddp.broadcast_module(model)?;
     }
-    let mut optim = BenchOptimizer::<B>::new(config.optimizer, config.burn_sgd);
+    let mut optim = BenchOptimizer::<B>::new(config.optimizer, config.burn_optimizer);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
     let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
