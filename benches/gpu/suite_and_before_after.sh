@@ -29,6 +29,18 @@ if [ "${PART:-1}" = 1 ]; then
     SHOW_LINES=2 step "r50_after_$i" 150 "$B"/burn-vision bench $R
   done
   SHOW_LINES=2 step r50_torch_eager 150 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 30 bf16 nhwc eager
+elif [ "${PART:-1}" = 4 ]; then
+  step checks 200 "$B"/burn-ddp-gpu-checks adamw sgd
+  S="--gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30"
+  SHOW_LINES=2 step vitb_fused_adamw_1 150 "$B"/burn-vision bench $V --optimizer adamw
+  SHOW_LINES=2 step vitb_burn_adamw_1 150 "$B"/burn-vision bench $V --optimizer adamw --burn-optimizer
+  SHOW_LINES=2 step vitb_fused_adamw_2 150 "$B"/burn-vision bench $V --optimizer adamw
+  SHOW_LINES=2 step vitb_burn_adamw_2 150 "$B"/burn-vision bench $V --optimizer adamw --burn-optimizer
+  SHOW_LINES=2 step vitb_torch_eager 150 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 30 bf16 nchw eager adamw
+  SHOW_LINES=2 step vitb_torch_compile 300 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 30 bf16 nchw compile adamw
+  SHOW_LINES=2 step vits_fused_adamw 150 "$B"/burn-vision bench $S --optimizer adamw
+  SHOW_LINES=2 step vits_torch_eager 150 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw eager adamw
+  SHOW_LINES=2 step vits_torch_compile 300 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw compile adamw
 elif [ "${PART:-1}" = 3 ]; then
   R18B="bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300"
   for i in 1 2; do
@@ -52,7 +64,7 @@ python3 - "$LOG" <<'PY' | tee -a "$LOG"
 import json, re, sys
 log = open(sys.argv[1]).read()
 rows = {}
-for name, body in re.findall(r"=== ((?:r50|r18|vitb)_\w+): .*?\n(.*?)=== \1 rc", log, re.S):
+for name, body in re.findall(r"=== ((?:r50|r18|vitb|vits)_\w+): .*?\n(.*?)=== \1 rc", log, re.S):
     m = re.search(r'"img_per_s":\s*([0-9.]+)', body) or re.search(r"img_per_s[=: ]+([0-9.]+)", body)
     rows[name] = float(m.group(1)) if m else None
 print("summary (img/s):")

@@ -186,43 +186,10 @@ fn moments_record<B: AutodiffBackend>(s: &Moments<Inner<B>>) -> AdamWRecord<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::module::{Module, ModuleMapper};
+    use crate::nn::optim::test_net::{Ad, Materialise, Net, assert_same, step};
+    use burn::module::Module;
     use burn::tensor::Distribution;
-    use burn_autodiff::Autodiff;
-    use burn_flex::Flex;
-    use burn_nn::conv::{Conv2d, Conv2dConfig};
-    use burn_nn::{Linear, LinearConfig};
     use burn_optim::AdamWConfig;
-
-    type Ad = Autodiff<Flex>;
-
-    /// The identity mapping: initialises lazily initialised parameters, so that clones share
-    /// them (a clone before the first read draws its own).
-    struct Materialise;
-
-    impl<B: Backend> ModuleMapper<B> for Materialise {}
-
-    /// Parameters of rank 4 (convolution), 2 and 1 (linear).
-    #[derive(Module, Debug)]
-    struct Net<B: Backend> {
-        conv: Conv2d<B>,
-        fc: Linear<B>,
-    }
-
-    impl<B: Backend> Net<B> {
-        fn new(device: &B::Device) -> Self {
-            B::seed(device, 7);
-            Self {
-                conv: Conv2dConfig::new([2, 3], [3, 3]).init(device),
-                fc: LinearConfig::new(3 * 4 * 4, 5).init(device),
-            }
-        }
-
-        fn loss(&self, x: Tensor<B, 4>) -> Tensor<B, 1> {
-            let y = self.fc.forward(self.conv.forward(x).flatten::<2>(1, 3));
-            (y.clone() * y).sum()
-        }
-    }
 
     fn burn_adamw(c: &FusedAdamWConfig) -> impl Optimizer<Net<Ad>, Ad, Record = HashMap<ParamId, AdamWRecord<Ad>>> {
         AdamWConfig::new()
@@ -231,24 +198,6 @@ mod tests {
             .with_epsilon(c.epsilon)
             .with_weight_decay(c.weight_decay)
             .init::<Ad, Net<Ad>>()
-    }
-
-    fn step<O: Optimizer<Net<Ad>, Ad>>(optim: &mut O, net: Net<Ad>, x: &Tensor<Ad, 4>, lr: f64) -> Net<Ad> {
-        let grads = GradientsParams::from_grads(net.loss(x.clone()).backward(), &net);
-        optim.step(lr, net, grads)
-    }
-
-    fn assert_same(a: &Net<Ad>, b: &Net<Ad>, what: &str) {
-        let (a, b) = (a.clone().valid(), b.clone().valid());
-        for (x, y, name) in [
-            (a.conv.weight.val().flatten::<1>(0, 3), b.conv.weight.val().flatten::<1>(0, 3), "conv weight"),
-            (a.fc.weight.val().flatten::<1>(0, 1), b.fc.weight.val().flatten::<1>(0, 1), "fc weight"),
-            (a.fc.bias.unwrap().val(), b.fc.bias.unwrap().val(), "fc bias"),
-        ] {
-            let diff: f32 = (x - y.clone()).abs().max().into_scalar();
-            let scale: f32 = y.abs().max().into_scalar();
-            assert!(diff <= 1e-5 * scale + 1e-6, "{what}: {name} differs by {diff} (largest value {scale})");
-        }
     }
 
     fn settings() -> [FusedAdamWConfig; 3] {

@@ -6,3 +6,5 @@ pub(crate) mod adamw_rule;
 pub(crate) mod params;
 pub mod sgd;
 pub(crate) mod sgd_rule;
+#[cfg(test)]
+mod test_net;

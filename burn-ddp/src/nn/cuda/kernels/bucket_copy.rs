@@ -8,7 +8,7 @@
 //! The kernels are CUDA C compiled by NVRTC once per process ([`crate::nn::cuda::kernels::nvrtc`]).
 
 use crate::error::{Error, Result};
-use crate::nn::cuda::kernels::nvrtc::Kernels;
+use crate::nn::cuda::kernels::nvrtc::{Kernels, launch_256};
 use burn::tensor::DType;
 use cudarc::driver::sys as driver;
 use std::ffi::c_void;
@@ -155,23 +155,7 @@ unsafe fn launch(
         ];
         // SAFETY: the arguments match the entry's signature (a 64-part batch by value, a
         // pointer, an int); the caller vouches for the addresses.
-        unsafe {
-            driver::cuLaunchKernel(
-                f,
-                blocks_x,
-                chunk.len() as u32,
-                1,
-                256,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(|e| Error::Kernel {
+        unsafe { launch_256(f, (blocks_x, chunk.len() as u32), stream, &mut params) }.map_err(|e| Error::Kernel {
             op: "bucket copy",
             reason: format!("launching {} batch {batch}: {e:?}", entry.to_string_lossy()),
         })?;

@@ -76,3 +76,34 @@ impl Kernels {
         Ok(f)
     }
 }
+
+/// Launches `f` on `stream` over a grid of `blocks` (x, y) of 256 threads, with `params`
+/// pointing at each argument in the entry's order.
+///
+/// # Safety
+/// `params` match `f`'s signature and point at live values; the device buffers they name are
+/// live on `f`'s device, whose context is bound.
+pub(crate) unsafe fn launch_256(
+    f: driver::CUfunction,
+    blocks: (u32, u32),
+    stream: driver::CUstream,
+    params: &mut [*mut c_void],
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    // SAFETY: the caller vouches for the function, the arguments and the context.
+    unsafe {
+        driver::cuLaunchKernel(
+            f,
+            blocks.0,
+            blocks.1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+}

@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution as cudnn;
-use crate::nn::cuda::kernels::nvrtc::Kernels;
+use crate::nn::cuda::kernels::nvrtc::{Kernels, launch_256};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
 use crate::nn::cuda::runtime::launch::{self, Prim, cast, cuda_backend, empty_f32};
 use crate::nn::optim::adamw_rule::{Done, Entry, FusedAdamWConfig, Moments, corrections};
@@ -236,23 +236,8 @@ unsafe fn enqueue(
         ];
         // SAFETY: the arguments match the entry's signature (a 48-slot batch by value, five
         // floats); the caller vouches for the addresses.
-        unsafe {
-            driver::cuLaunchKernel(
-                f,
-                blocks_x,
-                arg.len() as u32,
-                1,
-                256,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(|e| Error::Kernel { op: "fused AdamW", reason: format!("launching batch {batch}: {e:?}") })?;
+        unsafe { launch_256(f, (blocks_x, arg.len() as u32), stream, &mut params) }
+            .map_err(|e| Error::Kernel { op: "fused AdamW", reason: format!("launching batch {batch}: {e:?}") })?;
     }
     Ok(())
 }

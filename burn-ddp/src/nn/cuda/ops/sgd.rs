@@ -13,7 +13,7 @@
 
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution as cudnn;
-use crate::nn::cuda::kernels::nvrtc::Kernels;
+use crate::nn::cuda::kernels::nvrtc::{Kernels, launch_256};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
 use crate::nn::cuda::runtime::launch::{self, Prim, cast, cuda_backend, empty_f32};
 use crate::nn::optim::sgd_rule::{Entry, FusedSgdConfig};
@@ -215,23 +215,8 @@ unsafe fn enqueue(
         ];
         // SAFETY: the arguments match the entry's signature (a 64-slot batch by value, four
         // floats, two ints); the caller vouches for the addresses.
-        unsafe {
-            driver::cuLaunchKernel(
-                f,
-                blocks_x,
-                size.len() as u32,
-                1,
-                256,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(|e| Error::Kernel { op: "fused SGD", reason: format!("launching batch {batch}: {e:?}") })?;
+        unsafe { launch_256(f, (blocks_x, size.len() as u32), stream, &mut params) }
+            .map_err(|e| Error::Kernel { op: "fused SGD", reason: format!("launching batch {batch}: {e:?}") })?;
     }
     Ok(())
 }
