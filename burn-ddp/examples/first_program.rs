@@ -1,6 +1,5 @@
-//! A first program: a Burn model trained with burn-ddp's DistributedDataParallel, alone or
-//! under any launcher. README.md quotes this file whole; a test keeps the two identical and
-//! runs it alone and under `burn-ddp launch --nproc-per-node 2`.
+//! A Burn model trained with burn-ddp's DDP, alone or under any launcher (README.md quotes this
+//! file whole; a test keeps the two identical and runs it both ways).
 use burn::prelude::*;
 use burn::tensor::activation::relu;
 use burn_autodiff::Autodiff;

@@ -36,6 +36,8 @@ pub use ddp::{DdpConfig, DdpStep, DistributedDataParallel, GradCompression, Sync
 pub use device::{check_gpu_ids, cuda_device_count, gpu_memory_used};
 pub use error::{Error, Result};
 pub use process_group::{ProcessGroup, ReduceOp};
-pub use rendezvous::{CommBackend, Group, RendezvousConfig, init_process_group, init_process_groups, rendezvous};
+pub use rendezvous::{
+    CommBackend, Group, RendezvousConfig, init_process_group, init_process_groups, init_process_groups_on, rendezvous,
+};
 pub use sampler::{DistributedSampler, shard_exact};
 pub use sync_batch_norm::{BatchNormSync, sync_batch_norm, sync_batch_norm_relu};

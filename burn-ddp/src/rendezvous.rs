@@ -252,6 +252,20 @@ pub fn init_process_group(backend: CommBackend, config: &RendezvousConfig) -> Re
 /// # Panics
 /// If a backend is listed twice (their set-up keys in the store would collide).
 pub fn init_process_groups(backends: &[CommBackend], config: &RendezvousConfig) -> Result<Vec<Arc<Group>>> {
+    init_process_groups_on(backends, config, config.local_rank)
+}
+
+/// As [`init_process_groups`], with NCCL's communicator on CUDA device `device` instead of the
+/// local rank's ordinal: for ranks that train on GPUs picked from a list (`--gpus 2,3` makes
+/// local rank 0 train on GPU 2, and its NCCL group must live there too).
+///
+/// # Errors
+/// As [`init_process_groups`].
+pub fn init_process_groups_on(
+    backends: &[CommBackend],
+    config: &RendezvousConfig,
+    device: usize,
+) -> Result<Vec<Arc<Group>>> {
     for (i, b) in backends.iter().enumerate() {
         assert!(!backends[..i].contains(b), "Got backend {b:?} twice in {backends:?}; one group per backend");
     }
@@ -269,13 +283,9 @@ pub fn init_process_groups(backends: &[CommBackend], config: &RendezvousConfig) 
                 )?
                 .with_hang_check(rdzv.store.clone()),
             ),
-            CommBackend::Nccl => Box::new(NcclProcessGroup::new(
-                &*rdzv.store,
-                config.rank,
-                config.world_size,
-                config.local_rank,
-                config.timeout,
-            )?),
+            CommBackend::Nccl => {
+                Box::new(NcclProcessGroup::new(&*rdzv.store, config.rank, config.world_size, device, config.timeout)?)
+            }
         };
         // Everyone has finished set-up (and used the store) before anyone may leave.
         inner.barrier(&BarrierOptions::default())?;

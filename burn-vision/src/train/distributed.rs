@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use burn_ddp::{
     CommBackend as Collectives, DdpConfig, DistributedDataParallel, GradCompression, ProcessGroup, ReduceOp,
-    RendezvousConfig, init_process_groups,
+    RendezvousConfig, init_process_groups_on,
 };
 use std::sync::Arc;
 
@@ -27,7 +27,8 @@ pub struct Distributed {
 impl Distributed {
     /// Joins the group described by the launcher's environment (torchrun / `burn-ddp launch`,
     /// Slurm, OpenMPI: the world comes from there, not from `--nproc`); `None` for a plain
-    /// single process. `local_gpus`: how many GPUs `--gpus` names on this node. With `gpus`, gradients travel over NCCL on the GPUs (set
+    /// single process. `gpus`: the GPUs `--gpus` names on this node; local rank i trains on
+    /// `gpus[i]`, and its NCCL group lives there too. With them, gradients travel over NCCL (set
     /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
     /// always use a TCP group beside it. `overlap`: DDP all-reduces gradient buckets while
     /// backward runs — pass it off with SyncBatchNorm, whose backward uses the same group; on
@@ -39,7 +40,7 @@ impl Distributed {
     /// # Errors
     /// Rendezvous failures, NCCL set-up failures, or a local rank without a GPU in `--gpus`.
     pub fn from_env(
-        local_gpus: Option<usize>,
+        gpus: Option<&[usize]>,
         overlap: bool,
         timeout_s: Option<f64>,
         compression: GradCompression,
@@ -51,7 +52,7 @@ impl Distributed {
         if let Some(t) = timeout_s {
             config.timeout = std::time::Duration::from_secs_f64(t);
         }
-        if let Some(n) = local_gpus.filter(|&n| config.local_rank >= n) {
+        if let Some(n) = gpus.map(<[usize]>::len).filter(|&n| config.local_rank >= n) {
             return Err(Error::InvalidConfig {
                 name: "--gpus",
                 value: format!("{n} GPU(s)"),
@@ -61,7 +62,9 @@ impl Distributed {
                 ),
             });
         }
-        Self::join(&config, local_gpus.is_some(), overlap, compression).map(Some)
+        // This rank's GPU: the local rank's entry of --gpus (NCCL's group lives on it too).
+        let device = gpus.map(|ids| ids[config.local_rank]);
+        Self::join(&config, device, overlap, compression).map(Some)
     }
 
     /// A world of this process alone: a one-rank group of its own on a free loopback port, so
@@ -72,7 +75,7 @@ impl Distributed {
     /// # Errors
     /// As [`Distributed::from_env`].
     pub fn alone(gpu: Option<usize>, overlap: bool, compression: GradCompression) -> Result<Self> {
-        let d = Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu.is_some(), overlap, compression)?;
+        let d = Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu, overlap, compression)?;
         // `overlap` exactly as asked (the training loop keeps it on over NCCL).
         Ok(Self {
             ddp: DistributedDataParallel::new(
@@ -83,19 +86,26 @@ impl Distributed {
         })
     }
 
-    /// The groups of the world `config` describes, DDP over the device group.
-    fn join(config: &RendezvousConfig, gpus: bool, overlap: bool, compression: GradCompression) -> Result<Self> {
-        let nccl = gpus && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
+    /// The groups of the world `config` describes, DDP over the device group: NCCL on `gpu` when
+    /// the rank trains on one, TCP otherwise.
+    fn join(
+        config: &RendezvousConfig,
+        gpu: Option<usize>,
+        overlap: bool,
+        compression: GradCompression,
+    ) -> Result<Self> {
+        let nccl = gpu.is_some() && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
-        let groups = init_process_groups(backends, config).map_err(|e| match e {
-            burn_ddp::Error::Cuda { op, reason } if nccl => burn_ddp::Error::Cuda {
-                op,
-                reason: format!(
-                    "{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)"
-                ),
-            },
-            other => other,
-        })?;
+        let groups =
+            init_process_groups_on(backends, config, gpu.unwrap_or(config.local_rank)).map_err(|e| match e {
+                burn_ddp::Error::Cuda { op, reason } if nccl => burn_ddp::Error::Cuda {
+                    op,
+                    reason: format!(
+                        "{reason} (or set BURN_VISION_COLLECTIVES=tcp to average gradients through host memory)"
+                    ),
+                },
+                other => other,
+            })?;
         let host_group: Arc<dyn ProcessGroup> = groups[0].clone();
         let device_group: Arc<dyn ProcessGroup> = groups[groups.len() - 1].clone();
         if config.rank == 0 {

@@ -64,13 +64,8 @@ fn bench_world(
 ) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
     let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
     if config.ddp && launched {
-        let d = distributed::Distributed::from_env(
-            gpus.map(<[usize]>::len),
-            !config.no_overlap,
-            None,
-            config.grad_compression,
-        )?
-        .expect("a launcher's world");
+        let d = distributed::Distributed::from_env(gpus, !config.no_overlap, None, config.grad_compression)?
+            .expect("a launcher's world");
         let gpu = gpus.map(|ids| ids[d.local_rank]);
         return Ok((Some(d), gpu));
     }

@@ -66,12 +66,12 @@ pub fn train<B: AutodiffBackend>(config: &TrainConfig, device: B::Device) -> Res
 /// As [`train`].
 pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device>) -> Result<TrainSummary> {
     config.validate()?;
-    let local_gpus = match &config.device {
-        DeviceSpec::Cuda(ids) => Some(ids.len()),
+    let gpus = match &config.device {
+        DeviceSpec::Cuda(ids) => Some(ids.as_slice()),
         DeviceSpec::Cpu => None,
     };
     let dist = match config.strategy {
-        Strategy::Ddp => Distributed::from_env(local_gpus, !config.sync_bn, config.timeout_s, config.grad_compression)?,
+        Strategy::Ddp => Distributed::from_env(gpus, !config.sync_bn, config.timeout_s, config.grad_compression)?,
         Strategy::Dp => None,
     };
     // The launcher's world sets the learning-rate scaling and the log, whatever --nproc said.

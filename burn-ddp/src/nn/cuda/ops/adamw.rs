@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution as cudnn;
 use crate::nn::cuda::kernels::nvrtc::{Kernels, launch_256};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
-use crate::nn::cuda::runtime::launch::{self, Prim, cast, cuda_backend, empty_f32};
+use crate::nn::cuda::runtime::launch::{self, Prim, by_device, cast, cuda_backend, empty_f32};
 use crate::nn::optim::adamw_rule::{Done, Entry, FusedAdamWConfig, Moments, corrections};
 use burn::module::ParamId;
 use burn::tensor::backend::Backend;
@@ -98,17 +98,9 @@ pub(crate) fn update<B: Backend>(
             .all(|t| cast::<FloatTensor<B>, Prim>(t.clone()).dtype == DType::F32)
     };
     let (ours, rest): (Vec<_>, Vec<_>) = entries.into_iter().partition(f32s);
-    let mut groups: Vec<(burn_cuda::CudaDevice, Vec<Entry<B>>)> = Vec::new();
-    for e in ours {
-        let device = cast::<FloatTensor<B>, Prim>(e.param.clone()).client.device().clone();
-        match groups.iter_mut().find(|(d, _)| *d == device) {
-            Some((_, list)) => list.push(e),
-            None => groups.push((device, vec![e])),
-        }
-    }
-    let done = groups
+    let done = by_device::<B, _>(ours, |e: &Entry<B>| &e.param)
         .into_iter()
-        .flat_map(|(_, list)| queue_group(list, lr, c))
+        .flat_map(|list| queue_group(list, lr, c))
         .map(|(id, p, m, v, time)| (id, cast(p), Moments { m: cast(m), v: cast(v), time }))
         .collect();
     (done, rest)

@@ -35,6 +35,21 @@ pub(crate) fn cast<A: 'static, T: 'static>(a: A) -> T {
     *(Box::new(a) as Box<dyn Any>).downcast::<T>().expect("backend type checked before the cast")
 }
 
+/// `items` grouped by the burn-cuda device of the tensor `tensor_of` names (a `B` already
+/// checked by [`cuda_backend`]), groups and items in their first-seen order: what a
+/// multi-tensor operation (the fused optimizers) queues once per device.
+pub(crate) fn by_device<B: Backend, T>(items: Vec<T>, tensor_of: impl Fn(&T) -> &FloatTensor<B>) -> Vec<Vec<T>> {
+    let mut groups: Vec<(burn_cuda::CudaDevice, Vec<T>)> = Vec::new();
+    for item in items {
+        let device = cast::<FloatTensor<B>, Prim>(tensor_of(&item).clone()).client.device().clone();
+        match groups.iter_mut().find(|(d, _)| *d == device) {
+            Some((_, list)) => list.push(item),
+            None => groups.push((device, vec![item])),
+        }
+    }
+    groups.into_iter().map(|(_, list)| list).collect()
+}
+
 /// What runs when a cuDNN computation cannot.
 pub(crate) const BURN_RUNS: &str = "burn's own kernels run instead";
 /// What happens when cuDNN's work cannot be ordered on the device.
