@@ -1,5 +1,5 @@
 //! Multi-GPU training for Burn: rendezvous store, process groups (TCP, NCCL), launcher,
-//! DistributedDataParallel, DataParallel, SyncBatchNorm, the distributed sampler — and [`nn`],
+//! DistributedDataParallel, DataParallel, SyncBatchNorm, the distributed and shard samplers — and [`nn`],
 //! layers any Burn model can use in place of burn-nn's to get cuDNN convolutions and fast
 //! batch norms on burn-cuda.
 
@@ -21,6 +21,7 @@ pub mod process_group;
 mod reducer;
 pub mod rendezvous;
 pub mod sampler;
+pub mod shard_sampler;
 pub mod store;
 pub mod sync_batch_norm;
 mod sync_batch_norm_exchange;
@@ -40,4 +41,5 @@ pub use rendezvous::{
     CommBackend, Group, RendezvousConfig, init_process_group, init_process_groups, init_process_groups_on, rendezvous,
 };
 pub use sampler::{DistributedSampler, shard_exact};
+pub use shard_sampler::ShardSampler;
 pub use sync_batch_norm::{BatchNormSync, sync_batch_norm, sync_batch_norm_relu};

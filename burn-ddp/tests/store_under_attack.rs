@@ -169,10 +169,10 @@ mod linux {
             quiet.peak_kib
         );
         // At most MAX_PENDING threads wait for a greeting; beside them, the threads of refused
-        // strangers that have handed their slot back but not yet exited (on 2 busy cores, up to
-        // ~20 were seen at once), and the accept and authenticated threads. 10,000 strangers
-        // with a thread each would be far above this.
-        let bound = quiet.max_threads + burn_ddp::store::admission::MAX_PENDING as u64 + 32;
+        // strangers that have handed their slot back but not yet exited, which only the
+        // scheduler bounds (on 2 busy cores up to ~45 were seen at once), and the accept and
+        // authenticated threads. 10,000 strangers with a thread each would be far above this.
+        let bound = quiet.max_threads + 2 * burn_ddp::store::admission::MAX_PENDING as u64 + 16;
         assert!(
             attacked.max_threads <= bound,
             "rank 0 ran {} threads (undisturbed: {}, bound {bound})",

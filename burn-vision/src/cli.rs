@@ -150,7 +150,8 @@ impl BenchArgs {
 /// `burn-vision bench-data`'s arguments.
 #[derive(Debug, Args)]
 pub struct BenchDataArgs {
-    /// `bundled`, `fashion-mnist`, or a folder with one sub-folder of images per class.
+    /// `bundled`, `fashion-mnist`, a folder with one sub-folder of images per class, or
+    /// WebDataset tar shards (`DIR/shard-{000000..000099}.tar`, a folder of .tar files).
     #[arg(long, default_value = "bundled")]
     pub data: String,
     /// Side of the model input (folder data: RandomResizedCrop / Resize + CenterCrop).

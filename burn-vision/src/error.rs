@@ -37,6 +37,14 @@ pub enum Error {
         /// The folder.
         path: PathBuf,
     },
+    /// A tar shard is missing, truncated or holds a malformed sample.
+    #[error("shard {path}: {reason}")]
+    BadShard {
+        /// The shard (or the spec naming shards).
+        path: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// An IDX file is malformed.
     #[error("{path} is not a valid IDX file: {reason}")]
     BadIdx {

@@ -13,7 +13,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let cases: [(&[&str], &str); 26] = [
+    let cases: [(&[&str], &str); 28] = [
         (&["train", "--lr", "-1", "--quiet"], "must be a positive number"),
         (&["train", "--strategy", "ring", "--quiet"], "use ddp"),
         (&["train", "--strategy", "dp", "--sync-bn", "--nproc", "2", "--quiet"], "--sync-bn"),
@@ -24,6 +24,8 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--precision", "int8", "--quiet"], "use f32, bf16 or f16"),
         (&["predict", "--checkpoint", "/no/such.ckpt", "x.png"], "file not found"),
         (&["bench-data", "--data", "/no/such/folder"], "does not exist"),
+        (&["train", "--data", "/no/such/shard-{000..003}.tar", "--quiet"], "shard-000.tar: does not exist"),
+        (&["bench-data", "--data", "/no/such/s-{5..1}.tar"], "the range `{5..1}` is empty"),
         (&["bench-data", "--batches", "1000"], "lower --batches or --batch-size"),
         (&["train", "--pretrained", "/no/such.pth", "--quiet"], "cannot read it"),
         (&["train", "--freeze-layers", "--backbone-lr-scale", "0.1", "--quiet"], "drop one of them"),
@@ -156,12 +158,18 @@ fn train_then_eval_and_predict() {
 /// device flags `how`; asserts success and returns (stdout, stderr).
 fn train_two_on_the_jpeg_folder(out: &Path, how: &[&str]) -> (String, String) {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
+    train_one_epoch_on(&data.display().to_string(), out, how)
+}
+
+/// One epoch on `data` at 28 px, batch 8 per device, into `out`, with the device flags `how`;
+/// asserts success and returns (stdout, stderr).
+fn train_one_epoch_on(data: &str, out: &Path, how: &[&str]) -> (String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_burn-vision"))
         .arg("train")
         .args(how)
         .args([
             "--data",
-            data.to_str().unwrap(),
+            data,
             "--image-size",
             "28",
             "--epochs",
@@ -178,6 +186,59 @@ fn train_two_on_the_jpeg_folder(out: &Path, how: &[&str]) -> (String, String) {
         (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
     assert!(o.status.success(), "{stdout}\n{stderr}");
     (stdout, stderr)
+}
+
+/// The bundled JPEG folder as WebDataset shards of the given sizes (classes interleaved, as
+/// `cargo xtask data shards` mixes them), with classes.txt; returns the brace range naming them.
+fn folder_as_shards(out: &Path, sizes: &[usize]) -> String {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/fashion-mnist-folder");
+    let mut classes: Vec<_> = std::fs::read_dir(&folder).unwrap().map(|e| e.unwrap().path()).collect();
+    classes.sort();
+    let files: Vec<Vec<_>> = classes
+        .iter()
+        .map(|c| {
+            let mut f: Vec<_> = std::fs::read_dir(c).unwrap().map(|e| e.unwrap().path()).collect();
+            f.sort();
+            f
+        })
+        .collect();
+    let per_class = files[0].len();
+    let interleaved: Vec<(usize, &std::path::PathBuf)> =
+        (0..per_class).flat_map(|i| files.iter().enumerate().map(move |(label, f)| (label, &f[i]))).collect();
+    assert_eq!(interleaved.len(), sizes.iter().sum::<usize>());
+    std::fs::create_dir_all(out).unwrap();
+    let names: Vec<String> = classes.iter().map(|c| c.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    std::fs::write(out.join("classes.txt"), names.join("\n")).unwrap();
+    let mut next = interleaved.iter().enumerate();
+    for (shard, &size) in sizes.iter().enumerate() {
+        let mut tar = tar::Builder::new(std::fs::File::create(out.join(format!("s-{shard}.tar"))).unwrap());
+        for (key, (label, path)) in next.by_ref().take(size) {
+            for (name, bytes) in [
+                (format!("{key:06}.jpg"), std::fs::read(path).unwrap()),
+                (format!("{key:06}.cls"), label.to_string().into_bytes()),
+            ] {
+                let mut header = tar::Header::new_ustar();
+                header.set_size(bytes.len() as u64);
+                header.set_mode(0o644);
+                tar.append_data(&mut header, name, bytes.as_slice()).unwrap();
+            }
+        }
+        tar.finish().unwrap();
+    }
+    format!("{}/s-{{0..{}}}.tar", out.display(), sizes.len() - 1)
+}
+
+#[test]
+fn nproc_2_cpu_trains_on_uneven_tar_shards() {
+    // 300 images in shards of 100, 90, 60 and 50: each rank reads its own run of shards, and
+    // both take the same number of steps (or the run would hang at an all-reduce).
+    let dir = tempfile::tempdir().unwrap();
+    let spec = folder_as_shards(&dir.path().join("shards"), &[100, 90, 60, 50]);
+    let (stdout, stderr) = train_one_epoch_on(&spec, &dir.path().join("run"), &["--nproc", "2", "--cpu"]);
+    assert!(stdout.contains("[rank 0] done: 1 epoch(s)"), "{stdout}\n{stderr}");
+    // 20 % of each class held out; 240 / 2 ranks / batch 8 = 15 steps on each rank.
+    assert!(stderr.contains("(10 classes): 240 train / 60 validation images"), "{stderr}");
+    assert!(stderr.contains("15 steps/epoch"), "{stderr}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Project chores: `cargo xtask data ...` prepares datasets, `cargo xtask test` runs the tests.
 
 mod imports;
+mod shards;
 
 use anyhow::{Context, Result, bail};
 use flate2::read::GzDecoder;
@@ -32,10 +33,23 @@ const USAGE: &str = "usage: cargo xtask <command>
   data flowers              print how to download TensorFlow's flower_photos
   data folder OUT [SIDE]    write the bundled 10k Fashion-MNIST images as SIDE×SIDE RGB JPEGs
                             (default 256) in class folders under OUT: a real-data input for
-                            `burn-vision train --data OUT` and `burn-vision bench-data`";
+                            `burn-vision train --data OUT` and `burn-vision bench-data`
+  data shards FOLDER OUT [PER_SHARD]
+                            write a class folder as WebDataset tar shards (default 1000 samples
+                            each, classes mixed) for `burn-vision train --data OUT`";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // Paths of `data shards` are the user's, relative to where the command runs (and the
+    // workspace need not exist where its binary is carried).
+    if let ["data", "shards", folder, out, rest @ ..] = args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        let per_shard = match rest {
+            [] => shards::DEFAULT_PER_SHARD,
+            [n] => n.parse().context("PER_SHARD must be a number of samples")?,
+            _ => bail!("{USAGE}"),
+        };
+        return shards::write_shards(Path::new(folder), Path::new(out), per_shard).map(|_| ());
+    }
     let root = workspace_root();
     std::env::set_current_dir(&root)?;
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {

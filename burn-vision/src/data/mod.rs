@@ -6,6 +6,7 @@ pub mod idx;
 pub mod jpeg;
 pub mod loader;
 pub mod rand_augment;
+pub mod shards;
 pub mod source;
 pub mod split;
 pub mod throughput;
@@ -15,6 +16,7 @@ pub use augment::Augment;
 pub use folder::FolderDataset;
 pub use idx::IdxDataset;
 pub use loader::{Batch, Loader, LoaderConfig, SkipLog, StageTimes};
+pub use shards::ShardDataset;
 pub use source::{DataSource, load_source, load_source_with};
 pub use split::{shuffle_for_epoch, split_per_class};
 pub use throughput::{BatchSink, DataBenchConfig, DataBenchResult, HostMemory, loader_throughput};
@@ -22,6 +24,7 @@ pub use transform::{Pipeline, Step};
 
 use crate::error::Result;
 use image::DynamicImage;
+use std::ops::Range;
 
 /// A labelled image collection read by index. Implementations must be cheap to share across
 /// the loader's threads.
@@ -43,4 +46,9 @@ pub trait Dataset: Send + Sync {
     fn describe(&self, index: usize) -> String;
     /// Class names, indexed by label.
     fn classes(&self) -> &[String];
+    /// For data read front to back (tar shards): the samples of each shard, as index ranges in
+    /// reading order. `None` (the default) for data read in any order.
+    fn shards(&self) -> Option<&[Range<usize>]> {
+        None
+    }
 }

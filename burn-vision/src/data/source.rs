@@ -1,11 +1,12 @@
-//! Resolves `--data` (`bundled`, `fashion-mnist`, or a folder) into a dataset and the
-//! transforms that suit it.
+//! Resolves `--data` (`bundled`, `fashion-mnist`, a class folder, or tar shards) into a dataset
+//! and the transforms that suit it.
 
 use super::Dataset;
 use super::idx::FASHION_MNIST_CLASSES;
 use crate::data::augment::Augment;
 use crate::data::folder::FolderDataset;
 use crate::data::idx::IdxDataset;
+use crate::data::shards::{ShardDataset, is_shard_spec};
 use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,9 @@ pub enum DataSource {
     FashionMnist,
     /// A class-folder tree (flower_photos layout).
     Folder(PathBuf),
+    /// WebDataset tar shards: a `.tar` file, a brace range (`shard-{000000..000099}.tar`) or
+    /// a folder of `.tar` files.
+    Shards(String),
 }
 
 impl std::str::FromStr for DataSource {
@@ -38,6 +42,7 @@ impl std::str::FromStr for DataSource {
         Ok(match s {
             "bundled" => DataSource::Bundled,
             "fashion-mnist" => DataSource::FashionMnist,
+            shards if is_shard_spec(shards) => DataSource::Shards(shards.to_string()),
             other => DataSource::Folder(PathBuf::from(other)),
         })
     }
@@ -49,6 +54,7 @@ impl std::fmt::Display for DataSource {
             DataSource::Bundled => write!(f, "bundled"),
             DataSource::FashionMnist => write!(f, "fashion-mnist"),
             DataSource::Folder(p) => write!(f, "{}", p.display()),
+            DataSource::Shards(spec) => write!(f, "{spec}"),
         }
     }
 }
@@ -120,6 +126,11 @@ pub fn load_source_with(source: &DataSource, image_size: u32, aug: &Augment) -> 
             idx_data(ds, aug)
         }
         DataSource::Folder(path) => folder_data(path, image_size, aug),
+        DataSource::Shards(spec) => Ok(LoadedData {
+            dataset: Arc::new(ShardDataset::open(spec)?),
+            train: Pipeline::imagenet_train_with(image_size, aug),
+            eval: Pipeline::imagenet_eval(image_size),
+        }),
     }
 }
 
@@ -160,5 +171,8 @@ mod tests {
     fn parses_names() {
         assert_eq!("bundled".parse::<DataSource>().unwrap(), DataSource::Bundled);
         assert_eq!("x/y".parse::<DataSource>().unwrap(), DataSource::Folder("x/y".into()));
+        let shards = "s/shard-{000000..000009}.tar";
+        assert_eq!(shards.parse::<DataSource>().unwrap(), DataSource::Shards(shards.into()));
+        assert_eq!(shards.parse::<DataSource>().unwrap().to_string(), shards);
     }
 }

@@ -3,9 +3,11 @@
 //! bench` to see whether the device or the data loading limits training.
 
 use super::loader::{Batch, Loader, LoaderConfig, SkipLog};
+use super::shards::samples_by_shard;
 use super::source::LoadedData;
 use super::split::shuffle_for_epoch;
 use crate::error::{Error, Result};
+use burn_ddp::shard_sampler::ShardSampler;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -96,7 +98,12 @@ pub fn loader_throughput(
         });
     }
     let all: Vec<usize> = (0..data.dataset.len()).collect();
-    let order: Vec<usize> = shuffle_for_epoch(&all, config.seed, 0).into_iter().take(need).collect();
+    // The order training reads in: shard after shard for tar shards, any order otherwise.
+    let order = match data.dataset.shards() {
+        Some(ranges) => ShardSampler::new(samples_by_shard(ranges, &all), 1, 0).with_seed(config.seed).indices(),
+        None => shuffle_for_epoch(&all, config.seed, 0),
+    };
+    let order: Vec<usize> = order.into_iter().take(need).collect();
     let pipeline = if config.eval { data.eval.clone() } else { data.train.clone() };
     let loader_config = LoaderConfig {
         batch_size: config.batch_size,

@@ -81,7 +81,8 @@ impl DeviceSpec {
 /// a flag left out never overwrites the preset's value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct TrainConfig {
-    /// `bundled`, `fashion-mnist`, or a folder with one sub-folder of images per class.
+    /// `bundled`, `fashion-mnist`, a folder with one sub-folder of images per class, or
+    /// WebDataset tar shards (`DIR/shard-{000000..000099}.tar`, a folder of .tar files).
     #[arg(long, required = false)]
     pub data: String,
     /// Model name (see `burn-vision models`).

@@ -14,6 +14,7 @@ use crate::data::Dataset;
 use crate::data::loader::Loader;
 use crate::data::loader::LoaderConfig;
 use crate::data::loader::SkipLog;
+use crate::data::shards::samples_by_shard;
 use crate::data::source::LoadedData;
 use crate::data::split::split_per_class;
 use crate::error::Result;
@@ -25,19 +26,30 @@ use crate::train::instrument::trace::StepTracer;
 use burn::module::AutodiffModule;
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use burn_ddp::DataParallel;
 use burn_ddp::nn::cross_entropy;
-use burn_ddp::{DataParallel, DistributedSampler, shard_exact};
+use burn_ddp::sampler::{DistributedSampler, shard_exact};
+use burn_ddp::shard_sampler::ShardSampler;
 use burn_optim::{GradientsParams, Optimizer};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// How each epoch's training samples are drawn for this rank.
+#[derive(Clone)]
+enum Sampling {
+    /// DistributedSampler over the training split (data read in any order).
+    Samples(DistributedSampler),
+    /// ShardSampler over the training split's samples, shard by shard (tar shards).
+    Shards(ShardSampler),
+}
 
 /// What every epoch of a run follows.
 pub(super) struct EpochPlan {
     pub dataset: Arc<dyn Dataset>,
     pub train_idx: Vec<usize>,
     pub val_idx: Vec<usize>,
-    sampler: DistributedSampler,
+    sampling: Sampling,
     pub steps_per_epoch: usize,
     pub schedule: CosineSchedule,
     pub loader: LoaderConfig,
@@ -52,8 +64,20 @@ impl EpochPlan {
         let labels: Vec<usize> = (0..dataset.len()).map(|i| dataset.label(i)).collect();
         let (train_idx, val_idx) = split_per_class(&labels, config.val_fraction, config.seed);
         let (rank, world) = dist.map_or((0, 1), |d| (d.rank, d.world));
-        let sampler = DistributedSampler::new(train_idx.len(), world, rank).with_seed(config.seed).with_drop_last(true);
-        let per_rank = if dist.is_some() { sampler.num_samples() } else { train_idx.len() };
+        let (sampling, per_rank) = match dataset.shards() {
+            Some(ranges) => {
+                let sampler =
+                    ShardSampler::new(samples_by_shard(ranges, &train_idx), world, rank).with_seed(config.seed);
+                let per_rank = sampler.num_samples();
+                (Sampling::Shards(sampler), per_rank)
+            }
+            None => {
+                let sampler =
+                    DistributedSampler::new(train_idx.len(), world, rank).with_seed(config.seed).with_drop_last(true);
+                let per_rank = if dist.is_some() { sampler.num_samples() } else { train_idx.len() };
+                (Sampling::Samples(sampler), per_rank)
+            }
+        };
         let drop_last = per_rank > batch_size;
         let mut steps_per_epoch = if drop_last { per_rank / batch_size } else { 1 };
         if let Some(max) = config.max_steps_per_epoch {
@@ -72,16 +96,24 @@ impl EpochPlan {
             seed: config.seed,
             strict: config.strict_images,
         };
-        Self { dataset, train_idx, val_idx, sampler, steps_per_epoch, schedule, loader }
+        Self { dataset, train_idx, val_idx, sampling, steps_per_epoch, schedule, loader }
     }
 
     /// This rank's training samples of `epoch`, in order: the sampler's (a single process is
-    /// its world of one, so it trains on the order a one-rank DDP run does, and N ranks with
-    /// batch b see in each step the samples one process with batch N·b sees).
+    /// its world of one, so it trains on the order a one-rank DDP run does; with
+    /// DistributedSampler N ranks with batch b see in each step the samples one process with
+    /// batch N·b sees, with tar shards each rank reads its own run of shards).
     fn order(&self, epoch: usize) -> Vec<usize> {
-        let mut sampler = self.sampler.clone();
-        sampler.set_epoch(epoch as u64);
-        sampler.indices().into_iter().map(|i| self.train_idx[i]).collect()
+        match self.sampling.clone() {
+            Sampling::Samples(mut sampler) => {
+                sampler.set_epoch(epoch as u64);
+                sampler.indices().into_iter().map(|i| self.train_idx[i]).collect()
+            }
+            Sampling::Shards(mut sampler) => {
+                sampler.set_epoch(epoch as u64);
+                sampler.indices()
+            }
+        }
     }
 }
 
