@@ -11,6 +11,9 @@ use super::folder::{IMAGE_EXTENSIONS, decode_bytes};
 use crate::error::{Error, Result};
 use image::DynamicImage;
 use rayon::prelude::*;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -123,14 +126,36 @@ impl ShardDataset {
     /// When the shard cannot be read.
     pub fn read(&self, index: usize) -> Result<Vec<u8>> {
         let sample = &self.samples[index];
-        let path = &self.shards[sample.shard];
-        let mut file = std::fs::File::open(path).map_err(|e| Error::io("opening", path, e))?;
         let mut bytes = vec![0; sample.len as usize];
-        file.seek(SeekFrom::Start(sample.offset))
-            .and_then(|_| file.read_exact(&mut bytes))
-            .map_err(|e| Error::io("reading", path, e))?;
+        read_at(&self.shards[sample.shard], sample.offset, &mut bytes)?;
         Ok(bytes)
     }
+}
+
+/// Shards each reading thread keeps open, its most recently read first: a rank reads shard
+/// after shard, so a thread opens a shard once per pass over it rather than once per sample (on
+/// shared storage an open costs a round trip to the metadata server), and the open files stay
+/// few (threads × this) however many shards there are.
+const OPEN_PER_THREAD: usize = 4;
+
+thread_local! {
+    static OPEN_SHARDS: RefCell<VecDeque<(PathBuf, File)>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// Fills `buf` from `path` at `offset`, through this thread's open shards.
+fn read_at(path: &Path, offset: u64, buf: &mut [u8]) -> Result<()> {
+    OPEN_SHARDS.with(|open| {
+        let mut open = open.borrow_mut();
+        let mut file = match open.iter().position(|(p, _)| p == path) {
+            Some(i) => open.remove(i).expect("position found").1,
+            None => File::open(path).map_err(|e| Error::io("opening", path, e))?,
+        };
+        let read = file.seek(SeekFrom::Start(offset)).and_then(|_| file.read_exact(buf));
+        read.map_err(|e| Error::io("reading", path, e))?;
+        open.push_front((path.to_path_buf(), file));
+        open.truncate(OPEN_PER_THREAD);
+        Ok(())
+    })
 }
 
 /// The samples of `subset` (ascending dataset indices, e.g. the training split) grouped by
@@ -179,7 +204,7 @@ impl Pending {
 /// Reads one shard's headers (and its small `.cls` members) into samples.
 fn index_shard(shard: usize, path: &Path) -> Result<Vec<Sample>> {
     let bad = |reason: String| Error::BadShard { path: path.to_path_buf(), reason };
-    let file = std::fs::File::open(path).map_err(|e| Error::io("opening", path, e))?;
+    let file = File::open(path).map_err(|e| Error::io("opening", path, e))?;
     let file_len = file.metadata().map_err(|e| Error::io("reading", path, e))?.len();
     let mut archive = tar::Archive::new(BufReader::new(file));
     let entries = archive.entries_with_seek().map_err(|e| bad(e.to_string()))?;
@@ -224,7 +249,7 @@ fn index_shard(shard: usize, path: &Path) -> Result<Vec<Sample>> {
 /// marker (two zero blocks after the last member) gives the cut away.
 fn check_end_marker(path: &Path, end: u64, file_len: u64) -> Result<()> {
     let mut marker = [0u8; 1024];
-    let read = std::fs::File::open(path)
+    let read = File::open(path)
         .and_then(|mut f| f.seek(SeekFrom::Start(end)).and_then(|_| f.read_exact(&mut marker)))
         .map(|_| marker.iter().all(|&b| b == 0));
     if read.unwrap_or(false) {
@@ -331,6 +356,22 @@ mod tests {
         let by_folder = ShardDataset::open(&dir.path().display().to_string()).unwrap();
         assert_eq!(by_folder.len(), 5);
         assert_eq!(by_folder.classes(), ["cat", "dog", "emu"]);
+    }
+
+    #[test]
+    fn reads_through_more_shards_than_a_thread_keeps_open() {
+        let dir = tempfile::tempdir().unwrap();
+        for shard in 0..(OPEN_PER_THREAD as u8 + 3) {
+            let (a, b) = (format!("{shard}a"), format!("{shard}b"));
+            write_samples(&dir.path().join(format!("{shard}.tar")), &[(&a, 10 * shard, 0), (&b, 10 * shard + 1, 0)]);
+        }
+        let ds = ShardDataset::open(&dir.path().display().to_string()).unwrap();
+        // Back and forth over every shard: each read must come from its own shard and offset.
+        let order: Vec<usize> = (0..ds.len()).step_by(2).chain((1..ds.len()).step_by(2).rev()).collect();
+        for i in order {
+            let shade = ds.load(i).unwrap().to_luma8().get_pixel(0, 0).0[0];
+            assert_eq!(usize::from(shade), 10 * (i / 2) + i % 2, "sample {i}");
+        }
     }
 
     #[test]
