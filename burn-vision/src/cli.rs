@@ -242,7 +242,7 @@ mod tests {
             "--data fashion-mnist --model resnet18 --epochs 7 --batch-size 8 --lr 0.5 --optimizer sgd \
              --momentum 0.8 --weight-decay 0.1 --warmup-epochs 2 --min-lr-factor 0.2 --label-smoothing 0.1 \
              --val-fraction 0.3 --seed 5 --out o --resume --gpus 1,2 --image-size 64 --small-input false \
-             --strict-images --prefetch 2 --max-steps-per-epoch 9 --stop-after-epochs 1 --strategy dp \
+             --strict-images --prefetch 2 --shuffle-buffer 64 --max-steps-per-epoch 9 --stop-after-epochs 1 --strategy dp \
              --sync-bn --grad-compression bf16 --precision bf16 --channels-first --pretrained w.pth \
              --freeze-layers --backbone-lr-scale 0.5 --clip-grad-norm 1 --checkpoint-every 3 \
              --profile-steps 2..4 --timeout-s 9 --hflip 0 --rrc-ratio 1,2 --color-jitter 0.4 \
@@ -270,6 +270,7 @@ mod tests {
             small_input: false,
             strict_images: true,
             prefetch: 2,
+            shuffle_buffer: 64,
             max_steps_per_epoch: Some(9),
             stop_after_epochs: Some(1),
             strategy: crate::train::config::Strategy::Dp,

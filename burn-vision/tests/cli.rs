@@ -234,7 +234,8 @@ fn nproc_2_cpu_trains_on_uneven_tar_shards() {
     // both take the same number of steps (or the run would hang at an all-reduce).
     let dir = tempfile::tempdir().unwrap();
     let spec = folder_as_shards(&dir.path().join("shards"), &[100, 90, 60, 50]);
-    let (stdout, stderr) = train_one_epoch_on(&spec, &dir.path().join("run"), &["--nproc", "2", "--cpu"]);
+    let how = ["--nproc", "2", "--cpu", "--shuffle-buffer", "32"];
+    let (stdout, stderr) = train_one_epoch_on(&spec, &dir.path().join("run"), &how);
     assert!(stdout.contains("[rank 0] done: 1 epoch(s)"), "{stdout}\n{stderr}");
     // 20 % of each class held out; 240 / 2 ranks / batch 8 = 15 steps on each rank.
     assert!(stderr.contains("(10 classes): 240 train / 60 validation images"), "{stderr}");

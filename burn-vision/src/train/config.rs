@@ -147,6 +147,11 @@ pub struct TrainConfig {
     /// Batches decoded ahead of the training loop.
     #[arg(long, required = false)]
     pub prefetch: usize,
+    /// Tar-shard data: the shuffle buffer, in samples, that mixes each rank's run of shards
+    /// (WebDataset's `shuffle(n)`; reads stay within that window); 0 trains in reading order.
+    #[serde(default = "default_shuffle_buffer")]
+    #[arg(long, required = false)]
+    pub shuffle_buffer: usize,
     /// Stop every epoch after this many steps (quick runs, benchmarks).
     #[arg(long)]
     pub max_steps_per_epoch: Option<usize>,
@@ -246,6 +251,10 @@ fn one() -> f64 {
     1.0
 }
 
+fn default_shuffle_buffer() -> usize {
+    burn_ddp::shard_sampler::DEFAULT_SHUFFLE_BUFFER
+}
+
 /// How several devices share the training.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -297,6 +306,7 @@ impl Default for TrainConfig {
             small_input: true,
             strict_images: false,
             prefetch: 4,
+            shuffle_buffer: default_shuffle_buffer(),
             max_steps_per_epoch: None,
             stop_after_epochs: None,
             show_progress: true,

@@ -66,8 +66,9 @@ impl EpochPlan {
         let (rank, world) = dist.map_or((0, 1), |d| (d.rank, d.world));
         let (sampling, per_rank) = match dataset.shards() {
             Some(ranges) => {
-                let sampler =
-                    ShardSampler::new(samples_by_shard(ranges, &train_idx), world, rank).with_seed(config.seed);
+                let sampler = ShardSampler::new(samples_by_shard(ranges, &train_idx), world, rank)
+                    .with_seed(config.seed)
+                    .with_buffer(config.shuffle_buffer);
                 let per_rank = sampler.num_samples();
                 (Sampling::Shards(sampler), per_rank)
             }
