@@ -4,24 +4,20 @@
 //! AdamW queues about fifteen tensor operations per parameter. On every other backend (and for
 //! parameters that are not f32) the same rule runs on burn's operations.
 //!
-//! The state is burn's: [`FusedAdamW::to_record`] is the record `AdamWConfig::init()`'s
+//! The state is burn's: `FusedAdamW`'s `to_record` is the record `AdamWConfig::init()`'s
 //! optimizer writes (`HashMap<ParamId, AdaptorRecord<AdamW, B>>`), so checkpoints move between
 //! the two. AMSGrad, cautious weight decay and gradient clipping inside the optimizer are not
 //! offered (burn's AdamW has them).
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Device, TensorMetadata};
 use burn_optim::record::AdaptorRecord;
-use burn_optim::{
-    AdamW, AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, MultiGradientsParams, Optimizer,
-};
-use hashbrown::HashMap;
-use std::marker::PhantomData;
+use burn_optim::{AdamW, AdamWState, AdaptiveMomentumState};
 
 pub use crate::nn::optim::adamw_rule::FusedAdamWConfig;
 use crate::nn::optim::adamw_rule::{Done, Entry, Moments, reference_update};
-use crate::nn::optim::params::{Grads, Replace};
+use crate::nn::optim::fused::{FusedOptimizer, FusedRule, as_tensor};
 
 impl FusedAdamWConfig {
     /// The optimizer for modules `M` on `B`.
@@ -42,7 +38,7 @@ impl FusedAdamWConfig {
             c.epsilon,
             c.weight_decay
         );
-        FusedAdamW { config: c, moments: HashMap::new(), loaded: HashMap::new(), _module: PhantomData }
+        FusedOptimizer::new(c)
     }
 }
 
@@ -51,105 +47,33 @@ type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 pub type AdamWRecord<B> = AdaptorRecord<AdamW, B>;
 
 /// AdamW whose step is one operation on burn-cuda (see the module documentation).
-pub struct FusedAdamW<M, B: AutodiffBackend> {
-    config: FusedAdamWConfig,
-    /// Each parameter's moments, in its shape.
-    moments: HashMap<ParamId, Moments<Inner<B>>>,
-    /// Records loaded and not yet claimed by a step (their rank is learnt from the parameter).
-    loaded: HashMap<ParamId, AdamWRecord<B>>,
-    _module: PhantomData<fn() -> M>,
-}
+pub type FusedAdamW<M, B> = FusedOptimizer<FusedAdamWConfig, M, B>;
 
-impl<M, B: AutodiffBackend> Clone for FusedAdamW<M, B> {
-    fn clone(&self) -> Self {
-        let moments = self
-            .moments
-            .iter()
-            .map(|(id, s)| (*id, Moments { m: s.m.clone(), v: s.v.clone(), time: s.time }))
-            .collect();
-        Self { config: self.config, moments, loaded: self.loaded.clone(), _module: PhantomData }
-    }
-}
+impl<B: AutodiffBackend> FusedRule<B> for FusedAdamWConfig {
+    /// The two moments and their step count.
+    type State = Moments<Inner<B>>;
+    type Record = AdamWRecord<B>;
 
-/// Gathers each trained parameter's value, gradient and moments.
-struct Gather<'a, B: AutodiffBackend> {
-    grads: Grads,
-    moments: &'a mut HashMap<ParamId, Moments<Inner<B>>>,
-    loaded: &'a mut HashMap<ParamId, AdamWRecord<B>>,
-    entries: Vec<Entry<Inner<B>>>,
-}
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<Inner<B>, D>(param.id) else { return };
-        let value = param.val().inner();
-        let device = value.device();
-        let grad = grad.to_device(&device);
-        if let Some(record) = self.loaded.remove(&param.id) {
-            let state: AdamWState<Inner<B>, D> = record.into_state::<D>();
-            let s = state.momentum;
-            let (m, v) = (s.moment_1.to_device(&device), s.moment_2.to_device(&device));
-            let moments = Moments { m: m.into_primitive().tensor(), v: v.into_primitive().tensor(), time: s.time };
-            self.moments.insert(param.id, moments);
-        }
-        self.entries.push(Entry {
-            id: param.id,
-            param: value.into_primitive().tensor(),
-            grad: grad.into_primitive().tensor(),
-            moments: self.moments.remove(&param.id),
-        });
-    }
-}
-
-impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedAdamW<M, B> {
-    fn step_with(&mut self, lr: LearningRate, module: M, grads: Grads) -> M {
-        let mut gather =
-            Gather::<B> { grads, moments: &mut self.moments, loaded: &mut self.loaded, entries: Vec::new() };
-        module.visit(&mut gather);
-        let entries = gather.entries;
-        let mut updated = HashMap::with_capacity(entries.len());
-        for (id, param, moments) in update::<Inner<B>>(entries, lr, &self.config) {
-            updated.insert(id, param);
-            self.moments.insert(id, moments);
-        }
-        module.map(&mut Replace::<B> { updated })
-    }
-}
-
-/// The step for every entry, on burn-cuda as one operation for the f32 entries, elsewhere (and
-/// for the rest) on burn's operations.
-fn update<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedAdamWConfig) -> Vec<Done<B>> {
-    #[cfg(feature = "cuda")]
-    let (mut done, entries) = crate::nn::cuda::ops::adamw::update(entries, lr, c);
-    #[cfg(not(feature = "cuda"))]
-    let mut done = Vec::new();
-    done.extend(entries.into_iter().map(|e| reference_update(e, lr, c)));
-    done
-}
-
-impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for FusedAdamW<M, B> {
-    type Record = HashMap<ParamId, AdamWRecord<B>>;
-
-    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        self.step_with(lr, module, Grads::Single(grads))
+    fn state_from_record<const D: usize>(record: AdamWRecord<B>, device: &Device<Inner<B>>) -> Option<Self::State> {
+        let state: AdamWState<Inner<B>, D> = record.into_state::<D>();
+        let s = state.momentum;
+        let (m, v) = (s.moment_1.to_device(device), s.moment_2.to_device(device));
+        Some(Moments { m: m.into_primitive().tensor(), v: v.into_primitive().tensor(), time: s.time })
     }
 
-    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
-        self.step_with(lr, module, Grads::Multi(grads))
+    fn record_of(state: &Self::State) -> AdamWRecord<B> {
+        moments_record::<B>(state)
     }
 
-    fn to_record(&self) -> Self::Record {
-        let mut record = self.loaded.clone();
-        for (id, s) in &self.moments {
-            record.insert(*id, moments_record::<B>(s));
-        }
-        record
-    }
-
-    fn load_record(mut self, record: Self::Record) -> Self {
-        self.moments.clear();
-        self.loaded = record;
-        self
+    /// On burn-cuda one operation for the f32 entries, elsewhere (and for the rest) burn's
+    /// operations.
+    fn update(&self, entries: Vec<Entry<Inner<B>>>, lr: f64) -> Vec<Done<Inner<B>>> {
+        #[cfg(feature = "cuda")]
+        let (mut done, entries) = crate::nn::cuda::ops::adamw::update(entries, lr, self);
+        #[cfg(not(feature = "cuda"))]
+        let mut done = Vec::new();
+        done.extend(entries.into_iter().map(|e| reference_update(e, lr, self)));
+        done
     }
 }
 
@@ -166,9 +90,7 @@ pub fn fused_updates() -> usize {
 /// burn's record of a parameter's moments, of any rank up to 6.
 fn moments_record<B: AutodiffBackend>(s: &Moments<Inner<B>>) -> AdamWRecord<B> {
     fn at<B: AutodiffBackend, const D: usize>(s: &Moments<Inner<B>>) -> AdamWRecord<B> {
-        let t = |x: &burn::tensor::ops::FloatTensor<Inner<B>>| {
-            Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(x.clone()))
-        };
+        let t = |x: &burn::tensor::ops::FloatTensor<Inner<B>>| as_tensor::<B, D>(x.clone());
         let momentum = AdaptiveMomentumState::new(s.time, t(&s.m), t(&s.v));
         AdaptorRecord::from_state::<D>(AdamWState::new(momentum))
     }
@@ -187,9 +109,12 @@ fn moments_record<B: AutodiffBackend>(s: &Moments<Inner<B>>) -> AdamWRecord<B> {
 mod tests {
     use super::*;
     use crate::nn::optim::test_net::{Ad, Materialise, Net, assert_same, step};
-    use burn::module::Module;
+    use burn::module::{Module, ParamId};
     use burn::tensor::Distribution;
+    use burn::tensor::Tensor;
     use burn_optim::AdamWConfig;
+    use burn_optim::Optimizer;
+    use hashbrown::HashMap;
 
     fn burn_adamw(c: &FusedAdamWConfig) -> impl Optimizer<Net<Ad>, Ad, Record = HashMap<ParamId, AdamWRecord<Ad>>> {
         AdamWConfig::new()

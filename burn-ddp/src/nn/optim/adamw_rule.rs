@@ -2,7 +2,6 @@
 //! and the rule on burn's operations — shared with its CUDA path (`cuda::ops::adamw`), which
 //! imports this file and not the optimizer.
 
-use burn::module::ParamId;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
@@ -28,23 +27,18 @@ impl Default for FusedAdamWConfig {
 }
 
 /// A parameter's moments and the steps they hold (burn's `AdaptiveMomentumState`).
-pub(crate) struct Moments<B: Backend> {
-    pub m: FloatTensor<B>,
-    pub v: FloatTensor<B>,
-    pub time: usize,
+#[derive(Clone)]
+pub struct Moments<B: Backend> {
+    pub(crate) m: FloatTensor<B>,
+    pub(crate) v: FloatTensor<B>,
+    pub(crate) time: usize,
 }
 
-/// One parameter's inputs to the step, as buffers of any rank.
-pub(crate) struct Entry<B: Backend> {
-    pub id: ParamId,
-    pub param: FloatTensor<B>,
-    pub grad: FloatTensor<B>,
-    /// `None` on the parameter's first step (the moments start at zero).
-    pub moments: Option<Moments<B>>,
-}
-
+/// One parameter's inputs to the step; its state is the moments (`None` on the parameter's
+/// first step: they start at zero).
+pub(crate) type Entry<B> = crate::nn::optim::params::Entry<B, Moments<B>>;
 /// One parameter's step result: `(id, new value, new moments)`.
-pub(crate) type Done<B> = (ParamId, FloatTensor<B>, Moments<B>);
+pub(crate) type Done<B> = crate::nn::optim::params::Done<B, Moments<B>>;
 
 /// The bias corrections of step `time` (counted from 1): `1 − β₁ᵗ` and `1 − β₂ᵗ`, in f32 as
 /// burn computes them.
@@ -62,7 +56,7 @@ pub(crate) fn reference_update<B: Backend>(e: Entry<B>, lr: f64, c: &FusedAdamWC
     };
     let shape = e.param.shape();
     let (p, g) = (flat(e.param), flat(e.grad));
-    let (m, v, time) = match e.moments {
+    let (m, v, time) = match e.state {
         Some(s) => (
             flat(s.m).mul_scalar(c.beta_1) + g.clone().mul_scalar(1.0 - c.beta_1),
             flat(s.v).mul_scalar(c.beta_2) + g.square().mul_scalar(1.0 - c.beta_2),
@@ -75,5 +69,5 @@ pub(crate) fn reference_update<B: Backend>(e: Entry<B>, lr: f64, c: &FusedAdamWC
     let decay = lr * f64::from(c.weight_decay);
     let decayed = if decay == 0.0 { p } else { p.mul_scalar(1.0 - decay) };
     let back = |t: Tensor<B, 1>| B::float_reshape(t.into_primitive().tensor(), shape.clone());
-    (e.id, back(decayed - delta.mul_scalar(lr)), Moments { m: back(m), v: back(v), time })
+    (e.id, back(decayed - delta.mul_scalar(lr)), Some(Moments { m: back(m), v: back(v), time }))
 }

@@ -2,9 +2,10 @@
 //! apart from its modules).
 
 pub mod adamw;
-pub(crate) mod adamw_rule;
-pub(crate) mod params;
+pub mod adamw_rule;
+pub mod fused;
+pub mod params;
 pub mod sgd;
-pub(crate) mod sgd_rule;
+pub mod sgd_rule;
 #[cfg(test)]
 mod test_net;

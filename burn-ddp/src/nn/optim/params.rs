@@ -1,5 +1,5 @@
-//! What the fused optimizers share: where a step's gradients come from, and putting the updated
-//! values back into the module.
+//! What the fused optimizers share: one parameter's inputs and result, where a step's gradients
+//! come from, and putting the updated values back into the module.
 
 use burn::module::{ModuleMapper, Param, ParamId};
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -9,6 +9,18 @@ use burn_optim::{GradientsParams, MultiGradientsParams};
 use hashbrown::HashMap;
 
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+
+/// One parameter's inputs to a step of a fused rule, as buffers of any rank.
+pub struct Entry<B: Backend, S> {
+    pub(crate) id: ParamId,
+    pub(crate) param: FloatTensor<B>,
+    pub(crate) grad: FloatTensor<B>,
+    /// The rule's state from the last step (`None` on the parameter's first step).
+    pub(crate) state: Option<S>,
+}
+
+/// One parameter's step result: `(id, new value, new state)`.
+pub type Done<B, S> = (ParamId, FloatTensor<B>, Option<S>);
 
 /// Where the gradients come from: one device's, or several devices' to be summed.
 pub(crate) enum Grads {

@@ -7,23 +7,21 @@
 //! third of a ResNet-34 step's kernel launches. On every other backend (and for parameters that
 //! are not f32) the same rule runs on burn's operations.
 //!
-//! The state is burn's: [`FusedSgd::to_record`] is the record `SgdConfig::init()`'s optimizer
+//! The state is burn's: `FusedSgd`'s `to_record` is the record `SgdConfig::init()`'s optimizer
 //! writes (`HashMap<ParamId, AdaptorRecord<Sgd, B>>`), so checkpoints move between the two.
 
-use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::module::AutodiffModule;
 use burn::record::{FullPrecisionSettings, Record};
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Device, Tensor, TensorMetadata};
 use burn_optim::momentum::MomentumState;
 use burn_optim::record::AdaptorRecord;
-use burn_optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer, Sgd, SgdState};
-use hashbrown::HashMap;
-use std::marker::PhantomData;
+use burn_optim::{Sgd, SgdState};
 
-use crate::nn::optim::params::{Grads, Replace};
+use crate::nn::optim::fused::{FusedOptimizer, FusedRule, as_tensor};
 pub use crate::nn::optim::sgd_rule::FusedSgdConfig;
-use crate::nn::optim::sgd_rule::{Entry, reference_update};
+use crate::nn::optim::sgd_rule::{Done, Entry, reference_update};
 
 impl FusedSgdConfig {
     /// The optimizer for modules `M` on `B`.
@@ -46,7 +44,7 @@ impl FusedSgdConfig {
             c.momentum,
             c.dampening
         );
-        FusedSgd { config: c, velocity: HashMap::new(), loaded: HashMap::new(), _module: PhantomData }
+        FusedOptimizer::new(c)
     }
 }
 
@@ -55,115 +53,41 @@ type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 pub type SgdRecord<B> = AdaptorRecord<Sgd<Inner<B>>, B>;
 
 /// SGD whose step is one operation on burn-cuda (see the module documentation).
-pub struct FusedSgd<M, B: AutodiffBackend> {
-    config: FusedSgdConfig,
-    /// Momentum buffers, in their parameters' shapes.
-    velocity: HashMap<ParamId, FloatTensor<Inner<B>>>,
-    /// Records loaded and not yet claimed by a step (their rank is learnt from the parameter).
-    loaded: HashMap<ParamId, SgdRecord<B>>,
-    _module: PhantomData<fn() -> M>,
-}
+pub type FusedSgd<M, B> = FusedOptimizer<FusedSgdConfig, M, B>;
 
-impl<M, B: AutodiffBackend> Clone for FusedSgd<M, B> {
-    fn clone(&self) -> Self {
-        Self { config: self.config, velocity: self.velocity.clone(), loaded: self.loaded.clone(), _module: PhantomData }
+impl<B: AutodiffBackend> FusedRule<B> for FusedSgdConfig {
+    /// The momentum buffer.
+    type State = FloatTensor<Inner<B>>;
+    type Record = SgdRecord<B>;
+
+    fn state_from_record<const D: usize>(record: SgdRecord<B>, device: &Device<Inner<B>>) -> Option<Self::State> {
+        let momentum = record.into_state::<D>().momentum?;
+        Some(momentum_buffer::<B, D>(momentum, device).into_primitive().tensor())
     }
-}
 
-/// Gathers each trained parameter's value, gradient and momentum buffer.
-struct Gather<'a, B: AutodiffBackend> {
-    grads: Grads,
-    velocity: &'a mut HashMap<ParamId, FloatTensor<Inner<B>>>,
-    loaded: &'a mut HashMap<ParamId, SgdRecord<B>>,
-    entries: Vec<Entry<Inner<B>>>,
-}
+    fn record_of(state: &Self::State) -> SgdRecord<B> {
+        velocity_record::<B>(state.clone())
+    }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Gather<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<Inner<B>, D>(param.id) else { return };
-        let value = param.val().inner();
-        let grad = grad.to_device(&value.device());
-        if let Some(record) = self.loaded.remove(&param.id) {
-            let velocity = record.into_state::<D>().momentum.map(|m| momentum_buffer::<B, D>(m, &value.device()));
-            if let Some(v) = velocity {
-                self.velocity.insert(param.id, v.into_primitive().tensor());
-            }
-        }
-        let velocity = self.velocity.remove(&param.id);
-        self.entries.push(Entry {
-            id: param.id,
-            param: value.into_primitive().tensor(),
-            grad: grad.into_primitive().tensor(),
-            velocity,
-        });
+    /// On burn-cuda one operation for the f32 entries, elsewhere (and for the rest) burn's
+    /// operations.
+    fn update(&self, entries: Vec<Entry<Inner<B>>>, lr: f64) -> Vec<Done<Inner<B>>> {
+        #[cfg(feature = "cuda")]
+        let (mut done, entries) = crate::nn::cuda::ops::sgd::update(entries, lr, self);
+        #[cfg(not(feature = "cuda"))]
+        let mut done = Vec::new();
+        done.extend(entries.into_iter().map(|e| reference_update(e, lr, self)));
+        done
     }
 }
 
 /// The tensor inside burn's momentum state (its field is private; its record item is not).
 fn momentum_buffer<B: AutodiffBackend, const D: usize>(
     state: MomentumState<Inner<B>, D>,
-    device: &burn::tensor::Device<Inner<B>>,
+    device: &Device<Inner<B>>,
 ) -> Tensor<Inner<B>, D> {
     let item = state.into_item::<FullPrecisionSettings>();
     <Tensor<Inner<B>, D> as Record<Inner<B>>>::from_item(item.velocity, device)
-}
-
-impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedSgd<M, B> {
-    fn step_with(&mut self, lr: LearningRate, module: M, grads: Grads) -> M {
-        let mut gather =
-            Gather::<B> { grads, velocity: &mut self.velocity, loaded: &mut self.loaded, entries: Vec::new() };
-        module.visit(&mut gather);
-        let entries = gather.entries;
-        let mut updated = HashMap::with_capacity(entries.len());
-        for (id, param, velocity) in update::<Inner<B>>(entries, lr, &self.config) {
-            updated.insert(id, param);
-            if let Some(v) = velocity {
-                self.velocity.insert(id, v);
-            }
-        }
-        module.map(&mut Replace::<B> { updated })
-    }
-}
-
-/// The step for every entry: `(id, new value, new momentum buffer)`, on burn-cuda as one
-/// operation for the f32 entries, elsewhere (and for the rest) on burn's operations.
-fn update<B: Backend>(
-    entries: Vec<Entry<B>>,
-    lr: f64,
-    c: &FusedSgdConfig,
-) -> Vec<(ParamId, FloatTensor<B>, Option<FloatTensor<B>>)> {
-    #[cfg(feature = "cuda")]
-    let (mut done, entries) = crate::nn::cuda::ops::sgd::update(entries, lr, c);
-    #[cfg(not(feature = "cuda"))]
-    let mut done = Vec::new();
-    done.extend(entries.into_iter().map(|e| reference_update(e, lr, c)));
-    done
-}
-
-impl<M: AutodiffModule<B>, B: AutodiffBackend> Optimizer<M, B> for FusedSgd<M, B> {
-    type Record = HashMap<ParamId, SgdRecord<B>>;
-
-    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        self.step_with(lr, module, Grads::Single(grads))
-    }
-
-    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
-        self.step_with(lr, module, Grads::Multi(grads))
-    }
-
-    fn to_record(&self) -> Self::Record {
-        let mut record = self.loaded.clone();
-        for (id, v) in &self.velocity {
-            record.insert(*id, velocity_record::<B>(v.clone()));
-        }
-        record
-    }
-
-    fn load_record(mut self, record: Self::Record) -> Self {
-        self.velocity.clear();
-        self.loaded = record;
-        self
-    }
 }
 
 /// Parameter updates the CUDA kernel has run so far in this process (0 without the `cuda`
@@ -179,8 +103,7 @@ pub fn fused_updates() -> usize {
 /// burn's record of a momentum buffer of any rank up to 6.
 fn velocity_record<B: AutodiffBackend>(v: FloatTensor<Inner<B>>) -> SgdRecord<B> {
     fn at<B: AutodiffBackend, const D: usize>(v: FloatTensor<Inner<B>>) -> SgdRecord<B> {
-        let state =
-            SgdState::new(Some(MomentumState::new(Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(v)))));
+        let state = SgdState::new(Some(MomentumState::new(as_tensor::<B, D>(v))));
         AdaptorRecord::from_state::<D>(state)
     }
     match v.shape().num_dims() {
@@ -198,11 +121,13 @@ fn velocity_record<B: AutodiffBackend>(v: FloatTensor<Inner<B>>) -> SgdRecord<B>
 mod tests {
     use super::*;
     use crate::nn::optim::test_net::{Ad, Materialise, Net, assert_same, step};
-    use burn::module::Module;
+    use burn::module::{Module, ParamId};
     use burn::tensor::Distribution;
+    use burn_optim::Optimizer;
     use burn_optim::SgdConfig;
     use burn_optim::decay::WeightDecayConfig;
     use burn_optim::momentum::MomentumConfig;
+    use hashbrown::HashMap;
 
     fn burn_sgd(c: &FusedSgdConfig) -> impl Optimizer<Net<Ad>, Ad, Record = HashMap<ParamId, SgdRecord<Ad>>> + use<> {
         let momentum = (c.momentum > 0.0).then(|| {

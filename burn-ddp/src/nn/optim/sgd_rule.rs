@@ -2,7 +2,6 @@
 //! the rule on burn's operations — shared with its CUDA path (`cuda::ops::sgd`), which imports this
 //! file and not the optimizer.
 
-use burn::module::ParamId;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
@@ -26,22 +25,15 @@ impl Default for FusedSgdConfig {
     }
 }
 
-/// One parameter's inputs to the step, as buffers of any rank.
-pub(crate) struct Entry<B: Backend> {
-    pub id: ParamId,
-    pub param: FloatTensor<B>,
-    pub grad: FloatTensor<B>,
-    /// `None` on the first step (the buffer starts as the gradient) or without momentum.
-    pub velocity: Option<FloatTensor<B>>,
-}
+/// One parameter's inputs to the step; its state is the momentum buffer (`None` on the first
+/// step, when the buffer starts as the gradient, or without momentum).
+pub(crate) type Entry<B> = crate::nn::optim::params::Entry<B, FloatTensor<B>>;
+/// One parameter's step result: `(id, new value, new momentum buffer)`.
+pub(crate) type Done<B> = crate::nn::optim::params::Done<B, FloatTensor<B>>;
 
 /// PyTorch's rule on burn's operations: `g = ∇ + λp`; `v = g` on the first step, else
 /// `μv + (1 − τ)g`; `g = g + μv` (Nesterov) or `v`; `p = p − lr·g`.
-pub(crate) fn reference_update<B: Backend>(
-    e: Entry<B>,
-    lr: f64,
-    c: &FusedSgdConfig,
-) -> (ParamId, FloatTensor<B>, Option<FloatTensor<B>>) {
+pub(crate) fn reference_update<B: Backend>(e: Entry<B>, lr: f64, c: &FusedSgdConfig) -> Done<B> {
     let flat = |t: FloatTensor<B>| -> Tensor<B, 1> {
         let n = t.shape().num_elements();
         Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [n].into())))
@@ -54,7 +46,7 @@ pub(crate) fn reference_update<B: Backend>(
     }
     let mut velocity = None;
     if c.momentum != 0.0 {
-        let v = match e.velocity {
+        let v = match e.state {
             Some(v) => flat(v).mul_scalar(c.momentum) + g.clone().mul_scalar(1.0 - c.dampening),
             None => g.clone(),
         };

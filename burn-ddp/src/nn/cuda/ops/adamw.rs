@@ -91,7 +91,7 @@ pub(crate) fn update<B: Backend>(
         return (Vec::new(), entries);
     }
     let f32s = |e: &Entry<B>| {
-        let moments = e.moments.iter().flat_map(|s| [&s.m, &s.v]);
+        let moments = e.state.iter().flat_map(|s| [&s.m, &s.v]);
         [&e.param, &e.grad]
             .into_iter()
             .chain(moments)
@@ -101,7 +101,7 @@ pub(crate) fn update<B: Backend>(
     let done = by_device::<B, _>(ours, |e: &Entry<B>| &e.param)
         .into_iter()
         .flat_map(|list| queue_group(list, lr, c))
-        .map(|(id, p, m, v, time)| (id, cast(p), Moments { m: cast(m), v: cast(v), time }))
+        .map(|(id, p, m, v, time)| (id, cast(p), Some(Moments { m: cast(m), v: cast(v), time })))
         .collect();
     (done, rest)
 }
@@ -120,9 +120,9 @@ fn queue_group<B: Backend>(
         let param: Prim = cast(e.param);
         let shape = param.shape.clone();
         outputs.extend(std::iter::repeat_n((shape.clone(), DType::F32), 3));
-        slots.push(Slot { id: e.id, shape, time: e.moments.as_ref().map_or(1, |s| s.time + 1) });
+        slots.push(Slot { id: e.id, shape, time: e.state.as_ref().map_or(1, |s| s.time + 1) });
         inputs.extend([param, cast(e.grad)]);
-        if let Some(s) = e.moments {
+        if let Some(s) = e.state {
             inputs.extend([cast(s.m), cast(s.v)]);
         }
     }

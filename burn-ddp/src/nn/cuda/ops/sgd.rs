@@ -16,7 +16,7 @@ use crate::nn::cuda::cudnn::convolution as cudnn;
 use crate::nn::cuda::kernels::nvrtc::{Kernels, launch_256};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
 use crate::nn::cuda::runtime::launch::{self, Prim, by_device, cast, cuda_backend, empty_f32};
-use crate::nn::optim::sgd_rule::{Entry, FusedSgdConfig};
+use crate::nn::optim::sgd_rule::{Done, Entry, FusedSgdConfig};
 use burn::module::ParamId;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -74,9 +74,6 @@ struct Slot {
     has_velocity: bool,
 }
 
-/// One parameter's step result: `(id, new value, new momentum buffer)`.
-type Done<B> = (ParamId, FloatTensor<B>, Option<FloatTensor<B>>);
-
 /// Updates the entries this path takes (burn-cuda, f32 value, gradient and buffer, NVRTC
 /// working) as one operation per device; returns their results and the entries left for burn's
 /// operations.
@@ -85,7 +82,7 @@ pub(crate) fn update<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdCo
         return (Vec::new(), entries);
     }
     let f32s = |e: &Entry<B>| {
-        [Some(&e.param), Some(&e.grad), e.velocity.as_ref()]
+        [Some(&e.param), Some(&e.grad), e.state.as_ref()]
             .into_iter()
             .flatten()
             .all(|t| cast::<FloatTensor<B>, Prim>(t.clone()).dtype == DType::F32)
@@ -110,9 +107,9 @@ fn queue_group<B: Backend>(entries: Vec<Entry<B>>, lr: f64, c: &FusedSgdConfig) 
         let param: Prim = cast(e.param);
         let shape = param.shape.clone();
         outputs.extend(std::iter::repeat_n((shape.clone(), DType::F32), 1 + usize::from(momentum)));
-        slots.push(Slot { id: e.id, shape, has_velocity: momentum && e.velocity.is_some() });
+        slots.push(Slot { id: e.id, shape, has_velocity: momentum && e.state.is_some() });
         inputs.extend([param, cast(e.grad)]);
-        if momentum && let Some(v) = e.velocity {
+        if momentum && let Some(v) = e.state {
             inputs.push(cast(v));
         }
     }
