@@ -16,8 +16,8 @@ use crate::nn::optim::params::{Done, Entry, Grads, Replace};
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 
 /// An update rule with per-parameter state, applied to all parameters at once. Implemented by
-/// the rules' configs ([`FusedSgdConfig`](crate::nn::FusedSgdConfig),
-/// [`FusedAdamWConfig`](crate::nn::FusedAdamWConfig)); its inputs are crate-private, so it is
+/// the rules' configs ([`FusedSgdConfig`](crate::nn::optim::sgd_rule::FusedSgdConfig),
+/// [`FusedAdamWConfig`](crate::nn::optim::adamw_rule::FusedAdamWConfig)); its inputs are crate-private, so it is
 /// not implemented elsewhere.
 pub trait FusedRule<B: AutodiffBackend>: Copy + Send + Sync + 'static {
     /// One parameter's state between steps (a momentum buffer, two moments), in its shape.
