@@ -5,7 +5,7 @@
 #              kernel by benches/gpu/ncu_summary.py;
 #  torch_prof: torch.profiler on one PyTorch step of the same model, batch and size;
 #  burn_split: the step without a profiler, with the host's waits on the cuDNN path
-#              (the switches of sessions 3–5 that compared variants are gone: set
+#              (the switches of earlier versions that compared variants are gone: set
 #              `burn_ddp::nn::CudnnOptions` in code to compare them).
 # BURN_EXTRA adds options to burn-vision's bench (e.g. "--precision bf16", or "--channels-first":
 # the bench, like train, keeps GPU activations channels-last by default),

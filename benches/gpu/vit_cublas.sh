@@ -2,8 +2,8 @@
 # One device call on one H200 (2026-12-01): matrix products on cuBLAS. burn-ddp-gpu-checks's checks
 # (cuBLAS products and gradients against f64 beside the cuDNN ones), its bench-gemm (forward
 # products at ViT-B/16 shapes, cuBLAS against burn's kernels), then ViT-B/16 b128 bf16 training
-# with cuBLAS (default) and without (BURN_DDP_CUBLAS=0, burn's matmul kernels: the session-10
-# path) in the same call, and torchvision's vit_b_16 eager beside them.
+# with cuBLAS (default) and without (BURN_DDP_CUBLAS=0, burn's matmul kernels: the path
+# before this change) in the same call, and torchvision's vit_b_16 eager beside them.
 # PART=2 runs the second half: ViT-S/16 b256 against timm eager, ResNet-50 bf16 b256 (its f32
 # head is the only product that moved) against PyTorch eager, ViT-B/16 torch.compile, and an
 # Nsight Compute profile of two ViT-B/16 steps (kernel time by kernel).
