@@ -9,9 +9,10 @@ Modes (each prints one JSON line prefixed with RESULT):
              DistributedDataParallel over a one-rank NCCL group (its defaults: 25 MB buckets, the
              first 1 MB; every bucket goes through NCCL): the same work
              `burn-vision bench --precision ... [--ddp]` does. cudnn.benchmark is on.
-  folder     DIR BATCH STEPS [nchw|nhwc]  ResNet-50 on an ImageFolder with
-             RandomResizedCrop(224)+flip, 8 DataLoader workers: real decoding and augmentation
-             (fp32; nhwc: model and batches channels_last).
+  folder     DIR BATCH STEPS [nchw|nhwc] [f32|bf16] [WORKERS]  ResNet-50 on an ImageFolder with
+             RandomResizedCrop(224)+flip, DataLoader with WORKERS workers (default 8), pinned
+             memory: real decoding and augmentation (fp32 by default, bf16 autocast; nhwc: model
+             and batches channels_last). SGD(lr 0.01, momentum 0.9).
   tutorial   DIR EPOCHS [f32|bf16] [nchw|nhwc] [WORKERS]  the tutorial's whole job, as
              `burn-vision train --preset tutorial --epochs EPOCHS` runs it on one GPU: ResNet-34,
              batch 16, SGD(lr 1e-3, momentum 0.9, weight decay 5e-3), cosine to 0.1x per step,
@@ -141,13 +142,13 @@ def one_rank_ddp(model):
     return nn.parallel.DistributedDataParallel(model, device_ids=[0])
 
 
-def folder(path, batch, steps, layout="nchw"):
+def folder(path, batch, steps, layout="nchw", precision="f32", workers=8):
     import torchvision.transforms as T
     dev = torch.device("cuda")
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                     T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     ds = torchvision.datasets.ImageFolder(path, tf)
-    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=8, drop_last=True,
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
                                      pin_memory=True, persistent_workers=True)
 
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
@@ -159,9 +160,11 @@ def folder(path, batch, steps, layout="nchw"):
 
     model = resnet("resnet50", len(ds.classes), 3, False).to(dev).to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    ips, warm, loss = timed_steps(model, opt, forever(), 3, steps)
+    amp = torch.bfloat16 if precision == "bf16" else None
+    ips, warm, loss = timed_steps(model, opt, forever(), 3, steps, amp)
     print("RESULT " + json.dumps(dict(framework="pytorch", mode="folder", model="resnet50", batch=batch, layout=layout,
-                                      img_per_s=ips, warmup_s=warm, loss=loss)), flush=True)
+                                      precision=precision, workers=workers, img_per_s=ips, warmup_s=warm,
+                                      loss=loss)), flush=True)
 
 
 def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8)):
@@ -247,7 +250,7 @@ if __name__ == "__main__":
         name, batch, size, ch, classes, small, warmup, steps = args[:8]
         synthetic(name, int(batch), int(size), int(ch), int(classes), small == "1", int(warmup), int(steps), *args[8:])
     elif mode == "folder":
-        folder(args[0], int(args[1]), int(args[2]), *args[3:4])
+        folder(args[0], int(args[1]), int(args[2]), *args[3:5], *[int(w) for w in args[5:6]])
     elif mode == "tutorial":
         tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]])
     elif mode == "make-folder":

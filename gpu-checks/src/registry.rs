@@ -2,8 +2,8 @@
 //! selects), what it compares, and the function that does it.
 
 use crate::checks::{
-    activations, attention, batch_norm, convolution, layer_norm, loss, memory, nccl, optimizer, ordering, products,
-    sync_batch_norm,
+    activations, attention, batch_norm, convolution, decode, layer_norm, loss, memory, nccl, optimizer, ordering,
+    products, sync_batch_norm,
 };
 use burn_cuda::CudaDevice;
 
@@ -40,6 +40,16 @@ pub(crate) const CHECKS: &[Check] = &[
         run: batch_norm::check_fused,
     },
     Check { name: "upload", what: "page-locked image uploads arrive exactly", run: memory::check_upload },
+    Check {
+        name: "crop-resize",
+        what: "the crop-and-resize kernel of device-decoded batches against its f64 host twin",
+        run: decode::check_crop_resize,
+    },
+    Check {
+        name: "jpeg-decode",
+        what: "nvJPEG's decode and random crops against the image crate's decode: PSNR >= 40 dB",
+        run: decode::check_jpeg_decode,
+    },
     Check {
         name: "products",
         what: "cuBLAS matmul and linear, values and gradients, against f64",

@@ -1,6 +1,7 @@
 //! GPU layers: Burn modules and operations with faster device paths than burn-nn's —
 //! convolutions on cuDNN, batch norms on cuDNN (NCHW) or our own CUDA kernels (channels-last),
-//! the fused convolution + batch norm, the page-locked batch upload — on burn-cuda, and burn's
+//! the fused convolution + batch norm, the page-locked batch upload, JPEG batches decoded and
+//! augmented on the device — on burn-cuda, and burn's
 //! own operations on every other backend. Any Burn model can use them; they know nothing of
 //! process groups (this layer sits beside `process_group` and never imports it).
 //!
@@ -16,6 +17,7 @@ pub mod conv;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod decode;
 pub mod layer_norm;
 pub(crate) mod layers;
 pub mod linear;
@@ -34,6 +36,7 @@ pub use conv::conv2d;
 pub use cross_entropy::cross_entropy;
 #[cfg(feature = "cuda")]
 pub use cuda::ops::batch_norm_nhwc::kernel_calls as nhwc_bn_kernel_calls;
+pub use decode::{CropResize, Normalize, Pixels, crops_to_device};
 pub use layer_norm::layer_norm;
 pub use layers::{BatchNorm, Conv2d};
 pub use linear::{attention, linear, matmul, self_attention};

@@ -108,6 +108,10 @@ impl Dataset for FolderDataset {
     fn load(&self, index: usize) -> Result<DynamicImage> {
         decode_file(&self.items[index].0)
     }
+    fn read_bytes(&self, index: usize) -> Option<Result<Vec<u8>>> {
+        let path = &self.items[index].0;
+        Some(std::fs::read(path).map_err(|e| Error::io("reading", path, e)))
+    }
     fn describe(&self, index: usize) -> String {
         self.items[index].0.display().to_string()
     }

@@ -44,6 +44,52 @@ pub fn check_whole(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
+/// The size `(width, height)` of a JPEG that GPU decoders take (nvJPEG's hardware decoder
+/// among them): baseline or extended sequential Huffman coding (SOF0 / SOF1), 8-bit samples,
+/// three components with chroma at full, half or quarter resolution (4:4:4, 4:2:2, 4:4:0,
+/// 4:2:0). `None` for anything else — progressive, arithmetic-coded, 12-bit, greyscale or CMYK
+/// JPEGs, and bytes that are not a JPEG — which the CPU decodes.
+pub fn device_decodable(bytes: &[u8]) -> Option<(u32, u32)> {
+    if !bytes.starts_with(&[0xFF, 0xD8]) {
+        return None;
+    }
+    let mut at = 2;
+    loop {
+        let marker_at = next_marker(bytes, at)?;
+        let marker = bytes[marker_at];
+        at = marker_at + 1;
+        if matches!(marker, 0xD0..=0xD7 | 0x01) {
+            continue;
+        }
+        let len = usize::from(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]));
+        let segment = bytes.get(at + 2..at + len)?;
+        match marker {
+            0xC0 | 0xC1 => return sequential_frame(segment),
+            // Any other start of frame, a scan or the end before a frame: not for the GPU.
+            0xC2..=0xCF | 0xDA | 0xD9 if marker != 0xC4 && marker != 0xC8 && marker != 0xCC => return None,
+            _ => at += len,
+        }
+    }
+}
+
+/// The size in a baseline frame header (precision, height, width, components) when its
+/// sampling is one the GPU decoders take.
+fn sequential_frame(s: &[u8]) -> Option<(u32, u32)> {
+    let (precision, height, width, components) = (
+        *s.first()?,
+        u16::from_be_bytes([*s.get(1)?, *s.get(2)?]),
+        u16::from_be_bytes([*s.get(3)?, *s.get(4)?]),
+        *s.get(5)?,
+    );
+    if precision != 8 || components != 3 || height == 0 || width == 0 {
+        return None;
+    }
+    let factors: Vec<u8> = (0..3).map(|c| s.get(6 + 3 * c + 1).copied()).collect::<Option<_>>()?;
+    let luma = (factors[0] >> 4, factors[0] & 15);
+    let chroma_full = factors[1] == 0x11 && factors[2] == 0x11;
+    (chroma_full && matches!(luma, (1, 1) | (2, 1) | (1, 2) | (2, 2))).then_some((u32::from(width), u32::from(height)))
+}
+
 /// The index of the marker code after the `0xFF` (and fill bytes) at or after `at`, where a
 /// segment is expected to start.
 fn next_marker(bytes: &[u8], at: usize) -> Option<usize> {
@@ -95,6 +141,30 @@ mod tests {
     }
 
     #[test]
+    fn device_decodable_reads_the_size_of_baseline_colour_jpegs_only() {
+        for (w, h) in [(40, 30), (17, 9), (1, 1)] {
+            assert_eq!(device_decodable(&jpeg(w, h)), Some((w, h)));
+        }
+        let grey = {
+            let mut out = std::io::Cursor::new(Vec::new());
+            image::DynamicImage::ImageLuma8(image::GrayImage::new(8, 8))
+                .write_to(&mut out, image::ImageFormat::Jpeg)
+                .unwrap();
+            out.into_inner()
+        };
+        assert_eq!(device_decodable(&grey), None, "one component");
+        let mut progressive = jpeg(16, 16);
+        let sof = progressive.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+        progressive[sof + 1] = 0xC2;
+        assert_eq!(device_decodable(&progressive), None);
+        assert_eq!(device_decodable(b"\x89PNG\r\n"), None);
+        let whole = jpeg(16, 16);
+        for cut in 0..whole.len().min(200) {
+            let _ = device_decodable(&whole[..cut]);
+        }
+    }
+
+    #[test]
     fn never_panics_on_arbitrary_bytes() {
         let whole = jpeg(16, 16);
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
@@ -108,6 +178,7 @@ mod tests {
                 b[i] = (state >> 32) as u8;
             }
             let _ = check_whole(&b[..(state as usize >> 8) % b.len()]);
+            let _ = device_decodable(&b[..(state as usize >> 8) % b.len()]);
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::Dataset;
 use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
+use burn_ddp::nn::{CropResize, Normalize, Pixels};
 use image::{DynamicImage, GenericImageView};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -20,14 +21,39 @@ const REMEMBERED_SKIPS: usize = 10;
 /// One batch, channel-first, ready to become a `[n, c, h, w]` tensor.
 #[derive(Debug, Clone)]
 pub struct Batch {
-    /// `n·c·h·w` normalised pixel values.
-    pub images: Vec<f32>,
+    /// The pixels, made on the host or to be made on the device.
+    pub images: BatchImages,
     /// Class labels, one per image.
     pub labels: Vec<i64>,
     /// `[n, c, h, w]`.
     pub shape: [usize; 4],
     /// Dataset indices of the images, in batch order.
     pub indices: Vec<usize>,
+}
+
+/// A batch's pixels.
+#[derive(Debug, Clone)]
+pub enum BatchImages {
+    /// `n·c·h·w` normalised values, decoded and transformed on the host.
+    Host(Vec<f32>),
+    /// Encoded images (JPEG bytes, or RGB the host decoded) with the crop each gets, for the
+    /// device to decode, crop, resize and normalise (`burn_ddp::nn::crops_to_device`).
+    Device {
+        /// One per image, in batch order.
+        images: Vec<CropResize>,
+        /// The pipeline's normalisation.
+        norm: Normalize,
+    },
+}
+
+impl BatchImages {
+    /// The host values, when the host made them.
+    pub fn host(&self) -> Option<&[f32]> {
+        match self {
+            BatchImages::Host(v) => Some(v),
+            BatchImages::Device { .. } => None,
+        }
+    }
 }
 
 /// Counts images that could not be decoded and remembers the first few.
@@ -70,6 +96,10 @@ pub struct LoaderConfig {
     pub seed: u64,
     /// Fail on the first unreadable image instead of skipping it.
     pub strict: bool,
+    /// Leave decoding and the crop-and-resize to the device ([`BatchImages::Device`]) when the
+    /// pipeline is one it can do ([`Pipeline::is_crop_and_resize`]); the host only reads files,
+    /// checks them and draws the crops.
+    pub device_decode: bool,
 }
 
 /// The RNG for one sample's augmentation, a pure function of (seed, epoch, sample index):
@@ -88,6 +118,7 @@ pub struct StageTimes {
     decode_ns: AtomicU64,
     transform_ns: AtomicU64,
     images: AtomicU64,
+    host_decoded: AtomicU64,
 }
 
 impl StageTimes {
@@ -95,6 +126,11 @@ impl StageTimes {
     pub fn totals(&self) -> (f64, f64, u64) {
         let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
         (s(&self.decode_ns), s(&self.transform_ns), self.images.load(Ordering::Relaxed))
+    }
+    /// Of the images of device-decoded batches, those the host decoded (PNGs, progressive or
+    /// greyscale JPEGs: formats the device decoder does not take).
+    pub fn host_decoded(&self) -> u64 {
+        self.host_decoded.load(Ordering::Relaxed)
     }
 }
 
@@ -166,6 +202,9 @@ fn make_batch(
     skips: &SkipLog,
     times: &StageTimes,
 ) -> Result<Option<Batch>> {
+    if config.device_decode && pipeline.is_crop_and_resize() {
+        return make_device_batch(dataset, chunk, pipeline, (epoch, config), skips, times);
+    }
     let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
     // Decode and transform in parallel; normalise straight into the batch (below).
     let decoded: Vec<(usize, Result<DynamicImage>)> = chunk
@@ -218,7 +257,85 @@ fn make_batch(
         times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
     });
     times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
-    Ok(Some(Batch { shape: [labels.len(), pipeline.channels, h as usize, w as usize], images, labels, indices }))
+    Ok(Some(Batch {
+        shape: [labels.len(), pipeline.channels, h as usize, w as usize],
+        images: BatchImages::Host(images),
+        labels,
+        indices,
+    }))
+}
+
+/// A batch for the device to decode: each sample's file read and checked, its crop drawn from
+/// its own RNG as the host path draws it; formats the device does not decode are decoded here.
+fn make_device_batch(
+    dataset: &dyn Dataset,
+    chunk: &[usize],
+    pipeline: &Pipeline,
+    (epoch, config): (u64, &LoaderConfig),
+    skips: &SkipLog,
+    times: &StageTimes,
+) -> Result<Option<Batch>> {
+    let items: Vec<(usize, Result<CropResize>)> = chunk
+        .par_iter()
+        .map(|&index| {
+            let t = Instant::now();
+            let item = device_item(dataset, index, pipeline, &mut sample_rng(config.seed, epoch, index), times);
+            times.decode_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            (index, item)
+        })
+        .collect();
+    let (mut images, mut labels, mut indices) = (Vec::new(), Vec::new(), Vec::new());
+    for (index, item) in items {
+        match item {
+            Ok(c) => {
+                images.push(c);
+                labels.push(dataset.label(index) as i64);
+                indices.push(index);
+            }
+            Err(e) if !config.strict => skips.record(dataset.describe(index), &e),
+            Err(e) => return Err(e),
+        }
+    }
+    if images.is_empty() {
+        return Ok(None);
+    }
+    times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
+    let (w, h) = pipeline.output_size((1, 1));
+    let norm = Normalize {
+        mean: [pipeline.mean[0], pipeline.mean[1], pipeline.mean[2]],
+        std: [pipeline.std[0], pipeline.std[1], pipeline.std[2]],
+    };
+    Ok(Some(Batch {
+        shape: [labels.len(), 3, h as usize, w as usize],
+        images: BatchImages::Device { images, norm },
+        labels,
+        indices,
+    }))
+}
+
+/// One sample for the device: its JPEG bytes when the device decodes them, its RGB pixels
+/// otherwise, with the crop `pipeline` draws for it.
+fn device_item(
+    dataset: &dyn Dataset,
+    index: usize,
+    pipeline: &Pipeline,
+    rng: &mut ChaCha8Rng,
+    times: &StageTimes,
+) -> Result<CropResize> {
+    let bad = |reason: String| Error::BadImage { path: dataset.describe(index).into(), reason };
+    let bytes = dataset.read_bytes(index).transpose()?;
+    if let Some(bytes) = bytes
+        && let Some((w, h)) = super::jpeg::device_decodable(&bytes)
+    {
+        super::jpeg::check_whole(&bytes).map_err(bad)?;
+        let plan = pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;
+        return Ok(CropResize { pixels: Pixels::Jpeg(bytes), size: [w, h], region: plan.region, flip: plan.flip });
+    }
+    let img = dataset.load(index)?.into_rgb8();
+    times.host_decoded.fetch_add(1, Ordering::Relaxed);
+    let (w, h) = img.dimensions();
+    let plan = pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;
+    Ok(CropResize { pixels: Pixels::Rgb(img.into_raw()), size: [w, h], region: plan.region, flip: plan.flip })
 }
 
 impl Iterator for Loader {
@@ -255,7 +372,7 @@ mod tests {
     }
 
     fn config(batch_size: usize, drop_last: bool) -> LoaderConfig {
-        LoaderConfig { batch_size, drop_last, prefetch: 2, seed: 1, strict: false }
+        LoaderConfig { batch_size, drop_last, prefetch: 2, seed: 1, strict: false, device_decode: false }
     }
 
     #[test]
@@ -268,9 +385,44 @@ mod tests {
         assert_eq!(batches.iter().map(|b| b.shape[0]).collect::<Vec<_>>(), [4, 4, 2]);
         assert_eq!(batches.iter().flat_map(|b| b.indices.clone()).collect::<Vec<_>>(), order);
         assert_eq!(batches[0].labels, [0, 2, 1, 0]);
-        assert_eq!(batches[0].images.len(), 4 * 16);
+        assert_eq!(batches[0].images.host().unwrap().len(), 4 * 16);
         let dropped = Loader::new(dataset(10), order, pipe, 0, config(4, true), Arc::default());
         assert_eq!(dropped.count(), 2);
+    }
+
+    /// A device-decoded batch: baseline JPEGs travel as their bytes, other formats decoded
+    /// here, a cut JPEG skipped and counted as on the host path, every crop the host path's.
+    #[test]
+    fn device_batches_carry_jpeg_bytes_and_host_decode_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let img = image::RgbImage::from_fn(40, 30, |x, y| image::Rgb([x as u8 * 6, y as u8 * 8, 77]));
+        let jpeg = {
+            let mut out = std::io::Cursor::new(Vec::new());
+            image::DynamicImage::ImageRgb8(img.clone()).write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+            out.into_inner()
+        };
+        std::fs::write(dir.path().join("a/0.jpg"), &jpeg).unwrap();
+        img.save(dir.path().join("a/1.png")).unwrap();
+        std::fs::write(dir.path().join("a/2.jpg"), &jpeg[..jpeg.len() / 2]).unwrap();
+        let data: Arc<dyn Dataset> = Arc::new(crate::data::FolderDataset::open(dir.path()).unwrap());
+        let pipe = Pipeline::imagenet_train(16);
+        let skips = Arc::new(SkipLog::default());
+        let device = LoaderConfig { device_decode: true, ..config(3, false) };
+        let mut loader = Loader::new(data.clone(), vec![0, 1, 2], pipe.clone(), 4, device, skips.clone());
+        let batch = loader.next().unwrap().unwrap();
+        assert_eq!((batch.shape, batch.indices.clone(), skips.count()), ([2, 3, 16, 16], vec![0, 1], 1));
+        let BatchImages::Device { images, norm } = batch.images else { panic!("a host batch") };
+        assert_eq!(norm.mean, crate::data::transform::IMAGENET_MEAN);
+        assert_eq!((&images[0].pixels, images[0].size), (&Pixels::Jpeg(jpeg), [40, 30]));
+        assert_eq!((&images[1].pixels, images[1].size), (&Pixels::Rgb(img.into_raw()), [40, 30]));
+        assert_eq!(loader.stage_times().host_decoded(), 1);
+        for (i, c) in images.iter().enumerate() {
+            let plan = pipe.crop_plan((40, 30), &mut sample_rng(1, 4, i)).unwrap();
+            assert_eq!((c.region, c.flip), (plan.region, plan.flip), "sample {i}");
+        }
+        let host = Loader::new(data, vec![0, 1], pipe, 4, config(2, false), Arc::default()).next().unwrap().unwrap();
+        assert!(host.images.host().is_some(), "device_decode off: decoded on the host");
     }
 
     #[test]
@@ -278,7 +430,7 @@ mod tests {
         let pipe = Pipeline::grayscale(4, 0.0, 1.0, &crate::data::Augment::default());
         let run = |epoch| -> Vec<f32> {
             Loader::new(dataset(32), (0..32).collect(), pipe.clone(), epoch, config(8, false), Arc::default())
-                .flat_map(|b| b.unwrap().images)
+                .flat_map(|b| b.unwrap().images.host().unwrap().to_vec())
                 .collect()
         };
         assert_eq!(run(0), run(0));

@@ -1,6 +1,7 @@
 //! Datasets, the seeded per-class split, transforms and the parallel prefetching loader.
 
 pub mod augment;
+pub mod decode;
 pub mod folder;
 pub mod idx;
 pub mod jpeg;
@@ -13,9 +14,10 @@ pub mod throughput;
 pub mod transform;
 
 pub use augment::Augment;
+pub use decode::Decode;
 pub use folder::FolderDataset;
 pub use idx::IdxDataset;
-pub use loader::{Batch, Loader, LoaderConfig, SkipLog, StageTimes};
+pub use loader::{Batch, BatchImages, Loader, LoaderConfig, SkipLog, StageTimes};
 pub use shards::ShardDataset;
 pub use source::{DataSource, load_source, load_source_with};
 pub use split::{shuffle_for_epoch, split_per_class};
@@ -42,6 +44,12 @@ pub trait Dataset: Send + Sync {
     /// # Errors
     /// When the underlying file is missing, unreadable or not a decodable image.
     fn load(&self, index: usize) -> Result<DynamicImage>;
+    /// The encoded bytes of sample `index` (its file as stored), for decoders elsewhere than
+    /// [`Dataset::load`] (the GPU's); `None` (the default) for data without files per sample.
+    fn read_bytes(&self, index: usize) -> Option<Result<Vec<u8>>> {
+        let _ = index;
+        None
+    }
     /// A human-readable name of sample `index` (its path, or `file#index`).
     fn describe(&self, index: usize) -> String;
     /// Class names, indexed by label.

@@ -290,6 +290,9 @@ impl Dataset for ShardDataset {
         let bytes = self.read(index)?;
         decode_bytes(bytes).map_err(|reason| Error::BadImage { path: PathBuf::from(self.describe(index)), reason })
     }
+    fn read_bytes(&self, index: usize) -> Option<Result<Vec<u8>>> {
+        Some(self.read(index))
+    }
     fn describe(&self, index: usize) -> String {
         let sample = &self.samples[index];
         format!("{}:{}", self.shards[sample.shard].display(), sample.name)

@@ -29,6 +29,10 @@ pub struct DataBenchConfig {
     /// Batches prepared ahead of the consumer (as in training).
     #[arg(long, default_value_t = 4)]
     pub prefetch: usize,
+    /// Where JPEGs are decoded when the batches go to a GPU (`--gpus`): `gpu`, `cpu` or `auto`,
+    /// as in training.
+    #[arg(long, value_enum, default_value_t)]
+    pub decode: super::decode::Decode,
 }
 
 /// Where the timed batches go.
@@ -39,6 +43,10 @@ pub trait BatchSink {
     fn take(&mut self, batch: Batch);
     /// Waits until every batch taken has arrived (the clock stops after this).
     fn finish(&mut self) {}
+    /// Whether the sink takes encoded batches and decodes them itself (the GPU's decoder).
+    fn decodes(&self) -> bool {
+        false
+    }
 }
 
 /// Batches stay in host memory: the loader alone is timed.
@@ -74,6 +82,11 @@ pub struct DataBenchResult {
     pub batch_shape: [usize; 4],
     /// Images that could not be decoded (skipped).
     pub skipped: usize,
+    /// Where the images were decoded: `cpu`, or `gpu` (the sink decoded them).
+    pub decoded_on: String,
+    /// In a GPU-decoded run, the images the host decoded all the same (formats the GPU's
+    /// decoder does not take: PNG, progressive or greyscale JPEG).
+    pub host_decoded: u64,
 }
 
 /// Loads `config.batches + 1` batches of `data` (a shuffled order, as in training), hands them
@@ -111,6 +124,7 @@ pub fn loader_throughput(
         prefetch: config.prefetch,
         seed: config.seed,
         strict: false,
+        device_decode: sink.decodes(),
     };
     let skips = Arc::new(SkipLog::default());
     let mut loader = Loader::new(data.dataset.clone(), order, pipeline, 0, loader_config, skips.clone());
@@ -145,6 +159,8 @@ pub fn loader_throughput(
         transform_ms_per_image: per_image(t1 - t0),
         batch_shape,
         skipped: skips.count(),
+        decoded_on: if sink.decodes() { "gpu" } else { "cpu" }.into(),
+        host_decoded: loader.stage_times().host_decoded(),
     })
 }
 
@@ -154,7 +170,7 @@ mod tests {
     use crate::data::{DataSource, load_source};
 
     fn config(batches: usize) -> DataBenchConfig {
-        DataBenchConfig { batch_size: 64, batches, eval: false, seed: 3, prefetch: 2 }
+        DataBenchConfig { batch_size: 64, batches, eval: false, seed: 3, prefetch: 2, decode: Default::default() }
     }
 
     #[test]

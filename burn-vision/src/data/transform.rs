@@ -159,6 +159,17 @@ pub struct Pipeline {
     pub std: Vec<f32>,
 }
 
+/// What a crop-and-resize pipeline does to one image ([`Pipeline::crop_plan`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CropPlan {
+    /// `[x, y, width, height]` of the region, in the image's pixels.
+    pub region: [f32; 4],
+    /// Whether the result is mirrored left-right.
+    pub flip: bool,
+    /// `(width, height)` of the result.
+    pub size: (u32, u32),
+}
+
 /// ImageNet's channel means, as torchvision uses them.
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 /// ImageNet's channel standard deviations.
@@ -252,6 +263,52 @@ impl Pipeline {
             };
         }
         size
+    }
+
+    /// Whether the steps are geometry a device can do after decoding — one region of the
+    /// image resized to a square, maybe mirrored: RandomResizedCrop with or without
+    /// RandomHorizontalFlip, or Resize then CenterCrop (no padding needed) — on three channels.
+    /// Colour jitter, RandAugment and random erasing run on the host only.
+    pub fn is_crop_and_resize(&self) -> bool {
+        use Step::*;
+        self.channels == 3
+            && matches!(
+                self.steps.as_slice(),
+                [RandomResizedCrop { .. }] | [RandomResizedCrop { .. }, RandomHorizontalFlip { .. }] | [Resize { .. }, CenterCrop { .. }]
+                    if self.mean.len() == 3 && self.std.len() == 3
+            )
+    }
+
+    /// What the steps do to an image of size `(w, h)`, drawn from `rng` exactly as
+    /// [`Pipeline::transform`] draws (so the same seed gives the same crop on either path): the
+    /// region `[x, y, width, height]` of the image, whether it is mirrored, and the output
+    /// size. `None` unless [`Pipeline::is_crop_and_resize`].
+    pub fn crop_plan(&self, (w, h): (u32, u32), rng: &mut ChaCha8Rng) -> Option<CropPlan> {
+        if !self.is_crop_and_resize() || w == 0 || h == 0 {
+            return None;
+        }
+        match self.steps.as_slice() {
+            [Step::RandomResizedCrop { size, scale, ratio }, rest @ ..] => {
+                let (x, y, cw, ch) = random_crop_box(w, h, *scale, *ratio, rng);
+                let flip = match rest {
+                    [Step::RandomHorizontalFlip { p }] => rng.random_bool(*p),
+                    _ => false,
+                };
+                Some(CropPlan { region: [x as f32, y as f32, cw as f32, ch as f32], flip, size: (*size, *size) })
+            }
+            [Step::Resize { .. }, Step::CenterCrop { size }] => {
+                let (nw, nh) = Pipeline { steps: self.steps[..1].to_vec(), ..self.clone() }.output_size((w, h));
+                if nw < *size || nh < *size {
+                    return None;
+                }
+                // The centre crop of the resized image, in the original image's pixels.
+                let (kx, ky) = (w as f32 / nw as f32, h as f32 / nh as f32);
+                let (cx, cy) = ((nw - size) / 2, (nh - size) / 2);
+                let region = [cx as f32 * kx, cy as f32 * ky, *size as f32 * kx, *size as f32 * ky];
+                Some(CropPlan { region, flip: false, size: (*size, *size) })
+            }
+            _ => None,
+        }
     }
 
     /// Runs the steps and writes the normalised CHW values into `out` (cleared first).
@@ -399,6 +456,46 @@ mod tests {
                 fast.as_raw().iter().zip(reference.as_raw()).map(|(a, b)| (*a as i32 - *b as i32).abs()).max().unwrap();
             assert!(worst <= 3, "region {region:?} → {size:?}: largest difference {worst} levels");
         }
+    }
+
+    /// The device path's crop plan, made by its host twin, against this host pipeline: the same
+    /// draws (crop window, flip) and the same filter, so a GPU run and a CPU run train on the
+    /// same pixels up to 8-bit rounding.
+    #[test]
+    fn crop_plans_reproduce_the_host_transforms() {
+        use burn_ddp::nn::decode::{CropResize, Normalize, Pixels, crop_resize_on_host};
+        let img = RgbImage::from_fn(157, 113, |x, y| Rgb([(x * 3 % 256) as u8, (y * 7 % 256) as u8, ((x * y) % 251) as u8]));
+        let aug = Augment { hflip: 0.5, ..Augment::default() };
+        for pipeline in [Pipeline::imagenet_train_with(48, &aug), Pipeline::imagenet_eval(48)] {
+            assert!(pipeline.is_crop_and_resize());
+            let norm = Normalize { mean: IMAGENET_MEAN, std: IMAGENET_STD };
+            let mut flips = 0;
+            for seed in 0..24 {
+                let mut host = Vec::new();
+                pipeline.apply_into(DynamicImage::ImageRgb8(img.clone()), &mut rng(seed), &mut host);
+                let plan = pipeline.crop_plan((157, 113), &mut rng(seed)).unwrap();
+                flips += plan.flip as usize;
+                let c = CropResize {
+                    pixels: Pixels::Rgb(Vec::new()),
+                    size: [157, 113],
+                    region: plan.region,
+                    flip: plan.flip,
+                };
+                let mut device = vec![0.0; host.len()];
+                crop_resize_on_host(img.as_raw(), &c, [48, 48], &norm, &mut device);
+                // In 8-bit levels: the host resize rounds to bytes and differs at the borders
+                // by where the filter clamps.
+                let levels: Vec<f32> =
+                    host.iter().zip(&device).enumerate().map(|(i, (a, b))| (a - b).abs() * IMAGENET_STD[i / (48 * 48)] * 255.0).collect();
+                let mean = levels.iter().sum::<f32>() / levels.len() as f32;
+                assert!(mean < 0.8, "seed {seed}: {plan:?}: mean difference {mean} levels");
+            }
+            let random = pipeline.steps.len() == 2 && matches!(pipeline.steps[1], Step::RandomHorizontalFlip { .. });
+            assert!(!random || (4..=20).contains(&flips), "{flips} flips in 24 draws");
+        }
+        assert!(!Pipeline::grayscale(28, 0.5, 0.5, &Augment::default()).is_crop_and_resize());
+        let jitter = Augment { color_jitter: 0.4, ..Augment::default() };
+        assert!(!Pipeline::imagenet_train_with(224, &jitter).is_crop_and_resize());
     }
 
     #[test]

@@ -147,6 +147,12 @@ pub struct TrainConfig {
     /// Batches decoded ahead of the training loop.
     #[arg(long, required = false)]
     pub prefetch: usize,
+    /// Where JPEGs are decoded: `gpu` (nvJPEG, with crop, resize, flip and normalise on the
+    /// GPU), `cpu`, or `auto` (the GPU when the model trains on one with a hardware JPEG
+    /// decoder and the transforms are crop, resize and flip).
+    #[serde(default)]
+    #[arg(long, value_enum, default_value_t)]
+    pub decode: crate::data::Decode,
     /// Tar-shard data: the shuffle buffer, in samples, that mixes each rank's run of shards
     /// (WebDataset's `shuffle(n)`; reads stay within that window); 0 trains in reading order.
     #[serde(default = "default_shuffle_buffer")]
@@ -305,6 +311,7 @@ impl Default for TrainConfig {
             image_size: 224,
             small_input: true,
             strict_images: false,
+            decode: Default::default(),
             prefetch: 4,
             shuffle_buffer: default_shuffle_buffer(),
             max_steps_per_epoch: None,

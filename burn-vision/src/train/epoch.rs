@@ -96,6 +96,8 @@ impl EpochPlan {
             prefetch: config.prefetch,
             seed: config.seed,
             strict: config.strict_images,
+            // Set by the training loop, which knows the device (`data::decode::resolve`).
+            device_decode: false,
         };
         Self { dataset, train_idx, val_idx, sampling, steps_per_epoch, schedule, loader }
     }
@@ -254,7 +256,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
             at.release_unused();
         }
         let key = super::mixup::step_key(config.seed, (epoch, trainer.step, at.dist.map_or(0, |d| d.rank)));
-        let tensors = mixed_batch::<B>(batch, config, key, plan.dataset.classes().len(), device);
+        let tensors = mixed_batch::<B>(batch, config, key, plan.dataset.classes().len(), device)?;
         trainer.model.set_draw_key(key);
         phases.end(1);
         let synced_before = at.dist.map_or(0.0, |d| d.ddp.stats().seconds);
@@ -312,15 +314,15 @@ fn mixed_batch<B: AutodiffBackend>(
     key: u64,
     classes: usize,
     device: &B::Device,
-) -> StepBatch<B> {
+) -> Result<StepBatch<B>> {
     let Some(mix) = config.mixup.draw(key, (batch.shape[2], batch.shape[3])) else {
-        let (x, y) = batch_tensors::<B>(batch, device);
-        return (x, y, None);
+        let (x, y) = batch_tensors::<B>(batch, device)?;
+        return Ok((x, y, None));
     };
     let targets = super::mixup::soft_targets(&batch.labels, classes, mix.lam, config.label_smoothing);
     let n = batch.shape[0];
-    let (x, y) = batch_tensors::<B>(batch, device);
-    (super::mixup::mix_images(x, &mix), y, Some(Tensor::from_data(TensorData::new(targets, [n, classes]), device)))
+    let (x, y) = batch_tensors::<B>(batch, device)?;
+    Ok((super::mixup::mix_images(x, &mix), y, Some(Tensor::from_data(TensorData::new(targets, [n, classes]), device))))
 }
 
 /// Images, labels, and soft targets when the batch is mixed.

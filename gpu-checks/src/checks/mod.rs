@@ -5,6 +5,7 @@ pub(crate) mod activations;
 pub(crate) mod attention;
 pub(crate) mod batch_norm;
 pub(crate) mod convolution;
+pub(crate) mod decode;
 pub(crate) mod layer_norm;
 pub(crate) mod loss;
 pub(crate) mod memory;

@@ -17,6 +17,8 @@ use burn::prelude::*;
 struct OnDevice<B: Backend> {
     device: B::Device,
     name: String,
+    /// The device decodes the JPEGs (`--decode`, resolved).
+    decodes: bool,
 }
 
 impl<B: Backend> BatchSink for OnDevice<B> {
@@ -24,10 +26,15 @@ impl<B: Backend> BatchSink for OnDevice<B> {
         self.name.clone()
     }
     fn take(&mut self, batch: Batch) {
-        let _ = crate::train::inference::evaluate::batch_tensors::<B>(batch, &self.device);
+        if let Err(e) = crate::train::inference::evaluate::batch_tensors::<B>(batch, &self.device) {
+            log::error!("a batch did not reach {}: {e}", self.name);
+        }
     }
     fn finish(&mut self) {
         let _ = B::sync(&self.device);
+    }
+    fn decodes(&self) -> bool {
+        self.decodes
     }
 }
 
@@ -43,11 +50,11 @@ pub fn bench_data(data: &LoadedData, config: &DataBenchConfig, gpu: Option<usize
 
 #[cfg(feature = "cuda")]
 fn on_gpu(data: &LoadedData, config: &DataBenchConfig, id: usize) -> Result<DataBenchResult> {
-    loader_throughput(
-        data,
-        config,
-        &mut OnDevice::<burn_cuda::Cuda> { device: crate::train::gpu(id), name: format!("gpu {id}") },
-    )
+    let device = crate::train::gpu(id);
+    let pipeline = if config.eval { &data.eval } else { &data.train };
+    let decodes =
+        crate::data::decode::resolve::<burn_cuda::Cuda>(config.decode, pipeline, &*data.dataset, &device, true)?;
+    loader_throughput(data, config, &mut OnDevice::<burn_cuda::Cuda> { device, name: format!("gpu {id}"), decodes })
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -123,8 +123,14 @@ fn evaluate_on<B: Backend>(r: &EvalRequest, device: &B::Device, gpu: bool) -> Re
     };
     let images = indices.len();
     let skips = Arc::new(SkipLog::default());
-    let cfg =
-        LoaderConfig { batch_size: r.batch_size, drop_last: false, prefetch: 4, seed: trained.seed, strict: false };
+    let cfg = LoaderConfig {
+        batch_size: r.batch_size,
+        drop_last: false,
+        prefetch: 4,
+        seed: trained.seed,
+        strict: false,
+        device_decode: false,
+    };
     let tally = evaluate(&restored.model, data.dataset, indices, restored.pipeline, cfg, skips.clone(), device)?;
     Ok(EvalReport { images, skipped: skips.count(), tally, device: String::new() })
 }

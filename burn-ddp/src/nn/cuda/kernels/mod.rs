@@ -1,7 +1,9 @@
 //! Our own CUDA kernels: the channels-last batch norm (cubecl), and the NVRTC-compiled sources
-//! (the fused SGD step, the cross-entropy, DDP's bucket copies).
+//! (the fused SGD step, the cross-entropy, DDP's bucket copies, the crop-and-resize of decoded
+//! images).
 
 pub(crate) mod batch_norm_nhwc;
 pub(crate) mod batch_norm_phases;
 pub(crate) mod bucket_copy;
+pub(crate) mod crop_resize;
 pub(crate) mod nvrtc;

@@ -1,7 +1,8 @@
 //! How burn's buffers reach cuDNN, cuBLAS and our kernels: the launch through cubecl's device
 //! thread, the device-side ordering of other streams with burn's (cuDNN's, NCCL's), burn-fusion
-//! operations, and page-locked uploads.
+//! operations, page-locked uploads and device-decoded batches.
 
+pub(crate) mod decode;
 pub(crate) mod device_thread;
 pub(crate) mod fusion_op;
 pub(crate) mod launch;

@@ -1,0 +1,361 @@
+//! nvJPEG, loaded at run time like cuDNN: one batched decoder per device, decoding a batch's
+//! JPEGs straight into device memory on a stream of the caller's, as interleaved RGB bytes.
+//!
+//! The decoder takes the hardware backend (the JPEG engines of A100, H100 and H200: Huffman
+//! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
+//! (CUDA kernels, Huffman decoding on the calling host thread) elsewhere; [`Backend`] says which.
+//! Two decode states alternate, so a batch's host-side submission never waits for the previous
+//! batch's decode, only for the one before it.
+
+use crate::error::{Error, Result};
+use cudarc::driver::sys as driver;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use libloading::Library;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+type RawHandle = *mut c_void;
+type RawState = *mut c_void;
+
+/// nvJPEG's `nvjpegImage_t`: up to four planes, each an address and a row pitch in bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Image {
+    channel: [*mut u8; 4],
+    pitch: [usize; 4],
+}
+
+/// `nvjpegBackend_t` values.
+const BACKEND_DEFAULT: c_int = 0;
+const BACKEND_HARDWARE: c_int = 3;
+/// `NVJPEG_OUTPUT_RGBI`: one plane of interleaved R, G, B bytes.
+const OUTPUT_RGBI: c_int = 5;
+
+/// The entry points used, resolved once from libnvjpeg.
+struct Api {
+    create_ex: unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int,
+    state_create: unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int,
+    batched_initialize: unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int,
+    decode_batched: unsafe extern "C" fn(
+        RawHandle,
+        RawState,
+        *const *const u8,
+        *const usize,
+        *mut Image,
+        driver::CUstream,
+    ) -> c_int,
+    /// Kept loaded for the process's lifetime (the handles live as long).
+    _lib: Library,
+}
+
+/// The names libnvjpeg goes by (CUDA 13, 12, 11, then the unversioned development link).
+const LIBRARY_NAMES: [&str; 4] = ["libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11", "libnvjpeg.so"];
+
+fn api() -> std::result::Result<&'static Api, String> {
+    static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
+    API.get_or_init(|| {
+        // SAFETY: loading a shared library by name, and reading symbols whose C signatures are
+        // the `Api` fields' (nvjpeg.h, stable since CUDA 10).
+        unsafe {
+            let lib = LIBRARY_NAMES.iter().find_map(|name| Library::new(name).ok()).ok_or_else(|| {
+                format!("libnvjpeg not found on the library path (tried {})", LIBRARY_NAMES.join(", "))
+            })?;
+            let sym = |name: &[u8]| -> std::result::Result<*const c_void, String> {
+                lib.get::<*const c_void>(name).map(|s| *s).map_err(|e| format!("libnvjpeg: {e}"))
+            };
+            let (a, b, c, d) = (
+                sym(b"nvjpegCreateEx\0")?,
+                sym(b"nvjpegJpegStateCreate\0")?,
+                sym(b"nvjpegDecodeBatchedInitialize\0")?,
+                sym(b"nvjpegDecodeBatched\0")?,
+            );
+            Ok(Api {
+                create_ex: std::mem::transmute::<*const c_void, _>(a),
+                state_create: std::mem::transmute::<*const c_void, _>(b),
+                batched_initialize: std::mem::transmute::<*const c_void, _>(c),
+                decode_batched: std::mem::transmute::<*const c_void, _>(d),
+                _lib: lib,
+            })
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+fn check(what: &'static str, status: c_int) -> Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    let name = match status {
+        1 => "NOT_INITIALIZED",
+        2 => "INVALID_PARAMETER",
+        3 => "BAD_JPEG",
+        4 => "JPEG_NOT_SUPPORTED",
+        5 => "ALLOCATOR_FAILURE",
+        6 => "EXECUTION_FAILED",
+        7 => "ARCH_MISMATCH",
+        8 => "INTERNAL_ERROR",
+        9 => "IMPLEMENTATION_NOT_SUPPORTED",
+        10 => "INCOMPLETE_BITSTREAM",
+        _ => "unknown status",
+    };
+    Err(Error::Kernel { op: "nvJPEG", reason: format!("{what}: NVJPEG_STATUS_{name} ({status})") })
+}
+
+/// Which of nvJPEG's decoders runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU's JPEG engines (A100, H100, H200 and later data-centre GPUs).
+    Hardware,
+    /// CUDA kernels, with Huffman decoding on the host thread that submits the batch.
+    Default,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Hardware => "nvJPEG on the GPU's hardware JPEG decoder",
+            Backend::Default => "nvJPEG's CUDA decoder (Huffman decoding on the host)",
+        })
+    }
+}
+
+/// One state of the two that alternate, and the event after its last decode.
+struct Slot {
+    state: RawState,
+    event: driver::CUevent,
+    used: bool,
+}
+
+/// A device's decoder: the handle, its two states and the decoded images' memory.
+pub(crate) struct Decoder {
+    handle: RawHandle,
+    backend: Backend,
+    slots: [Slot; 2],
+    next: usize,
+    /// The decoded images of the batch in flight; grown as needed, reused batch after batch
+    /// (every use is ordered on the one stream).
+    scratch: Option<CudaSlice<u8>>,
+}
+
+// SAFETY: nvJPEG handles and states are plain heap objects; a `Decoder` is used under its
+// device's mutex, one thread at a time.
+unsafe impl Send for Decoder {}
+
+/// The device's decoder, created on first use (with the device's context bound by the caller).
+pub(crate) fn with_decoder<T>(device: usize, f: impl FnOnce(&mut Decoder) -> Result<T>) -> Result<T> {
+    static DECODERS: OnceLock<Mutex<HashMap<usize, Decoder>>> = OnceLock::new();
+    let mut map = DECODERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if !map.contains_key(&device) {
+        map.insert(device, Decoder::new()?);
+    }
+    f(map.get_mut(&device).expect("inserted above"))
+}
+
+/// Where one image of a batch is decoded to: the address of its first byte and its row pitch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plane {
+    pub at: u64,
+    pub pitch: u32,
+}
+
+/// One image of a batch: compressed JPEG bytes for nvJPEG, or RGB bytes decoded elsewhere
+/// (copied as they are), with the image's size.
+pub(crate) struct Input<'a> {
+    pub jpeg: bool,
+    pub bytes: &'a [u8],
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Decoder {
+    fn new() -> Result<Self> {
+        let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: default allocators (null), no flags, an out-pointer to a local.
+        let backend =
+            if unsafe { (api.create_ex)(BACKEND_HARDWARE, std::ptr::null_mut(), std::ptr::null_mut(), 0, &mut handle) }
+                == 0
+            {
+                Backend::Hardware
+            } else {
+                // SAFETY: as above.
+                check("nvjpegCreateEx", unsafe {
+                    (api.create_ex)(BACKEND_DEFAULT, std::ptr::null_mut(), std::ptr::null_mut(), 0, &mut handle)
+                })?;
+                Backend::Default
+            };
+        let slot = || -> Result<Slot> {
+            let (mut state, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
+            // SAFETY: a live handle; out-pointers to locals; the caller bound the context.
+            unsafe {
+                check("nvjpegJpegStateCreate", (api.state_create)(handle, &mut state))?;
+                driver::cuEventCreate(&mut event, driver::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+                    .result()
+                    .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("creating an event: {e:?}") })?;
+            }
+            Ok(Slot { state, event, used: false })
+        };
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, scratch: None })
+    }
+
+    /// Which decoder runs.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Decodes (or copies) `inputs` into device memory on `stream`, returning where each image
+    /// lies and how many JPEGs nvJPEG could not decode (their pixels are zero).
+    ///
+    /// # Safety
+    /// `stream`'s context is bound on this thread; the planes stay valid until the next call
+    /// is ordered after their readers on the same stream.
+    pub(crate) unsafe fn decode(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        inputs: &[Input<'_>],
+    ) -> Result<(Vec<Plane>, usize)> {
+        let layout = layout(inputs);
+        let total = layout.last().map_or(0, |&(at, pitch, h)| at + pitch as usize * h);
+        if self.scratch.as_ref().is_none_or(|s| s.len() < total) {
+            self.scratch = None;
+            // Room to grow: a later batch of slightly larger images reuses it.
+            // SAFETY: every byte an image occupies is written (decoded or copied) before it is read.
+            self.scratch = Some(
+                unsafe { stream.alloc::<u8>(total + total / 4) }
+                    .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("allocating {total} bytes: {e:?}") })?,
+            );
+        }
+        let base = {
+            let (ptr, _sync) = self.scratch.as_ref().expect("allocated above").device_ptr(stream);
+            ptr
+        };
+        let planes: Vec<Plane> = layout.iter().map(|&(at, pitch, _)| Plane { at: base + at as u64, pitch }).collect();
+        let cu = stream.cu_stream();
+        for (input, plane) in inputs.iter().zip(&planes).filter(|(i, _)| !i.jpeg) {
+            // SAFETY: the plane holds width·3·height bytes; the host bytes are read before this returns
+            // (pageable memory: the driver stages them).
+            unsafe {
+                driver::cuMemcpyHtoDAsync_v2(plane.at, input.bytes.as_ptr() as *const c_void, input.bytes.len(), cu)
+            }
+            .result()
+            .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("copying decoded pixels: {e:?}") })?;
+        }
+        let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
+        let failed = if jpegs.is_empty() { 0 } else { unsafe { self.decode_jpegs(cu, &jpegs, &planes) }? };
+        Ok((planes, failed))
+    }
+
+    /// Decodes the JPEGs of the batch into their planes in one batched call; when nvJPEG refuses
+    /// the batch, image by image, zeroing the planes of the ones it refuses.
+    ///
+    /// # Safety
+    /// As [`Decoder::decode`].
+    unsafe fn decode_jpegs(
+        &mut self,
+        cu: driver::CUstream,
+        jpegs: &[(usize, &Input<'_>)],
+        planes: &[Plane],
+    ) -> Result<usize> {
+        let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
+        let index = self.next;
+        self.next = (self.next + 1) % self.slots.len();
+        let (handle, state, event) = (self.handle, self.slots[index].state, self.slots[index].event);
+        if self.slots[index].used {
+            // The state's buffers may still feed the decode two batches back.
+            unsafe { driver::cuEventSynchronize(event) }
+                .result()
+                .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("waiting for an earlier decode: {e:?}") })?;
+        }
+        let run = |items: &[(usize, &Input<'_>)]| -> c_int {
+            let data: Vec<*const u8> = items.iter().map(|(_, i)| i.bytes.as_ptr()).collect();
+            let lengths: Vec<usize> = items.iter().map(|(_, i)| i.bytes.len()).collect();
+            let mut out: Vec<Image> = items
+                .iter()
+                .map(|&(k, _)| Image {
+                    channel: [
+                        planes[k].at as *mut u8,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    ],
+                    pitch: [planes[k].pitch as usize, 0, 0, 0],
+                })
+                .collect();
+            // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for
+            // each image's RGB bytes; the stream of the bound context.
+            unsafe {
+                let status = (api.batched_initialize)(handle, state, items.len() as c_int, 1, OUTPUT_RGBI);
+                if status != 0 {
+                    return status;
+                }
+                (api.decode_batched)(handle, state, data.as_ptr(), lengths.as_ptr(), out.as_mut_ptr(), cu)
+            }
+        };
+        let mut failed = 0;
+        if run(jpegs) != 0 {
+            for one in jpegs {
+                if run(std::slice::from_ref(one)) != 0 {
+                    failed += 1;
+                    let (plane, input) = (planes[one.0], one.1);
+                    // SAFETY: the plane's bytes, on the stream.
+                    unsafe { driver::cuMemsetD8Async(plane.at, 0, plane.pitch as usize * input.height as usize, cu) }
+                        .result()
+                        .map_err(|e| Error::Kernel {
+                            op: "nvJPEG",
+                            reason: format!("clearing a failed image: {e:?}"),
+                        })?;
+                }
+            }
+        }
+        // SAFETY: a live event of the bound context, recorded on the stream of the decode.
+        unsafe { driver::cuEventRecord(event, cu) }
+            .result()
+            .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("recording an event: {e:?}") })?;
+        self.slots[index].used = true;
+        Ok(failed)
+    }
+}
+
+/// Each image's byte offset in the scratch memory, row pitch and height: rows of `width·3`
+/// bytes rounded up to 256, heights rounded up to 16 rows (nvJPEG may write whole MCUs), each
+/// image starting on a 256-byte boundary.
+fn layout(inputs: &[Input<'_>]) -> Vec<(usize, u32, usize)> {
+    let mut at = 0usize;
+    inputs
+        .iter()
+        .map(|i| {
+            let pitch = if i.jpeg { (i.width * 3).next_multiple_of(256) } else { i.width * 3 };
+            let rows = (i.height as usize).next_multiple_of(16);
+            let this = (at, pitch, rows);
+            at = (at + pitch as usize * rows).next_multiple_of(256);
+            this
+        })
+        .collect()
+}
+
+/// Whether libnvjpeg loads here, and which backend the device's decoder takes (created now,
+/// with `device`'s context bound by the caller).
+pub(crate) fn backend(device: usize) -> Result<Backend> {
+    with_decoder(device, |d| Ok(d.backend()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_aligns_images_and_leaves_room_for_whole_blocks() {
+        let inputs = [
+            Input { jpeg: true, bytes: &[], width: 500, height: 375 },
+            Input { jpeg: false, bytes: &[], width: 7, height: 5 },
+            Input { jpeg: true, bytes: &[], width: 1, height: 1 },
+        ];
+        let l = layout(&inputs);
+        assert_eq!(l[0], (0, 1536, 384));
+        assert_eq!(l[1], (1536 * 384, 21, 16));
+        assert_eq!(l[2].0, (1536 * 384 + 21 * 16usize).next_multiple_of(256));
+        assert_eq!(l[2].1, 256);
+    }
+}

@@ -1,0 +1,217 @@
+//! Batches decoded on the GPU: nvJPEG's decode against the `image` crate's (what the CPU path
+//! trains on), and the crop-and-resize kernel against its f64 host twin.
+//!
+//! The JPEGs are made here (smooth gradients, edges and noise, quality 90, several sizes, odd
+//! ones included); `BURN_DDP_CHECK_JPEGS=DIR` adds up to 64 of the JPEG files of DIR (real
+//! photos) to them.
+
+use burn_cuda::{Cuda, CudaDevice};
+use burn_ddp::nn::decode::{CropResize, Normalize, Pixels, crop_resize_on_host, crops_to_device, device_decoder};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const UNIT: Normalize = Normalize { mean: [0.0; 3], std: [1.0; 3] };
+/// The bound: the GPU's decode within the decoders' documented rounding of the CPU's.
+const MIN_PSNR_DB: f64 = 40.0;
+
+fn synthetic_jpeg(w: u32, h: u32, seed: u64) -> Vec<u8> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        let edge = if (x / 23 + y / 17) % 2 == 0 { 60 } else { 0 };
+        let n: u8 = rng.random_range(0..24);
+        image::Rgb([
+            ((x * 255 / w.max(1)) as u8).saturating_add(n) / 2 + edge,
+            ((y * 255 / h.max(1)) as u8).saturating_add(n) / 2 + edge / 2,
+            (((x + y) * 3 % 256) as u8) / 2 + n,
+        ])
+    });
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90).encode_image(&img).expect("encoding a JPEG");
+    out
+}
+
+/// The check's JPEGs: made here, plus the directory's of `BURN_DDP_CHECK_JPEGS`.
+fn jpegs() -> Vec<(String, Vec<u8>)> {
+    let mut all: Vec<(String, Vec<u8>)> = [(500, 375), (333, 500), (64, 48), (17, 9), (1024, 768), (225, 225)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(w, h))| (format!("synthetic {w}x{h}"), synthetic_jpeg(w, h, i as u64)))
+        .collect();
+    if let Ok(dir) = std::env::var("BURN_DDP_CHECK_JPEGS") {
+        let mut files: Vec<_> = walk(std::path::Path::new(&dir));
+        files.sort();
+        for path in files.into_iter().take(64) {
+            if let Ok(bytes) = std::fs::read(&path) {
+                all.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    all
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .flat_map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p)
+            } else if p.extension().is_some_and(|x| x.eq_ignore_ascii_case("jpg") || x.eq_ignore_ascii_case("jpeg")) {
+                vec![p]
+            } else {
+                Vec::new()
+            }
+        })
+        .collect()
+}
+
+fn psnr(gpu: &[f32], cpu: &[f32]) -> f64 {
+    let mse = gpu.iter().zip(cpu).map(|(a, b)| (f64::from(*a - *b) * 255.0).powi(2)).sum::<f64>() / gpu.len() as f64;
+    if mse == 0.0 { f64::INFINITY } else { 10.0 * (255.0f64.powi(2) / mse).log10() }
+}
+
+/// One image, or a batch, made on the GPU and read back.
+fn on_gpu(items: Vec<CropResize>, out_hw: [usize; 2], device: &CudaDevice) -> Result<Vec<f32>, String> {
+    let t = crops_to_device::<Cuda>(items, out_hw, UNIT, device).map_err(|e| e.to_string())?;
+    Ok(t.into_data().into_vec::<f32>().expect("f32 values"))
+}
+
+/// nvJPEG's decode of every JPEG (whole, at its own size: the kernel then copies pixels
+/// exactly) against the `image` crate's, then one batch of random crops of them against the
+/// host twin on the CPU's decode: PSNR ≥ 40 dB for every image.
+pub(crate) fn check_jpeg_decode(device: &CudaDevice) -> bool {
+    match device_decoder::<Cuda>(device) {
+        Ok((name, hardware)) => println!("RESULT check=jpeg-decode decoder=\"{name}\" hardware={hardware}"),
+        Err(reason) => {
+            println!("RESULT check=jpeg-decode no decoder: {reason} FAIL");
+            return false;
+        }
+    }
+    let mut ok = true;
+    let mut crops = Vec::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for (name, bytes) in jpegs() {
+        let cpu = match image::load_from_memory(&bytes) {
+            Ok(img) => img.into_rgb8(),
+            Err(e) => {
+                println!("RESULT check=jpeg-decode image=\"{name}\" skipped: the CPU decoder refuses it ({e})");
+                continue;
+            }
+        };
+        let (w, h) = cpu.dimensions();
+        let whole = CropResize {
+            pixels: Pixels::Jpeg(bytes.clone()),
+            size: [w, h],
+            region: [0.0, 0.0, w as f32, h as f32],
+            flip: false,
+        };
+        let mut reference = vec![0.0; 3 * (w * h) as usize];
+        crop_resize_on_host(cpu.as_raw(), &whole, [h as usize, w as usize], &UNIT, &mut reference);
+        let db = match on_gpu(vec![whole], [h as usize, w as usize], device) {
+            Ok(gpu) => psnr(&gpu, &reference),
+            Err(e) => {
+                println!("RESULT check=jpeg-decode image=\"{name}\" error: {e} FAIL");
+                ok = false;
+                continue;
+            }
+        };
+        let pass = db >= MIN_PSNR_DB;
+        println!(
+            "RESULT check=jpeg-decode image=\"{name}\" size={w}x{h} psnr_db={db:.2} {}",
+            if pass { "ok" } else { "FAIL" }
+        );
+        ok &= pass;
+        let (cw, ch) = (rng.random_range(w / 4..=w).max(1), rng.random_range(h / 4..=h).max(1));
+        let (x, y) = (rng.random_range(0..=w - cw), rng.random_range(0..=h - ch));
+        let crop = CropResize {
+            region: [x as f32, y as f32, cw as f32, ch as f32],
+            flip: rng.random_bool(0.5),
+            ..whole_of(&bytes, w, h)
+        };
+        crops.push((crop, cpu.into_raw()));
+    }
+    ok & check_crop_batch(crops, device)
+}
+
+fn whole_of(bytes: &[u8], w: u32, h: u32) -> CropResize {
+    CropResize {
+        pixels: Pixels::Jpeg(bytes.to_vec()),
+        size: [w, h],
+        region: [0.0, 0.0, w as f32, h as f32],
+        flip: false,
+    }
+}
+
+/// One batch of random crops of the JPEGs at 224², against the host twin on the CPU's decode.
+fn check_crop_batch(crops: Vec<(CropResize, Vec<u8>)>, device: &CudaDevice) -> bool {
+    let hw = [224, 224];
+    let per = 3 * hw[0] * hw[1];
+    let gpu = match on_gpu(crops.iter().map(|(c, _)| c.clone()).collect(), hw, device) {
+        Ok(v) => v,
+        Err(e) => {
+            println!("RESULT check=jpeg-decode batch of {} crops error: {e} FAIL", crops.len());
+            return false;
+        }
+    };
+    let mut worst = f64::INFINITY;
+    for (i, (c, rgb)) in crops.iter().enumerate() {
+        let mut reference = vec![0.0; per];
+        crop_resize_on_host(rgb, c, hw, &UNIT, &mut reference);
+        worst = worst.min(psnr(&gpu[i * per..(i + 1) * per], &reference));
+    }
+    let pass = worst >= MIN_PSNR_DB;
+    println!(
+        "RESULT check=jpeg-decode batch={} crops at 224x224, flips, lowest psnr_db={worst:.2} {}",
+        crops.len(),
+        if pass { "ok" } else { "FAIL" }
+    );
+    pass
+}
+
+/// The crop-and-resize kernel on decoded RGB images (shrinking, enlarging, fractional regions,
+/// flips; a batch longer than one launch's 64 images) against its f64 host twin.
+pub(crate) fn check_crop_resize(device: &CudaDevice) -> bool {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let hw = [56, 40];
+    let items: Vec<CropResize> = (0..70)
+        .map(|i| {
+            let (w, h) = (rng.random_range(8..300u32), rng.random_range(8..300u32));
+            let rgb: Vec<u8> = (0..w * h * 3).map(|_| rng.random()).collect();
+            let (rw, rh) = (rng.random_range(1.0..=w as f32), rng.random_range(1.0..=h as f32));
+            let (x, y) = (rng.random_range(0.0..=w as f32 - rw), rng.random_range(0.0..=h as f32 - rh));
+            CropResize { pixels: Pixels::Rgb(rgb), size: [w, h], region: [x, y, rw, rh], flip: i % 3 == 0 }
+        })
+        .collect();
+    let norm = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
+    let gpu = match crops_to_device::<Cuda>(items.clone(), hw, norm, device) {
+        Ok(t) => t.into_data().into_vec::<f32>().expect("f32 values"),
+        Err(e) => {
+            println!("RESULT check=crop-resize error: {e} FAIL");
+            return false;
+        }
+    };
+    let per = 3 * hw[0] * hw[1];
+    let mut worst = 0.0f64;
+    for (i, c) in items.iter().enumerate() {
+        let Pixels::Rgb(rgb) = &c.pixels else { unreachable!("RGB items") };
+        let mut reference = vec![0.0; per];
+        crop_resize_on_host(rgb, c, hw, &norm, &mut reference);
+        let err = gpu[i * per..(i + 1) * per]
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| f64::from((a - b).abs()))
+            .fold(0.0, f64::max);
+        worst = worst.max(err);
+    }
+    // f32 sums of up to a few hundred taps against f64, on values of about ±2.6.
+    let pass = worst <= 1e-4;
+    println!(
+        "RESULT check=crop-resize images={} out={}x{} max_abs_err={worst:.2e} bound=1e-4 {}",
+        items.len(),
+        hw[1],
+        hw[0],
+        if pass { "ok" } else { "FAIL" }
+    );
+    pass
+}
