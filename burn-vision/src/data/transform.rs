@@ -464,7 +464,8 @@ mod tests {
     #[test]
     fn crop_plans_reproduce_the_host_transforms() {
         use burn_ddp::nn::decode::{CropResize, Normalize, Pixels, crop_resize_on_host};
-        let img = RgbImage::from_fn(157, 113, |x, y| Rgb([(x * 3 % 256) as u8, (y * 7 % 256) as u8, ((x * y) % 251) as u8]));
+        let img =
+            RgbImage::from_fn(157, 113, |x, y| Rgb([(x * 3 % 256) as u8, (y * 7 % 256) as u8, ((x * y) % 251) as u8]));
         let aug = Augment { hflip: 0.5, ..Augment::default() };
         for pipeline in [Pipeline::imagenet_train_with(48, &aug), Pipeline::imagenet_eval(48)] {
             assert!(pipeline.is_crop_and_resize());
@@ -485,8 +486,12 @@ mod tests {
                 crop_resize_on_host(img.as_raw(), &c, [48, 48], &norm, &mut device);
                 // In 8-bit levels: the host resize rounds to bytes and differs at the borders
                 // by where the filter clamps.
-                let levels: Vec<f32> =
-                    host.iter().zip(&device).enumerate().map(|(i, (a, b))| (a - b).abs() * IMAGENET_STD[i / (48 * 48)] * 255.0).collect();
+                let levels: Vec<f32> = host
+                    .iter()
+                    .zip(&device)
+                    .enumerate()
+                    .map(|(i, (a, b))| (a - b).abs() * IMAGENET_STD[i / (48 * 48)] * 255.0)
+                    .collect();
                 let mean = levels.iter().sum::<f32>() / levels.len() as f32;
                 assert!(mean < 0.8, "seed {seed}: {plan:?}: mean difference {mean} levels");
             }

@@ -4,12 +4,13 @@
 //! The decoder takes the hardware backend (the JPEG engines of A100, H100 and H200: Huffman
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
 //! (CUDA kernels, Huffman decoding on the calling host thread) elsewhere; [`Backend`] says which.
-//! Two decode states alternate, so a batch's host-side submission never waits for the previous
-//! batch's decode, only for the one before it.
+//! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
+//! slots (an nvJPEG state and the memory decoded into) alternate, so a batch's submission never
+//! waits for the previous batch's decode, only for the one before it.
 
 use crate::error::{Error, Result};
+use cudarc::driver::CudaStream;
 use cudarc::driver::sys as driver;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use libloading::Library;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
@@ -121,22 +122,28 @@ impl std::fmt::Display for Backend {
     }
 }
 
-/// One state of the two that alternate, and the event after its last decode.
+/// One of the two decode slots that alternate: an nvJPEG state, the memory its images are
+/// decoded into, and the events that order it between the decoder's stream and the caller's.
 struct Slot {
     state: RawState,
-    event: driver::CUevent,
+    /// Recorded on the decoder's stream after the slot's last decode.
+    decoded: driver::CUevent,
+    /// Recorded on the caller's stream after the last reader of the slot's images.
+    consumed: driver::CUevent,
     used: bool,
+    /// The decoded images: an address and its size in bytes (0: none yet).
+    scratch: (u64, usize),
 }
 
-/// A device's decoder: the handle, its two states and the decoded images' memory.
+/// A device's decoder: the handle, its two slots and its own stream. Decoding runs on that
+/// stream, so the JPEG engines work on the next batch while the caller's stream computes the
+/// current one; the caller's stream waits for a batch's decode only where it reads it.
 pub(crate) struct Decoder {
     handle: RawHandle,
     backend: Backend,
     slots: [Slot; 2],
     next: usize,
-    /// The decoded images of the batch in flight; grown as needed, reused batch after batch
-    /// (every use is ordered on the one stream).
-    scratch: Option<CudaSlice<u8>>,
+    stream: Arc<CudaStream>,
 }
 
 // SAFETY: nvJPEG handles and states are plain heap objects; a `Decoder` is used under its
@@ -148,7 +155,7 @@ pub(crate) fn with_decoder<T>(device: usize, f: impl FnOnce(&mut Decoder) -> Res
     static DECODERS: OnceLock<Mutex<HashMap<usize, Decoder>>> = OnceLock::new();
     let mut map = DECODERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if !map.contains_key(&device) {
-        map.insert(device, Decoder::new()?);
+        map.insert(device, Decoder::new(device)?);
     }
     f(map.get_mut(&device).expect("inserted above"))
 }
@@ -169,35 +176,42 @@ pub(crate) struct Input<'a> {
     pub height: u32,
 }
 
+fn driver_fail(what: &str, e: cudarc::driver::DriverError) -> Error {
+    Error::Kernel { op: "nvJPEG", reason: format!("{what}: {e:?}") }
+}
+
+fn event() -> Result<driver::CUevent> {
+    let mut event = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local; the caller bound the context.
+    unsafe { driver::cuEventCreate(&mut event, driver::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
+        .result()
+        .map_err(|e| driver_fail("creating an event", e))?;
+    Ok(event)
+}
+
 impl Decoder {
-    fn new() -> Result<Self> {
+    fn new(device: usize) -> Result<Self> {
         let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
+        let stream = crate::nn::cuda::cudnn::convolution::context(device)?
+            .new_stream()
+            .map_err(|e| driver_fail("creating the decoder's stream", e))?;
         let mut handle = std::ptr::null_mut();
+        let none = std::ptr::null_mut();
         // SAFETY: default allocators (null), no flags, an out-pointer to a local.
-        let backend =
-            if unsafe { (api.create_ex)(BACKEND_HARDWARE, std::ptr::null_mut(), std::ptr::null_mut(), 0, &mut handle) }
-                == 0
-            {
-                Backend::Hardware
-            } else {
-                // SAFETY: as above.
-                check("nvjpegCreateEx", unsafe {
-                    (api.create_ex)(BACKEND_DEFAULT, std::ptr::null_mut(), std::ptr::null_mut(), 0, &mut handle)
-                })?;
-                Backend::Default
-            };
-        let slot = || -> Result<Slot> {
-            let (mut state, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
-            // SAFETY: a live handle; out-pointers to locals; the caller bound the context.
-            unsafe {
-                check("nvjpegJpegStateCreate", (api.state_create)(handle, &mut state))?;
-                driver::cuEventCreate(&mut event, driver::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
-                    .result()
-                    .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("creating an event: {e:?}") })?;
-            }
-            Ok(Slot { state, event, used: false })
+        let backend = if unsafe { (api.create_ex)(BACKEND_HARDWARE, none, none, 0, &mut handle) } == 0 {
+            Backend::Hardware
+        } else {
+            // SAFETY: as above.
+            check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
+            Backend::Default
         };
-        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, scratch: None })
+        let slot = || -> Result<Slot> {
+            let mut state = std::ptr::null_mut();
+            // SAFETY: a live handle; an out-pointer to a local.
+            check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut state) })?;
+            Ok(Slot { state, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0) })
+        };
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
     /// Which decoder runs.
@@ -205,117 +219,138 @@ impl Decoder {
         self.backend
     }
 
-    /// Decodes (or copies) `inputs` into device memory on `stream`, returning where each image
-    /// lies and how many JPEGs nvJPEG could not decode (their pixels are zero).
+    /// Decodes (or copies) `inputs` into device memory on the decoder's stream and makes
+    /// `reader` (the caller's stream) wait for them. Returns where each image lies, how many
+    /// JPEGs nvJPEG could not decode (their pixels are zero), and the slot to hand to
+    /// [`Decoder::consumed`] once the reads are enqueued on `reader`.
     ///
     /// # Safety
-    /// `stream`'s context is bound on this thread; the planes stay valid until the next call
-    /// is ordered after their readers on the same stream.
+    /// The device's context is bound on this thread; the caller enqueues every read of the
+    /// planes on `reader`, then calls [`Decoder::consumed`] with the slot.
     pub(crate) unsafe fn decode(
         &mut self,
-        stream: &Arc<CudaStream>,
+        reader: driver::CUstream,
         inputs: &[Input<'_>],
-    ) -> Result<(Vec<Plane>, usize)> {
+    ) -> Result<(Vec<Plane>, usize, usize)> {
+        let index = self.next;
+        self.next = (self.next + 1) % self.slots.len();
+        let cu = self.stream.cu_stream();
+        let slot = &mut self.slots[index];
+        if slot.used {
+            // SAFETY: live events of the bound context. The decode two batches back must be
+            // done before its nvJPEG state is reused (the host waits for it, rarely at all),
+            // and its images read before they are overwritten (the decoder's stream waits).
+            unsafe {
+                driver::cuEventSynchronize(slot.decoded)
+                    .result()
+                    .map_err(|e| driver_fail("waiting for a decode", e))?;
+                driver::cuStreamWaitEvent(cu, slot.consumed, 0)
+                    .result()
+                    .map_err(|e| driver_fail("ordering a decode", e))?;
+            }
+        }
         let layout = layout(inputs);
         let total = layout.last().map_or(0, |&(at, pitch, h)| at + pitch as usize * h);
-        if self.scratch.as_ref().is_none_or(|s| s.len() < total) {
-            self.scratch = None;
-            // Room to grow: a later batch of slightly larger images reuses it.
-            // SAFETY: every byte an image occupies is written (decoded or copied) before it is read.
-            self.scratch = Some(
-                unsafe { stream.alloc::<u8>(total + total / 4) }
-                    .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("allocating {total} bytes: {e:?}") })?,
-            );
+        if slot.scratch.1 < total {
+            // Room to grow: a later batch of slightly larger images reuses it. The old memory
+            // is freed in stream order, after its last reader.
+            let bytes = total + total / 4;
+            // SAFETY: the decoder's stream of the bound context; every byte an image occupies
+            // is written (decoded or copied) before it is read.
+            unsafe {
+                if slot.scratch.1 > 0 {
+                    cudarc::driver::result::free_async(slot.scratch.0, cu).map_err(|e| driver_fail("freeing", e))?;
+                }
+                slot.scratch = (0, 0);
+                let at = cudarc::driver::result::malloc_async(cu, bytes)
+                    .map_err(|e| driver_fail(&format!("allocating {bytes} bytes"), e))?;
+                slot.scratch = (at, bytes);
+            }
         }
-        let base = {
-            let (ptr, _sync) = self.scratch.as_ref().expect("allocated above").device_ptr(stream);
-            ptr
-        };
-        let planes: Vec<Plane> = layout.iter().map(|&(at, pitch, _)| Plane { at: base + at as u64, pitch }).collect();
-        let cu = stream.cu_stream();
+        let planes: Vec<Plane> =
+            layout.iter().map(|&(at, pitch, _)| Plane { at: slot.scratch.0 + at as u64, pitch }).collect();
         for (input, plane) in inputs.iter().zip(&planes).filter(|(i, _)| !i.jpeg) {
-            // SAFETY: the plane holds width·3·height bytes; the host bytes are read before this returns
-            // (pageable memory: the driver stages them).
+            // SAFETY: the plane holds width·3·height bytes; the host bytes are read before this
+            // returns (pageable memory: the driver stages them).
             unsafe {
                 driver::cuMemcpyHtoDAsync_v2(plane.at, input.bytes.as_ptr() as *const c_void, input.bytes.len(), cu)
             }
             .result()
-            .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("copying decoded pixels: {e:?}") })?;
+            .map_err(|e| driver_fail("copying decoded pixels", e))?;
         }
         let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
-        let failed = if jpegs.is_empty() { 0 } else { unsafe { self.decode_jpegs(cu, &jpegs, &planes) }? };
-        Ok((planes, failed))
+        let (handle, state) = (self.handle, slot.state);
+        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
+        let failed = if jpegs.is_empty() { 0 } else { unsafe { decode_jpegs((handle, state), cu, &jpegs, &planes) }? };
+        // SAFETY: live events and streams of the bound context.
+        unsafe {
+            driver::cuEventRecord(slot.decoded, cu).result().map_err(|e| driver_fail("recording an event", e))?;
+            driver::cuStreamWaitEvent(reader, slot.decoded, 0)
+                .result()
+                .map_err(|e| driver_fail("ordering the reads", e))?;
+        }
+        slot.used = true;
+        Ok((planes, failed, index))
     }
 
-    /// Decodes the JPEGs of the batch into their planes in one batched call; when nvJPEG refuses
-    /// the batch, image by image, zeroing the planes of the ones it refuses.
+    /// Marks the end of `slot`'s reads on `reader`: its images may be overwritten after them.
     ///
     /// # Safety
-    /// As [`Decoder::decode`].
-    unsafe fn decode_jpegs(
-        &mut self,
-        cu: driver::CUstream,
-        jpegs: &[(usize, &Input<'_>)],
-        planes: &[Plane],
-    ) -> Result<usize> {
-        let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
-        let index = self.next;
-        self.next = (self.next + 1) % self.slots.len();
-        let (handle, state, event) = (self.handle, self.slots[index].state, self.slots[index].event);
-        if self.slots[index].used {
-            // The state's buffers may still feed the decode two batches back.
-            unsafe { driver::cuEventSynchronize(event) }
-                .result()
-                .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("waiting for an earlier decode: {e:?}") })?;
-        }
-        let run = |items: &[(usize, &Input<'_>)]| -> c_int {
-            let data: Vec<*const u8> = items.iter().map(|(_, i)| i.bytes.as_ptr()).collect();
-            let lengths: Vec<usize> = items.iter().map(|(_, i)| i.bytes.len()).collect();
-            let mut out: Vec<Image> = items
-                .iter()
-                .map(|&(k, _)| Image {
-                    channel: [
-                        planes[k].at as *mut u8,
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                    ],
-                    pitch: [planes[k].pitch as usize, 0, 0, 0],
-                })
-                .collect();
-            // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for
-            // each image's RGB bytes; the stream of the bound context.
-            unsafe {
-                let status = (api.batched_initialize)(handle, state, items.len() as c_int, 1, OUTPUT_RGBI);
-                if status != 0 {
-                    return status;
-                }
-                (api.decode_batched)(handle, state, data.as_ptr(), lengths.as_ptr(), out.as_mut_ptr(), cu)
-            }
-        };
-        let mut failed = 0;
-        if run(jpegs) != 0 {
-            for one in jpegs {
-                if run(std::slice::from_ref(one)) != 0 {
-                    failed += 1;
-                    let (plane, input) = (planes[one.0], one.1);
-                    // SAFETY: the plane's bytes, on the stream.
-                    unsafe { driver::cuMemsetD8Async(plane.at, 0, plane.pitch as usize * input.height as usize, cu) }
-                        .result()
-                        .map_err(|e| Error::Kernel {
-                            op: "nvJPEG",
-                            reason: format!("clearing a failed image: {e:?}"),
-                        })?;
-                }
-            }
-        }
-        // SAFETY: a live event of the bound context, recorded on the stream of the decode.
-        unsafe { driver::cuEventRecord(event, cu) }
+    /// The device's context is bound; `reader` is the stream the reads were enqueued on.
+    pub(crate) unsafe fn consumed(&mut self, slot: usize, reader: driver::CUstream) -> Result<()> {
+        // SAFETY: a live event and stream of the bound context.
+        unsafe { driver::cuEventRecord(self.slots[slot].consumed, reader) }
             .result()
-            .map_err(|e| Error::Kernel { op: "nvJPEG", reason: format!("recording an event: {e:?}") })?;
-        self.slots[index].used = true;
-        Ok(failed)
+            .map_err(|e| driver_fail("recording an event", e))
     }
+}
+
+/// Decodes the JPEGs of a batch into their planes in one batched call; when nvJPEG refuses the
+/// batch, image by image, zeroing the planes of the ones it refuses. Returns how many it refused.
+///
+/// # Safety
+/// A live handle and state; planes of the bound context's memory, written on `cu`.
+unsafe fn decode_jpegs(
+    (handle, state): (RawHandle, RawState),
+    cu: driver::CUstream,
+    jpegs: &[(usize, &Input<'_>)],
+    planes: &[Plane],
+) -> Result<usize> {
+    let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
+    let run = |items: &[(usize, &Input<'_>)]| -> c_int {
+        let data: Vec<*const u8> = items.iter().map(|(_, i)| i.bytes.as_ptr()).collect();
+        let lengths: Vec<usize> = items.iter().map(|(_, i)| i.bytes.len()).collect();
+        let mut out: Vec<Image> = items
+            .iter()
+            .map(|&(k, _)| Image {
+                channel: [planes[k].at as *mut u8, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()],
+                pitch: [planes[k].pitch as usize, 0, 0, 0],
+            })
+            .collect();
+        // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for each
+        // image's RGB bytes; a stream of the bound context.
+        unsafe {
+            let status = (api.batched_initialize)(handle, state, items.len() as c_int, 1, OUTPUT_RGBI);
+            if status != 0 {
+                return status;
+            }
+            (api.decode_batched)(handle, state, data.as_ptr(), lengths.as_ptr(), out.as_mut_ptr(), cu)
+        }
+    };
+    let mut failed = 0;
+    if run(jpegs) != 0 {
+        for one in jpegs {
+            if run(std::slice::from_ref(one)) != 0 {
+                failed += 1;
+                let (plane, input) = (planes[one.0], one.1);
+                // SAFETY: the plane's bytes, on the stream.
+                unsafe { driver::cuMemsetD8Async(plane.at, 0, plane.pitch as usize * input.height as usize, cu) }
+                    .result()
+                    .map_err(|e| driver_fail("clearing a failed image", e))?;
+            }
+        }
+    }
+    Ok(failed)
 }
 
 /// Each image's byte offset in the scratch memory, row pitch and height: rows of `width·3`

@@ -1,7 +1,8 @@
 //! A batch of encoded images to a burn-cuda tensor: nvJPEG decodes the JPEGs into device memory
-//! (`cuda::nvjpeg`), the other images' RGB bytes are copied next to them, and one kernel
+//! (`cuda::nvjpeg`) on the decoder's own stream, overlapping the training step already queued,
+//! the other images' RGB bytes are copied next to them, and one kernel
 //! (`cuda::kernels::crop_resize`) crops, resizes, mirrors and normalises every image into the
-//! batch — all on cuDNN's stream, ordered with burn's like a cuDNN computation
+//! batch on cuDNN's stream, after the decode and ordered with burn's like a cuDNN computation
 //! (`cuda::runtime::launch::launch`), so the training thread does not wait for it.
 
 use crate::error::{Error, Result};
@@ -50,6 +51,9 @@ pub(crate) fn to_device<B: Backend>(
     device: &B::Device,
 ) -> Result<Tensor<B, 4>> {
     let ad = cuda_backend::<B>().expect("checked by the caller");
+    // The decoder is made here, not in the job below: making it takes the device state's lock,
+    // which the job holds.
+    backend::<B>(device)?;
     let device: CudaDevice = cast(device.clone());
     let shape = [images.len(), 3, out_hw[0], out_hw[1]];
     let client = CudaRuntime::client(&device);
@@ -65,7 +69,6 @@ pub(crate) fn to_device<B: Backend>(
     // its first reader; the decoder's memory is reused only after the stream is past this batch.
     launch(&[&out], ("decode", images.len()), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
-            let stream = s.stream().clone();
             let inputs: Vec<Input<'_>> = images
                 .iter()
                 .map(|c| Input {
@@ -75,25 +78,31 @@ pub(crate) fn to_device<B: Backend>(
                     height: c.size[1],
                 })
                 .collect();
-            let (planes, failed) = nvjpeg::with_decoder(index, |d| d.decode(&stream, &inputs))?;
-            let jpegs = inputs.iter().filter(|i| i.jpeg).count() as u64;
-            DECODED.fetch_add(jpegs - failed as u64, Ordering::Relaxed);
-            if failed > 0 {
-                FAILED.fetch_add(failed as u64, Ordering::Relaxed);
-                log::warn!("nvJPEG could not decode {failed} of a batch's {jpegs} JPEGs; their pixels are zero");
-            }
-            let crops: Vec<Crop> = images
-                .iter()
-                .zip(&planes)
-                .map(|(c, plane)| Crop {
-                    at: plane.at,
-                    pitch: plane.pitch,
-                    size: c.size,
-                    region: c.region,
-                    flip: c.flip,
-                })
-                .collect();
-            crop_resize::crop_resize(index, stream.cu_stream(), &crops, p[0], hw, (norm.mean, norm.std))
+            let cu = s.stream().cu_stream();
+            nvjpeg::with_decoder(index, |d| {
+                let (planes, failed, slot) = d.decode(cu, &inputs)?;
+                let jpegs = inputs.iter().filter(|i| i.jpeg).count() as u64;
+                DECODED.fetch_add(jpegs - failed as u64, Ordering::Relaxed);
+                if failed > 0 {
+                    FAILED.fetch_add(failed as u64, Ordering::Relaxed);
+                    log::warn!("nvJPEG could not decode {failed} of a batch's {jpegs} JPEGs; their pixels are zero");
+                }
+                let crops: Vec<Crop> = images
+                    .iter()
+                    .zip(&planes)
+                    .map(|(c, plane)| Crop {
+                        at: plane.at,
+                        pitch: plane.pitch,
+                        size: c.size,
+                        region: c.region,
+                        flip: c.flip,
+                    })
+                    .collect();
+                let made = crop_resize::crop_resize(index, cu, &crops, p[0], hw, (norm.mean, norm.std));
+                // The slot is released after the kernel (or at once, when it failed to launch).
+                d.consumed(slot, cu)?;
+                made
+            })
         })
     })?;
     let fusion = burn_fusion::get_client::<Inner>(&device);
