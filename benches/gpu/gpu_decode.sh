@@ -10,7 +10,9 @@
 #     wrapper that reports the host cores busy (CPU seconds / wall seconds)
 #   PyTorch 2.11: the same model on the same folder, DataLoader(16 workers), bf16 autocast,
 #     channels_last, SGD (benches/pytorch_baseline.py folder), and on synthetic batches
-# PART=2 leaves out the checks and bench-data (the training rows alone).
+# PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
+# kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
+# small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,6 +23,37 @@ D=/tmp/photos
 echo "host: $(nproc) cores" | tee -a "$LOG"
 CORES="python3 benches/cores_busy.py"   # reports the host cores a command kept busy
 step photos 300 python3 benches/make_photos.py $D/folder 1200
+if [ "${PART:-1}" = 4 ]; then
+  # Where the rest of the gap to synthetic batches lies: the same training on small JPEGs
+  # (the bundled Fashion-MNIST as 224x224 JPEGs), cheap to decode on either path.
+  step fm224 300 python3 benches/pytorch_baseline.py make-folder datasets/fashion-mnist-10k/images-idx3-ubyte.gz \
+    datasets/fashion-mnist-10k/labels-idx1-ubyte.gz /tmp/fm224 224
+  step r50_synthetic_10 200 "$B"/burn-vision bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 10 --precision bf16 --warmup 5 --steps 30
+  F="train --gpus 0 --model resnet50 --epochs 3 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data /tmp/fm224"
+  step fm224_gpu_decode 300 $CORES "$B"/burn-vision $F --decode gpu --out $OUT/fm-gpu
+  step fm224_cpu_decode 300 $CORES "$B"/burn-vision $F --decode cpu --out $OUT/fm-cpu
+  step fm224_gpu_decode_sync 300 env BURN_VISION_STEP_SYNC=1 "$B"/burn-vision $F --decode gpu --out $OUT/fm-gpu-sync
+  exit 0
+fi
+if [ "${PART:-1}" = 3 ]; then
+  # Every kernel of a GPU-decoded bench-data run (3 batches) timed by Nsight Compute.
+  step ncu_decode 300 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    --page raw --log-file "$OUT/ncu_decode.csv" "$B"/burn-vision bench-data --data $D/folder --batches 2 --gpus 0 --decode gpu
+  python3 - "$OUT/ncu_decode.csv" <<'PY' | tee -a "$LOG"
+import csv, collections, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("=="))]
+total = collections.defaultdict(lambda: [0, 0.0])
+for r in rows[1:]:
+    name, t = r.get("Kernel Name", "?"), r.get("gpu__time_duration.sum", "0").replace(",", "")
+    try:
+        total[name[:90]][0] += 1; total[name[:90]][1] += float(t)
+    except ValueError:
+        pass
+for name, (n, t) in sorted(total.items(), key=lambda kv: -kv[1][1])[:25]:
+    print(f"NCU {t / 1e6:9.3f} ms  x{n:4d}  {name}")
+PY
+  exit 0
+fi
 if [ "${PART:-1}" = 1 ]; then
 BURN_DDP_CHECK_JPEGS=$D/folder step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode
 for i in 1 2; do

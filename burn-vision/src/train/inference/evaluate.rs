@@ -11,7 +11,6 @@ use crate::model::classifier::Classifier;
 use crate::model::image_classifier::ImageClassifier;
 use crate::train::metrics::Tally;
 use burn::prelude::*;
-use burn::tensor::TensorData;
 use std::sync::Arc;
 
 /// Converts a loader batch into device tensors: host values uploaded, or encoded images
@@ -33,7 +32,8 @@ pub fn batch_tensors<B: Backend>(
             burn_ddp::nn::crops_to_device(images, [batch.shape[2], batch.shape[3]], norm, device)?
         }
     };
-    let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);
+    let y = burn_ddp::nn::labels_to_device(batch.labels, device);
+    debug_assert_eq!(y.dims(), [n]);
     Ok((x, y))
 }
 
