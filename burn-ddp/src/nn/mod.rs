@@ -50,4 +50,4 @@ pub use settings::layout::Layout;
 pub use settings::options::CudnnOptions;
 pub use settings::precision::Precision;
 pub use settings::{layout, options, precision};
-pub use upload::{images_to_device, labels_to_device};
+pub use upload::images_to_device;

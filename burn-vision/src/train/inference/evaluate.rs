@@ -11,6 +11,7 @@ use crate::model::classifier::Classifier;
 use crate::model::image_classifier::ImageClassifier;
 use crate::train::metrics::Tally;
 use burn::prelude::*;
+use burn::tensor::TensorData;
 use std::sync::Arc;
 
 /// Converts a loader batch into device tensors: host values uploaded, or encoded images
@@ -32,8 +33,7 @@ pub fn batch_tensors<B: Backend>(
             burn_ddp::nn::crops_to_device(images, [batch.shape[2], batch.shape[3]], norm, device)?
         }
     };
-    let y = burn_ddp::nn::labels_to_device(batch.labels, device);
-    debug_assert_eq!(y.dims(), [n]);
+    let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);
     Ok((x, y))
 }
 
