@@ -33,19 +33,18 @@ const BACKEND_HARDWARE: c_int = 3;
 /// `NVJPEG_OUTPUT_RGBI`: one plane of interleaved R, G, B bytes.
 const OUTPUT_RGBI: c_int = 5;
 
+type CreateEx = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int;
+type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
+type BatchedInitialize = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int;
+type DecodeBatched =
+    unsafe extern "C" fn(RawHandle, RawState, *const *const u8, *const usize, *mut Image, driver::CUstream) -> c_int;
+
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
-    create_ex: unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int,
-    state_create: unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int,
-    batched_initialize: unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int,
-    decode_batched: unsafe extern "C" fn(
-        RawHandle,
-        RawState,
-        *const *const u8,
-        *const usize,
-        *mut Image,
-        driver::CUstream,
-    ) -> c_int,
+    create_ex: CreateEx,
+    state_create: StateCreate,
+    batched_initialize: BatchedInitialize,
+    decode_batched: DecodeBatched,
     /// Kept loaded for the process's lifetime (the handles live as long).
     _lib: Library,
 }
@@ -57,25 +56,19 @@ fn api() -> std::result::Result<&'static Api, String> {
     static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
     API.get_or_init(|| {
         // SAFETY: loading a shared library by name, and reading symbols whose C signatures are
-        // the `Api` fields' (nvjpeg.h, stable since CUDA 10).
+        // the `Api` fields' types (nvjpeg.h, stable since CUDA 10).
         unsafe {
             let lib = LIBRARY_NAMES.iter().find_map(|name| Library::new(name).ok()).ok_or_else(|| {
                 format!("libnvjpeg not found on the library path (tried {})", LIBRARY_NAMES.join(", "))
             })?;
-            let sym = |name: &[u8]| -> std::result::Result<*const c_void, String> {
-                lib.get::<*const c_void>(name).map(|s| *s).map_err(|e| format!("libnvjpeg: {e}"))
-            };
-            let (a, b, c, d) = (
-                sym(b"nvjpegCreateEx\0")?,
-                sym(b"nvjpegJpegStateCreate\0")?,
-                sym(b"nvjpegDecodeBatchedInitialize\0")?,
-                sym(b"nvjpegDecodeBatched\0")?,
-            );
+            let missing = |e: libloading::Error| format!("libnvjpeg: {e}");
             Ok(Api {
-                create_ex: std::mem::transmute::<*const c_void, _>(a),
-                state_create: std::mem::transmute::<*const c_void, _>(b),
-                batched_initialize: std::mem::transmute::<*const c_void, _>(c),
-                decode_batched: std::mem::transmute::<*const c_void, _>(d),
+                create_ex: *lib.get::<CreateEx>(b"nvjpegCreateEx\0").map_err(missing)?,
+                state_create: *lib.get::<StateCreate>(b"nvjpegJpegStateCreate\0").map_err(missing)?,
+                batched_initialize: *lib
+                    .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
+                    .map_err(missing)?,
+                decode_batched: *lib.get::<DecodeBatched>(b"nvjpegDecodeBatched\0").map_err(missing)?,
                 _lib: lib,
             })
         }
@@ -154,10 +147,11 @@ unsafe impl Send for Decoder {}
 pub(crate) fn with_decoder<T>(device: usize, f: impl FnOnce(&mut Decoder) -> Result<T>) -> Result<T> {
     static DECODERS: OnceLock<Mutex<HashMap<usize, Decoder>>> = OnceLock::new();
     let mut map = DECODERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if !map.contains_key(&device) {
-        map.insert(device, Decoder::new(device)?);
-    }
-    f(map.get_mut(&device).expect("inserted above"))
+    let decoder = match map.entry(device) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Decoder::new(device)?),
+    };
+    f(decoder)
 }
 
 /// Where one image of a batch is decoded to: the address of its first byte and its row pitch.
