@@ -13,7 +13,8 @@
 #   ResNet-18 bf16 b128, 3 epochs, --decode gpu and cpu: validation accuracy on either path
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
-# small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder.
+# small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
+# whole GPU check suite and bench-data each way.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,6 +25,13 @@ D=/tmp/photos
 echo "host: $(nproc) cores" | tee -a "$LOG"
 CORES="python3 benches/cores_busy.py"   # reports the host cores a command kept busy
 step photos 300 python3 benches/make_photos.py $D/folder 1200
+if [ "${PART:-1}" = 5 ]; then
+  # The whole GPU check suite (the decode checks with the photos), then bench-data each way.
+  BURN_DDP_CHECK_JPEGS=$D/folder SHOW="^ok|^FAIL|passed" SHOW_LINES=30 step suite 400 "$B"/burn-ddp-gpu-checks
+  SHOW_LINES=2 step data_gpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
+  SHOW_LINES=2 step data_cpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
+  exit 0
+fi
 if [ "${PART:-1}" = 4 ]; then
   # Where the rest of the gap to synthetic batches lies: the same training on small JPEGs
   # (the bundled Fashion-MNIST as 224x224 JPEGs), cheap to decode on either path.

@@ -9,47 +9,8 @@
 //! resizes are; values are `(v / 255 − mean) / std`, channel-first (NCHW), f32.
 
 use crate::error::{Error, Result};
+use crate::nn::crop::{CropResize, Normalize, Pixels};
 use burn::prelude::*;
-
-/// One image's pixels as they reach the decoder.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Pixels {
-    /// A baseline JPEG file's bytes (8-bit, three components): decoded on the device.
-    Jpeg(Vec<u8>),
-    /// Decoded RGB bytes, rows of `width · 3` bytes, top to bottom.
-    Rgb(Vec<u8>),
-}
-
-impl Pixels {
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match self {
-            Pixels::Jpeg(b) | Pixels::Rgb(b) => b,
-        }
-    }
-}
-
-/// An image and what to cut from it: `region` `[x, y, width, height]` in its pixels
-/// (fractions allowed), resized to the batch's size and mirrored left-right when `flip`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CropResize {
-    /// The image.
-    pub pixels: Pixels,
-    /// `[width, height]` of the image.
-    pub size: [u32; 2],
-    /// `[x, y, width, height]` of the region, inside the image.
-    pub region: [f32; 4],
-    /// Mirror the result left-right.
-    pub flip: bool,
-}
-
-/// Per-channel normalisation: `(v / 255 − mean) / std`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Normalize {
-    /// Channel means (R, G, B).
-    pub mean: [f32; 3],
-    /// Channel standard deviations (R, G, B).
-    pub std: [f32; 3],
-}
 
 /// What decodes JPEGs on `device`: `Ok` with a sentence naming nvJPEG's backend (the hardware
 /// decoder, or CUDA kernels with host Huffman decoding) and whether it is the hardware one;

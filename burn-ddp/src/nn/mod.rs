@@ -14,6 +14,7 @@
 pub mod batch_norm;
 mod batch_norm_nhwc;
 pub mod conv;
+pub mod crop;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -33,10 +34,11 @@ pub mod upload;
 pub use batch_norm::{batch_norm, conv_batch_norm};
 pub use batch_norm_nhwc::batch_norm_nhwc;
 pub use conv::conv2d;
+pub use crop::{CropResize, Normalize, Pixels};
 pub use cross_entropy::cross_entropy;
 #[cfg(feature = "cuda")]
 pub use cuda::ops::batch_norm_nhwc::kernel_calls as nhwc_bn_kernel_calls;
-pub use decode::{CropResize, Normalize, Pixels, crops_to_device};
+pub use decode::crops_to_device;
 pub use layer_norm::layer_norm;
 pub use layers::{BatchNorm, Conv2d};
 pub use linear::{attention, linear, matmul, self_attention};

@@ -4,7 +4,7 @@
 use super::Dataset;
 use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
-use burn_ddp::nn::{CropResize, Normalize, Pixels};
+use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
 use image::{DynamicImage, GenericImageView};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -87,6 +87,9 @@ pub struct DataBenchResult {
     /// In a GPU-decoded run, the images the host decoded all the same (formats the GPU's
     /// decoder does not take: PNG, progressive or greyscale JPEG).
     pub host_decoded: u64,
+    /// In a GPU-decoded run, the JPEGs the GPU's decoder refused (they entered their batches
+    /// as zeros, each batch with a warning).
+    pub device_failed: u64,
 }
 
 /// Loads `config.batches + 1` batches of `data` (a shuffled order, as in training), hands them
@@ -127,6 +130,7 @@ pub fn loader_throughput(
         device_decode: sink.decodes(),
     };
     let skips = Arc::new(SkipLog::default());
+    let failed_before = burn_ddp::nn::decode::device_decode_counts().1;
     let mut loader = Loader::new(data.dataset.clone(), order, pipeline, 0, loader_config, skips.clone());
     let first = loader.next().ok_or_else(|| Error::InvalidConfig {
         name: "bench-data",
@@ -161,6 +165,7 @@ pub fn loader_throughput(
         skipped: skips.count(),
         decoded_on: if sink.decodes() { "gpu" } else { "cpu" }.into(),
         host_decoded: loader.stage_times().host_decoded(),
+        device_failed: burn_ddp::nn::decode::device_decode_counts().1 - failed_before,
     })
 }
 

@@ -463,7 +463,8 @@ mod tests {
     /// same pixels up to 8-bit rounding.
     #[test]
     fn crop_plans_reproduce_the_host_transforms() {
-        use burn_ddp::nn::decode::{CropResize, Normalize, Pixels, crop_resize_on_host};
+        use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
+        use burn_ddp::nn::decode::crop_resize_on_host;
         let img =
             RgbImage::from_fn(157, 113, |x, y| Rgb([(x * 3 % 256) as u8, (y * 7 % 256) as u8, ((x * y) % 251) as u8]));
         let aug = Augment { hflip: 0.5, ..Augment::default() };

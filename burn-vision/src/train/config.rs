@@ -152,7 +152,7 @@ pub struct TrainConfig {
     /// decoder and the transforms are crop, resize and flip).
     #[serde(default)]
     #[arg(long, value_enum, default_value_t)]
-    pub decode: crate::data::Decode,
+    pub decode: crate::data::decode::Decode,
     /// Tar-shard data: the shuffle buffer, in samples, that mixes each rank's run of shards
     /// (WebDataset's `shuffle(n)`; reads stay within that window); 0 trains in reading order.
     #[serde(default = "default_shuffle_buffer")]

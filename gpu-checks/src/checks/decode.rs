@@ -6,7 +6,8 @@
 //! photos) to them.
 
 use burn_cuda::{Cuda, CudaDevice};
-use burn_ddp::nn::decode::{CropResize, Normalize, Pixels, crop_resize_on_host, crops_to_device, device_decoder};
+use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
+use burn_ddp::nn::decode::{crop_resize_on_host, crops_to_device, device_decoder};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

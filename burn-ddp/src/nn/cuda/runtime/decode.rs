@@ -6,11 +6,11 @@
 //! (`cuda::runtime::launch::launch`), so the training thread does not wait for it.
 
 use crate::error::{Error, Result};
+use crate::nn::crop::{CropResize, Normalize, Pixels};
 use crate::nn::cuda::cudnn::convolution as cudnn;
 use crate::nn::cuda::kernels::crop_resize::{self, Crop};
 use crate::nn::cuda::nvjpeg::{self, Input};
 use crate::nn::cuda::runtime::launch::{Ad, Inner, Prim, cast, cuda_backend, launch, register};
-use crate::nn::decode::{CropResize, Normalize, Pixels};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn_cuda::Cuda;
@@ -30,7 +30,7 @@ pub(crate) fn counts() -> (u64, u64) {
 pub(crate) fn backend<B: Backend>(device: &B::Device) -> Result<nvjpeg::Backend> {
     cuda_backend::<B>().ok_or_else(|| Error::Kernel {
         op: "JPEG decode on the GPU",
-        reason: "the tensors are not on burn-cuda".into(),
+        reason: "the model does not train on a CUDA GPU (burn-cuda)".into(),
     })?;
     let index = cast::<B::Device, CudaDevice>(device.clone()).index;
     if !crop_resize::available() {
