@@ -38,6 +38,9 @@ pub struct EvalRequest {
     /// GPU exists, else the CPU; see [`device_for`]).
     #[arg(long = "gpus", value_name = "ID", value_parser = DeviceSpec::parse_one_gpu)]
     pub gpu: Option<usize>,
+    /// Where JPEGs are decoded on a GPU: `gpu`, `cpu` or `auto`, as in training.
+    #[arg(long, value_enum, default_value_t)]
+    pub decode: crate::data::decode::Decode,
 }
 
 /// What `eval` found.
@@ -129,7 +132,7 @@ fn evaluate_on<B: Backend>(r: &EvalRequest, device: &B::Device, gpu: bool) -> Re
         prefetch: 4,
         seed: trained.seed,
         strict: false,
-        device_decode: false,
+        device_decode: crate::data::decode::resolve::<B>(r.decode, &restored.pipeline, &*data.dataset, device, true)?,
     };
     let tally = evaluate(&restored.model, data.dataset, indices, restored.pipeline, cfg, skips.clone(), device)?;
     Ok(EvalReport { images, skipped: skips.count(), tally, device: String::new() })
