@@ -12,8 +12,9 @@ use burn::prelude::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Decode {
-    /// On the GPU when the model trains on one that has a hardware JPEG decoder, the data has
-    /// files and the transforms are crop, resize and flip; on the CPU otherwise.
+    /// On the GPU when the model trains on one that has a hardware JPEG decoder, the data set's
+    /// first file is a baseline JPEG and the transforms are crop, resize and flip; on the CPU
+    /// otherwise.
     #[default]
     Auto,
     /// On the GPU (nvJPEG), or an error saying why it cannot.
@@ -54,8 +55,18 @@ pub fn resolve<B: Backend>(
     if !train.is_crop_and_resize() {
         return cpu("the training transforms are more than crop, resize and flip (colour jitter, RandAugment and random erasing run on the host only; greyscale data too)".into());
     }
-    if dataset.is_empty() || dataset.read_bytes(0).is_none() {
+    let first = if dataset.is_empty() { None } else { dataset.read_bytes(0) };
+    let Some(first) = first else {
         return cpu("the data set has no image files to decode (IDX data is decoded already)".into());
+    };
+    // The first file stands for the set: PNGs (or progressive JPEGs) would all be decoded on the
+    // host anyway, and then copied to the GPU. (One that cannot be read decides nothing: the
+    // loader skips and counts it.)
+    if first.is_ok_and(|bytes| super::jpeg::device_decodable(&bytes).is_none()) {
+        return cpu(format!(
+            "{} is not a baseline JPEG (PNG, progressive, greyscale and CMYK images decode on the host)",
+            dataset.describe(0)
+        ));
     }
     match burn_ddp::nn::decode::device_decoder::<B>(device) {
         Err(reason) => cpu(format!("no GPU decoder ({reason})")),
@@ -67,6 +78,45 @@ pub fn resolve<B: Backend>(
                 log::info!("decoding JPEGs on the GPU: {name}; crop, resize, flip and normalise on the GPU");
             }
             Ok(true)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::FolderDataset;
+    use burn_flex::Flex;
+
+    fn folder(jpeg: bool) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let img = image::RgbImage::from_fn(32, 24, |x, y| image::Rgb([x as u8 * 8, y as u8 * 10, 50]));
+        let name = if jpeg { "a/0.jpg" } else { "a/0.png" };
+        img.save(dir.path().join(name)).unwrap();
+        dir
+    }
+
+    /// `--decode gpu` says in one line why it cannot run; `auto` and `cpu` fall back silently to
+    /// the CPU; each reason in its turn: the transforms, the files, then the device.
+    #[test]
+    fn each_reason_for_the_cpu_is_one_line_for_decode_gpu() {
+        let train = Pipeline::imagenet_train(16);
+        let device = Default::default();
+        let (jpeg_dir, png_dir) = (folder(true), folder(false));
+        let jpegs = FolderDataset::open(jpeg_dir.path()).unwrap();
+        let pngs = FolderDataset::open(png_dir.path()).unwrap();
+        let gpu = |pipe: &Pipeline, data: &dyn Dataset| resolve::<Flex>(Decode::Gpu, pipe, data, &device, false);
+        let jitter =
+            Pipeline::imagenet_train_with(16, &crate::data::Augment { color_jitter: 0.4, ..Default::default() });
+        let e = gpu(&jitter, &jpegs).unwrap_err().to_string();
+        assert!(e.contains("host only") && e.contains("--decode cpu"), "{e}");
+        let e = gpu(&train, &pngs).unwrap_err().to_string();
+        assert!(e.contains("not a baseline JPEG"), "{e}");
+        let e = gpu(&train, &jpegs).unwrap_err().to_string();
+        assert!(e.contains("no GPU decoder") && e.lines().count() == 1, "{e}");
+        for choice in [Decode::Auto, Decode::Cpu] {
+            assert!(!resolve::<Flex>(choice, &train, &jpegs, &device, false).unwrap());
         }
     }
 }
