@@ -323,15 +323,25 @@ fn device_item(
     times: &StageTimes,
 ) -> Result<CropResize> {
     let bad = |reason: String| Error::BadImage { path: dataset.describe(index).into(), reason };
-    let bytes = dataset.read_bytes(index).transpose()?;
-    if let Some(bytes) = bytes
-        && let Some((w, h)) = super::jpeg::device_decodable(&bytes)
-    {
-        super::jpeg::check_whole(&bytes).map_err(bad)?;
-        let plan = pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;
-        return Ok(CropResize { pixels: Pixels::Jpeg(bytes), size: [w, h], region: plan.region, flip: plan.flip });
+    let img = match dataset.read_bytes(index).transpose()? {
+        Some(bytes) => {
+            if let Some((w, h)) = super::jpeg::device_decodable(&bytes) {
+                super::jpeg::check_whole(&bytes).map_err(bad)?;
+                let plan =
+                    pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;
+                return Ok(CropResize {
+                    pixels: Pixels::Jpeg(bytes),
+                    size: [w, h],
+                    region: plan.region,
+                    flip: plan.flip,
+                });
+            }
+            // Decoded from the bytes already read, as `Dataset::load` would from the file.
+            super::folder::decode_bytes(bytes).map_err(bad)?
+        }
+        None => dataset.load(index)?,
     }
-    let img = dataset.load(index)?.into_rgb8();
+    .into_rgb8();
     times.host_decoded.fetch_add(1, Ordering::Relaxed);
     let (w, h) = img.dimensions();
     let plan = pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;

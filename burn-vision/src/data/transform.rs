@@ -76,11 +76,7 @@ impl Step {
             }
             Step::Resize { size } => {
                 let (w, h) = img.dimensions();
-                let (nw, nh) = if w <= h {
-                    (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1))
-                } else {
-                    (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size)
-                };
+                let (nw, nh) = shorter_side_to(size, (w, h));
                 if (nw, nh) == (w, h) { img } else { resize_region(&img, (0, 0, w, h), (nw, nh)) }
             }
             Step::CenterCrop { size } => center_crop(img, size),
@@ -88,6 +84,16 @@ impl Step {
             Step::ColorJitter { strength } => super::augment::color_jitter(img, strength, rng),
             Step::RandomErasing { p } => super::augment::random_erasing(img, p, rng),
         }
+    }
+}
+
+/// The size of a `(w, h)` image resized so that its shorter side is `size`, the ratio kept
+/// (the longer side at least 1).
+fn shorter_side_to(size: u32, (w, h): (u32, u32)) -> (u32, u32) {
+    if w <= h {
+        (size, ((h as f64 * size as f64 / w as f64).round() as u32).max(1))
+    } else {
+        (((w as f64 * size as f64 / h as f64).round() as u32).max(1), size)
     }
 }
 
@@ -248,14 +254,7 @@ impl Pipeline {
         for step in &self.steps {
             size = match *step {
                 Step::RandomResizedCrop { size: s, .. } | Step::CenterCrop { size: s } => (s, s),
-                Step::Resize { size: s } => {
-                    let (w, h) = size;
-                    if w <= h {
-                        (s, (h as f64 * s as f64 / w as f64).round() as u32)
-                    } else {
-                        ((w as f64 * s as f64 / h as f64).round() as u32, s)
-                    }
-                }
+                Step::Resize { size: s } => shorter_side_to(s, size),
                 Step::RandomHorizontalFlip { .. }
                 | Step::RandAugment { .. }
                 | Step::ColorJitter { .. }
@@ -296,8 +295,8 @@ impl Pipeline {
                 };
                 Some(CropPlan { region: [x as f32, y as f32, cw as f32, ch as f32], flip, size: (*size, *size) })
             }
-            [Step::Resize { .. }, Step::CenterCrop { size }] => {
-                let (nw, nh) = Pipeline { steps: self.steps[..1].to_vec(), ..self.clone() }.output_size((w, h));
+            [Step::Resize { size: short }, Step::CenterCrop { size }] => {
+                let (nw, nh) = shorter_side_to(*short, (w, h));
                 if nw < *size || nh < *size {
                     return None;
                 }
