@@ -14,7 +14,11 @@
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
 # small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
-# whole GPU check suite and bench-data each way.
+# whole GPU check suite and bench-data each way; PART=6 is the table in one call with
+# the decode started by the loader's thread a batch ahead (the decode checks, training on the
+# photos GPU / CPU / GPU with synthetic `bench` before and after, PyTorch's DataLoader and
+# synthetic run, bench-data each way, `eval --decode gpu|cpu` of the trained checkpoint, and
+# the small-JPEG training).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -30,6 +34,36 @@ if [ "${PART:-1}" = 5 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW="^ok|^FAIL|passed" SHOW_LINES=30 step suite 400 "$B"/burn-ddp-gpu-checks
   SHOW_LINES=2 step data_gpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   SHOW_LINES=2 step data_cpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
+  exit 0
+fi
+if [ "${PART:-1}" = 6 ]; then
+  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
+  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
+  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
+  step r50_synthetic_1 200 "$B"/burn-vision $S
+  step train_gpu_decode_1 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu
+  step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
+  step train_gpu_decode_2 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-2
+  step r50_synthetic_2 200 "$B"/burn-vision $S
+  step torch_folder 300 $CORES python3 benches/pytorch_baseline.py folder $D/folder 256 30 nhwc bf16 16
+  step torch_synthetic 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 8 0 5 30 bf16 nhwc eager
+  for i in 1 2; do
+    SHOW_LINES=2 step "data_gpu_$i" 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
+  done
+  SHOW_LINES=2 step data_cpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
+  SHOW="top-1|rror|decoding|images" step eval_gpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode gpu
+  SHOW="top-1|rror|decoding|images" step eval_cpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode cpu
+  step fm224 300 python3 benches/pytorch_baseline.py make-folder datasets/fashion-mnist-10k/images-idx3-ubyte.gz \
+    datasets/fashion-mnist-10k/labels-idx1-ubyte.gz /tmp/fm224 224
+  step fm224_gpu_decode 300 "$B"/burn-vision train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 \
+    --precision bf16 --optimizer sgd --lr 0.1 --data /tmp/fm224 --decode gpu --out $OUT/fm-gpu
+  save_cache
+  grep -hE "img_per_s|RESULT check|CORES|top-1|^=== .*rc=" "$LOG" | cut -c1-300 > "$OUT/summary.txt"
+  for f in $OUT/run-*/metrics.jsonl $OUT/fm-gpu/metrics.jsonl; do
+    echo "$f" >> "$OUT/summary.txt"
+    python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'val_acc', d['val_acc']) for d in map(json.loads, open(sys.argv[1]))]" "$f" >> "$OUT/summary.txt"
+  done
+  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 4 ]; then

@@ -51,6 +51,11 @@ pub(crate) const CHECKS: &[Check] = &[
         run: decode::check_jpeg_decode,
     },
     Check {
+        name: "decode-ahead",
+        what: "batches started by another thread ahead of their use (one dropped unread) against the host twin",
+        run: decode::check_decode_ahead,
+    },
+    Check {
         name: "products",
         what: "cuBLAS matmul and linear, values and gradients, against f64",
         run: products::check_gemm,

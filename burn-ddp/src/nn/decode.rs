@@ -12,24 +12,168 @@ use crate::error::{Error, Result};
 use crate::nn::crop::{CropResize, Normalize, Pixels};
 use burn::prelude::*;
 
-/// What decodes JPEGs on `device`: `Ok` with a sentence naming nvJPEG's backend (the hardware
-/// decoder, or CUDA kernels with host Huffman decoding) and whether it is the hardware one;
-/// `Err` with the reason when JPEGs cannot be decoded there (not burn-cuda, no libnvjpeg, no
-/// NVRTC). The first call sets the device's decoder up.
-///
-/// # Errors
-/// The reason no device decoder runs, as a sentence.
-pub fn device_decoder<B: Backend>(device: &B::Device) -> std::result::Result<(String, bool), String> {
+/// What makes batches of crops on a device, ahead of the step that reads them: a GPU's nvJPEG
+/// decoder ([`DeviceDecoder::for_device`]), or nothing ahead ([`DeviceDecoder::deferred`]).
+/// A cheap handle: clones share the device's decoder, and a data loader's thread may hold one.
+#[derive(Clone)]
+pub struct DeviceDecoder {
+    kind: DecoderKind,
+}
+
+#[derive(Clone, Copy)]
+enum DecoderKind {
     #[cfg(feature = "cuda")]
-    {
-        crate::nn::cuda::runtime::decode::backend::<B>(device)
-            .map(|b| (b.to_string(), b == crate::nn::cuda::nvjpeg::Backend::Hardware))
-            .map_err(|e| e.to_string())
+    Gpu {
+        index: usize,
+        backend: crate::nn::cuda::nvjpeg::Backend,
+    },
+    Deferred,
+}
+
+impl std::fmt::Debug for DeviceDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            #[cfg(feature = "cuda")]
+            DecoderKind::Gpu { index, .. } => write!(f, "DeviceDecoder({} on GPU {index})", self.name()),
+            DecoderKind::Deferred => f.write_str("DeviceDecoder(deferred)"),
+        }
     }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = device;
-        Err("this build has no CUDA (the `cuda` feature is off)".into())
+}
+
+impl DeviceDecoder {
+    /// `device`'s JPEG decoder, set up now (nvJPEG with the GPU's hardware decoder where it has
+    /// one, its CUDA kernels elsewhere).
+    ///
+    /// # Errors
+    /// Why JPEGs cannot be decoded there (not burn-cuda, no libnvjpeg, no NVRTC), as a sentence.
+    pub fn for_device<B: Backend>(device: &B::Device) -> std::result::Result<Self, String> {
+        #[cfg(feature = "cuda")]
+        {
+            crate::nn::cuda::runtime::decode::backend::<B>(device)
+                .map(|(index, backend)| Self { kind: DecoderKind::Gpu { index, backend } })
+                .map_err(|e| e.to_string())
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = device;
+            Err("this build has no CUDA (the `cuda` feature is off)".into())
+        }
+    }
+
+    /// One that starts nothing ahead: a batch is made by [`crops_to_device`] when it is made
+    /// into a tensor (decoded RGB images on any backend; JPEGs on burn-cuda).
+    pub fn deferred() -> Self {
+        Self { kind: DecoderKind::Deferred }
+    }
+
+    /// What decodes, as a sentence.
+    pub fn name(&self) -> String {
+        match self.kind {
+            #[cfg(feature = "cuda")]
+            DecoderKind::Gpu { backend, .. } => backend.to_string(),
+            DecoderKind::Deferred => "decoding when the batch is made into a tensor".into(),
+        }
+    }
+
+    /// Whether a GPU's hardware JPEG decoder runs (A100, H100, H200 and later data-centre GPUs).
+    pub fn is_hardware(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if let DecoderKind::Gpu { backend, .. } = self.kind {
+            return backend == crate::nn::cuda::nvjpeg::Backend::Hardware;
+        }
+        false
+    }
+
+    /// Starts making `images` into a batch of `out_hw` (`[height, width]`), normalised by
+    /// `norm`. On a GPU their decode is submitted now, from this thread, on the decoder's own
+    /// stream, so it runs while the steps already queued compute; [`Decoding::to_device`] later
+    /// adds the crop-and-resize kernel behind it. The decoder holds two batches: this waits
+    /// until the batch started two calls back was made into a tensor or dropped — call it from
+    /// a thread that hands batches over in order (a data loader's), not from one that must make
+    /// the earlier batch into a tensor first.
+    ///
+    /// # Errors
+    /// A region outside its image, RGB bytes that do not fill the image, or the GPU's decoder
+    /// failing.
+    pub fn start(&self, images: Vec<CropResize>, out_hw: [usize; 2], norm: Normalize) -> Result<Decoding> {
+        for (i, c) in images.iter().enumerate() {
+            check(i, c)?;
+        }
+        match self.kind {
+            #[cfg(feature = "cuda")]
+            DecoderKind::Gpu { index, .. } => {
+                let started = crate::nn::cuda::runtime::decode::start(index, images, out_hw, norm)?;
+                Ok(Decoding { kind: DecodingKind::Started(started) })
+            }
+            DecoderKind::Deferred => Ok(Decoding { kind: DecodingKind::Deferred { images, out_hw, norm } }),
+        }
+    }
+}
+
+/// A batch of crops started by [`DeviceDecoder::start`]. Dropping it unread frees its place in
+/// the decoder.
+pub struct Decoding {
+    kind: DecodingKind,
+}
+
+enum DecodingKind {
+    #[cfg(feature = "cuda")]
+    Started(crate::nn::cuda::runtime::decode::Started),
+    Deferred {
+        images: Vec<CropResize>,
+        out_hw: [usize; 2],
+        norm: Normalize,
+    },
+}
+
+impl std::fmt::Debug for Decoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            #[cfg(feature = "cuda")]
+            DecodingKind::Started(s) => write!(f, "Decoding(started, {} images)", s.len()),
+            DecodingKind::Deferred { images, .. } => write!(f, "Decoding(deferred, {} images)", images.len()),
+        }
+    }
+}
+
+impl Decoding {
+    /// Images in the batch.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            #[cfg(feature = "cuda")]
+            DecodingKind::Started(s) => s.len(),
+            DecodingKind::Deferred { images, .. } => images.len(),
+        }
+    }
+
+    /// Whether the batch has no image.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The images with their crops, the batch's `[height, width]` and its normalisation, when
+    /// nothing was started ahead ([`DeviceDecoder::deferred`]).
+    pub fn deferred(&self) -> Option<(&[CropResize], [usize; 2], Normalize)> {
+        match &self.kind {
+            DecodingKind::Deferred { images, out_hw, norm } => Some((images, *out_hw, *norm)),
+            #[cfg(feature = "cuda")]
+            DecodingKind::Started(_) => None,
+        }
+    }
+
+    /// The batch as a normalised `[n, 3, h, w]` f32 tensor on `device`: on a GPU, one kernel
+    /// enqueued behind the decode (neither this thread nor the GPU's stream waits for it on the
+    /// host).
+    ///
+    /// # Errors
+    /// A batch started on a GPU made into a tensor on another device or backend; a JPEG of a
+    /// deferred batch on a backend that cannot decode one.
+    pub fn to_device<B: Backend>(self, device: &B::Device) -> Result<Tensor<B, 4>> {
+        match self.kind {
+            #[cfg(feature = "cuda")]
+            DecodingKind::Started(started) => crate::nn::cuda::runtime::decode::to_device(started, device),
+            DecodingKind::Deferred { images, out_hw, norm } => crops_to_device(images, out_hw, norm, device),
+        }
     }
 }
 
@@ -64,7 +208,10 @@ pub fn crops_to_device<B: Backend>(
     }
     #[cfg(feature = "cuda")]
     if crate::nn::cuda::runtime::launch::cuda_backend::<B>().is_some() {
-        return crate::nn::cuda::runtime::decode::to_device(images, out_hw, norm, device);
+        // Started and read on this thread: the decode cannot run ahead of the step, as it does
+        // when a loader's thread starts it (`DeviceDecoder::start`).
+        let decoder = DeviceDecoder::for_device::<B>(device).map_err(bad)?;
+        return decoder.start(images, out_hw, norm)?.to_device(device);
     }
     let per_image = 3 * out_hw[0] * out_hw[1];
     let mut values = vec![0.0f32; per_image * images.len()];

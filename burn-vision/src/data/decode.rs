@@ -1,12 +1,14 @@
 //! Where a run's images are decoded: `--decode auto|gpu|cpu`. On the GPU, nvJPEG decodes the
-//! JPEGs and one kernel crops, resizes, mirrors and normalises them (burn-ddp's
-//! `nn::crops_to_device`); the loader's threads only read the files, check them and draw the
-//! crops. The choice is made once per run and said in one log line.
+//! JPEGs, started by the loader's thread a batch ahead, and one kernel crops, resizes, mirrors
+//! and normalises them (burn-ddp's `nn::decode::DeviceDecoder`); the loader's threads only
+//! read the files, check them and draw the crops. The choice is made once per run and said in
+//! one log line.
 
 use super::Dataset;
 use super::transform::Pipeline;
 use crate::error::{Error, Result};
 use burn::prelude::*;
+use burn_ddp::nn::decode::DeviceDecoder;
 
 /// `--decode`: where images are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -23,9 +25,9 @@ pub enum Decode {
     Cpu,
 }
 
-/// Whether the batches of `dataset` made with `train` go to `device` encoded, for it to decode
-/// — `choice` resolved, with one log line saying which decoder runs and why (`say`: this
-/// process speaks for the run).
+/// The decoder of `device` when the batches of `dataset` made with `train` go there encoded,
+/// for it to decode — `choice` resolved, with one log line saying which decoder runs and why
+/// (`say`: this process speaks for the run); `None`: the host decodes.
 ///
 /// # Errors
 /// `--decode gpu` where the device cannot decode these batches, with the reason.
@@ -35,8 +37,8 @@ pub fn resolve<B: Backend>(
     dataset: &dyn Dataset,
     device: &B::Device,
     say: bool,
-) -> Result<bool> {
-    let cpu = |reason: String| -> Result<bool> {
+) -> Result<Option<DeviceDecoder>> {
+    let cpu = |reason: String| -> Result<Option<DeviceDecoder>> {
         if choice == Decode::Gpu {
             return Err(Error::InvalidConfig {
                 name: "decode",
@@ -47,10 +49,10 @@ pub fn resolve<B: Backend>(
         if say && choice == Decode::Auto {
             log::info!("decoding images on the CPU: {reason}");
         }
-        Ok(false)
+        Ok(None)
     };
     if choice == Decode::Cpu {
-        return Ok(false);
+        return Ok(None);
     }
     if !train.is_crop_and_resize() {
         return cpu("the training transforms are more than crop, resize and flip (colour jitter, RandAugment and random erasing run on the host only; greyscale data too)".into());
@@ -68,16 +70,16 @@ pub fn resolve<B: Backend>(
             dataset.describe(0)
         ));
     }
-    match burn_ddp::nn::decode::device_decoder::<B>(device) {
+    match DeviceDecoder::for_device::<B>(device) {
         Err(reason) => cpu(format!("no GPU decoder ({reason})")),
-        Ok((name, false)) if choice == Decode::Auto => {
-            cpu(format!("the GPU has no hardware JPEG decoder ({name} would run; --decode gpu chooses it)"))
+        Ok(d) if choice == Decode::Auto && !d.is_hardware() => {
+            cpu(format!("the GPU has no hardware JPEG decoder ({} would run; --decode gpu chooses it)", d.name()))
         }
-        Ok((name, _)) => {
+        Ok(d) => {
             if say {
-                log::info!("decoding JPEGs on the GPU: {name}; crop, resize, flip and normalise on the GPU");
+                log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip and normalise on the GPU", d.name());
             }
-            Ok(true)
+            Ok(Some(d))
         }
     }
 }
@@ -116,7 +118,7 @@ mod tests {
         let e = gpu(&train, &jpegs).unwrap_err().to_string();
         assert!(e.contains("no GPU decoder") && e.lines().count() == 1, "{e}");
         for choice in [Decode::Auto, Decode::Cpu] {
-            assert!(!resolve::<Flex>(choice, &train, &jpegs, &device, false).unwrap());
+            assert!(resolve::<Flex>(choice, &train, &jpegs, &device, false).unwrap().is_none());
         }
     }
 }

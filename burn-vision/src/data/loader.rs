@@ -5,6 +5,7 @@ use super::Dataset;
 use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
 use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
+use burn_ddp::nn::decode::{Decoding, DeviceDecoder};
 use image::{DynamicImage, GenericImageView};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -19,7 +20,7 @@ use std::time::Instant;
 const REMEMBERED_SKIPS: usize = 10;
 
 /// One batch, channel-first, ready to become a `[n, c, h, w]` tensor.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Batch {
     /// The pixels, made on the host or to be made on the device.
     pub images: BatchImages,
@@ -32,18 +33,14 @@ pub struct Batch {
 }
 
 /// A batch's pixels.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum BatchImages {
     /// `n·c·h·w` normalised values, decoded and transformed on the host.
     Host(Vec<f32>),
-    /// Encoded images (JPEG bytes, or RGB the host decoded) with the crop each gets, for the
-    /// device to decode, crop, resize and normalise (`burn_ddp::nn::crops_to_device`).
-    Device {
-        /// One per image, in batch order.
-        images: Vec<CropResize>,
-        /// The pipeline's normalisation.
-        norm: Normalize,
-    },
+    /// Encoded images (JPEG bytes, or RGB the host decoded) with the crop each gets, handed to
+    /// the device's decoder by the loader's thread: the device decodes, crops, resizes and
+    /// normalises them (`burn_ddp::nn::decode`).
+    Device(Decoding),
 }
 
 impl BatchImages {
@@ -51,7 +48,7 @@ impl BatchImages {
     pub fn host(&self) -> Option<&[f32]> {
         match self {
             BatchImages::Host(v) => Some(v),
-            BatchImages::Device { .. } => None,
+            BatchImages::Device(_) => None,
         }
     }
 }
@@ -96,10 +93,11 @@ pub struct LoaderConfig {
     pub seed: u64,
     /// Fail on the first unreadable image instead of skipping it.
     pub strict: bool,
-    /// Leave decoding and the crop-and-resize to the device ([`BatchImages::Device`]) when the
-    /// pipeline is one it can do ([`Pipeline::is_crop_and_resize`]); the host only reads files,
-    /// checks them and draws the crops.
-    pub device_decode: bool,
+    /// Leave decoding and the crop-and-resize to this device decoder ([`BatchImages::Device`])
+    /// when the pipeline is one it can do ([`Pipeline::is_crop_and_resize`]); the host only
+    /// reads files, checks them and draws the crops, and the loader's thread starts each
+    /// batch's decode as soon as the batch is read.
+    pub device_decode: Option<DeviceDecoder>,
 }
 
 /// The RNG for one sample's augmentation, a pure function of (seed, epoch, sample index):
@@ -202,8 +200,8 @@ fn make_batch(
     skips: &SkipLog,
     times: &StageTimes,
 ) -> Result<Option<Batch>> {
-    if config.device_decode && pipeline.is_crop_and_resize() {
-        return make_device_batch(dataset, chunk, pipeline, (epoch, config), skips, times);
+    if let Some(decoder) = config.device_decode.as_ref().filter(|_| pipeline.is_crop_and_resize()) {
+        return make_device_batch(dataset, chunk, pipeline, (epoch, config, decoder), skips, times);
     }
     let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
     // Decode and transform in parallel; normalise straight into the batch (below).
@@ -267,11 +265,12 @@ fn make_batch(
 
 /// A batch for the device to decode: each sample's file read and checked, its crop drawn from
 /// its own RNG as the host path draws it; formats the device does not decode are decoded here.
+/// The batch is handed to `decoder` before it is returned (on a GPU its decode starts now).
 fn make_device_batch(
     dataset: &dyn Dataset,
     chunk: &[usize],
     pipeline: &Pipeline,
-    (epoch, config): (u64, &LoaderConfig),
+    (epoch, config, decoder): (u64, &LoaderConfig, &DeviceDecoder),
     skips: &SkipLog,
     times: &StageTimes,
 ) -> Result<Option<Batch>> {
@@ -305,12 +304,9 @@ fn make_device_batch(
         mean: [pipeline.mean[0], pipeline.mean[1], pipeline.mean[2]],
         std: [pipeline.std[0], pipeline.std[1], pipeline.std[2]],
     };
-    Ok(Some(Batch {
-        shape: [labels.len(), 3, h as usize, w as usize],
-        images: BatchImages::Device { images, norm },
-        labels,
-        indices,
-    }))
+    let shape = [labels.len(), 3, h as usize, w as usize];
+    let images = BatchImages::Device(decoder.start(images, [shape[2], shape[3]], norm)?);
+    Ok(Some(Batch { shape, images, labels, indices }))
 }
 
 /// One sample for the device: its JPEG bytes when the device decodes them, its RGB pixels
@@ -382,7 +378,7 @@ mod tests {
     }
 
     fn config(batch_size: usize, drop_last: bool) -> LoaderConfig {
-        LoaderConfig { batch_size, drop_last, prefetch: 2, seed: 1, strict: false, device_decode: false }
+        LoaderConfig { batch_size, drop_last, prefetch: 2, seed: 1, strict: false, device_decode: None }
     }
 
     #[test]
@@ -418,12 +414,13 @@ mod tests {
         let data: Arc<dyn Dataset> = Arc::new(crate::data::FolderDataset::open(dir.path()).unwrap());
         let pipe = Pipeline::imagenet_train(16);
         let skips = Arc::new(SkipLog::default());
-        let device = LoaderConfig { device_decode: true, ..config(3, false) };
+        let device = LoaderConfig { device_decode: Some(DeviceDecoder::deferred()), ..config(3, false) };
         let mut loader = Loader::new(data.clone(), vec![0, 1, 2], pipe.clone(), 4, device, skips.clone());
         let batch = loader.next().unwrap().unwrap();
         assert_eq!((batch.shape, batch.indices.clone(), skips.count()), ([2, 3, 16, 16], vec![0, 1], 1));
-        let BatchImages::Device { images, norm } = batch.images else { panic!("a host batch") };
-        assert_eq!(norm.mean, crate::data::transform::IMAGENET_MEAN);
+        let BatchImages::Device(decoding) = batch.images else { panic!("a host batch") };
+        let (images, out_hw, norm) = decoding.deferred().expect("a deferred decoder starts nothing");
+        assert_eq!((norm.mean, out_hw), (crate::data::transform::IMAGENET_MEAN, [16, 16]));
         assert_eq!((&images[0].pixels, images[0].size), (&Pixels::Jpeg(jpeg), [40, 30]));
         assert_eq!((&images[1].pixels, images[1].size), (&Pixels::Rgb(img.into_raw()), [40, 30]));
         assert_eq!(loader.stage_times().host_decoded(), 1);

@@ -43,9 +43,9 @@ pub trait BatchSink {
     fn take(&mut self, batch: Batch);
     /// Waits until every batch taken has arrived (the clock stops after this).
     fn finish(&mut self) {}
-    /// Whether the sink takes encoded batches and decodes them itself (the GPU's decoder).
-    fn decodes(&self) -> bool {
-        false
+    /// The device decoder the sink's batches go to encoded (the GPU's), when it decodes them.
+    fn decoder(&self) -> Option<burn_ddp::nn::decode::DeviceDecoder> {
+        None
     }
 }
 
@@ -127,7 +127,7 @@ pub fn loader_throughput(
         prefetch: config.prefetch,
         seed: config.seed,
         strict: false,
-        device_decode: sink.decodes(),
+        device_decode: sink.decoder(),
     };
     let skips = Arc::new(SkipLog::default());
     let failed_before = burn_ddp::nn::decode::device_decode_counts().1;
@@ -163,7 +163,7 @@ pub fn loader_throughput(
         transform_ms_per_image: per_image(t1 - t0),
         batch_shape,
         skipped: skips.count(),
-        decoded_on: if sink.decodes() { "gpu" } else { "cpu" }.into(),
+        decoded_on: if sink.decoder().is_some() { "gpu" } else { "cpu" }.into(),
         host_decoded: loader.stage_times().host_decoded(),
         device_failed: burn_ddp::nn::decode::device_decode_counts().1 - failed_before,
     })

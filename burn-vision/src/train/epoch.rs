@@ -97,7 +97,7 @@ impl EpochPlan {
             seed: config.seed,
             strict: config.strict_images,
             // Set by the training loop, which knows the device (`data::decode::resolve`).
-            device_decode: false,
+            device_decode: None,
         };
         Self { dataset, train_idx, val_idx, sampling, steps_per_epoch, schedule, loader }
     }

@@ -1,5 +1,6 @@
 //! Batches decoded on the GPU: nvJPEG's decode against the `image` crate's (what the CPU path
-//! trains on), and the crop-and-resize kernel against its f64 host twin.
+//! trains on), the crop-and-resize kernel against its f64 host twin, and batches started
+//! ahead by another thread (as the data loader does) against the same twin.
 //!
 //! The JPEGs are made here (smooth gradients, edges and noise, quality 90, several sizes, odd
 //! ones included); `BURN_DDP_CHECK_JPEGS=DIR` adds up to 64 of the JPEG files of DIR (real
@@ -7,7 +8,7 @@
 
 use burn_cuda::{Cuda, CudaDevice};
 use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
-use burn_ddp::nn::decode::{crop_resize_on_host, crops_to_device, device_decoder};
+use burn_ddp::nn::decode::{DeviceDecoder, crop_resize_on_host, crops_to_device};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -82,8 +83,8 @@ fn on_gpu(items: Vec<CropResize>, out_hw: [usize; 2], device: &CudaDevice) -> Re
 /// exactly) against the `image` crate's, then one batch of random crops of them against the
 /// host twin on the CPU's decode: PSNR ≥ 40 dB for every image.
 pub(crate) fn check_jpeg_decode(device: &CudaDevice) -> bool {
-    match device_decoder::<Cuda>(device) {
-        Ok((name, hardware)) => println!("RESULT check=jpeg-decode decoder=\"{name}\" hardware={hardware}"),
+    match DeviceDecoder::for_device::<Cuda>(device) {
+        Ok(d) => println!("RESULT check=jpeg-decode decoder=\"{}\" hardware={}", d.name(), d.is_hardware()),
         Err(reason) => {
             println!("RESULT check=jpeg-decode no decoder: {reason} FAIL");
             return false;
@@ -215,4 +216,91 @@ pub(crate) fn check_crop_resize(device: &CudaDevice) -> bool {
         if pass { "ok" } else { "FAIL" }
     );
     pass
+}
+
+/// Batches started by a producer thread a few batches ahead of their use, as the data loader
+/// starts them, one of them dropped unread, made into tensors in order by this thread, all
+/// before the first is read back: every image of every batch against the host twin on the
+/// `image` crate's decode (PSNR ≥ 40 dB), and no batch waiting for a decode slot that only a
+/// later synchronisation would free.
+pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
+    let decoder = match DeviceDecoder::for_device::<Cuda>(device) {
+        Ok(d) => d,
+        Err(reason) => {
+            println!("RESULT check=decode-ahead no decoder: {reason} FAIL");
+            return false;
+        }
+    };
+    let hw = [96, 128];
+    let sources: Vec<(Vec<u8>, image::RgbImage)> = jpegs()
+        .into_iter()
+        .filter_map(|(_, bytes)| image::load_from_memory(&bytes).ok().map(|img| (bytes, img.into_rgb8())))
+        .collect();
+    let batches: Vec<Vec<(CropResize, usize)>> = (0..7u64)
+        .map(|b| {
+            let mut rng = ChaCha8Rng::seed_from_u64(100 + b);
+            (0..12)
+                .map(|_| {
+                    let k = rng.random_range(0..sources.len());
+                    let (w, h) = sources[k].1.dimensions();
+                    let (cw, ch) = (rng.random_range(w / 3..=w).max(1), rng.random_range(h / 3..=h).max(1));
+                    let (x, y) = (rng.random_range(0..=w - cw), rng.random_range(0..=h - ch));
+                    let c = CropResize {
+                        region: [x as f32, y as f32, cw as f32, ch as f32],
+                        flip: rng.random_bool(0.5),
+                        ..whole_of(&sources[k].0, w, h)
+                    };
+                    (c, k)
+                })
+                .collect()
+        })
+        .collect();
+    const DROPPED: usize = 3;
+    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+    let jobs: Vec<Vec<CropResize>> = batches.iter().map(|b| b.iter().map(|(c, _)| c.clone()).collect()).collect();
+    let producer = std::thread::spawn(move || {
+        for (i, images) in jobs.into_iter().enumerate() {
+            let started = decoder.start(images, hw, UNIT).map_err(|e| e.to_string());
+            if i == DROPPED {
+                continue; // started and dropped unread: its slot must come free
+            }
+            if tx.send((i, started)).is_err() {
+                return;
+            }
+        }
+    });
+    let per = 3 * hw[0] * hw[1];
+    let mut ok = true;
+    // Every batch made into a tensor before any is read back (nothing else synchronises the
+    // device meanwhile, as in `bench-data`): each must free its slot for the producer.
+    let tensors: Vec<(usize, Result<burn::tensor::Tensor<Cuda, 4>, String>)> = rx
+        .iter()
+        .map(|(i, started)| (i, started.and_then(|d| d.to_device::<Cuda>(device).map_err(|e| e.to_string()))))
+        .collect();
+    for (i, tensor) in tensors {
+        let values = tensor.map(|t| t.into_data().into_vec::<f32>().expect("f32 values"));
+        let values = match values {
+            Ok(v) => v,
+            Err(e) => {
+                println!("RESULT check=decode-ahead batch={i} error: {e} FAIL");
+                ok = false;
+                continue;
+            }
+        };
+        let worst = batches[i].iter().enumerate().fold(f64::INFINITY, |worst, (j, (c, k))| {
+            let mut reference = vec![0.0; per];
+            crop_resize_on_host(sources[*k].1.as_raw(), c, hw, &UNIT, &mut reference);
+            worst.min(psnr(&values[j * per..(j + 1) * per], &reference))
+        });
+        let pass = worst >= MIN_PSNR_DB;
+        println!("RESULT check=decode-ahead batch={i} lowest psnr_db={worst:.2} {}", if pass { "ok" } else { "FAIL" });
+        ok &= pass;
+    }
+    ok &= producer.join().is_ok();
+    println!(
+        "RESULT check=decode-ahead batches={} (batch {DROPPED} dropped unread) {}",
+        batches.len(),
+        if ok { "ok" } else { "FAIL" }
+    );
+    ok
 }

@@ -5,8 +5,8 @@
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
 //! (CUDA kernels, Huffman decoding on the calling host thread) elsewhere; [`Backend`] says which.
 //! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
-//! slots (an nvJPEG state and the memory decoded into) alternate, so a batch's submission never
-//! waits for the previous batch's decode, only for the one before it.
+//! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
+//! (by the data loader's thread) while the training stream still reads the previous one.
 
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
@@ -14,7 +14,7 @@ use cudarc::driver::sys as driver;
 use libloading::Library;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 type RawHandle = *mut c_void;
 type RawState = *mut c_void;
@@ -115,43 +115,70 @@ impl std::fmt::Display for Backend {
     }
 }
 
-/// One of the two decode slots that alternate: an nvJPEG state, the memory its images are
-/// decoded into, and the events that order it between the decoder's stream and the caller's.
+/// Decode slots per device: the batch being read by the training stream and the next one,
+/// decoded ahead.
+const SLOTS: usize = 2;
+
+/// How long a submission waits for a slot before it reports the decoder stuck (a batch taken
+/// and never handed to the device, by a consumer that stopped without dropping it).
+const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// One of the decode slots that alternate: an nvJPEG state, the memory its images are decoded
+/// into, and the events that order it between the decoder's stream and the reader's.
 struct Slot {
     state: RawState,
     /// Recorded on the decoder's stream after the slot's last decode.
     decoded: driver::CUevent,
-    /// Recorded on the caller's stream after the last reader of the slot's images.
+    /// Recorded on the reader's stream after the last reader of the slot's images.
     consumed: driver::CUevent,
     used: bool,
     /// The decoded images: an address and its size in bytes (0: none yet).
     scratch: (u64, usize),
 }
 
-/// A device's decoder: the handle, its two slots and its own stream. Decoding runs on that
-/// stream, so the JPEG engines work on the next batch while the caller's stream computes the
-/// current one; the caller's stream waits for a batch's decode only where it reads it.
-pub(crate) struct Decoder {
+/// nvJPEG's handle, the slots' states and memory, and the decoder's own stream: used by one
+/// submitting thread at a time.
+struct Decoder {
     handle: RawHandle,
     backend: Backend,
-    slots: [Slot; 2],
+    slots: [Slot; SLOTS],
     next: usize,
     stream: Arc<CudaStream>,
 }
 
-// SAFETY: nvJPEG handles and states are plain heap objects; a `Decoder` is used under its
-// device's mutex, one thread at a time.
+// SAFETY: nvJPEG handles and states are plain heap objects, and events plain handles; a
+// `Decoder` is used under its mutex, one thread at a time.
 unsafe impl Send for Decoder {}
 
+/// A device's JPEG decoder. A batch is submitted from any thread (the data loader's, ahead of
+/// the step that reads it) into the next slot, once the batch that held that slot two
+/// submissions back was read; the reads are enqueued on the training's stream, wherever that
+/// is done ([`Submitted`]). Decoding runs on the decoder's own stream, so the JPEG engines work
+/// on the next batch while the training stream computes on the current one.
+pub(crate) struct DeviceJpeg {
+    backend: Backend,
+    decoder: Mutex<Decoder>,
+    /// Which slots hold a batch not yet read (or dropped).
+    busy: Mutex<[bool; SLOTS]>,
+    freed: Condvar,
+}
+
 /// The device's decoder, created on first use (with the device's context bound by the caller).
-pub(crate) fn with_decoder<T>(device: usize, f: impl FnOnce(&mut Decoder) -> Result<T>) -> Result<T> {
-    static DECODERS: OnceLock<Mutex<HashMap<usize, Decoder>>> = OnceLock::new();
+pub(crate) fn device_jpeg(device: usize) -> Result<Arc<DeviceJpeg>> {
+    static DECODERS: OnceLock<Mutex<HashMap<usize, Arc<DeviceJpeg>>>> = OnceLock::new();
     let mut map = DECODERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    let decoder = match map.entry(device) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => e.insert(Decoder::new(device)?),
-    };
-    f(decoder)
+    if let Some(d) = map.get(&device) {
+        return Ok(d.clone());
+    }
+    let decoder = Decoder::new(device)?;
+    let made = Arc::new(DeviceJpeg {
+        backend: decoder.backend,
+        decoder: Mutex::new(decoder),
+        busy: Mutex::new([false; SLOTS]),
+        freed: Condvar::new(),
+    });
+    map.insert(device, made.clone());
+    Ok(made)
 }
 
 /// Where one image of a batch is decoded to: the address of its first byte and its row pitch.
@@ -208,31 +235,18 @@ impl Decoder {
         Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
-    /// Which decoder runs.
-    pub(crate) fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// Decodes (or copies) `inputs` into device memory on the decoder's stream and makes
-    /// `reader` (the caller's stream) wait for them. Returns where each image lies, how many
-    /// JPEGs nvJPEG could not decode (their pixels are zero), and the slot to hand to
-    /// [`Decoder::consumed`] once the reads are enqueued on `reader`.
+    /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
+    /// the slot's previous decode and reads, and records the slot's `decoded` event. Returns
+    /// where each image lies and how many JPEGs nvJPEG could not decode (their pixels are zero).
     ///
     /// # Safety
-    /// The device's context is bound on this thread; the caller enqueues every read of the
-    /// planes on `reader`, then calls [`Decoder::consumed`] with the slot.
-    pub(crate) unsafe fn decode(
-        &mut self,
-        reader: driver::CUstream,
-        inputs: &[Input<'_>],
-    ) -> Result<(Vec<Plane>, usize, usize)> {
-        let index = self.next;
-        self.next = (self.next + 1) % self.slots.len();
+    /// The device's context is bound on this thread; the slot is this caller's (acquired).
+    unsafe fn decode_into(&mut self, index: usize, inputs: &[Input<'_>]) -> Result<(Vec<Plane>, usize)> {
         let cu = self.stream.cu_stream();
         let slot = &mut self.slots[index];
         if slot.used {
-            // SAFETY: live events of the bound context. The decode two batches back must be
-            // done before its nvJPEG state is reused (the host waits for it, rarely at all),
+            // SAFETY: live events of the bound context. The slot's previous decode must be done
+            // before its nvJPEG state is reused (this thread waits: it is not the training's),
             // and its images read before they are overwritten (the decoder's stream waits).
             unsafe {
                 driver::cuEventSynchronize(slot.decoded)
@@ -276,26 +290,116 @@ impl Decoder {
         let (handle, state) = (self.handle, slot.state);
         // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
         let failed = if jpegs.is_empty() { 0 } else { unsafe { decode_jpegs((handle, state), cu, &jpegs, &planes) }? };
-        // SAFETY: live events and streams of the bound context.
-        unsafe {
-            driver::cuEventRecord(slot.decoded, cu).result().map_err(|e| driver_fail("recording an event", e))?;
-            driver::cuStreamWaitEvent(reader, slot.decoded, 0)
-                .result()
-                .map_err(|e| driver_fail("ordering the reads", e))?;
-        }
+        // SAFETY: a live event and stream of the bound context.
+        unsafe { driver::cuEventRecord(slot.decoded, cu) }
+            .result()
+            .map_err(|e| driver_fail("recording an event", e))?;
         slot.used = true;
-        Ok((planes, failed, index))
+        Ok((planes, failed))
+    }
+}
+
+impl DeviceJpeg {
+    /// Which decoder runs.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
     }
 
-    /// Marks the end of `slot`'s reads on `reader`: its images may be overwritten after them.
+    /// Decodes (or copies) `inputs` into device memory on the decoder's stream, into the next
+    /// slot: first waits, on this thread, until the batch that slot held was read (or dropped).
+    ///
+    /// # Errors
+    /// nvJPEG or the driver failing, or no slot freed within [`SLOT_WAIT`].
+    ///
+    /// # Safety
+    /// The device's context is bound on this thread.
+    pub(crate) unsafe fn submit(self: &Arc<Self>, inputs: &[Input<'_>]) -> Result<Submitted> {
+        let mut decoder = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
+        let index = decoder.next;
+        self.acquire(index)?;
+        decoder.next = (index + 1) % SLOTS;
+        let events = (decoder.slots[index].decoded, decoder.slots[index].consumed);
+        // SAFETY: the context is bound (the caller's contract) and the slot acquired above.
+        match unsafe { decoder.decode_into(index, inputs) } {
+            Ok((planes, failed)) => {
+                Ok(Submitted { jpeg: self.clone(), slot: index, planes, failed, decoded: events.0, consumed: events.1 })
+            }
+            Err(e) => {
+                self.release(index);
+                Err(e)
+            }
+        }
+    }
+
+    fn acquire(&self, index: usize) -> Result<()> {
+        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut busy, waited) =
+            self.freed.wait_timeout_while(busy, SLOT_WAIT, |b| b[index]).unwrap_or_else(|p| p.into_inner());
+        if waited.timed_out() && busy[index] {
+            return Err(Error::Kernel {
+                op: "nvJPEG",
+                reason: format!(
+                    "no decode slot was freed in {} s: a decoded batch was taken and never made into a tensor nor dropped",
+                    SLOT_WAIT.as_secs()
+                ),
+            });
+        }
+        busy[index] = true;
+        Ok(())
+    }
+
+    fn release(&self, index: usize) {
+        self.busy.lock().unwrap_or_else(|p| p.into_inner())[index] = false;
+        self.freed.notify_all();
+    }
+}
+
+/// A batch submitted to a device's decoder: where its images lie once decoded. Its slot is
+/// released by [`Submitted::consumed`] after the reads are enqueued, or when it is dropped
+/// unread.
+pub(crate) struct Submitted {
+    jpeg: Arc<DeviceJpeg>,
+    slot: usize,
+    /// Where each image of the batch lies, in order.
+    pub planes: Vec<Plane>,
+    /// JPEGs nvJPEG could not decode (their pixels are zero).
+    pub failed: usize,
+    decoded: driver::CUevent,
+    consumed: driver::CUevent,
+}
+
+// SAFETY: the events are plain handles, used by one thread at a time (whichever holds the
+// batch); the slot is this value's until it is released.
+unsafe impl Send for Submitted {}
+
+impl Submitted {
+    /// Makes `reader` wait for the batch's decode before the reads enqueued on it next.
+    ///
+    /// # Safety
+    /// The device's context is bound on this thread; `reader` is a stream of it.
+    pub(crate) unsafe fn wait_on(&self, reader: driver::CUstream) -> Result<()> {
+        // SAFETY: a live event (recorded by `submit`) and the caller's stream.
+        unsafe { driver::cuStreamWaitEvent(reader, self.decoded, 0) }
+            .result()
+            .map_err(|e| driver_fail("ordering the reads", e))
+    }
+
+    /// Marks the end of the batch's reads on `reader` and releases its slot: the images may be
+    /// overwritten after those reads.
     ///
     /// # Safety
     /// The device's context is bound; `reader` is the stream the reads were enqueued on.
-    pub(crate) unsafe fn consumed(&mut self, slot: usize, reader: driver::CUstream) -> Result<()> {
-        // SAFETY: a live event and stream of the bound context.
-        unsafe { driver::cuEventRecord(self.slots[slot].consumed, reader) }
+    pub(crate) unsafe fn consumed(self, reader: driver::CUstream) -> Result<()> {
+        // SAFETY: a live event and stream of the bound context. The slot is released on drop.
+        unsafe { driver::cuEventRecord(self.consumed, reader) }
             .result()
             .map_err(|e| driver_fail("recording an event", e))
+    }
+}
+
+impl Drop for Submitted {
+    fn drop(&mut self) {
+        self.jpeg.release(self.slot);
     }
 }
 
@@ -367,7 +471,7 @@ fn layout(inputs: &[Input<'_>]) -> Vec<(usize, u32, usize)> {
 /// Whether libnvjpeg loads here, and which backend the device's decoder takes (created now,
 /// with `device`'s context bound by the caller).
 pub(crate) fn backend(device: usize) -> Result<Backend> {
-    with_decoder(device, |d| Ok(d.backend()))
+    device_jpeg(device).map(|d| d.backend())
 }
 
 #[cfg(test)]

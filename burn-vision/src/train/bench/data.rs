@@ -17,8 +17,8 @@ use burn::prelude::*;
 struct OnDevice<B: Backend> {
     device: B::Device,
     name: String,
-    /// The device decodes the JPEGs (`--decode`, resolved).
-    decodes: bool,
+    /// The device's decoder when it decodes the JPEGs (`--decode`, resolved).
+    decoder: Option<burn_ddp::nn::decode::DeviceDecoder>,
 }
 
 impl<B: Backend> BatchSink for OnDevice<B> {
@@ -33,8 +33,8 @@ impl<B: Backend> BatchSink for OnDevice<B> {
     fn finish(&mut self) {
         let _ = B::sync(&self.device);
     }
-    fn decodes(&self) -> bool {
-        self.decodes
+    fn decoder(&self) -> Option<burn_ddp::nn::decode::DeviceDecoder> {
+        self.decoder.clone()
     }
 }
 
@@ -52,9 +52,9 @@ pub fn bench_data(data: &LoadedData, config: &DataBenchConfig, gpu: Option<usize
 fn on_gpu(data: &LoadedData, config: &DataBenchConfig, id: usize) -> Result<DataBenchResult> {
     let device = crate::train::gpu(id);
     let pipeline = if config.eval { &data.eval } else { &data.train };
-    let decodes =
+    let decoder =
         crate::data::decode::resolve::<burn_cuda::Cuda>(config.decode, pipeline, &*data.dataset, &device, true)?;
-    loader_throughput(data, config, &mut OnDevice::<burn_cuda::Cuda> { device, name: format!("gpu {id}"), decodes })
+    loader_throughput(data, config, &mut OnDevice::<burn_cuda::Cuda> { device, name: format!("gpu {id}"), decoder })
 }
 
 #[cfg(not(feature = "cuda"))]

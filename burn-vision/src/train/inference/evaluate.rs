@@ -29,9 +29,7 @@ pub fn batch_tensors<B: Backend>(
     let n = batch.shape[0];
     let x = match batch.images {
         BatchImages::Host(values) => burn_ddp::nn::images_to_device(values, batch.shape, device),
-        BatchImages::Device { images, norm } => {
-            burn_ddp::nn::crops_to_device(images, [batch.shape[2], batch.shape[3]], norm, device)?
-        }
+        BatchImages::Device(decoding) => decoding.to_device(device)?,
     };
     let y = Tensor::from_data(TensorData::new(batch.labels, [n]), device);
     Ok((x, y))

@@ -1,9 +1,10 @@
-//! A batch of encoded images to a burn-cuda tensor: nvJPEG decodes the JPEGs into device memory
-//! (`cuda::nvjpeg`) on the decoder's own stream, overlapping the training step already queued,
-//! the other images' RGB bytes are copied next to them, and one kernel
-//! (`cuda::kernels::crop_resize`) crops, resizes, mirrors and normalises every image into the
-//! batch on cuDNN's stream, after the decode and ordered with burn's like a cuDNN computation
-//! (`cuda::runtime::launch::launch`), so the training thread does not wait for it.
+//! A batch of encoded images to a burn-cuda tensor, in two parts. [`start`], on the data
+//! loader's thread ahead of the step: nvJPEG decodes the JPEGs into device memory
+//! (`cuda::nvjpeg`) on the decoder's own stream, overlapping the training steps already queued,
+//! and the other images' RGB bytes are copied next to them. [`to_device`], on the training
+//! thread: one kernel (`cuda::kernels::crop_resize`) crops, resizes, mirrors and normalises
+//! every image into the batch on cuDNN's stream, after the decode and ordered with burn's like
+//! a cuDNN computation (`cuda::runtime::launch::launch`), so neither thread waits for the GPU.
 
 use crate::error::{Error, Result};
 use crate::nn::crop::{CropResize, Normalize, Pixels};
@@ -26,8 +27,9 @@ pub(crate) fn counts() -> (u64, u64) {
     (DECODED.load(Ordering::Relaxed), FAILED.load(Ordering::Relaxed))
 }
 
-/// Which nvJPEG backend decodes on `device` (a burn-cuda device), or why none can.
-pub(crate) fn backend<B: Backend>(device: &B::Device) -> Result<nvjpeg::Backend> {
+/// The index of `device` (a burn-cuda device) and the nvJPEG backend that decodes there (its
+/// decoder set up now), or why none can.
+pub(crate) fn backend<B: Backend>(device: &B::Device) -> Result<(usize, nvjpeg::Backend)> {
     cuda_backend::<B>().ok_or_else(|| Error::Kernel {
         op: "JPEG decode on the GPU",
         reason: "the model does not train on a CUDA GPU (burn-cuda)".into(),
@@ -40,22 +42,73 @@ pub(crate) fn backend<B: Backend>(device: &B::Device) -> Result<nvjpeg::Backend>
         });
     }
     cudnn::context(index)?.bind_to_thread().map_err(|e| cudnn::fail("binding the CUDA context", e))?;
-    nvjpeg::backend(index)
+    Ok((index, nvjpeg::backend(index)?))
 }
 
-/// The batch as a `[n, 3, h, w]` f32 tensor on `device` (burn-cuda, checked by the caller).
-pub(crate) fn to_device<B: Backend>(
-    images: Vec<CropResize>,
+/// A batch whose decode was submitted to a device's decoder, to be cropped into a tensor by
+/// [`to_device`].
+pub(crate) struct Started {
+    device: usize,
+    submitted: nvjpeg::Submitted,
+    crops: Vec<Crop>,
     out_hw: [usize; 2],
     norm: Normalize,
-    device: &B::Device,
-) -> Result<Tensor<B, 4>> {
-    let ad = cuda_backend::<B>().expect("checked by the caller");
-    // The decoder is made here, not in the job below: making it takes the device state's lock,
-    // which the job holds.
-    backend::<B>(device)?;
+    /// The encoded bytes, kept until the batch is read (nvJPEG reads them during submission).
+    _images: Vec<CropResize>,
+}
+
+/// Submits `images`' decode on `device`'s decoder (its own stream) from this thread, after the
+/// batch two submissions back was read: called by a data loader's thread, ahead of the step.
+pub(crate) fn start(device: usize, images: Vec<CropResize>, out_hw: [usize; 2], norm: Normalize) -> Result<Started> {
+    cudnn::context(device)?.bind_to_thread().map_err(|e| cudnn::fail("binding the CUDA context", e))?;
+    let jpeg = nvjpeg::device_jpeg(device)?;
+    let inputs: Vec<Input<'_>> = images
+        .iter()
+        .map(|c| Input {
+            jpeg: matches!(c.pixels, Pixels::Jpeg(_)),
+            bytes: c.pixels.bytes(),
+            width: c.size[0],
+            height: c.size[1],
+        })
+        .collect();
+    // SAFETY: the device's context is bound above.
+    let submitted = unsafe { jpeg.submit(&inputs) }?;
+    let jpegs = inputs.iter().filter(|i| i.jpeg).count() as u64;
+    let failed = submitted.failed as u64;
+    DECODED.fetch_add(jpegs - failed, Ordering::Relaxed);
+    if failed > 0 {
+        FAILED.fetch_add(failed, Ordering::Relaxed);
+        log::warn!("nvJPEG could not decode {failed} of a batch's {jpegs} JPEGs; their pixels are zero");
+    }
+    let crops: Vec<Crop> = images
+        .iter()
+        .zip(&submitted.planes)
+        .map(|(c, plane)| Crop { at: plane.at, pitch: plane.pitch, size: c.size, region: c.region, flip: c.flip })
+        .collect();
+    Ok(Started { device, submitted, crops, out_hw, norm, _images: images })
+}
+
+impl Started {
+    /// Images in the batch.
+    pub(crate) fn len(&self) -> usize {
+        self.crops.len()
+    }
+}
+
+/// The started batch as a `[n, 3, h, w]` f32 tensor on `device`, the burn-cuda device it was
+/// started on.
+pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Result<Tensor<B, 4>> {
+    let elsewhere = |on: String| Error::Kernel {
+        op: "JPEG decode on the GPU",
+        reason: format!("a batch decoded on GPU {} cannot become a tensor on {on}", started.device),
+    };
+    let Some(ad) = cuda_backend::<B>() else { return Err(elsewhere("another backend".into())) };
     let device: CudaDevice = cast(device.clone());
-    let shape = [images.len(), 3, out_hw[0], out_hw[1]];
+    if device.index != started.device {
+        return Err(elsewhere(format!("GPU {}", device.index)));
+    }
+    let [h, w] = started.out_hw;
+    let shape = [started.crops.len(), 3, h, w];
     let client = CudaRuntime::client(&device);
     let out = burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(
         client,
@@ -64,47 +117,23 @@ pub(crate) fn to_device<B: Backend>(
         burn::tensor::DType::F32,
     );
     let index = device.index;
-    let hw = [out_hw[0] as u32, out_hw[1] as u32];
     // SAFETY: `launch` orders the work after burn's last use of the output's memory and before
     // its first reader; the decoder's memory is reused only after the stream is past this batch.
-    launch(&[&out], ("decode", images.len()), move |p, order| unsafe {
+    launch(&[&out], ("decode", shape[0]), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
-            let inputs: Vec<Input<'_>> = images
-                .iter()
-                .map(|c| Input {
-                    jpeg: matches!(c.pixels, Pixels::Jpeg(_)),
-                    bytes: c.pixels.bytes(),
-                    width: c.size[0],
-                    height: c.size[1],
-                })
-                .collect();
             let cu = s.stream().cu_stream();
-            nvjpeg::with_decoder(index, |d| {
-                let (planes, failed, slot) = d.decode(cu, &inputs)?;
-                let jpegs = inputs.iter().filter(|i| i.jpeg).count() as u64;
-                DECODED.fetch_add(jpegs - failed as u64, Ordering::Relaxed);
-                if failed > 0 {
-                    FAILED.fetch_add(failed as u64, Ordering::Relaxed);
-                    log::warn!("nvJPEG could not decode {failed} of a batch's {jpegs} JPEGs; their pixels are zero");
-                }
-                let crops: Vec<Crop> = images
-                    .iter()
-                    .zip(&planes)
-                    .map(|(c, plane)| Crop {
-                        at: plane.at,
-                        pitch: plane.pitch,
-                        size: c.size,
-                        region: c.region,
-                        flip: c.flip,
-                    })
-                    .collect();
-                let made = crop_resize::crop_resize(index, cu, &crops, p[0], hw, (norm.mean, norm.std));
-                // The slot is released after the kernel (or at once, when it failed to launch).
-                d.consumed(slot, cu)?;
-                made
-            })
+            let Started { submitted, crops, norm, .. } = started;
+            submitted.wait_on(cu)?;
+            let made = crop_resize::crop_resize(index, cu, &crops, p[0], [h as u32, w as u32], (norm.mean, norm.std));
+            // The slot is released after the kernel (or at once, when it failed to launch).
+            submitted.consumed(cu)?;
+            made
         })
     })?;
+    // cubecl's queue hands tasks to the device thread in batches: without a flush the job, and
+    // the slot it frees, could wait for work that only comes after the next batch — which the
+    // loader's thread cannot start before the slot is free.
+    crate::nn::cuda::runtime::device_thread::flush(&device);
     let fusion = burn_fusion::get_client::<Inner>(&device);
     let prim: Prim = register(&fusion, out);
     let t = Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(prim));
