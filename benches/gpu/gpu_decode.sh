@@ -48,9 +48,9 @@ if [ "${PART:-1}" = 6 ]; then
   step torch_folder 300 $CORES python3 benches/pytorch_baseline.py folder $D/folder 256 30 nhwc bf16 16
   step torch_synthetic 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 8 0 5 30 bf16 nhwc eager
   for i in 1 2; do
-    SHOW_LINES=2 step "data_gpu_$i" 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
+    SHOW_LINES=2 step "data_gpu_$i" 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   done
-  SHOW_LINES=2 step data_cpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
+  SHOW_LINES=2 step data_cpu 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
   SHOW="top-1|rror|decoding|images" step eval_gpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode gpu
   SHOW="top-1|rror|decoding|images" step eval_cpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode cpu
   step fm224 300 python3 benches/pytorch_baseline.py make-folder datasets/fashion-mnist-10k/images-idx3-ubyte.gz \
