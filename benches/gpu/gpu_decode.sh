@@ -18,7 +18,10 @@
 # the decode started by the loader's thread a batch ahead (the decode checks, training on the
 # photos GPU / CPU / GPU with synthetic `bench` before and after, PyTorch's DataLoader and
 # synthetic run, bench-data each way, `eval --decode gpu|cpu` of the trained checkpoint, and
-# the small-JPEG training).
+# the small-JPEG training); PART=7 looks for where a GPU-decoded training step loses time
+# against `bench` (small JPEGs: host profiles of both, nvidia-smi's SM and JPEG-engine
+# utilisation during each, and the loader capped at 4 threads). Needs a burn-vision built with
+# `--features host-profile`.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -34,6 +37,31 @@ if [ "${PART:-1}" = 5 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW="^ok|^FAIL|passed" SHOW_LINES=30 step suite 400 "$B"/burn-ddp-gpu-checks
   SHOW_LINES=2 step data_gpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   SHOW_LINES=2 step data_cpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
+  exit 0
+fi
+if [ "${PART:-1}" = 7 ]; then
+  step fm224 300 python3 benches/pytorch_baseline.py make-folder datasets/fashion-mnist-10k/images-idx3-ubyte.gz \
+    datasets/fashion-mnist-10k/labels-idx1-ubyte.gz /tmp/fm224 224
+  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 10 --precision bf16 --warmup 5"
+  F="train --gpus 0 --model resnet50 --epochs 3 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data /tmp/fm224 --decode gpu"
+  # nvidia-smi's utilisation each second (sm, mem, enc, dec, jpg, ofa) during the step NAME.
+  dmon_on() { nvidia-smi dmon -s u -d 1 > "$OUT/dmon-$1.txt" 2>&1 & DMON=$!; }
+  dmon_on bench; step bench_dmon 200 "$B"/burn-vision $S --steps 300; kill $DMON
+  dmon_on train; step train_dmon 300 "$B"/burn-vision $F --out $OUT/fm-gpu; kill $DMON
+  step bench_profile 200 "$B"/burn-vision $S --steps 60 --host-profile $OUT/hp-bench
+  step train_profile 300 "$B"/burn-vision $F --host-profile $OUT/hp-train --out $OUT/fm-gpu-hp
+  step train_rayon4 300 env RAYON_NUM_THREADS=4 "$B"/burn-vision $F --out $OUT/fm-gpu-rayon4
+  step bench_2 200 "$B"/burn-vision $S --steps 30
+  rm -rf $OUT/*/*.ckpt $OUT/*/tensorboard $OUT/*/*.svg
+  grep -hE "img_per_s|^=== .*rc=" "$LOG" | cut -c1-200 > "$OUT/summary.txt"
+  for f in $OUT/fm-gpu*/metrics.jsonl; do
+    echo "$f" >> "$OUT/summary.txt"
+    python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4)) for d in map(json.loads, open(sys.argv[1]))]" "$f" >> "$OUT/summary.txt"
+  done
+  cat "$OUT/summary.txt"
+  # Few files come back from the GPU machine: everything but the log and summary in one archive.
+  tar czf "$OUT/part7.tgz" -C "$OUT" --exclude part7.tgz --exclude gpu_decode.log --exclude summary.txt . && \
+    find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then

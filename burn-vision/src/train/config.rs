@@ -232,6 +232,13 @@ pub struct TrainConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[arg(long, value_name = "A..B", value_parser = crate::train::instrument::trace::parse_steps)]
     pub profile_steps: Option<[usize; 2]>,
+    /// Sample every host thread over the second epoch's steady steps (the first epoch's with
+    /// one epoch) and write a flame graph and a summary of where their time went into this
+    /// folder (rank 0; a binary built with `--features host-profile`): `bench --host-profile`
+    /// for a real training loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "DIR")]
+    pub host_profile: Option<PathBuf>,
     /// Seconds a rendezvous or collective may wait for the other ranks before this rank stops
     /// with an error (a dead or stuck rank); default: BURN_DDP_TIMEOUT_S, else 300.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -329,6 +336,7 @@ impl Default for TrainConfig {
             clip_grad_norm: None,
             checkpoint_every: None,
             profile_steps: None,
+            host_profile: None,
             timeout_s: None,
             augment: crate::data::augment::Augment::default(),
             mixup: super::mixup::MixupConfig::default(),
@@ -480,6 +488,13 @@ impl TrainConfig {
                 "must be a number ≥ 0 (1 = the head's rate)",
             );
         }
+        if let Some(dir) = self.host_profile.as_ref().filter(|_| !cfg!(feature = "host-profile")) {
+            return bad(
+                "--host-profile",
+                dir.display().to_string(),
+                "this binary was built without the profiler; rebuild with `cargo build --release -p burn-vision --features host-profile`",
+            );
+        }
         if let Some(c) = self.clip_grad_norm.filter(|c| !(*c > 0.0 && c.is_finite())) {
             return bad("--clip-grad-norm", c.to_string(), "must be a positive number");
         }
@@ -572,5 +587,13 @@ mod tests {
         assert!((t.scaled_lr() - 0.004).abs() < 1e-12);
         let v = TrainConfig::vit();
         assert!(v.validate().is_ok() && v.clip_grad_norm == Some(1.0) && v.augment.random_erasing == 0.25);
+        // A run that would only fail after its first epoch is refused before it starts.
+        let p = TrainConfig { host_profile: Some("prof".into()), ..TrainConfig::default() };
+        if cfg!(feature = "host-profile") {
+            assert!(p.validate().is_ok());
+        } else {
+            let e = p.validate().unwrap_err().to_string();
+            assert!(e.contains("--host-profile") && e.contains("--features host-profile"), "{e}");
+        }
     }
 }

@@ -245,6 +245,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let warmup_steps = if plan.steps_per_epoch >= 4 { 2 } else { 1 };
     let mut phases = StepPhases::<B>::new(device);
     let (mut batches, mut last_n) = (loader.take(plan.steps_per_epoch.saturating_sub(done.steps)), None);
+    let mut profile = None;
     loop {
         start.tracer.before_step(trainer.step);
         phases.restart();
@@ -277,6 +278,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         if steps == warmup_steps {
             let _ = B::sync(device);
             first_step = Some((Instant::now(), seen));
+            profile = host_profile_of(config, epoch, main_rank)?;
         }
         bar.inc(1);
         if trainer.step.is_multiple_of(10) {
@@ -284,6 +286,10 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         }
     }
     bar.finish_and_clear();
+    if let Some(p) = profile {
+        let _ = B::sync(device);
+        log::info!("host profile of epoch {}'s steady steps written: {}", epoch + 1, p.finish()?.display());
+    }
     let mut sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
     if main_rank {
         // The tallies before the resume were summed over the ranks already: one rank adds them.
@@ -304,6 +310,22 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         data_wait_s: phases.seconds(0),
         phases_s: phases.totals(),
     })
+}
+
+/// `--host-profile`'s sampler, started when this is the epoch it covers (the second, or the
+/// only one) on the rank that speaks for the run.
+fn host_profile_of(
+    config: &TrainConfig,
+    epoch: usize,
+    main_rank: bool,
+) -> Result<Option<crate::train::instrument::host_profile::HostProfile>> {
+    let profiled_epoch = if config.epochs > 1 { 1 } else { 0 };
+    match &config.host_profile {
+        Some(dir) if main_rank && epoch == profiled_epoch => {
+            Ok(Some(crate::train::instrument::host_profile::HostProfile::start(dir)?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The batch on the device: images, labels, and — when this step's draws (`key`) mix it

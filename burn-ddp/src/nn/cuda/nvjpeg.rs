@@ -158,9 +158,39 @@ unsafe impl Send for Decoder {}
 pub(crate) struct DeviceJpeg {
     backend: Backend,
     decoder: Mutex<Decoder>,
-    /// Which slots hold a batch not yet read (or dropped).
+    gate: SlotGate,
+}
+
+/// Which slots hold a batch not yet read (or dropped), and the wait for one to come free.
+#[derive(Default)]
+struct SlotGate {
     busy: Mutex<[bool; SLOTS]>,
     freed: Condvar,
+}
+
+impl SlotGate {
+    /// Takes slot `index`, waiting up to `wait` for its batch to be read or dropped.
+    fn acquire(&self, index: usize, wait: std::time::Duration) -> Result<()> {
+        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut busy, waited) =
+            self.freed.wait_timeout_while(busy, wait, |b| b[index]).unwrap_or_else(|p| p.into_inner());
+        if waited.timed_out() && busy[index] {
+            return Err(Error::Kernel {
+                op: "nvJPEG",
+                reason: format!(
+                    "no decode slot was freed in {:.0} s: a decoded batch was taken and never made into a tensor nor dropped",
+                    wait.as_secs_f64()
+                ),
+            });
+        }
+        busy[index] = true;
+        Ok(())
+    }
+
+    fn release(&self, index: usize) {
+        self.busy.lock().unwrap_or_else(|p| p.into_inner())[index] = false;
+        self.freed.notify_all();
+    }
 }
 
 /// The device's decoder, created on first use (with the device's context bound by the caller).
@@ -171,12 +201,8 @@ pub(crate) fn device_jpeg(device: usize) -> Result<Arc<DeviceJpeg>> {
         return Ok(d.clone());
     }
     let decoder = Decoder::new(device)?;
-    let made = Arc::new(DeviceJpeg {
-        backend: decoder.backend,
-        decoder: Mutex::new(decoder),
-        busy: Mutex::new([false; SLOTS]),
-        freed: Condvar::new(),
-    });
+    let made =
+        Arc::new(DeviceJpeg { backend: decoder.backend, decoder: Mutex::new(decoder), gate: SlotGate::default() });
     map.insert(device, made.clone());
     Ok(made)
 }
@@ -316,7 +342,7 @@ impl DeviceJpeg {
     pub(crate) unsafe fn submit(self: &Arc<Self>, inputs: &[Input<'_>]) -> Result<Submitted> {
         let mut decoder = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
         let index = decoder.next;
-        self.acquire(index)?;
+        self.gate.acquire(index, SLOT_WAIT)?;
         decoder.next = (index + 1) % SLOTS;
         let events = (decoder.slots[index].decoded, decoder.slots[index].consumed);
         // SAFETY: the context is bound (the caller's contract) and the slot acquired above.
@@ -325,32 +351,10 @@ impl DeviceJpeg {
                 Ok(Submitted { jpeg: self.clone(), slot: index, planes, failed, decoded: events.0, consumed: events.1 })
             }
             Err(e) => {
-                self.release(index);
+                self.gate.release(index);
                 Err(e)
             }
         }
-    }
-
-    fn acquire(&self, index: usize) -> Result<()> {
-        let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut busy, waited) =
-            self.freed.wait_timeout_while(busy, SLOT_WAIT, |b| b[index]).unwrap_or_else(|p| p.into_inner());
-        if waited.timed_out() && busy[index] {
-            return Err(Error::Kernel {
-                op: "nvJPEG",
-                reason: format!(
-                    "no decode slot was freed in {} s: a decoded batch was taken and never made into a tensor nor dropped",
-                    SLOT_WAIT.as_secs()
-                ),
-            });
-        }
-        busy[index] = true;
-        Ok(())
-    }
-
-    fn release(&self, index: usize) {
-        self.busy.lock().unwrap_or_else(|p| p.into_inner())[index] = false;
-        self.freed.notify_all();
     }
 }
 
@@ -399,7 +403,7 @@ impl Submitted {
 
 impl Drop for Submitted {
     fn drop(&mut self) {
-        self.jpeg.release(self.slot);
+        self.jpeg.gate.release(self.slot);
     }
 }
 
@@ -477,6 +481,31 @@ pub(crate) fn backend(device: usize) -> Result<Backend> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slot is taken once until released; a waiting submission goes on when its slot is
+    /// released by another thread, and reports a slot never released in one line.
+    #[test]
+    fn a_slot_waits_for_its_release_and_reports_one_never_released() {
+        let gate = std::sync::Arc::new(SlotGate::default());
+        let short = std::time::Duration::from_millis(30);
+        gate.acquire(0, short).unwrap();
+        gate.acquire(1, short).unwrap();
+        let e = gate.acquire(0, short).unwrap_err().to_string();
+        assert!(e.contains("no decode slot was freed") && e.lines().count() == 1, "{e}");
+        let releaser = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                gate.release(0);
+            })
+        };
+        let t = std::time::Instant::now();
+        gate.acquire(0, std::time::Duration::from_secs(10)).unwrap();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(90), "{:?}", t.elapsed());
+        releaser.join().unwrap();
+        let e = gate.acquire(1, short).unwrap_err().to_string();
+        assert!(e.contains("never made into a tensor"), "{e}");
+    }
 
     #[test]
     fn layout_aligns_images_and_leaves_room_for_whole_blocks() {
