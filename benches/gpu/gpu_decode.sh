@@ -60,7 +60,7 @@ if [ "${PART:-1}" = 7 ]; then
   done
   cat "$OUT/summary.txt"
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
-  tar czf "$OUT/part7.tgz" -C "$OUT" --exclude part7.tgz --exclude gpu_decode.log --exclude summary.txt . && \
+  tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
   exit 0
 fi
