@@ -14,6 +14,11 @@
 #   PART=3  the rows a host-bound step makes noisy, with more pairs: `burn-ddp-gpu-checks nccl`,
 #           the tutorial preset plain / under the launcher three times, the ResNet-18 28²
 #           synthetic step plain / `--ddp` four times.
+#   PART=4  is the host-bound rows' spread a matter of where the busy threads land? The CPU
+#           topology (lscpu), then the ResNet-18 28² synthetic step plain / `--ddp` six times
+#           as the scheduler places it, and six times confined to one logical CPU per physical
+#           core (taskset: no two busy threads on one core's hyperthreads); each run's threads
+#           and the CPUs they ran on are sampled 3 s in (ps -L).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -89,6 +94,26 @@ elif [ "$PART" = 3 ]; then
   for i in 1 2 3 4; do
     step r18s_plain_$i 150 "$BV" "${R18B[@]}"
     step r18s_ddp_$i 150 "$BV" "${R18B[@]}" --ddp
+  done
+elif [ "$PART" = 4 ]; then
+  lscpu | tee -a "$LOG"
+  # One logical CPU per physical core: the first CPU listed for each (socket, core).
+  CORES=$(lscpu -p=CPU,SOCKET,CORE | grep -v '^#' | sort -t, -k2,2n -k3,3n -u | cut -d, -f1 | paste -sd, -)
+  echo "one CPU per core: $CORES" | tee -a "$LOG"
+  # `placed NAME ARGS...`: the run, with its threads' CPUs sampled 3 s in.
+  placed() {
+    local name=$1; shift
+    ( sleep 3; echo "THREADS $name"; ps -L -o tid=,psr=,pcpu=,comm= -p "$(pgrep -n burn-vision)" 2>/dev/null ) >>"$LOG" &
+    step "$name" 150 "$@"
+    wait
+  }
+  for i in 1 2 3 4 5 6; do
+    placed r18s_plain_$i "$BV" "${R18B[@]}"
+    placed r18s_ddp_$i "$BV" "${R18B[@]}" --ddp
+  done
+  for i in 1 2 3 4 5 6; do
+    placed r18s_pinned_plain_$i taskset -c "$CORES" "$BV" "${R18B[@]}"
+    placed r18s_pinned_ddp_$i taskset -c "$CORES" "$BV" "${R18B[@]}" --ddp
   done
 fi
 save_cache

@@ -65,8 +65,9 @@ def main(path):
                 if line.startswith("RESULT "):
                     print(f"{name}: {line}")
     rows = []
-    for base in ["r50", "vitb16", "r18s"]:
-        for i in range(1, 5):
+    ratios = {}
+    for base in ["r50", "vitb16", "r18s", "r18s_pinned"]:
+        for i in range(1, 7):
             plain, ddp = result(runs.get(f"{base}_plain_{i}", [])), result(runs.get(f"{base}_ddp_{i}", []))
             no_overlap = result(runs.get(f"{base}_ddp_no_overlap_{i}", []))
             if plain and no_overlap:
@@ -74,6 +75,7 @@ def main(path):
                 rows.append((f"{base} ours pair {i}, DDP without overlap", plain["img_per_s"], no_overlap["img_per_s"],
                              f"host fwd/bwd/opt s {host(plain)} / {host(no_overlap)}; DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, {f(cost.get('operations'), '{:.0f}')} ops/step"))
             if plain and ddp:
+                ratios.setdefault(base, []).append(ddp["img_per_s"] / plain["img_per_s"])
                 cost = ddp.get("ddp") or {}
                 rows.append((f"{base} ours pair {i}", plain["img_per_s"], ddp["img_per_s"],
                              f"mem {f(plain.get('device_used_gib'), '{:.2f}')} / {f(ddp.get('device_used_gib'), '{:.2f}')} GiB; "
@@ -96,6 +98,11 @@ def main(path):
     comp = result(runs.get("r50_ddp_bf16", []))
     if comp:
         rows.append(("r50 ours --ddp --grad-compression bf16 (vs pair 3's DDP)", (result(runs.get("r50_ddp_3", [])) or {}).get("img_per_s"), comp["img_per_s"], ""))
+    for base, r in ratios.items():
+        if len(r) > 2:
+            r = sorted(r)
+            rows.append((f"{base}: the median of {len(r)} pairs' DDP / plain (range {r[0]:.3f}-{r[-1]:.3f})", None, None,
+                         f"median {r[len(r) // 2] if len(r) % 2 else (r[len(r) // 2 - 1] + r[len(r) // 2]) / 2:.3f}"))
     print()
     print("| run | plain img/s | DDP img/s | DDP / plain | notes |")
     print("|---|---:|---:|---:|---|")

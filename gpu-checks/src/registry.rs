@@ -72,6 +72,11 @@ pub(crate) const CHECKS: &[Check] = &[
     },
     Check { name: "relu", what: "burn-ddp's ReLU against burn's, bit for bit", run: activations::check_relu },
     Check {
+        name: "bias-gelu",
+        what: "the fused bias + GELU kernel, values and gradients, f32/bf16/f16, against f64",
+        run: activations::check_bias_gelu,
+    },
+    Check {
         name: "max-pool",
         what: "burn-ddp's max-pool against f64 (f32) and burn's (bf16)",
         run: activations::check_max_pool,

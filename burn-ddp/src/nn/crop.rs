@@ -11,6 +11,8 @@ pub enum Pixels {
 }
 
 impl Pixels {
+    /// The bytes either way (the device decoder's input).
+    #[cfg(feature = "cuda")]
     pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Pixels::Jpeg(b) | Pixels::Rgb(b) => b,

@@ -86,20 +86,72 @@ pub fn mean_over<B: Backend>(x: Tensor<B, 3>, dim: usize) -> Tensor<B, 2> {
 /// # Shapes
 /// `[..., d_input]` → `[..., d_output]`
 pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let (y, b, dims) = product(linear, x);
+    let y = match b {
+        Some(b) => add_bias(y, b),
+        None => y,
+    };
+    unflatten(y, dims)
+}
+
+/// `gelu(x · W + b)` (exact GELU, erf), as [`linear`] followed by burn's `gelu` computes it —
+/// a transformer MLP's first layer. On burn-cuda with `CudnnOptions::fused_gelu` the bias and
+/// the GELU are one pass each way ([`bias_gelu`]).
+///
+/// # Shapes
+/// `[..., d_input]` → `[..., d_output]`
+pub fn linear_gelu<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let (y, b, dims) = product(linear, x);
+    unflatten(bias_gelu(y, b), dims)
+}
+
+/// `x · W` over `x`'s rows (`[rows, d_output]`), the bias in `x`'s type, and `x`'s dims.
+fn product<B: Backend, const D: usize>(
+    linear: &Linear<B>,
+    x: Tensor<B, D>,
+) -> (Tensor<B, 2>, Option<Tensor<B, 1>>, [usize; D]) {
     let dtype = x.dtype();
     let w = param_val(&linear.weight, &x).cast(dtype);
     let b = linear.bias.as_ref().map(|b| param_val(b, &x).cast(dtype));
     let dims = x.dims();
     let d_in = dims[D - 1];
     let rows = x.shape().num_elements() / d_in.max(1);
-    let y = matmul(x.reshape([rows, d_in]), w);
+    (matmul(x.reshape([rows, d_in]), w), b, dims)
+}
+
+/// `y` `[rows, d_output]` back to `x`'s leading dims.
+fn unflatten<B: Backend, const D: usize>(y: Tensor<B, 2>, mut dims: [usize; D]) -> Tensor<B, D> {
+    dims[D - 1] = y.dims()[1];
+    y.reshape(dims)
+}
+
+/// `gelu(y + b)` over the rows of `y` `[rows, cols]` (`b` `[cols]`, of `y`'s type; none: `gelu(y)`),
+/// with the exact GELU `x·Φ(x) = x/2 · (1 + erf(x/√2))` of `torch.nn.GELU()` and burn's `gelu`.
+///
+/// On burn-cuda (f32, bf16 or f16) it is one kernel forward and one backward, computing in f32
+/// and keeping `y` and `b` for the backward rather than their sum
+/// ([`crate::nn::cuda::ops::gelu`], while `CudnnOptions::fused_gelu` is on); otherwise [`linear`]'s
+/// bias addition and burn's `gelu`.
+pub fn bias_gelu<B: Backend>(y: Tensor<B, 2>, b: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
+    #[cfg(feature = "cuda")]
+    let (y, b) = match crate::nn::cuda::ops::gelu::try_bias_gelu(y, b) {
+        Ok(h) => return h,
+        Err(inputs) => inputs,
+    };
     let y = match b {
         Some(b) => add_bias(y, b),
         None => y,
     };
-    let mut out = dims;
-    out[D - 1] = y.dims()[1];
-    y.reshape(out)
+    burn::tensor::activation::gelu(y)
+}
+
+/// How many passes (forward or backward) burn-cuda's fused bias + GELU kernel has run in this
+/// process (0 without CUDA): whether the fast path ran.
+pub fn gelu_kernel_calls() -> usize {
+    #[cfg(feature = "cuda")]
+    return crate::nn::cuda::ops::gelu::CALLS.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(feature = "cuda"))]
+    0
 }
 
 /// `y + b` over `y`'s rows; on cuBLAS's path the backward sums `dy`'s rows there too.
@@ -318,5 +370,66 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The f64 reference itself, against values of the GELU and, for the derivative, a central
+    /// difference of the f64 GELU (independent of the closed form it checks).
+    #[test]
+    fn the_gelu_reference_has_the_known_values_and_its_derivative() {
+        use crate::nn::reference::{gelu_f64, gelu_grad_f64};
+        // x·Φ(x) with Φ(1) = 0.841344746068543, Φ(2) = 0.977249868051821.
+        for (x, want) in [(1.0, 0.841344746068543), (-1.0, -0.158655253931457), (2.0, 1.954499736103642), (0.0, 0.0)] {
+            assert!((gelu_f64(x) - want).abs() < 1e-14, "gelu({x}) = {} vs {want}", gelu_f64(x));
+        }
+        for x in [-4.0, -1.3, -0.2, 0.0, 0.7, 2.5] {
+            let h = 1e-5;
+            let fd = (gelu_f64(x + h) - gelu_f64(x - h)) / (2.0 * h);
+            assert!((gelu_grad_f64(x) - fd).abs() < 1e-9, "gelu'({x}) = {} vs {fd}", gelu_grad_f64(x));
+        }
+    }
+
+    /// `linear_gelu` and `bias_gelu` on the CPU (burn's addition and `gelu` under autodiff):
+    /// values, the input's, the weight's and the bias's gradients against f64.
+    #[test]
+    fn linear_gelu_values_and_gradients_match_f64() {
+        use crate::nn::reference::{gelu_f64, gelu_grad_f64};
+        type A = burn_autodiff::Autodiff<Flex>;
+        let device = Default::default();
+        let (rows, d_in, d_out) = (6, 5, 4);
+        let layer = burn_nn::LinearConfig::new(d_in, d_out).init::<A>(&device);
+        let x =
+            Tensor::<A, 3>::random([2, 3, d_in], burn::tensor::Distribution::Normal(0.0, 1.5), &device).require_grad();
+        let dh: Vec<f32> = (0..rows * d_out).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.25).collect();
+        let h = linear_gelu(&layer, x.clone());
+        let grads =
+            (h.clone() * Tensor::<A, 1>::from_floats(dh.as_slice(), &device).reshape([2, 3, d_out])).sum().backward();
+        let (xv, w, b) = (
+            vals(x.clone().inner()),
+            vals(layer.weight.val().inner()),
+            vals(layer.bias.as_ref().unwrap().val().inner()),
+        );
+        let pre: Vec<f64> = (0..rows * d_out)
+            .map(|k| {
+                b[k % d_out] + (0..d_in).map(|i| xv[(k / d_out) * d_in + i] * w[i * d_out + k % d_out]).sum::<f64>()
+            })
+            .collect();
+        let dy: Vec<f64> = pre.iter().zip(&dh).map(|(&p, &g)| f64::from(g) * gelu_grad_f64(p)).collect();
+        let want_dx: Vec<f64> = (0..rows * d_in)
+            .map(|k| (0..d_out).map(|o| dy[(k / d_in) * d_out + o] * w[(k % d_in) * d_out + o]).sum())
+            .collect();
+        let want_dw: Vec<f64> = (0..d_in * d_out)
+            .map(|k| (0..rows).map(|r| xv[r * d_in + k / d_out] * dy[r * d_out + k % d_out]).sum())
+            .collect();
+        let want_db: Vec<f64> = (0..d_out).map(|o| (0..rows).map(|r| dy[r * d_out + o]).sum()).collect();
+        let want_h: Vec<f64> = pre.iter().map(|&p| gelu_f64(p)).collect();
+        let close = |got: Vec<f64>, want: &[f64], what: &str| {
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!((g - w).abs() < 1e-5 * w.abs().max(1.0), "{what}[{i}]: {g} vs {w}");
+            }
+        };
+        close(vals(h.inner()), &want_h, "h");
+        close(vals(x.grad(&grads).unwrap()), &want_dx, "dx");
+        close(vals(layer.weight.val().grad(&grads).unwrap()), &want_dw, "dW");
+        close(vals(layer.bias.as_ref().unwrap().val().grad(&grads).unwrap()), &want_db, "db");
     }
 }

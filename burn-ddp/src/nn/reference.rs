@@ -1,5 +1,5 @@
-//! An f64 reference convolution (forward and all gradients) and max-pool on the CPU, written
-//! as the definitions read, for checking the fast paths.
+//! f64 references on the CPU, written as the definitions read, for checking the fast paths: the
+//! convolution (forward and all gradients), the max-pool, and the GELU with its derivative.
 
 use burn::tensor::ops::ConvOptions;
 use rand::{Rng, SeedableRng};
@@ -168,4 +168,15 @@ pub fn max_pool2d_f64(
         }
     }
     (y, dx)
+}
+
+/// The exact GELU `x·Φ(x) = x/2 · (1 + erf(x/√2))` (`torch.nn.GELU()`), in f64.
+pub fn gelu_f64(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+}
+
+/// The exact GELU's derivative `Φ(x) + x·φ(x)`, in f64.
+pub fn gelu_grad_f64(x: f64) -> f64 {
+    let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)) + x * pdf
 }

@@ -3,10 +3,12 @@
 //! `pos_embed`, `blocks.N.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`, `norm`,
 //! `head`), so that timm's weights load with `--pretrained`.
 //!
-//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention (`burn_ddp::nn::self_attention`
-//! on the qkv projection's output: cuDNN's fused flash attention for bf16/f16 on burn-cuda, cuBLAS
-//! products and a softmax otherwise, f32-accurate for f32) → residual; LayerNorm → GELU MLP (ratio 4) → residual; final LayerNorm; the class
-//! token's features → head. The position embedding is learned for the grid the model was built
+//! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention
+//! (`burn_ddp::nn::self_attention` on the qkv projection's output: cuDNN's fused flash attention
+//! for bf16/f16 on burn-cuda, cuBLAS products and a softmax otherwise, f32-accurate for f32) →
+//! residual; LayerNorm → GELU MLP (ratio 4; `burn_ddp::nn::linear_gelu`: the first layer's bias
+//! and the exact GELU can be one kernel each way on burn-cuda, `BURN_DDP_GELU=1`) → residual;
+//! final LayerNorm; the class token's features → head. The position embedding is learned for the grid the model was built
 //! for and resized bicubically (timm's `resample_abs_pos_embed`: `align_corners=False`) when an
 //! image has another size, so 224² weights fine-tune at 384² or 96².
 //!
@@ -21,7 +23,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, layer_norm, linear, matmul, self_attention};
+use burn_ddp::nn::{Conv2d, Layout, Precision, layer_norm, linear, linear_gelu, matmul, self_attention};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -102,8 +104,7 @@ impl<B: Backend> EncoderBlock<B> {
             None => t,
         };
         let x = x.clone() + scaled(self.attn.forward(layer_norm(&self.norm1, x, NORM_EPS)), 0);
-        let hidden =
-            burn::tensor::activation::gelu(linear(&self.mlp.fc1, layer_norm(&self.norm2, x.clone(), NORM_EPS)));
+        let hidden = linear_gelu(&self.mlp.fc1, layer_norm(&self.norm2, x.clone(), NORM_EPS));
         x + scaled(linear(&self.mlp.fc2, hidden), 1)
     }
 }

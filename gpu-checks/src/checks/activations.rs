@@ -1,6 +1,6 @@
-//! burn-ddp's ReLU and max-pool against burn's and the f64 reference.
+//! burn-ddp's ReLU, max-pool and fused bias + GELU against burn's and the f64 references.
 
-use crate::util::{Ad, to_f64};
+use crate::util::{Ad, dtype_name, to_f64, values};
 use burn::prelude::*;
 use burn::tensor::{Distribution, FloatDType};
 use burn_cuda::{Cuda, CudaDevice};
@@ -87,5 +87,71 @@ pub(crate) fn check_max_pool(device: &CudaDevice) -> bool {
         );
         ok &= same;
     }
+    ok
+}
+
+/// `burn_ddp::nn::bias_gelu` (one kernel each way) against f64: the activation and the
+/// gradients of `y` and `b` under a weighted sum, in f32, bf16 and f16, on a ViT-B MLP row width
+/// (four elements per thread) and an odd one (one per thread), with and without a bias. The
+/// reference reads the inputs as the GPU holds them (rounded to the type); the bounds are the
+/// type's rounding of each result (`db`: of every summed term too) and f32's for f32.
+pub(crate) fn check_bias_gelu(device: &CudaDevice) -> bool {
+    use burn_ddp::nn::options::{self, CudnnOptions};
+    use burn_ddp::nn::reference::{gelu_f64, gelu_grad_f64};
+    // The kernel is off by default while it is new: this check turns it on.
+    let base = options::get();
+    options::set(CudnnOptions { fused_gelu: true, ..base.clone() });
+    let mut ok = true;
+    let cases = [(257usize, 3072usize, true), (33, 10, true), (31, 12, false)];
+    for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
+        for (rows, cols, with_bias) in cases {
+            let make = |seed: u64, len: usize, scale: f32| {
+                Tensor::<Ad, 1>::from_floats(values(seed, len, scale, 0.0).as_slice(), device).cast(dtype)
+            };
+            let y = make(11, rows * cols, 8.0).reshape([rows, cols]).detach().require_grad();
+            let b = with_bias.then(|| make(12, cols, 2.0).detach().require_grad());
+            let w = make(13, rows * cols, 2.0).reshape([rows, cols]).detach();
+            let before = burn_ddp::nn::linear::gelu_kernel_calls();
+            let h = burn_ddp::nn::bias_gelu(y.clone(), b.clone());
+            let grads = (h.clone() * w.clone()).sum().backward();
+            let (hv, dy) = (to_f64(h.inner()), to_f64(y.grad(&grads).expect("y's gradient")));
+            let db = b.as_ref().map(|b| to_f64(b.grad(&grads).expect("b's gradient")));
+            let calls = burn_ddp::nn::linear::gelu_kernel_calls() - before;
+            let (yv, wv) = (to_f64(y.inner()), to_f64(w.inner()));
+            let bv = b.map(|b| to_f64(b.inner())).unwrap_or_else(|| vec![0.0; cols]);
+            let x: Vec<f64> = yv.iter().enumerate().map(|(i, v)| v + bv[i % cols]).collect();
+            let want_h: Vec<f64> = x.iter().map(|&x| gelu_f64(x)).collect();
+            let want_dy: Vec<f64> = x.iter().zip(&wv).map(|(&x, g)| g * gelu_grad_f64(x)).collect();
+            // Relative rounding of one stored result — half an ulp is at most 2^-8 of a bf16
+            // value, 2^-11 of an f16 one (taken twice) — plus 1 % for f32's own arithmetic; f32:
+            // a few ulps of erff and expf.
+            let unit = match dtype {
+                FloatDType::BF16 => 2f64.powi(-8) * 1.01,
+                FloatDType::F16 => 2f64.powi(-10) * 1.01,
+                _ => 1e-6,
+            };
+            let worst = |got: &[f64], want: &[f64], bound: &dyn Fn(usize) -> f64| {
+                got.iter().zip(want).enumerate().map(|(i, (g, w))| (g - w).abs() / bound(i)).fold(0.0, f64::max)
+            };
+            let h_err = worst(&hv, &want_h, &|i| unit * want_h[i].abs() + 1e-6);
+            let dy_err = worst(&dy, &want_dy, &|i| unit * want_dy[i].abs() + 1e-6);
+            let db_err = db.map_or(0.0, |db| {
+                let col = |c: usize| (0..rows).map(move |r| r * cols + c);
+                let want: Vec<f64> = (0..cols).map(|c| col(c).map(|i| want_dy[i]).sum()).collect();
+                let spread: Vec<f64> = (0..cols).map(|c| col(c).map(|i| want_dy[i].abs()).sum()).collect();
+                // Each summed term's rounding, f32's accumulation, the result's rounding.
+                let per_term = 2.0 * unit + rows as f64 * 2f64.powi(-24);
+                worst(&db, &want, &|c| per_term * spread[c] + unit * want[c].abs() + 1e-5)
+            });
+            let pass = h_err <= 1.0 && dy_err <= 1.0 && db_err <= 1.0 && calls == 2;
+            println!(
+                "RESULT check=bias_gelu dtype={} rows={rows} cols={cols} bias={with_bias} kernel_passes={calls} err/bound h={h_err:.2} dy={dy_err:.2} db={db_err:.2} {}",
+                dtype_name(dtype),
+                if pass { "ok" } else { "FAIL" }
+            );
+            ok &= pass;
+        }
+    }
+    options::set(base);
     ok
 }

@@ -14,6 +14,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_CUBLAS=0` | [`cublas`](Self::cublas) | on |
 /// | `BURN_DDP_SDPA=0` | [`fused_attention`](Self::fused_attention) | on |
 /// | `BURN_DDP_CUDNN_LN=0` | [`layer_norm`](Self::layer_norm) | on |
+/// | `BURN_DDP_GELU=1` | [`fused_gelu`](Self::fused_gelu) | off (new on 2026-12-04, not yet run on a GPU) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -63,6 +64,10 @@ pub struct CudnnOptions {
     /// activations' type with f32 statistics (`false`, or [`deterministic`](Self::deterministic):
     /// burn's operations on an f32 copy).
     pub layer_norm: bool,
+    /// Run `nn::bias_gelu` and `nn::linear_gelu`'s bias and GELU as one kernel each way
+    /// (`false`: burn's addition, `gelu` and its backward, which keep the sum instead). Off until
+    /// the GPU check `bias-gelu` has passed on a GPU and its gain is measured.
+    pub fused_gelu: bool,
 }
 
 impl Default for CudnnOptions {
@@ -81,6 +86,7 @@ impl Default for CudnnOptions {
             cublas: true,
             fused_attention: true,
             layer_norm: true,
+            fused_gelu: false,
         }
     }
 }
@@ -102,6 +108,7 @@ impl CudnnOptions {
             ("BURN_DDP_CUBLAS", &mut o.cublas),
             ("BURN_DDP_SDPA", &mut o.fused_attention),
             ("BURN_DDP_CUDNN_LN", &mut o.layer_norm),
+            ("BURN_DDP_GELU", &mut o.fused_gelu),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -156,6 +163,7 @@ mod tests {
             ("BURN_DDP_CUBLAS", "off"),
             ("BURN_DDP_SDPA", "0"),
             ("BURN_DDP_CUDNN_LN", "0"),
+            ("BURN_DDP_GELU", "1"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -167,6 +175,7 @@ mod tests {
                 && !o.cublas
                 && !o.fused_attention
                 && !o.layer_norm
+                && o.fused_gelu
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);

@@ -164,7 +164,7 @@ fn autodiff_bias_add(y: Tensor<Ad, 2>, b: Tensor<Ad, 1>) -> Tensor<Ad, 2> {
 }
 
 /// The sums of `dy`'s rows (`[m, n]` → `[n]`) as `ones[1, m] · dy`, queued on burn's stream.
-fn row_sums(dy: Prim) -> Prim {
+pub(crate) fn row_sums(dy: Prim) -> Prim {
     let (n, dtype) = (dy.shape.as_slice()[1], dy.dtype);
     let mut out = fusion_op::queue("cublas_row_sums", vec![dy], &[(Shape::new([n]), dtype)], move |ins| {
         let [dy]: [Cube; 1] = ins.try_into().expect("one input");

@@ -8,6 +8,7 @@ pub(crate) mod batch_norm_nhwc;
 pub(crate) mod conv;
 pub(crate) mod conv_batch_norm;
 pub(crate) mod cross_entropy;
+pub(crate) mod gelu;
 pub(crate) mod layer_norm;
 pub(crate) mod matmul;
 pub(crate) mod sgd;
