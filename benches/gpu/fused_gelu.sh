@@ -42,5 +42,30 @@ if [ -n "${PROFILE:-}" ]; then
   BURN_DDP_GELU=1 PART=2 OURS_ONLY=1 bash benches/gpu/step_profile.sh
 fi
 echo; echo SUMMARY | tee -a "$LOG"
-# Each run's name, then its JSON line (img_per_s, GPU memory) and the check lines.
-grep -E "^=== (vit|checks)[^ ]* rc=|img_per_s|RESULT check=bias_gelu" "$LOG" | cut -c1-400
+# Per run: img/s, GPU memory, the fused kernel's passes (ours) or peak memory (PyTorch); then
+# each pair's ratio and ours against torch.compile.
+python3 - "$LOG" <<'PY' | tee -a "$LOG"
+import json, re, sys
+runs, name = {}, None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"=== (\S+): ", line)
+    if m:
+        name = m.group(1); continue
+    if re.match(r"=== \S+ rc=", line):
+        name = None; continue
+    line = line.strip()
+    if name and (line.startswith("{") or line.startswith("RESULT {")) and "img_per_s" in line:
+        runs[name] = json.loads(line[line.index("{"):])
+    if name == "checks" and line.startswith("RESULT check=bias_gelu"):
+        print(line)
+for n, r in runs.items():
+    extra = f"gelu_kernel_passes={r.get('gelu_kernel_passes')} device_used_gib={r.get('device_used_gib')}" if "gelu_kernel_passes" in r else f"peak_mem_gib={r.get('peak_mem_gib')}"
+    print(f"{n}: {r['img_per_s']:.0f} img/s {extra}")
+for model in ("vitb16", "vits16"):
+    comp = runs.get(f"{model}_compile", {}).get("img_per_s")
+    for i in (1, 2):
+        f, b = runs.get(f"{model}_fused_{i}"), runs.get(f"{model}_burn_gelu_{i}")
+        if f and b:
+            vs = f" ; fused / torch.compile {f['img_per_s'] / comp:.3f}, burn's gelu / torch.compile {b['img_per_s'] / comp:.3f}" if comp else ""
+            print(f"{model} pair {i}: fused / burn's gelu {f['img_per_s'] / b['img_per_s']:.3f}{vs}")
+PY

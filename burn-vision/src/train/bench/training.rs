@@ -183,6 +183,9 @@ pub struct BenchResult {
     /// burn-ddp's kernel caches on disk, `[files, bytes]` before and after the timed steps:
     /// the same when the steady steps compiled and tuned nothing new (`None` without caches).
     pub kernel_cache: Option<[(usize, u64); 2]>,
+    /// Passes of the fused bias + GELU kernel (`burn_ddp::nn::linear_gelu`) over the timed
+    /// steps: two per MLP block and step when it ran, 0 when burn's operations did.
+    pub gelu_kernel_passes: usize,
 }
 
 /// What DDP did per timed step (`bench --ddp`).
@@ -395,6 +398,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     cuda_profiler_range(true);
     host_s.set([0.0; 3]);
     let cache_before = burn_ddp::nn::runtime::kernel_cache::usage();
+    let gelu_before = burn_ddp::nn::linear::gelu_kernel_calls();
     let ddp_before = dist.map(|d| d.ddp.stats());
     if dist.is_some() {
         burn_ddp::trace::start();
@@ -411,6 +415,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let seconds = t1.elapsed().as_secs_f64();
     let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), config.steps));
     let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
+    let gelu_kernel_passes = burn_ddp::nn::linear::gelu_kernel_calls() - gelu_before;
     let threads = crate::train::instrument::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     if let Some(profile) = profile {
@@ -447,6 +452,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         threads,
         ddp,
         kernel_cache,
+        gelu_kernel_passes,
     })
 }
 
