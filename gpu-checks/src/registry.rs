@@ -67,7 +67,7 @@ pub(crate) const CHECKS: &[Check] = &[
     },
     Check {
         name: "layer-norm",
-        what: "cuDNN layer norm, values and gradients, against f64",
+        what: "layer norm (cuDNN; our forward kernel with cuDNN's backward), values and gradients, against f64",
         run: layer_norm::check_ln,
     },
     Check { name: "relu", what: "burn-ddp's ReLU against burn's, bit for bit", run: activations::check_relu },

@@ -1,5 +1,6 @@
 //! LayerNorm in the activations' type with f32 statistics: on burn-cuda with bf16/f16
-//! activations one cuDNN pass forward and one backward ([`crate::nn::cuda::ops::layer_norm`]), elsewhere
+//! activations one cuDNN pass forward (or our kernel's, with `CudnnOptions::layer_norm_kernel`)
+//! and one backward ([`crate::nn::cuda::ops::layer_norm`]), elsewhere
 //! burn-nn's `LayerNorm` on an f32 copy (PyTorch's autocast runs `layer_norm` in f32 too).
 
 use burn::prelude::*;
@@ -17,6 +18,15 @@ pub fn layer_norm<B: Backend, const D: usize>(norm: &LayerNorm<B>, x: Tensor<B, 
     let _ = eps;
     let dtype = x.dtype();
     norm.forward(x.cast(FloatDType::F32)).cast(dtype)
+}
+
+/// How many forward passes burn-ddp's own layer-norm kernel has run in this process (0 without
+/// CUDA, or with `CudnnOptions::layer_norm_kernel` off): whether it ran instead of cuDNN's.
+pub fn kernel_forward_calls() -> usize {
+    #[cfg(feature = "cuda")]
+    return crate::nn::cuda::ops::layer_norm::KERNEL_CALLS.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(feature = "cuda"))]
+    0
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! cuDNN's layer norm against f64.
+//! The layer norm (cuDNN's, and our forward kernel with cuDNN's backward) against f64.
 
 use crate::util::{Ad, dtype_name, round, to_f64, values};
 use burn::prelude::*;
@@ -8,13 +8,26 @@ use burn_ddp::nn::cuda::cudnn::layer_norm as cudnn_ln;
 use burn_ddp::nn::layer_norm;
 use burn_ddp::nn::reference::max_rel_err;
 
-/// `nn::layer_norm` on cuDNN against f64: y, dx, dγ, dβ of rows × features (odd row counts;
-/// 96 and 768 features), bf16 and f16 activations, f32 γ/β; two cuDNN calls per case.
+/// `nn::layer_norm` against f64: y, dx, dγ, dβ of rows × features (odd row counts; 96 and 768
+/// features), bf16 and f16 activations, f32 γ/β; on cuDNN both ways (two cuDNN calls per case),
+/// then with `layer_norm_kernel` (our forward kernel, one cuDNN call).
 pub(crate) fn check_ln(device: &CudaDevice) -> bool {
+    use burn_ddp::nn::options::{self, CudnnOptions};
+    let base = options::get();
+    let mut ok = true;
+    for ours in [false, true] {
+        options::set(CudnnOptions { layer_norm_kernel: ours, ..base.clone() });
+        ok &= check_ln_cases(device, ours);
+    }
+    options::set(base);
+    ok
+}
+
+fn check_ln_cases(device: &CudaDevice, ours: bool) -> bool {
     let mut ok = true;
     for (dtype, bound) in [(FloatDType::BF16, 2e-2), (FloatDType::F16, 4e-3)] {
         for [rows, f] in [[37, 96], [197, 768]] {
-            let before = cudnn_ln::calls();
+            let (before, kernel_before) = (cudnn_ln::calls(), burn_ddp::nn::layer_norm::kernel_forward_calls());
             let xv = round(&values(31, rows * f, 6.0, 1.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
             let gv = round(&values(32, rows * f, 2.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
             let (gamma, beta): (Vec<f64>, Vec<f64>) = (
@@ -58,12 +71,14 @@ pub(crate) fn check_ln(device: &CudaDevice) -> bool {
                 max_rel_err(&to_f64(norm.beta.as_ref().expect("beta").grad(&grads).expect("dbeta")), &db_ref),
             ];
             let used = cudnn_ln::calls() - before;
-            let pass = used == 2 && e.iter().all(|&v| v < bound);
+            let kernel = burn_ddp::nn::layer_norm::kernel_forward_calls() - kernel_before;
+            let pass = (used, kernel) == if ours { (1, 1) } else { (2, 0) } && e.iter().all(|&v| v < bound);
             ok &= pass;
             let list = e.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/");
             println!(
-                "RESULT check=layer_norm_{} rows={rows} features={f} y/dx/dgamma/dbeta={list} bound={bound:.0e} cudnn_ln_calls={used} {}",
+                "RESULT check=layer_norm_{}{} rows={rows} features={f} y/dx/dgamma/dbeta={list} bound={bound:.0e} cudnn_ln_calls={used} kernel_forward_calls={kernel} {}",
                 dtype_name(dtype),
+                if ours { "_kernel_forward" } else { "" },
                 if pass { "ok" } else { "FAIL" }
             );
         }

@@ -15,6 +15,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_SDPA=0` | [`fused_attention`](Self::fused_attention) | on |
 /// | `BURN_DDP_CUDNN_LN=0` | [`layer_norm`](Self::layer_norm) | on |
 /// | `BURN_DDP_GELU=1` | [`fused_gelu`](Self::fused_gelu) | off (new on 2026-12-04, not yet run on a GPU) |
+/// | `BURN_DDP_LN_KERNEL=1` | [`layer_norm_kernel`](Self::layer_norm_kernel) | off (the same) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -68,6 +69,10 @@ pub struct CudnnOptions {
     /// (`false`: burn's addition, `gelu` and its backward, which keep the sum instead). Off until
     /// the GPU check `bias-gelu` has passed on a GPU and its gain is measured.
     pub fused_gelu: bool,
+    /// Run the bf16/f16 layer norms' forward on our kernel (one warp per row; rows of at most
+    /// 1024 features) instead of cuDNN's, the backward staying cuDNN's. Off until it has run
+    /// on a GPU and its gain is measured.
+    pub layer_norm_kernel: bool,
 }
 
 impl Default for CudnnOptions {
@@ -87,6 +92,7 @@ impl Default for CudnnOptions {
             fused_attention: true,
             layer_norm: true,
             fused_gelu: false,
+            layer_norm_kernel: false,
         }
     }
 }
@@ -109,6 +115,7 @@ impl CudnnOptions {
             ("BURN_DDP_SDPA", &mut o.fused_attention),
             ("BURN_DDP_CUDNN_LN", &mut o.layer_norm),
             ("BURN_DDP_GELU", &mut o.fused_gelu),
+            ("BURN_DDP_LN_KERNEL", &mut o.layer_norm_kernel),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -164,6 +171,7 @@ mod tests {
             ("BURN_DDP_SDPA", "0"),
             ("BURN_DDP_CUDNN_LN", "0"),
             ("BURN_DDP_GELU", "1"),
+            ("BURN_DDP_LN_KERNEL", "1"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -176,6 +184,7 @@ mod tests {
                 && !o.fused_attention
                 && !o.layer_norm
                 && o.fused_gelu
+                && o.layer_norm_kernel
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);

@@ -186,6 +186,9 @@ pub struct BenchResult {
     /// Passes of the fused bias + GELU kernel (`burn_ddp::nn::linear_gelu`) over the timed
     /// steps: two per MLP block and step when it ran, 0 when burn's operations did.
     pub gelu_kernel_passes: usize,
+    /// Layer norms whose forward ran on burn-ddp's own kernel over the timed steps
+    /// (`CudnnOptions::layer_norm_kernel`), 0 when cuDNN's or burn's ran.
+    pub layer_norm_kernel_passes: usize,
 }
 
 /// What DDP did per timed step (`bench --ddp`).
@@ -399,6 +402,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     host_s.set([0.0; 3]);
     let cache_before = burn_ddp::nn::runtime::kernel_cache::usage();
     let gelu_before = burn_ddp::nn::linear::gelu_kernel_calls();
+    let ln_before = burn_ddp::nn::layer_norm::kernel_forward_calls();
     let ddp_before = dist.map(|d| d.ddp.stats());
     if dist.is_some() {
         burn_ddp::trace::start();
@@ -416,6 +420,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), config.steps));
     let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
     let gelu_kernel_passes = burn_ddp::nn::linear::gelu_kernel_calls() - gelu_before;
+    let layer_norm_kernel_passes = burn_ddp::nn::layer_norm::kernel_forward_calls() - ln_before;
     let threads = crate::train::instrument::thread_clock::ThreadClock::now().since(&clock);
     cuda_profiler_range(false);
     if let Some(profile) = profile {
@@ -453,6 +458,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         ddp,
         kernel_cache,
         gelu_kernel_passes,
+        layer_norm_kernel_passes,
     })
 }
 

@@ -27,45 +27,9 @@ use burn_cuda::Cuda;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-const KERNEL: &str = r#"
-// Storage types: t = 0 f32, 1 bf16, 2 f16 (converted by hand: NVRTC needs no headers).
-__device__ __forceinline__ float from16(unsigned short s, int t) {
-    if (t == 1) return __uint_as_float(((unsigned)s) << 16);
-    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(s)); return f;
-}
-__device__ __forceinline__ unsigned short to16(float f, int t) {
-    if (t == 1) {
-        unsigned u = __float_as_uint(f);
-        if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-        u += 0x7fffu + ((u >> 16) & 1u);
-        return (unsigned short)(u >> 16);
-    }
-    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
-__device__ __forceinline__ float ld(const void* p, long long i, int t) {
-    return t == 0 ? ((const float*)p)[i] : from16(((const unsigned short*)p)[i], t);
-}
-__device__ __forceinline__ void st(void* p, long long i, int t, float v) {
-    if (t == 0) ((float*)p)[i] = v; else ((unsigned short*)p)[i] = to16(v, t);
-}
-// Four elements from i (a multiple of 4; the buffer 16-byte aligned for f32, 8 for 16-bit types).
-__device__ __forceinline__ void ld4(const void* p, long long i, int t, float v[4]) {
-    if (t == 0) {
-        float4 q = *(const float4*)((const float*)p + i);
-        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-        return;
-    }
-    uint2 q = *(const uint2*)((const unsigned short*)p + i);
-    v[0] = from16((unsigned short)(q.x & 0xffffu), t); v[1] = from16((unsigned short)(q.x >> 16), t);
-    v[2] = from16((unsigned short)(q.y & 0xffffu), t); v[3] = from16((unsigned short)(q.y >> 16), t);
-}
-__device__ __forceinline__ void st4(void* p, long long i, int t, const float v[4]) {
-    if (t == 0) { *(float4*)((float*)p + i) = make_float4(v[0], v[1], v[2], v[3]); return; }
-    uint2 q;
-    q.x = (unsigned)to16(v[0], t) | ((unsigned)to16(v[1], t) << 16);
-    q.y = (unsigned)to16(v[2], t) | ((unsigned)to16(v[3], t) << 16);
-    *(uint2*)((unsigned short*)p + i) = q;
-}
+const KERNEL: &str = concat!(
+    crate::nn::cuda::kernels::nvrtc::storage_types!(),
+    r#"
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 // d/dx [x Φ(x)] = Φ(x) + x φ(x).
 __device__ __forceinline__ float gelu_grad(float x) {
@@ -101,7 +65,8 @@ extern "C" __global__ void bias_gelu(const void* y, const void* b, const void* d
         st(out, i, t, dh ? ld(dh, i, t) * gelu_grad(x) : gelu(x));
     }
 }
-"#;
+"#
+);
 
 static KERNELS: Kernels = Kernels::new("fused bias + GELU", KERNEL);
 

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# What burn-ddp's own ViT kernels buy, in one device call on one H200 — the fused bias + GELU of
+# the MLPs (`burn_ddp::nn::linear_gelu`, `BURN_DDP_GELU=1`) and the layer norms' forward kernel
+# (`BURN_DDP_LN_KERNEL=1`), both off by default while they are new:
+#   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products` (each against f64);
+#   2. ViT-B/16 bf16 b128 and ViT-S/16 bf16 b256, synthetic 224², SGD, three variants alternated
+#      twice — `base` (both off: cuDNN's layer norm, burn's addition, gelu and its backward),
+#      `gelu` (the GELU kernel), `gelu_ln` (both kernels) — beside PyTorch 2.11 eager and
+#      torch.compile (the same batch, optimizer and step count);
+#   3. with PROFILE=1, ViT-B/16's step by class of kernel with both on
+#      (benches/gpu/step_profile.sh PART=2, ours only), beside 2026-12-04's table in
+#      docs/benchmarks.md.
+# Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
+# $OUT/vit_kernels.log; each pair's ratios last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+LOG=$OUT/vit_kernels.log; SHOW="RESULT|img_per_s|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-12}
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
+STEPS=${STEPS:-30}
+VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+step checks 300 "$B"/burn-ddp-gpu-checks bias-gelu layer-norm relu products
+# The switches of each variant (`step` runs a program under `timeout`, not a shell function).
+envs() {
+  case $1 in
+    base) echo "BURN_DDP_GELU=0 BURN_DDP_LN_KERNEL=0" ;;
+    gelu) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=0" ;;
+    gelu_ln) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1" ;;
+  esac
+}
+VARIANTS="base gelu gelu_ln"
+for model in vitb16 vits16; do
+  if [ $model = vitb16 ]; then ARGS=("${VB[@]}"); TORCH="vit_b_16 128"; else ARGS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256"; fi
+  # The first run of each variant fills the kernel caches; it is not one of the pairs.
+  for v in $VARIANTS; do step ${model}_warm_$v 300 env $(envs $v) "$B"/burn-vision "${ARGS[@]}"; done
+  for i in 1 2; do
+    for v in $VARIANTS; do step ${model}_${v}_$i 150 env $(envs $v) "$B"/burn-vision "${ARGS[@]}"; done
+  done
+  step ${model}_torch 150 python3 benches/pytorch_baseline.py synthetic $TORCH 224 3 1000 0 5 "$STEPS" bf16 nchw eager
+  step ${model}_compile 300 python3 benches/pytorch_baseline.py synthetic $TORCH 224 3 1000 0 5 "$STEPS" bf16 nchw compile
+done
+save_cache
+if [ -n "${PROFILE:-}" ]; then
+  BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 PART=2 OURS_ONLY=1 bash benches/gpu/step_profile.sh
+fi
+echo; echo SUMMARY | tee -a "$LOG"
+# Per run: img/s, GPU memory, the fused kernel's passes (ours) or peak memory (PyTorch); then
+# each pair's ratio and ours against torch.compile.
+python3 - "$LOG" <<'PY' | tee -a "$LOG"
+import json, re, sys
+runs, name = {}, None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"=== (\S+): ", line)
+    if m:
+        name = m.group(1); continue
+    if re.match(r"=== \S+ rc=", line):
+        name = None; continue
+    line = line.strip()
+    if name and (line.startswith("{") or line.startswith("RESULT {")) and "img_per_s" in line:
+        runs[name] = json.loads(line[line.index("{"):])
+    if name == "checks" and line.startswith("RESULT check=") and ("bias_gelu" in line or "layer_norm" in line):
+        print(line)
+for n, r in runs.items():
+    extra = (f"gelu_kernel_passes={r.get('gelu_kernel_passes')} layer_norm_kernel_passes={r.get('layer_norm_kernel_passes')} "
+             f"device_used_gib={r.get('device_used_gib')}" if "gelu_kernel_passes" in r else f"peak_mem_gib={r.get('peak_mem_gib')}")
+    print(f"{n}: {r['img_per_s']:.0f} img/s {extra}")
+for model in ("vitb16", "vits16"):
+    comp = runs.get(f"{model}_compile", {}).get("img_per_s")
+    for i in (1, 2):
+        got = {v: runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("base", "gelu", "gelu_ln")}
+        if got["base"]:
+            parts = [f"{v} / base {got[v] / got['base']:.3f}" for v in ("gelu", "gelu_ln") if got[v]]
+            parts += [f"{v} / torch.compile {got[v] / comp:.3f}" for v in got if got[v] and comp]
+            print(f"{model} round {i}: " + ", ".join(parts))
+PY
