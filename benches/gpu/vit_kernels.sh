@@ -2,11 +2,14 @@
 # What burn-ddp's own ViT kernels buy, in one device call on one H200 — the fused bias + GELU of
 # the MLPs (`burn_ddp::nn::linear_gelu`, `BURN_DDP_GELU=1`) and the layer norms' forward kernel
 # (`BURN_DDP_LN_KERNEL=1`), both off by default while they are new:
-#   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products` (each against f64);
+#   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products` (each against f64; NO_CHECKS=1
+#      leaves them out);
 #   2. ViT-B/16 bf16 b128 and ViT-S/16 bf16 b256, synthetic 224², SGD, three variants alternated
 #      twice — `base` (both off: cuDNN's layer norm, burn's addition, gelu and its backward),
 #      `gelu` (the GELU kernel), `gelu_ln` (both kernels) — beside PyTorch 2.11 eager and
 #      torch.compile (the same batch, optimizer and step count);
+#      MODELS=vitb16 (or vits16) runs one model: a cold machine compiles and tunes each
+#      variant's kernels in its first run, which can take the two past one call's 10 minutes;
 #   3. with PROFILE=1, ViT-B/16's step by class of kernel with both on
 #      (benches/gpu/step_profile.sh PART=2, ours only), beside 2026-12-04's table in
 #      docs/benchmarks.md.
@@ -21,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | 
 STEPS=${STEPS:-30}
 VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-step checks 300 "$B"/burn-ddp-gpu-checks bias-gelu layer-norm relu products
+[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks bias-gelu layer-norm relu products
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {
   case $1 in
@@ -31,7 +34,7 @@ envs() {
   esac
 }
 VARIANTS="base gelu gelu_ln"
-for model in vitb16 vits16; do
+for model in ${MODELS:-vitb16 vits16}; do
   if [ $model = vitb16 ]; then ARGS=("${VB[@]}"); TORCH="vit_b_16 128"; else ARGS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256"; fi
   # The first run of each variant fills the kernel caches; it is not one of the pairs.
   for v in $VARIANTS; do step ${model}_warm_$v 300 env $(envs $v) "$B"/burn-vision "${ARGS[@]}"; done
