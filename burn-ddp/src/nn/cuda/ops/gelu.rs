@@ -163,6 +163,9 @@ fn autodiff_bias_gelu(y: Tensor<Ad, 2>, b: Option<Tensor<Ad, 1>>) -> Tensor<Ad, 
 /// Queues one pass: `gelu(y + b)` without `dh`, `dh · gelu'(y + b)` with it (`y`'s shape and type).
 fn pass(y: Prim, b: Option<Prim>, dh: Option<Prim>) -> Prim {
     let (has_b, has_dh) = (b.is_some(), dh.is_some());
+    // The output and the bias's column take the tensor's dims, never its buffer's (a packed
+    // copy of a view may come back with other dims).
+    let dims = y.shape.as_slice().to_vec();
     let outputs = [fusion_op::like(&y)];
     let inputs: Vec<Prim> = std::iter::once(y).chain(b).chain(dh).collect();
     let name = if has_dh { "bias_gelu_backward" } else { "bias_gelu" };
@@ -171,17 +174,16 @@ fn pass(y: Prim, b: Option<Prim>, dh: Option<Prim>) -> Prim {
         let y = ins.next().expect("y");
         let b = has_b.then(|| ins.next().expect("b"));
         let dh = has_dh.then(|| ins.next().expect("dh"));
-        vec![run(y, b, dh)]
+        vec![run(y, b, dh, &dims)]
     });
     out.pop().expect("one output")
 }
 
-/// On burn-fusion's thread: the output allocated and the kernel queued.
-fn run(y: Cube, b: Option<Cube>, dh: Option<Cube>) -> Cube {
-    let dims = y.meta.shape().as_slice().to_vec();
+/// On burn-fusion's thread: the output (of `dims`) allocated and the kernel queued.
+fn run(y: Cube, b: Option<Cube>, dh: Option<Cube>, dims: &[usize]) -> Cube {
     let (len, cols) = (dims.iter().product::<usize>(), dims[dims.len() - 1]);
     let t = storage_type(y.dtype).expect("checked by try_bias_gelu");
-    let out = empty(&y, &dims);
+    let out = empty(&y, dims);
     let tensors: Vec<&Cube> = std::iter::once(&y).chain(&b).chain(&dh).chain(std::iter::once(&out)).collect();
     let (has_b, has_dh, device) = (b.is_some(), dh.is_some(), y.device.index);
     launch::launch(&tensors, ("bias_gelu", has_dh), move |a, order| {
