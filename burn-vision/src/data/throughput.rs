@@ -121,13 +121,15 @@ pub fn loader_throughput(
     };
     let order: Vec<usize> = order.into_iter().take(need).collect();
     let pipeline = if config.eval { data.eval.clone() } else { data.train.clone() };
+    let device_decode = sink.decoder();
+    let decoded_on = if device_decode.is_some() { "gpu" } else { "cpu" };
     let loader_config = LoaderConfig {
         batch_size: config.batch_size,
         drop_last: true,
         prefetch: config.prefetch,
         seed: config.seed,
         strict: false,
-        device_decode: sink.decoder(),
+        device_decode,
     };
     let skips = Arc::new(SkipLog::default());
     let failed_before = burn_ddp::nn::decode::device_decode_counts().1;
@@ -163,7 +165,7 @@ pub fn loader_throughput(
         transform_ms_per_image: per_image(t1 - t0),
         batch_shape,
         skipped: skips.count(),
-        decoded_on: if sink.decoder().is_some() { "gpu" } else { "cpu" }.into(),
+        decoded_on: decoded_on.into(),
         host_decoded: loader.stage_times().host_decoded(),
         device_failed: burn_ddp::nn::decode::device_decode_counts().1 - failed_before,
     })

@@ -18,6 +18,7 @@ use crate::nn::cuda::ops::matmul::row_sums;
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
 use crate::nn::cuda::runtime::launch::{self, Ad, Prim, cast, cuda_backend, empty};
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::NoCheckpointing;
@@ -130,10 +131,8 @@ impl<const N: usize> Backward<Cuda, N> for BiasGelu {
 
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let dh = grads.consume::<Cuda>(&ops.node);
-        let need_b = ops.parents.get(1).is_some_and(Option::is_some);
         let dy = pass(ops.state.y, ops.state.b, Some(dh));
-        if need_b {
-            let node = ops.parents[1].as_ref().expect("checked");
+        if let Some(Some(node)) = ops.parents.get(1) {
             grads.register::<Cuda>(node.id, row_sums(dy.clone()));
         }
         if let Some(node) = &ops.parents[0] {
@@ -146,18 +145,21 @@ fn autodiff_bias_gelu(y: Tensor<Ad, 2>, b: Option<Tensor<Ad, 1>>) -> Tensor<Ad, 
     let y = y.into_primitive().tensor();
     let b = b.map(|b| b.into_primitive().tensor());
     let h = pass(y.primitive.clone(), b.as_ref().map(|b| b.primitive.clone()), None);
-    let saved = Saved { y: y.primitive, b: b.as_ref().map(|b| b.primitive.clone()) };
-    let out = match b {
-        Some(b) => match BiasGelu.prepare::<NoCheckpointing>([y.node, b.node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish(saved, h),
-            OpsKind::UnTracked(prep) => prep.finish(h),
-        },
-        None => match BiasGelu.prepare::<NoCheckpointing>([y.node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish(saved, h),
-            OpsKind::UnTracked(prep) => prep.finish(h),
-        },
+    let saved = Saved { y: y.primitive.clone(), b: b.as_ref().map(|b| b.primitive.clone()) };
+    let out = match &b {
+        Some(b) => track([&y, b], saved, h),
+        None => track([&y], saved, h),
     };
     Tensor::from_primitive(TensorPrimitive::Float(out))
+}
+
+/// `h` as the output of a [`BiasGelu`] whose parents are `inputs`' nodes (`y`, then `b` when
+/// there is one).
+fn track<const N: usize>(inputs: [&FloatTensor<Ad>; N], saved: Saved, h: Prim) -> FloatTensor<Ad> {
+    match BiasGelu.prepare::<NoCheckpointing>(inputs.map(|t| t.node.clone())).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(saved, h),
+        OpsKind::UnTracked(prep) => prep.finish(h),
+    }
 }
 
 /// Queues one pass: `gelu(y + b)` without `dh`, `dh · gelu'(y + b)` with it (`y`'s shape and type).
