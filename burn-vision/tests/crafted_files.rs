@@ -134,6 +134,19 @@ fn the_rezipped_pickle_is_read_when_unchanged() {
     assert_eq!(load_outcome("tv_small_basic", "same.pth", &pth_with_pickle(|_| {})), Ok(()));
 }
 
+/// A parameter name with a line break in it (found by the fuzzing below): the file's names are
+/// listed escaped, so the error stays on one line and still names the parameter.
+#[test]
+fn a_name_with_a_line_break_is_listed_on_one_line() {
+    let bytes = pth_with_pickle(|pickle| {
+        let name = b"layer3.0.bn2.num_batches_tracked";
+        let at = pickle.windows(name.len()).position(|w| w == name).expect("the fixture names layer3.0.bn2");
+        pickle[at] = b'\n';
+    });
+    let e = load_outcome("tv_small_basic", "crafted.pth", &bytes).unwrap_err();
+    assert!(!e.contains('\n') && e.contains("\\nayer3.0.bn2.num_batches_tracked"), "{e}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 

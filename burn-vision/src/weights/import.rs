@@ -60,11 +60,14 @@ struct Mismatch {
     shapes: Vec<String>,
 }
 
+/// `items` for a one-line message: the first few, each escaped (a name read from a file may hold
+/// a line break or other control characters).
 fn listed(what: &str, items: &[String]) -> Option<String> {
     const SHOWN: usize = 4;
     (!items.is_empty()).then(|| {
         let more = if items.len() > SHOWN { format!(", … {} more", items.len() - SHOWN) } else { String::new() };
-        format!("{} {what} ({}{more})", items.len(), items[..items.len().min(SHOWN)].join(", "))
+        let shown: Vec<String> = items[..items.len().min(SHOWN)].iter().map(|s| s.escape_debug().to_string()).collect();
+        format!("{} {what} ({}{more})", items.len(), shown.join(", "))
     })
 }
 
