@@ -39,6 +39,7 @@ static dim3 blockIdx, blockDim, gridDim;
 static thread_local dim3 threadIdx;  // each emulated GPU thread is a host thread (or the loop of one)
 struct float4 { float x, y, z, w; };
 struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
@@ -105,9 +106,10 @@ static int run(int t, long long rows, int cols, bool bias, bool back, int vec, u
 static int gelu_main() {
     int ok = 1;
     for (int t = 0; t < 3; t++) for (int bias = 0; bias < 2; bias++) for (int back = 0; back < 2; back++) {
-        ok &= run(t, 37, 3072 / 16, bias, back, 1, 3);     // vector path, grid-stride over several rounds
+        ok &= run(t, 37, 3072 / 16, bias, back, 8, 3);     // eight a thread, grid-stride over several rounds
+        ok &= run(t, 37, 3072 / 16, bias, back, 4, 3);     // four a thread, the same
         ok &= run(t, 33, 10, bias, back, 0, 2);            // one element per thread, cols not a multiple of 4
-        ok &= run(t, 5, 12, bias, back, 1, 1);
+        ok &= run(t, 5, 12, bias, back, 4, 1);
     }
     // bf16 rounding: ties to even, NaN stays NaN, inf stays inf
     unsigned short r1 = to16(__uint_as_float(0x3f808000u), 1), r2 = to16(__uint_as_float(0x3f818000u), 1);

@@ -19,6 +19,10 @@
 #           as the scheduler places it, and six times confined to one logical CPU per physical
 #           core (taskset: no two busy threads on one core's hyperthreads); each run's threads
 #           and the CPUs they ran on are sampled 3 s in (ps -L).
+#   PART=5  DDP's cost without the spread between processes: `bench --ddp --ddp-interleave 25`
+#           alternates blocks of 25 plain and 25 DDP steps in one process (ResNet-18 28² b256,
+#           300 and 600 timed steps, three runs each; ResNet-50 and ViT-B/16 once), each block
+#           timed to the device's end.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -115,6 +119,13 @@ elif [ "$PART" = 4 ]; then
     placed r18s_pinned_plain_$i taskset -c "$CORES" "$BV" "${R18B[@]}"
     placed r18s_pinned_ddp_$i taskset -c "$CORES" "$BV" "${R18B[@]}" --ddp
   done
+elif [ "$PART" = 5 ]; then
+  for i in 1 2 3; do
+    step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
+    step r18s_interleaved_long_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25
+  done
+  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved 150 "$BV" "${VIT[@]/$STEPS/100}" --ddp --ddp-interleave 10
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

@@ -95,6 +95,17 @@ def main(path):
                 rows.append((f"{base} train pair {i}", steady(p), steady(d),
                              "val top-1 by epoch " + " ".join(f"{a['val_acc']:.4f}/{b['val_acc']:.4f}" for a, b in zip(p, d))
                              + "; train loss " + " ".join(f"{a['train_loss']:.4f}/{b['train_loss']:.4f}" for a, b in zip(p, d))))
+    # `bench --ddp --ddp-interleave N`: plain and DDP blocks of one process.
+    for name, lines in runs.items():
+        r = result(lines) if "interleaved" in name else None
+        inter = (r or {}).get("interleaved")
+        if inter:
+            cost = r.get("ddp") or {}
+            pairs = " ".join(f"{x:.3f}" for x in inter["pair_ratios"])
+            rows.append((f"{name}: {r['config']['steps']} steps in blocks of {inter['block_steps']}, one process",
+                         inter["plain_img_per_s"], inter["ddp_img_per_s"],
+                         f"median pair {inter['median_pair_ratio']:.3f}; pairs {pairs}; DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, "
+                         f"exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; host fwd/bwd/opt s {host(r)}"))
     comp = result(runs.get("r50_ddp_bf16", []))
     if comp:
         rows.append(("r50 ours --ddp --grad-compression bf16 (vs pair 3's DDP)", (result(runs.get("r50_ddp_3", [])) or {}).get("img_per_s"), comp["img_per_s"], ""))

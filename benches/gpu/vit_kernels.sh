@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # What burn-ddp's own ViT kernels buy, in one device call on one H200 — the fused bias + GELU of
-# the MLPs (`burn_ddp::nn::linear_gelu`, `BURN_DDP_GELU=1`) and the layer norms' forward kernel
-# (`BURN_DDP_LN_KERNEL=1`), both off by default while they are new:
+# the MLPs (`burn_ddp::nn::linear_gelu`, `BURN_DDP_GELU`) and the layer norms' forward kernel
+# (`BURN_DDP_LN_KERNEL`), both on by default since 2026-12-04 (`=0` turns each off):
 #   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products` (each against f64; NO_CHECKS=1
 #      leaves them out);
 #   2. ViT-B/16 bf16 b128 and ViT-S/16 bf16 b256, synthetic 224², SGD, three variants alternated
 #      twice — `base` (both off: cuDNN's layer norm, burn's addition, gelu and its backward),
 #      `gelu` (the GELU kernel), `gelu_ln` (both kernels) — beside PyTorch 2.11 eager and
 #      torch.compile (the same batch, optimizer and step count);
-#      MODELS=vitb16 (or vits16) runs one model: a cold machine compiles and tunes each
+#      MODELS=vitb16 (or vits16) runs one model, MODELS=none neither: a cold machine compiles and tunes each
 #      variant's kernels in its first run, which can take the two past one call's 10 minutes;
-#   3. with PROFILE=1, ViT-B/16's step by class of kernel with both on
+#   3. with HOST_PROFILE=1, where the host's time goes in ViT-B/16's step with both on
+#      (`bench --host-profile`); with PROFILE=1, ViT-B/16's step by class of kernel with both on
 #      (benches/gpu/step_profile.sh PART=2, ours only), beside 2026-12-04's table in
 #      docs/benchmarks.md.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
@@ -35,6 +36,7 @@ envs() {
 }
 VARIANTS="base gelu gelu_ln"
 for model in ${MODELS:-vitb16 vits16}; do
+  [ $model = none ] && continue
   if [ $model = vitb16 ]; then ARGS=("${VB[@]}"); TORCH="vit_b_16 128"; else ARGS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256"; fi
   # The first run of each variant fills the kernel caches; it is not one of the pairs.
   for v in $VARIANTS; do step ${model}_warm_$v 300 env $(envs $v) "$B"/burn-vision "${ARGS[@]}"; done
@@ -45,6 +47,13 @@ for model in ${MODELS:-vitb16 vits16}; do
   step ${model}_compile 300 python3 benches/pytorch_baseline.py synthetic $TORCH 224 3 1000 0 5 "$STEPS" bf16 nchw compile
 done
 save_cache
+if [ -n "${HOST_PROFILE:-}" ]; then
+  # Where the host's time goes in a ViT-B/16 step with both kernels on (a burn-vision built
+  # with `--features host-profile`, not stripped): DIR/host-profile.txt per thread.
+  step host_profile 150 "$B"/burn-vision "${VB[@]}" --host-profile "$OUT/host-profile-vitb16"
+  rm -f "$OUT/host-profile-vitb16/host-profile.svg"
+  [ -f "$OUT/host-profile-vitb16/host-profile.folded" ] && xz_files "$OUT/host-profile-vitb16/host-profile.folded"
+fi
 if [ -n "${PROFILE:-}" ]; then
   BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 PART=2 OURS_ONLY=1 bash benches/gpu/step_profile.sh
 fi

@@ -42,6 +42,8 @@ fn bad_input_gets_one_clear_line() {
         (&["train", "--sync-bn", "--no-sync-bn"], "cannot be used with"),
         (&["eval", "--checkpoint", "x.ckpt", "--gpus", "0,1"], "this command runs on one GPU"),
         (&["bench", "--no-overlap"], "--ddp"),
+        (&["bench", "--ddp-interleave", "4"], "--ddp"),
+        (&["bench", "--ddp", "--ddp-interleave", "0", "--model", "resnet10-mini"], "at least one step"),
     ];
     for (args, expected) in cases {
         let out = cli(args);
@@ -686,6 +688,45 @@ fn bench_runs_adamw_as_well_as_sgd() {
 
 /// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from
 /// the process's start covers the first step, which covers its cuDNN share (none here).
+/// `bench --ddp --ddp-interleave 2` over 6 steps on the CPU (a one-rank TCP group): three
+/// blocks, plain / DDP / plain, one pair ratio, DDP's per-step figures over its 2 steps.
+#[test]
+fn bench_interleaves_plain_and_ddp_blocks() {
+    let o = cli(&[
+        "bench",
+        "--model",
+        "resnet10-mini",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "28",
+        "--channels",
+        "1",
+        "--classes",
+        "10",
+        "--small-input",
+        "--warmup",
+        "2",
+        "--steps",
+        "6",
+        "--ddp",
+        "--ddp-interleave",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let i = &r["interleaved"];
+    assert_eq!(i["block_steps"], 2);
+    assert_eq!(i["pair_ratios"].as_array().unwrap().len(), 1, "{i}");
+    for key in ["plain_img_per_s", "ddp_img_per_s", "ratio", "median_pair_ratio"] {
+        let v = i[key].as_f64().unwrap();
+        assert!(v.is_finite() && v > 0.0, "{key}: {i}");
+    }
+    // Every DDP step all-reduced its buckets: a whole number of buckets per DDP step.
+    let buckets = r["ddp"]["buckets"].as_f64().unwrap();
+    assert!(buckets >= 1.0 && buckets.fract() == 0.0, "{}", r["ddp"]);
+}
+
 #[test]
 fn bench_reports_the_first_step_split() {
     let o = cli(&[

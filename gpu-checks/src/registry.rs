@@ -39,6 +39,11 @@ pub(crate) const CHECKS: &[Check] = &[
         what: "convolution + batch norm + ReLU as one cuDNN operation against the separate operations",
         run: batch_norm::check_fused,
     },
+    Check {
+        name: "bn-add-relu",
+        what: "relu(batch norm + residual) on the channels-last kernels: outputs, four gradients, statistics, against burn on the CPU",
+        run: batch_norm::check_bn_add_relu,
+    },
     Check { name: "upload", what: "page-locked image uploads arrive exactly", run: memory::check_upload },
     Check {
         name: "crop-resize",

@@ -35,6 +35,15 @@ impl<B: Backend> BatchNorm<B> {
     pub fn forward_relu(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         batch_norm(self, x, true)
     }
+
+    /// `relu(bn(x) + residual)`, a residual block's end, in one pass where the backend has
+    /// one. See [`batch_norm_add_relu`].
+    ///
+    /// # Shapes
+    /// `x`, `residual`: as [`BatchNorm::forward`].
+    pub fn forward_add_relu(&self, x: Tensor<B, 4>, residual: Tensor<B, 4>) -> Tensor<B, 4> {
+        batch_norm_add_relu(self, x, residual)
+    }
 }
 
 /// `relu(bn(x))` when `relu`, else `bn(x)`: training statistics on autodiff backends (running
@@ -69,6 +78,56 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
     let y = bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()));
     let y = if relu { relu_op(y) } else { y };
     y.cast(dtype)
+}
+
+/// `relu(bn(x) + residual)`, the output in `bn(x)`'s type (`residual` is cast to it), the
+/// addition in f32 where it is fused. Channels-last on burn-cuda: one pass of our batch-norm
+/// kernels writes it, and the backward keeps only the output — no separate addition or ReLU
+/// pass either way — unless [`super::CudnnOptions::fuse_residual`] is off. Elsewhere
+/// [`batch_norm`], the addition, then [`crate::nn::relu`] (which keeps only its output).
+///
+/// # Shapes
+/// `x`, `residual`: `[batch, channels, height, width]` in the layer's layout → the same
+pub fn batch_norm_add_relu<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, residual: Tensor<B, 4>) -> Tensor<B, 4> {
+    if bn.layout != Layout::Nhwc || !crate::nn::settings::options::get().fuse_residual {
+        let y = batch_norm(bn, x, false);
+        let dtype = y.dtype();
+        return crate::nn::relu(y + residual.cast(dtype));
+    }
+    let x = match bn.precision {
+        Some(p) => x.cast(p.dtype()),
+        None => x,
+    };
+    let residual = residual.cast(x.dtype());
+    let hooked = grad_ready::active().then(|| bn.through_grad_hooks(&x));
+    crate::nn::batch_norm_add_relu_nhwc(hooked.as_ref().unwrap_or(bn), x, residual)
+}
+
+/// `relu(bn(conv(x)) + residual)`: [`Conv2d::forward`] then [`batch_norm_add_relu`] — or, in
+/// NCHW, [`conv_batch_norm`] then the addition and [`crate::nn::relu`].
+///
+/// # Shapes
+/// `x`: as [`Conv2d::forward`]; `residual`: its output's shape.
+///
+/// # Panics
+/// When the two layers' layouts differ.
+pub fn conv_batch_norm_add_relu<B: Backend>(
+    conv: &Conv2d<B>,
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    residual: Tensor<B, 4>,
+) -> Tensor<B, 4> {
+    assert_eq!(
+        conv.layout, bn.layout,
+        "conv_batch_norm_add_relu: the convolution is {:?}, the batch norm {:?}",
+        conv.layout, bn.layout
+    );
+    if conv.layout == Layout::Nhwc {
+        return batch_norm_add_relu(bn, conv.forward(x), residual);
+    }
+    let y = conv_batch_norm(conv, bn, x, false);
+    let dtype = y.dtype();
+    crate::nn::relu(y + residual.cast(dtype))
 }
 
 /// `relu?(bn(conv(x)))` — [`Conv2d::forward`] then [`batch_norm`] — as one cuDNN operation on

@@ -24,6 +24,38 @@ fn channel_mean<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     x.sum_dim(0).sum_dim(1).sum_dim(2).div_scalar((n * h * w) as f64)
 }
 
+/// What follows the normalisation in the same pass.
+#[derive(Clone, Debug)]
+pub(crate) enum Epilogue<T> {
+    /// `bn(x)`.
+    None,
+    /// `relu(bn(x))`.
+    Relu,
+    /// `relu(bn(x) + residual)`: a residual block's end; `residual` has `x`'s shape and type.
+    AddRelu(T),
+}
+
+impl<T> Epilogue<T> {
+    pub(crate) fn relu(&self) -> bool {
+        !matches!(self, Epilogue::None)
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Epilogue<U> {
+        match self {
+            Epilogue::None => Epilogue::None,
+            Epilogue::Relu => Epilogue::Relu,
+            Epilogue::AddRelu(t) => Epilogue::AddRelu(f(t)),
+        }
+    }
+
+    pub(crate) fn residual(self) -> Option<T> {
+        match self {
+            Epilogue::AddRelu(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
 /// `relu?(bn(x))` for channels-last `x`: batch statistics when the backend records gradients
 /// (running statistics updated as burn's BatchNorm does: momentum blend of the batch mean and
 /// the biased batch variance), running statistics otherwise.
@@ -31,10 +63,24 @@ fn channel_mean<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
 /// # Shapes
 /// `[batch, height, width, channels]` → the same
 pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+    nhwc(bn, x, if relu { Epilogue::Relu } else { Epilogue::None })
+}
+
+/// `relu(bn(x) + residual)` for channels-last `x` and `residual` (a residual block's end), the
+/// statistics as [`batch_norm_nhwc`]'s. On burn-cuda one pass writes it and the backward keeps
+/// only the output (the addition and ReLU cost no passes of their own); the sum is in f32.
+///
+/// # Shapes
+/// `x`, `residual`: `[batch, height, width, channels]` → the same
+pub fn batch_norm_add_relu_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, residual: Tensor<B, 4>) -> Tensor<B, 4> {
+    nhwc(bn, x, Epilogue::AddRelu(residual))
+}
+
+fn nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, epilogue: Epilogue<Tensor<B, 4>>) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
-    let x = match crate::nn::cuda::ops::batch_norm_nhwc::try_batch_norm(bn, x, relu) {
+    let (x, epilogue) = match crate::nn::cuda::ops::batch_norm_nhwc::try_batch_norm(bn, x, epilogue) {
         Ok(y) => return y,
-        Err(x) => x,
+        Err(back) => back,
     };
     let [_, _, _, c] = x.dims();
     let dtype = x.dtype();
@@ -58,7 +104,11 @@ pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: boo
         (x - mean, var.add_scalar(bn.epsilon).sqrt().recip())
     };
     let y = centered * (inv_std * per_channel(bn.gamma.val())) + per_channel(bn.beta.val());
-    let y = if relu { relu_op(y) } else { y };
+    let y = match epilogue {
+        Epilogue::None => y,
+        Epilogue::Relu => relu_op(y),
+        Epilogue::AddRelu(r) => relu_op(y + r.cast(FloatDType::F32)),
+    };
     y.cast(dtype)
 }
 
@@ -113,5 +163,39 @@ mod tests {
             let yi_ref = theirs.to_burn_nn().forward(xi.permute([0, 3, 1, 2])).permute([0, 2, 3, 1]);
             yi.into_data().assert_approx_eq::<f32>(&yi_ref.into_data(), tol);
         }
+    }
+
+    /// `relu(bn(x) + r)` against burn's BatchNorm on the NCHW view, the addition and burn's
+    /// ReLU: output and the gradients of `x`, `r`, γ and β, in training and in inference.
+    #[test]
+    fn add_relu_matches_burn_batch_norm_then_the_sum() {
+        let device = Default::default();
+        let mine = BatchNorm::from(BatchNormConfig::new(6).init::<B>(&device)).with_layout(crate::nn::Layout::Nhwc);
+        let theirs = mine.clone();
+        let dims = [2, 5, 3, 6];
+        let x = Tensor::<B, 4>::random(dims, Distribution::Normal(0.3, 2.0), &device).require_grad();
+        let r = Tensor::<B, 4>::random(dims, Distribution::Normal(0.0, 1.0), &device).require_grad();
+        let g = Tensor::<B, 4>::random(dims, Distribution::Normal(0.0, 1.0), &device);
+        let y = batch_norm_add_relu_nhwc(&mine, x.clone(), r.clone());
+        let nchw = |t: Tensor<B, 4>| t.permute([0, 3, 1, 2]);
+        let y_ref = relu_op(theirs.to_burn_nn().forward(nchw(x.clone())).permute([0, 2, 3, 1]) + r.clone());
+        // Some sums are negative, so the mask matters.
+        assert!(y_ref.clone().lower_equal_elem(0.0).int().sum().into_scalar() > 0);
+        let tol = Tolerance::<f32>::absolute(2e-5);
+        y.clone().into_data().assert_approx_eq::<f32>(&y_ref.clone().into_data(), tol);
+        let grads = (y * g.clone()).sum().backward();
+        let grads_ref = (y_ref * g).sum().backward();
+        for t in [&x, &r] {
+            t.grad(&grads).unwrap().into_data().assert_approx_eq::<f32>(&t.grad(&grads_ref).unwrap().into_data(), tol);
+        }
+        for (a, b) in [(&mine.gamma, &theirs.gamma), (&mine.beta, &theirs.beta)] {
+            let grad = |p: &burn::module::Param<Tensor<B, 1>>, gr| p.val().grad(gr).expect("gradient").into_data();
+            grad(a, &grads).assert_approx_eq::<f32>(&grad(b, &grads_ref), tol);
+        }
+        let (xi, ri) = (x.inner(), r.inner());
+        let (mine, theirs) = (mine.valid(), theirs.valid());
+        let yi = batch_norm_add_relu_nhwc(&mine, xi.clone(), ri.clone());
+        let yi_ref = relu_op(theirs.to_burn_nn().forward(xi.permute([0, 3, 1, 2])).permute([0, 2, 3, 1]) + ri);
+        yi.into_data().assert_approx_eq::<f32>(&yi_ref.into_data(), tol);
     }
 }

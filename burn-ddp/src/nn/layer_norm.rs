@@ -1,6 +1,6 @@
 //! LayerNorm in the activations' type with f32 statistics: on burn-cuda with bf16/f16
-//! activations one cuDNN pass forward (or our kernel's, with `CudnnOptions::layer_norm_kernel`)
-//! and one backward ([`crate::nn::cuda::ops::layer_norm`]), elsewhere
+//! activations our kernel's pass forward (cuDNN's without `CudnnOptions::layer_norm_kernel`)
+//! and cuDNN's one backward ([`crate::nn::cuda::ops::layer_norm`]), elsewhere
 //! burn-nn's `LayerNorm` on an f32 copy (PyTorch's autocast runs `layer_norm` in f32 too).
 
 use burn::prelude::*;

@@ -31,8 +31,8 @@ pub mod runtime;
 pub mod settings;
 pub mod upload;
 
-pub use batch_norm::{batch_norm, conv_batch_norm};
-pub use batch_norm_nhwc::batch_norm_nhwc;
+pub use batch_norm::{batch_norm, batch_norm_add_relu, conv_batch_norm, conv_batch_norm_add_relu};
+pub use batch_norm_nhwc::{batch_norm_add_relu_nhwc, batch_norm_nhwc};
 pub use conv::conv2d;
 pub use crop::{CropResize, Normalize, Pixels};
 pub use cross_entropy::cross_entropy;

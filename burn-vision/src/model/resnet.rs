@@ -5,7 +5,7 @@ use super::image_classifier::{ImageClassifier, NameScheme};
 use burn::module::Module;
 use burn::prelude::*;
 use burn_ddp::nn::linear::mean_over;
-use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, linear};
+use burn_ddp::nn::{BatchNorm, Conv2d, Layout, Precision, conv_batch_norm, conv_batch_norm_add_relu, linear};
 use burn_ddp::{BatchNormSync, sync_batch_norm, sync_batch_norm_relu};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::pool::{MaxPool2d, MaxPool2dConfig};
@@ -103,14 +103,12 @@ impl<B: Backend> Block<B> {
             None => x.clone(),
         };
         let out = conv_norm(&self.conv1, &self.bn1, x, sync, true);
-        let out = match (&self.conv3, &self.bn3) {
+        match (&self.conv3, &self.bn3) {
             (Some(conv3), Some(bn3)) => {
-                conv_norm(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), sync, false)
+                conv_norm_add_relu(conv3, bn3, conv_norm(&self.conv2, &self.bn2, out, sync, true), identity, sync)
             }
-            _ => conv_norm(&self.conv2, &self.bn2, out, sync, false),
-        };
-        // Rectified keeping only the output for the backward (the sum is kept by nothing else).
-        burn_ddp::nn::relu(out + identity)
+            _ => conv_norm_add_relu(&self.conv2, &self.bn2, out, identity, sync),
+        }
     }
 
     /// The same block with its layers' activations in `layout`'s order.
@@ -151,6 +149,22 @@ fn conv_norm<B: Backend>(
             layout.view_from_nchw(y)
         }
         None => conv_batch_norm(conv, bn, x, relu),
+    }
+}
+
+/// The block's end, `relu(bn(conv(x)) + identity)`: one pass of the batch-norm kernels on
+/// burn-cuda in channels-last; with SyncBatchNorm over several ranks, [`conv_norm`], the
+/// addition, then a ReLU that keeps only its output (the sum is kept by nothing else).
+fn conv_norm_add_relu<B: Backend>(
+    conv: &Conv2d<B>,
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    identity: Tensor<B, 4>,
+    sync: Option<&BatchNormSync>,
+) -> Tensor<B, 4> {
+    match sync.filter(|s| s.world_size() > 1) {
+        Some(_) => burn_ddp::nn::relu(conv_norm(conv, bn, x, sync, false) + identity),
+        None => conv_batch_norm_add_relu(conv, bn, x, identity),
     }
 }
 

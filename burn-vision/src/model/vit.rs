@@ -7,7 +7,7 @@
 //! (`burn_ddp::nn::self_attention` on the qkv projection's output: cuDNN's fused flash attention
 //! for bf16/f16 on burn-cuda, cuBLAS products and a softmax otherwise, f32-accurate for f32) →
 //! residual; LayerNorm → GELU MLP (ratio 4; `burn_ddp::nn::linear_gelu`: the first layer's bias
-//! and the exact GELU can be one kernel each way on burn-cuda, `BURN_DDP_GELU=1`) → residual;
+//! and the exact GELU are one kernel each way on burn-cuda) → residual;
 //! final LayerNorm; the class token's features → head. The position embedding is learned for the grid the model was built
 //! for and resized bicubically (timm's `resample_abs_pos_embed`: `align_corners=False`) when an
 //! image has another size, so 224² weights fine-tune at 384² or 96².

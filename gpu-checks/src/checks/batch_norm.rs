@@ -1,4 +1,4 @@
-//! cuDNN's batch norm (+ ReLU) against burn's on the CPU, and convolution + batch norm + ReLU as one cuDNN operation against the separate ones.
+//! cuDNN's batch norm (+ ReLU) against burn's on the CPU, convolution + batch norm + ReLU as one cuDNN operation against the separate ones, and a residual block's end on the channels-last kernels.
 
 use crate::util::{Ad, round, to_f64, values};
 use burn::module::AutodiffModule;
@@ -8,7 +8,7 @@ use burn_autodiff::Autodiff;
 use burn_cuda::CudaDevice;
 use burn_ddp::nn::cuda::cudnn::convolution as cudnn;
 use burn_ddp::nn::reference::max_rel_err;
-use burn_ddp::nn::{CudnnOptions, Layout, batch_norm, options};
+use burn_ddp::nn::{CudnnOptions, Layout, batch_norm, batch_norm_add_relu, options};
 use burn_nn::BatchNormConfig;
 
 pub(crate) type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
@@ -214,5 +214,109 @@ pub(crate) fn check_fused(device: &CudaDevice) -> bool {
         );
     }
     options::set(base);
+    ok
+}
+
+/// One training step of `relu(bn(x) + r)` (`nn::batch_norm_add_relu`), then inference with
+/// the statistics it left: `[y, dx, dr, dγ, dβ, running mean, running var]`, inference y. The
+/// activations and the residual in `dtype`, parameters and statistics in f32. `shared`: the
+/// output's gradient also reaches another tensor (`y + e`, `e` a zero leaf), so the backward
+/// may not write into it.
+#[allow(clippy::too_many_arguments)]
+fn add_relu_case<B: burn::tensor::backend::AutodiffBackend>(
+    d: &B::Device,
+    dims: [usize; 4],
+    [x, r, g]: [&[f32]; 3],
+    gamma: &[f32],
+    beta: &[f32],
+    (dtype, shared): (FloatDType, bool),
+    layout: Layout,
+) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let c = dims[1];
+    let mut bn = burn_ddp::nn::BatchNorm::from(BatchNormConfig::new(c).init::<B>(d)).with_layout(layout);
+    bn.gamma = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(gamma.to_vec(), [c]), d));
+    bn.beta = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(beta.to_vec(), [c]), d));
+    let t = |v: &[f32]| Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), dims), d);
+    let (xt, rt) = (t(x).require_grad(), t(r).require_grad());
+    let into = |t: Tensor<B, 4>| layout.view_from_nchw(t).cast(dtype);
+    let y = batch_norm_add_relu(&bn, into(xt.clone()), into(rt.clone()));
+    assert_eq!(y.dtype(), dtype.into(), "the block's end keeps its input's type");
+    let y = if shared { y.clone() + Tensor::zeros_like(&y).require_grad() } else { y };
+    let y = layout.view_nchw(y);
+    let grads = (y.clone().cast(FloatDType::F32) * t(g)).sum().backward();
+    let out = vec![
+        to_f64(y),
+        to_f64(xt.grad(&grads).expect("dx")),
+        to_f64(rt.grad(&grads).expect("dr")),
+        to_f64(bn.gamma.val().grad(&grads).expect("dgamma")),
+        to_f64(bn.beta.val().grad(&grads).expect("dbeta")),
+        to_f64(bn.running_mean.value_sync()),
+        to_f64(bn.running_var.value_sync()),
+    ];
+    let inner = |v: &[f32]| {
+        let t = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(v.to_vec(), dims), d);
+        layout.view_from_nchw(t).cast(dtype)
+    };
+    let infer = batch_norm_add_relu(&bn.valid(), inner(x), inner(r));
+    (out, to_f64(layout.view_nchw(infer)))
+}
+
+/// A residual block's end, `relu(bn(x) + r)`, on the channels-last kernels (one forward pass,
+/// the residual's gradient written by the backward's reduction) against burn's BatchNorm on the
+/// CPU (burn-flex, f32), the addition and ReLU: output, the gradients of x, r, γ and β, the
+/// running statistics and inference; f32, bf16 and f16 activations (the reference gets the same
+/// rounded inputs). A third of each residual is negative enough to make the ReLU cut.
+pub(crate) fn check_bn_add_relu(device: &CudaDevice) -> bool {
+    let mut ok = true;
+    let dims_list = [[4, 16, 14, 14], [3, 5, 9, 11], [8, 100, 12, 13], [16, 256, 14, 14]];
+    let dtypes = [(FloatDType::F32, 1e-4), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)];
+    let cases = dims_list.iter().flat_map(|d| dtypes.iter().map(move |t| (*d, *t, false)));
+    // The output's gradient shared with another tensor: the masked gradient gets a buffer of its own.
+    let shared = [([8, 100, 12, 13], dtypes[0], true), ([16, 256, 14, 14], dtypes[1], true)];
+    for (dims, (dtype, bound), shared) in cases.chain(shared) {
+        let n: usize = dims.iter().product();
+        let rounded = |seed, scale, shift| -> Vec<f32> {
+            let v: Vec<f64> = values(seed, n, scale, shift).into_iter().map(f64::from).collect();
+            round(&v, dtype).into_iter().map(|a| a as f32).collect()
+        };
+        let (x, r, g) = (rounded(11, 4.0, 0.7), rounded(12, 3.0, -0.4), rounded(13, 2.0, 0.1));
+        let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
+        let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
+        let (out, infer) =
+            add_relu_case::<Ad>(device, dims, [&x, &r, &g], &gamma, &beta, (dtype, shared), Layout::Nhwc);
+        let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
+        let (ref_out, ref_infer) = add_relu_case::<Autodiff<burn_flex::Flex>>(
+            &Default::default(),
+            dims,
+            [&x, &r, &g],
+            &gamma,
+            &beta,
+            (FloatDType::F32, shared),
+            Layout::Nchw,
+        );
+        let errs: Vec<f64> = out
+            .iter()
+            .zip(&ref_out)
+            .map(|(a, b)| max_rel_err(a, b))
+            .chain([max_rel_err(&infer, &ref_infer)])
+            .collect();
+        // One training forward, one backward, one inference, all on the kernels.
+        let fused = options::get().nhwc_bn_kernels && options::get().fuse_residual;
+        let path_ok = used == 0 && kernels == if fused { 3 } else { 0 };
+        let pass = path_ok && errs.iter().all(|&e| e < bound);
+        ok &= pass;
+        println!(
+            "RESULT check=bn_add_relu dtype={dtype:?} dims={dims:?} shared_gradient={shared} y={:.2e} dx={:.2e} dr={:.2e} dgamma={:.2e} dbeta={:.2e} running_mean={:.2e} running_var={:.2e} inference={:.2e} bound={bound:.0e} cudnn_calls={used} nhwc_kernel_calls={kernels} {}",
+            errs[0],
+            errs[1],
+            errs[2],
+            errs[3],
+            errs[4],
+            errs[5],
+            errs[6],
+            errs[7],
+            if pass { "ok" } else { "FAIL" }
+        );
+    }
     ok
 }

@@ -14,8 +14,9 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_CUBLAS=0` | [`cublas`](Self::cublas) | on |
 /// | `BURN_DDP_SDPA=0` | [`fused_attention`](Self::fused_attention) | on |
 /// | `BURN_DDP_CUDNN_LN=0` | [`layer_norm`](Self::layer_norm) | on |
-/// | `BURN_DDP_GELU=1` | [`fused_gelu`](Self::fused_gelu) | off (new on 2026-12-04, not yet run on a GPU) |
-/// | `BURN_DDP_LN_KERNEL=1` | [`layer_norm_kernel`](Self::layer_norm_kernel) | off (the same) |
+/// | `BURN_DDP_GELU=0` | [`fused_gelu`](Self::fused_gelu) | on |
+/// | `BURN_DDP_LN_KERNEL=0` | [`layer_norm_kernel`](Self::layer_norm_kernel) | on |
+/// | `BURN_DDP_FUSE_ADD=0` | [`fuse_residual`](Self::fuse_residual) | on |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -66,13 +67,15 @@ pub struct CudnnOptions {
     /// burn's operations on an f32 copy).
     pub layer_norm: bool,
     /// Run `nn::bias_gelu` and `nn::linear_gelu`'s bias and GELU as one kernel each way
-    /// (`false`: burn's addition, `gelu` and its backward, which keep the sum instead). Off until
-    /// the GPU check `bias-gelu` has passed on a GPU and its gain is measured.
+    /// (`false`: burn's addition, `gelu` and its backward, which keep the sum instead).
     pub fused_gelu: bool,
     /// Run the bf16/f16 layer norms' forward on our kernel (one warp per row; rows of at most
-    /// 1024 features) instead of cuDNN's, the backward staying cuDNN's. Off until it has run
-    /// on a GPU and its gain is measured.
+    /// 1024 features) instead of cuDNN's, the backward staying cuDNN's.
     pub layer_norm_kernel: bool,
+    /// Fuse a residual block's end, `relu(bn(x) + residual)` on channels-last activations
+    /// (`nn::batch_norm_add_relu`), into the batch-norm kernels' normalisation pass and their
+    /// backward (`false`: the batch norm, then burn's addition and `nn::relu`).
+    pub fuse_residual: bool,
 }
 
 impl Default for CudnnOptions {
@@ -91,8 +94,9 @@ impl Default for CudnnOptions {
             cublas: true,
             fused_attention: true,
             layer_norm: true,
-            fused_gelu: false,
-            layer_norm_kernel: false,
+            fused_gelu: true,
+            layer_norm_kernel: true,
+            fuse_residual: true,
         }
     }
 }
@@ -116,6 +120,7 @@ impl CudnnOptions {
             ("BURN_DDP_CUDNN_LN", &mut o.layer_norm),
             ("BURN_DDP_GELU", &mut o.fused_gelu),
             ("BURN_DDP_LN_KERNEL", &mut o.layer_norm_kernel),
+            ("BURN_DDP_FUSE_ADD", &mut o.fuse_residual),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -170,8 +175,9 @@ mod tests {
             ("BURN_DDP_CUBLAS", "off"),
             ("BURN_DDP_SDPA", "0"),
             ("BURN_DDP_CUDNN_LN", "0"),
-            ("BURN_DDP_GELU", "1"),
-            ("BURN_DDP_LN_KERNEL", "1"),
+            ("BURN_DDP_GELU", "0"),
+            ("BURN_DDP_LN_KERNEL", "off"),
+            ("BURN_DDP_FUSE_ADD", "0"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -183,8 +189,9 @@ mod tests {
                 && !o.cublas
                 && !o.fused_attention
                 && !o.layer_norm
-                && o.fused_gelu
-                && o.layer_norm_kernel
+                && !o.fused_gelu
+                && !o.layer_norm_kernel
+                && !o.fuse_residual
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);

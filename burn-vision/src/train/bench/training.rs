@@ -101,6 +101,13 @@ pub struct BenchConfig {
     #[serde(default)]
     #[arg(long, requires = "ddp")]
     pub no_overlap: bool,
+    /// With --ddp in a one-rank group: the timed steps alternate blocks of STEPS steps without
+    /// DDP and through it, in this one process (the same threads, memory and device), each block
+    /// timed to the device's end: DDP's own cost without the spread between two processes,
+    /// which on a host-bound step is larger than the cost itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "STEPS", requires = "ddp")]
+    pub ddp_interleave: Option<usize>,
 }
 
 /// The bench's optimizer: SGD (momentum 0.9) or AdamW (weight decay 0.05, as ViT recipes use
@@ -189,6 +196,47 @@ pub struct BenchResult {
     /// Layer norms whose forward ran on burn-ddp's own kernel over the timed steps
     /// (`CudnnOptions::layer_norm_kernel`), 0 when cuDNN's or burn's ran.
     pub layer_norm_kernel_passes: usize,
+    /// Plain and DDP blocks of one process side by side (`ddp_interleave` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interleaved: Option<Interleaved>,
+}
+
+/// The timed steps of `bench --ddp --ddp-interleave N`: blocks of N steps alternately without
+/// DDP and through it, plain first.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Interleaved {
+    /// Steps per block.
+    pub block_steps: usize,
+    /// Images per second over all plain blocks, and over all DDP blocks.
+    pub plain_img_per_s: f64,
+    pub ddp_img_per_s: f64,
+    /// `ddp_img_per_s / plain_img_per_s`.
+    pub ratio: f64,
+    /// Each DDP block's speed over the plain block before it, in order, and their median.
+    pub pair_ratios: Vec<f64>,
+    pub median_pair_ratio: f64,
+}
+
+impl Interleaved {
+    /// From each block's `(through DDP, steps, seconds)`, in the order they ran.
+    fn from_blocks(block_steps: usize, batch: usize, blocks: &[(bool, usize, f64)]) -> Self {
+        let speed = |ddp: bool| {
+            let (n, s) = blocks.iter().filter(|b| b.0 == ddp).fold((0, 0.0), |(n, s), b| (n + b.1, s + b.2));
+            (n * batch) as f64 / s
+        };
+        let per_block = |b: &(bool, usize, f64)| b.1 as f64 / b.2;
+        let pair_ratios: Vec<f64> =
+            blocks.windows(2).filter(|w| !w[0].0 && w[1].0).map(|w| per_block(&w[1]) / per_block(&w[0])).collect();
+        let mut sorted = pair_ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median_pair_ratio = match sorted.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => sorted[n / 2],
+            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        let (plain, ddp) = (speed(false), speed(true));
+        Self { block_steps, plain_img_per_s: plain, ddp_img_per_s: ddp, ratio: ddp / plain, pair_ratios, median_pair_ratio }
+    }
 }
 
 /// What DDP did per timed step (`bench --ddp`).
@@ -353,7 +401,9 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let host = config.host_input.then(|| host_batches(&x));
     let upload_s = std::cell::Cell::new(0.0);
     let host_s = std::cell::Cell::new([0.0f64; 3]);
-    let mut step = |model: Classifier<B>| -> Result<(Classifier<B>, Tensor<B, 1>)> {
+    let interleave = interleave_blocks(config, dist)?;
+    // `through_ddp`: this step goes through `dist`'s DDP (a plain step otherwise).
+    let mut step = |model: Classifier<B>, through_ddp: bool| -> Result<(Classifier<B>, Tensor<B, 1>)> {
         let x = match &host {
             Some(h) => {
                 let images = h.recv().expect("the producer thread runs until the receiver is dropped");
@@ -365,7 +415,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
             None => x.clone(),
         };
         let t = Instant::now();
-        let ddp_step = dist.map(|d| d.ddp.step(&model)).transpose()?;
+        let ddp_step = dist.filter(|_| through_ddp).map(|d| d.ddp.step(&model)).transpose()?;
         let loss = cross_entropy(model.forward(x), y.clone(), 0.0);
         let t_fwd = t.elapsed().as_secs_f64();
         let (grads, t_bwd) = match ddp_step {
@@ -383,8 +433,14 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         Ok((model, loss))
     };
     let first_step_profile = config.host_profile.as_deref().filter(|_| config.host_profile_first_step);
+    // Interleaved, the warm-up alternates too, so both kinds of step are warm.
+    let mut warm_steps = 0;
+    let mut warm_step = |m| {
+        warm_steps += 1;
+        step(m, dist.is_some() && (interleave.is_none() || warm_steps % 2 == 0))
+    };
     let (m, mut loss, first_step, warmup_seconds) =
-        warm_up::<B>(config.warmup, device, model, &mut step, first_step_profile)?;
+        warm_up::<B>(config.warmup, device, model, &mut warm_step, first_step_profile)?;
     model = m;
     let memory_after_warmup = config.gpu.and_then(burn_ddp::nn::runtime::memory::report);
     if let Some(gpu) = config.gpu {
@@ -408,16 +464,27 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         burn_ddp::trace::start();
     }
     let clock = crate::train::instrument::thread_clock::ThreadClock::now();
-    for _ in 0..config.steps {
-        let (m, l) = step(model)?;
-        model = m;
-        loss = Some(l);
+    let mut blocks = Vec::new();
+    for (through_ddp, n) in schedule(config.steps, dist.is_some(), interleave) {
+        let t = Instant::now();
+        for _ in 0..n {
+            let (m, l) = step(model, through_ddp)?;
+            model = m;
+            loss = Some(l);
+        }
+        if interleave.is_some() {
+            B::sync(device).expect("device sync");
+            blocks.push((through_ddp, n, t.elapsed().as_secs_f64()));
+        }
     }
     let enqueued_s = t1.elapsed().as_secs_f64();
     let last_loss: f64 = loss.map_or(f64::NAN, |l| l.into_scalar().elem());
     B::sync(device).expect("device sync");
     let seconds = t1.elapsed().as_secs_f64();
-    let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), config.steps));
+    let ddp_steps = blocks.iter().filter(|b| b.0).map(|b| b.1).sum::<usize>();
+    let ddp_steps = if interleave.is_some() { ddp_steps } else { config.steps };
+    let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), ddp_steps));
+    let interleaved = interleave.map(|n| Interleaved::from_blocks(n, config.batch_size, &blocks));
     let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
     let gelu_kernel_passes = burn_ddp::nn::linear::gelu_kernel_calls() - gelu_before;
     let layer_norm_kernel_passes = burn_ddp::nn::layer_norm::kernel_forward_calls() - ln_before;
@@ -459,7 +526,39 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         kernel_cache,
         gelu_kernel_passes,
         layer_norm_kernel_passes,
+        interleaved,
     })
+}
+
+/// `--ddp-interleave`'s block length, refused unless the DDP world is this one process (other
+/// ranks' parameters would drift apart during the plain blocks).
+fn interleave_blocks(config: &BenchConfig, dist: Option<&Distributed>) -> Result<Option<usize>> {
+    let Some(n) = config.ddp_interleave else { return Ok(None) };
+    let refuse = |reason: &str| crate::error::Error::InvalidConfig {
+        name: "--ddp-interleave",
+        value: n.to_string(),
+        reason: reason.into(),
+    };
+    if n == 0 {
+        return Err(refuse("a block needs at least one step"));
+    }
+    match dist {
+        Some(d) if d.world == 1 => Ok(Some(n)),
+        Some(d) => Err(refuse(&format!(
+            "it needs a world of one process (this one has {} ranks); run `bench --ddp` without it under the launcher",
+            d.world
+        ))),
+        None => Err(refuse("it needs --ddp")),
+    }
+}
+
+/// The timed steps as `(through DDP, steps)` blocks: one block of all `steps` (through DDP when
+/// `ddp`), or alternating blocks of `interleave` steps, plain first.
+fn schedule(steps: usize, ddp: bool, interleave: Option<usize>) -> Vec<(bool, usize)> {
+    match interleave {
+        None => vec![(ddp, steps)],
+        Some(n) => (0..steps.div_ceil(n)).map(|b| (b % 2 == 1, n.min(steps - b * n))).collect(),
+    }
 }
 
 /// DDP's statistics since `before` and its trace `spans`, per step.
@@ -477,5 +576,33 @@ fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::tr
         host_ms,
         exposed_ms: (now.seconds - before.seconds) * 1e3 / steps as f64,
         spans,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_alternate_plain_first_and_cover_every_step() {
+        assert_eq!(schedule(7, true, None), vec![(true, 7)]);
+        assert_eq!(schedule(7, false, None), vec![(false, 7)]);
+        assert_eq!(schedule(7, true, Some(3)), vec![(false, 3), (true, 3), (false, 1)]);
+        assert_eq!(schedule(8, true, Some(2)), vec![(false, 2), (true, 2), (false, 2), (true, 2)]);
+    }
+
+    /// Speeds and ratios worked out by hand: plain blocks of 2 steps in 1 s and 0.5 s, DDP
+    /// blocks of 2 steps in 2 s and 1 s, batch 10.
+    #[test]
+    fn interleaved_speeds_and_pair_ratios() {
+        let blocks = [(false, 2, 1.0), (true, 2, 2.0), (false, 2, 0.5), (true, 2, 1.0)];
+        let r = Interleaved::from_blocks(2, 10, &blocks);
+        assert!((r.plain_img_per_s - 40.0 / 1.5).abs() < 1e-12);
+        assert!((r.ddp_img_per_s - 40.0 / 3.0).abs() < 1e-12);
+        assert!((r.ratio - 0.5).abs() < 1e-12);
+        assert_eq!(r.pair_ratios, vec![0.5, 0.5]);
+        assert_eq!(r.median_pair_ratio, 0.5);
+        let odd = Interleaved::from_blocks(1, 1, &[(false, 1, 1.0), (true, 1, 2.0), (false, 1, 1.0), (true, 1, 1.0)]);
+        assert_eq!((odd.pair_ratios.clone(), odd.median_pair_ratio), (vec![0.5, 1.0], 0.75));
     }
 }

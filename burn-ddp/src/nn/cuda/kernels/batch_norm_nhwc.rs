@@ -13,6 +13,11 @@
 //! elementwise pass for `dx` ([`input_grad`]). Seven passes over the activation memory in all;
 //! arithmetic and statistics are f32 whatever the activations' type (`F`).
 //!
+//! A residual block's end, `relu(bn(x) + residual)`, is the same forward with the residual
+//! added in [`normalize`] (one more read, where a separate addition and ReLU would read two
+//! tensors and write one more); its backward masks `dy` by the saved output and writes the
+//! masked gradient — the residual's — in the reduction pass ([`grad_partials_from_output`]).
+//!
 //! The sums are shifted by each channel's first value (`x[0, c]`) so that the variance
 //! `E[d²] − E[d]²` does not cancel when the mean is large against the spread.
 
@@ -188,11 +193,13 @@ pub(crate) fn moments_finalize<F: Float>(
     }
 }
 
-/// `y = relu?(γ·inv_std·(x − mean) + β)`, in `F`.
+/// `y = relu?(γ·inv_std·(x − mean) + β [+ residual])`, in `F`; `residual` is read only when
+/// `add` (callers without one pass any tensor of the same type).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn normalize<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
+    residual: &Tensor<Vector<F, N>>,
     y: &mut Tensor<Vector<F, N>>,
     mean: &Tensor<Vector<f32, N>>,
     inv_std: &Tensor<Vector<f32, N>>,
@@ -204,6 +211,7 @@ pub(crate) fn normalize<F: Float, N: Size>(
     #[comptime] tile_x: u32,
     #[comptime] tile_y: u32,
     #[comptime] relu: bool,
+    #[comptime] add: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
@@ -217,7 +225,10 @@ pub(crate) fn normalize<F: Float, N: Size>(
     let mut r = first;
     while r < rows {
         let i = r * cols + cv;
-        let v = (Vector::<f32, N>::cast_from(x[i]) - mu) * scale + b;
+        let mut v = (Vector::<f32, N>::cast_from(x[i]) - mu) * scale + b;
+        if add {
+            v += Vector::<f32, N>::cast_from(residual[i]);
+        }
         y[i] = Vector::cast_from(relu_mask(v, v, relu));
         r += step;
     }
@@ -258,6 +269,52 @@ pub(crate) fn grad_partials<F: Float, N: Size>(
             let dz = relu_mask(d * scale + b, Vector::<f32, N>::cast_from(dy[i]), relu);
             s1 += dz;
             s2 += dz * d;
+            r += step;
+        }
+    }
+    store_partials(s1, s2, partials, cv, cols, groups, tile_x, tile_y);
+}
+
+/// [`grad_partials`] for `y = relu(bn(x) + residual)`: the mask comes from the saved output
+/// (`y > 0`, exactly where the sum is), and `dz` — also the residual's gradient — is written
+/// out for [`input_grad`] and the caller. `in_place`: `dz` holds `dy` on entry (a gradient no
+/// other tensor reads, its buffer reused) and `dy` is not read.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grad_partials_from_output<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    dy: &Tensor<Vector<F, N>>,
+    y: &Tensor<Vector<F, N>>,
+    mean: &Tensor<Vector<f32, N>>,
+    dz: &mut Tensor<Vector<F, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    rows: u32,
+    cols: u32,
+    groups: u32,
+    #[comptime] tile_x: u32,
+    #[comptime] tile_y: u32,
+    #[comptime] in_place: bool,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (rows, cols, groups) = (rows as usize, cols as usize, groups as usize);
+    let (cv, first, step) = tile_position(tile_x, tile_y, groups);
+    let mut s1 = Vector::<f32, N>::zero();
+    let mut s2 = Vector::<f32, N>::zero();
+    if cv < cols {
+        let mu = mean[cv];
+        let mut r = first;
+        while r < rows {
+            let i = r * cols + cv;
+            let d = Vector::<f32, N>::cast_from(x[i]) - mu;
+            let incoming = if in_place {
+                Vector::<f32, N>::cast_from(dz[i])
+            } else {
+                Vector::<f32, N>::cast_from(dy[i])
+            };
+            let g = relu_mask(Vector::<f32, N>::cast_from(y[i]), incoming, true);
+            dz[i] = Vector::cast_from(g);
+            s1 += g;
+            s2 += g * d;
             r += step;
         }
     }

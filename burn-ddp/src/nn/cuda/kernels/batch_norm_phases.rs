@@ -113,7 +113,7 @@ pub(crate) fn normalize(x: &Prim, a: &Affine) -> Result<Prim> {
         let [x, mean, inv_std, gamma, beta]: [Cube; 5] =
             ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("five inputs");
         let y = empty(&x, shape.as_slice());
-        normalize_kernel(&x, &y, &mean, &inv_std, &gamma, &beta, (rows, c), relu);
+        normalize_kernel(&x, None, &y, &mean, &inv_std, &gamma, &beta, (rows, c), relu);
         vec![y]
     });
     Ok(out.into_iter().next().expect("one output"))

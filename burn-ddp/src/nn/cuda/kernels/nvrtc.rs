@@ -154,6 +154,24 @@ __device__ __forceinline__ void st4(void* p, long long i, int t, const float v[4
     q.y = (unsigned)to16(v[2], t) | ((unsigned)to16(v[3], t) << 16);
     *(uint2*)((unsigned short*)p + i) = q;
 }
+// Eight elements from i (a multiple of 8; the buffer 16-byte aligned): 16 or 32 bytes a thread,
+// enough loads in flight per SM to run a streaming kernel at the memory's speed.
+__device__ __forceinline__ void ld8(const void* p, long long i, int t, float v[8]) {
+    if (t == 0) { ld4(p, i, t, v); ld4(p, i + 4, t, v + 4); return; }
+    uint4 q = *(const uint4*)((const unsigned short*)p + i);
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = from16((unsigned short)(w[k] & 0xffffu), t);
+        v[2 * k + 1] = from16((unsigned short)(w[k] >> 16), t);
+    }
+}
+__device__ __forceinline__ void st8(void* p, long long i, int t, const float v[8]) {
+    if (t == 0) { st4(p, i, t, v); st4(p, i + 4, t, v + 4); return; }
+    unsigned w[4];
+    for (int k = 0; k < 4; k++) w[k] = (unsigned)to16(v[2 * k], t) | ((unsigned)to16(v[2 * k + 1], t) << 16);
+    uint4 q; q.x = w[0]; q.y = w[1]; q.z = w[2]; q.w = w[3];
+    *(uint4*)((unsigned short*)p + i) = q;
+}
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

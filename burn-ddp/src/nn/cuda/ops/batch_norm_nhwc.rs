@@ -16,8 +16,10 @@ use crate::nn::cuda::kernels::batch_norm_nhwc::{self as k, FOLD};
 use crate::nn::cuda::ops::batch_norm::float;
 use crate::nn::cuda::runtime::fusion_op::{self, packed};
 use crate::nn::cuda::runtime::launch::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, warn_once};
+use crate::nn::batch_norm_nhwc::Epilogue;
 use crate::nn::layers::BatchNorm;
 use burn::prelude::*;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, FloatDType, TensorPrimitive};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::NoCheckpointing;
@@ -43,34 +45,47 @@ pub fn kernel_calls() -> usize {
 /// Blocks of partial sums to aim for: about two waves of 256-thread blocks on a large GPU.
 const TARGET_BLOCKS: usize = 2048;
 
-/// `relu?(bn(x))` for channels-last `x` through the kernels when `B` is burn-cuda (training
-/// statistics with autodiff, running statistics without) and
-/// [`super::CudnnOptions::nhwc_bn_kernels`] is set; otherwise `x` comes back untouched.
+/// `bn(x)` and its epilogue for channels-last `x` through the kernels when `B` is burn-cuda
+/// (training statistics with autodiff, running statistics without) and
+/// [`super::CudnnOptions::nhwc_bn_kernels`] is set; otherwise `x` and the epilogue come back
+/// untouched.
+#[allow(clippy::type_complexity)]
 pub(crate) fn try_batch_norm<B: Backend>(
     bn: &BatchNorm<B>,
     x: Tensor<B, 4>,
-    relu: bool,
-) -> std::result::Result<Tensor<B, 4>, Tensor<B, 4>> {
+    epilogue: Epilogue<Tensor<B, 4>>,
+) -> std::result::Result<Tensor<B, 4>, (Tensor<B, 4>, Epilogue<Tensor<B, 4>>)> {
     if !crate::nn::settings::options::get().nhwc_bn_kernels {
-        return Err(x);
+        return Err((x, epilogue));
     }
     crate::nn::cuda::runtime::device_thread::check_failure();
     let fallback = |e: Error| warn_once("channels-last batch norm kernels", &e, BURN_RUNS);
     if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Ad>>() {
-        let x: Tensor<Ad, 4> = cast(x);
-        return train(bn, x.clone(), relu).map(cast).map_err(|e| {
+        let (x, epilogue): (Tensor<Ad, 4>, _) = (cast(x), epilogue.map(cast));
+        return train(bn, x.clone(), epilogue.clone()).map(cast).map_err(|e| {
             fallback(e);
-            cast(x)
+            (cast(x), epilogue.map(cast))
         });
     }
     if let Some(bn) = (bn as &dyn Any).downcast_ref::<BatchNorm<Cuda>>() {
-        let x: Tensor<Cuda, 4> = cast(x);
-        return infer(bn, x.clone(), relu).map(cast).map_err(|e| {
+        let (x, epilogue): (Tensor<Cuda, 4>, _) = (cast(x), epilogue.map(cast));
+        return infer(bn, x.clone(), epilogue.clone()).map(cast).map_err(|e| {
             fallback(e);
-            cast(x)
+            (cast(x), epilogue.map(cast))
         });
     }
-    Err(x)
+    Err((x, epilogue))
+}
+
+/// A residual's error when it does not match the input.
+fn check_residual(x: &Prim, residual: Option<&Prim>) -> Result<()> {
+    match residual {
+        Some(r) if r.shape != x.shape || r.dtype != x.dtype => Err(Error::Kernel {
+            op: "channels-last batch norm + residual",
+            reason: format!("residual {:?} {:?} for input {:?} {:?}", r.shape, r.dtype, x.shape, x.dtype),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `(rows, channels)` of an `[n, h, w, c]` tensor the kernels take. (Its resolved buffer may
@@ -149,6 +164,7 @@ pub(crate) fn arg(t: &Cube) -> TensorArg<CudaRuntime> {
 #[allow(clippy::too_many_arguments)]
 fn forward_kernels(
     x: &Cube,
+    residual: Option<&Cube>,
     shape: &Shape,
     [gamma, beta, running_mean, running_var]: [&Cube; 4],
     (rows, c): (usize, usize),
@@ -161,7 +177,7 @@ fn forward_kernels(
     let dt = x.dtype;
     let [mean, inv_std, new_mean, new_var] = [(); 4].map(|()| empty_f32(x, &[c]));
     let y = empty(x, shape.as_slice());
-    let t = Tiling::new(rows, c, dt.size(), &[x, gamma, beta, &mean, &inv_std, &y]);
+    let t = Tiling::new(rows, c, dt.size(), &[x, residual.unwrap_or(x), gamma, beta, &mean, &inv_std, &y]);
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
     let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
@@ -204,6 +220,7 @@ fn forward_kernels(
         dim,
         t.n,
         arg(x),
+        arg(residual.unwrap_or(x)),
         arg(&y),
         arg(&mean),
         arg(&inv_std),
@@ -215,15 +232,18 @@ fn forward_kernels(
         t.tile_x,
         t.tile_y,
         relu,
+        residual.is_some(),
         dt.into(),
     );
     [y, mean, inv_std, new_mean, new_var]
 }
 
-/// `y = relu?(γ·inv_std·(x − mean) + β)` with given statistics (inference, SyncBatchNorm).
+/// `y = relu?(γ·inv_std·(x − mean) + β [+ residual])` with given statistics (inference,
+/// SyncBatchNorm); a residual needs `relu`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn normalize(
     x: &Cube,
+    residual: Option<&Cube>,
     y: &Cube,
     mean: &Cube,
     inv_std: &Cube,
@@ -232,7 +252,8 @@ pub(crate) fn normalize(
     (rows, c): (usize, usize),
     relu: bool,
 ) {
-    let t = Tiling::new(rows, c, x.dtype.size(), &[x, y, mean, inv_std, gamma, beta]);
+    let r = residual.unwrap_or(x);
+    let t = Tiling::new(rows, c, x.dtype.size(), &[x, r, y, mean, inv_std, gamma, beta]);
     let (count, dim) = t.grid();
     k::normalize::launch::<CudaRuntime>(
         &x.client,
@@ -240,6 +261,7 @@ pub(crate) fn normalize(
         dim,
         t.n,
         arg(x),
+        arg(r),
         arg(y),
         arg(mean),
         arg(inv_std),
@@ -251,48 +273,79 @@ pub(crate) fn normalize(
         t.tile_x,
         t.tile_y,
         relu,
+        residual.is_some(),
         x.dtype.into(),
     );
 }
 
-/// `(dx, dgamma, dbeta)`.
+/// `(dx, dgamma, dbeta, dresidual)`: with the saved output `y` (a residual was added before
+/// the ReLU) the mask comes from `y` and the masked gradient is also the residual's — written
+/// into `dy`'s buffer when `dy_writable` (no other tensor reads it), so the pass holds no more
+/// activation-sized buffers than the separate ReLU backward and batch-norm backward did.
+#[allow(clippy::too_many_arguments)]
 fn backward_kernels(
     shape: &Shape,
     relu: bool,
     x: &Cube,
-    dy: &Cube,
+    (dy, dy_writable): (&Cube, bool),
+    y: Option<&Cube>,
     [gamma, beta, mean, inv_std]: [&Cube; 4],
     (rows, c): (usize, usize),
-) -> (Cube, Cube, Cube) {
+) -> (Cube, Cube, Cube, Option<Cube>) {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let client = &x.client;
     let dt = x.dtype;
     let (dgamma, dbeta) = (empty_f32(x, &[c]), empty_f32(x, &[c]));
     let dx = empty(x, shape.as_slice());
-    let t = Tiling::new(rows, c, dt.size(), &[x, dy, &dx, gamma, beta, mean, inv_std, &dgamma, &dbeta]);
+    let dz = y.map(|_| if dy_writable { dy.clone() } else { empty(x, shape.as_slice()) });
+    let mut operands = vec![x, dy, &dx, gamma, beta, mean, inv_std, &dgamma, &dbeta];
+    operands.extend(y.iter().copied().chain(dz.as_ref()));
+    let t = Tiling::new(rows, c, dt.size(), &operands);
     let partials = empty_f32(x, &[2, t.groups, c]);
     let (count, dim) = t.grid();
     let (rows32, cols32, groups32) = (rows as u32, t.cols as u32, t.groups as u32);
-    k::grad_partials::launch::<CudaRuntime>(
-        client,
-        count.clone(),
-        dim,
-        t.n,
-        arg(x),
-        arg(dy),
-        arg(mean),
-        arg(inv_std),
-        arg(gamma),
-        arg(beta),
-        arg(&partials),
-        rows32,
-        cols32,
-        groups32,
-        t.tile_x,
-        t.tile_y,
-        relu,
-        dt.into(),
-    );
+    match (y, &dz) {
+        (Some(y), Some(dz)) => k::grad_partials_from_output::launch::<CudaRuntime>(
+            client,
+            count.clone(),
+            dim,
+            t.n,
+            arg(x),
+            // In place, `dy` is `dz` and is read through it: any read-only buffer stands here.
+            arg(if dy_writable { y } else { dy }),
+            arg(y),
+            arg(mean),
+            arg(dz),
+            arg(&partials),
+            rows32,
+            cols32,
+            groups32,
+            t.tile_x,
+            t.tile_y,
+            dy_writable,
+            dt.into(),
+        ),
+        _ => k::grad_partials::launch::<CudaRuntime>(
+            client,
+            count.clone(),
+            dim,
+            t.n,
+            arg(x),
+            arg(dy),
+            arg(mean),
+            arg(inv_std),
+            arg(gamma),
+            arg(beta),
+            arg(&partials),
+            rows32,
+            cols32,
+            groups32,
+            t.tile_x,
+            t.tile_y,
+            relu,
+            dt.into(),
+        ),
+    }
     k::grad_finalize::launch::<CudaRuntime>(
         client,
         CubeCount::Static(c as u32, 1, 1),
@@ -304,13 +357,14 @@ fn backward_kernels(
         c as u32,
         groups32,
     );
+    // With the residual, `dz` is already masked: the last pass reads it without a ReLU.
     k::input_grad::launch::<CudaRuntime>(
         client,
         count,
         dim,
         t.n,
         arg(x),
-        arg(dy),
+        arg(dz.as_ref().unwrap_or(dy)),
         arg(&dx),
         arg(mean),
         arg(inv_std),
@@ -324,17 +378,17 @@ fn backward_kernels(
         1.0 / rows as f32,
         t.tile_x,
         t.tile_y,
-        relu,
+        relu && dz.is_none(),
         dt.into(),
     );
-    (dx, dgamma, dbeta)
+    (dx, dgamma, dbeta, dz)
 }
 
 #[derive(Debug)]
 struct NhwcBatchNorm;
 
 /// What the backward pass needs: the input, the parameters (the ReLU mask is recomputed from
-/// them) and the batch statistics.
+/// them), the batch statistics, and the output when a residual was added (its mask).
 #[derive(Debug, Clone)]
 struct Saved {
     x: Prim,
@@ -343,20 +397,21 @@ struct Saved {
     mean: Prim,
     inv_std: Prim,
     relu: bool,
+    y: Option<Prim>,
 }
 
-impl Backward<Cuda, 3> for NhwcBatchNorm {
+/// Parents `x, γ, β` (and the residual): `P` is 3 or 4.
+impl<const P: usize> Backward<Cuda, P> for NhwcBatchNorm {
     type State = Saved;
 
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let [node_x, node_gamma, node_beta] = ops.parents;
+    fn backward(self, ops: Ops<Self::State, P>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let dy = grads.consume::<Cuda>(&ops.node);
         let s = ops.state;
-        let (dx, dgamma, dbeta) = backward(&s, dy.clone()).unwrap_or_else(|e| {
+        let out = backward(&s, dy.clone()).unwrap_or_else(|e| {
             warn_once("channels-last batch norm kernels (backward)", &e, BURN_RUNS);
             backward_burn(&s, dy)
         });
-        for (node, grad) in [(node_x, dx), (node_gamma, dgamma), (node_beta, dbeta)] {
+        for (node, grad) in ops.parents.into_iter().zip(out) {
             if let Some(node) = node {
                 grads.register::<Cuda>(node.id, grad);
             }
@@ -364,7 +419,8 @@ impl Backward<Cuda, 3> for NhwcBatchNorm {
     }
 }
 
-fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
+/// `[dx, dγ, dβ]`, and the residual's gradient when one was added.
+fn backward(s: &Saved, dy: Prim) -> Result<Vec<Prim>> {
     let (rows, c) = extent(&s.x)?;
     if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
         return Err(Error::Kernel {
@@ -373,28 +429,32 @@ fn backward(s: &Saved, dy: Prim) -> Result<(Prim, Prim, Prim)> {
         });
     }
     let (relu, shape) = (s.relu, s.x.shape.clone());
-    let outputs = [fusion_op::like(&s.x), fusion_op::like(&s.gamma), fusion_op::like(&s.beta)];
-    let inputs = vec![s.x.clone(), dy, s.gamma.clone(), s.beta.clone(), s.mean.clone(), s.inv_std.clone()];
-    let out = fusion_op::queue("bn_nhwc_backward", inputs, &outputs, move |ins| {
-        let [x, dy, gamma, beta, mean, inv_std]: [Cube; 6] = ins.try_into().expect("six inputs");
-        let (x, dy) = (packed(x), packed(dy));
-        let (dx, dgamma, dbeta) = backward_kernels(
-            &shape,
-            relu,
-            &x,
-            &dy,
-            [&packed(gamma), &packed(beta), &packed(mean), &packed(inv_std)],
-            (rows, c),
-        );
-        vec![dx, dgamma, dbeta]
-    });
-    let [dx, dgamma, dbeta]: [Prim; 3] = out.try_into().expect("three outputs");
-    Ok((dx, dgamma, dbeta))
+    let mut outputs = vec![fusion_op::like(&s.x), fusion_op::like(&s.gamma), fusion_op::like(&s.beta)];
+    let mut inputs = vec![s.x.clone(), dy, s.gamma.clone(), s.beta.clone(), s.mean.clone(), s.inv_std.clone()];
+    if let Some(y) = &s.y {
+        outputs.push(fusion_op::like(&s.x));
+        inputs.push(y.clone());
+    }
+    Ok(fusion_op::queue_owned("bn_nhwc_backward", inputs, &outputs, move |ins| {
+        let mut ins = ins.into_iter();
+        let (x, (dy, last_user)) = (ins.next().expect("x"), ins.next().expect("dy"));
+        // Writable when this is its tensor's last use and no view shares the buffer (a packed
+        // copy of a strided one is ours either way).
+        let dy_writable = last_user && dy.can_mut();
+        let (x, dy) = (packed(x.0), packed(dy));
+        let mut next = || packed(ins.next().expect("the queued inputs").0);
+        let (gamma, beta, mean, inv_std) = (next(), next(), next(), next());
+        let y = ins.next().map(|(y, _)| packed(y));
+        let params = [&gamma, &beta, &mean, &inv_std];
+        let (dx, dgamma, dbeta, dz) =
+            backward_kernels(&shape, relu, &x, (&dy, dy_writable), y.as_ref(), params, (rows, c));
+        [dx, dgamma, dbeta].into_iter().chain(dz).collect()
+    }))
 }
 
 /// The same gradients from burn's operations, in f32 (if the kernels refuse after the forward
-/// pass ran); the input gradient comes back in the input's type.
-fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
+/// pass ran); the input's (and residual's) gradient comes back in the input's type.
+fn backward_burn(s: &Saved, dy: Prim) -> Vec<Prim> {
     let t4 = |p: Prim| Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(p)).cast(FloatDType::F32);
     let c = s.x.shape.as_slice()[3];
     let per_channel = |p: &Prim| float(p.clone()).reshape([1, 1, 1, c]);
@@ -402,33 +462,42 @@ fn backward_burn(s: &Saved, dy: Prim) -> (Prim, Prim, Prim) {
     let (inv_std, gamma) = (per_channel(&s.inv_std), per_channel(&s.gamma));
     let d = t4(s.x.clone()) - per_channel(&s.mean);
     let dy = t4(dy);
-    let dz = if s.relu {
-        dy.mask_fill((d.clone() * (gamma.clone() * inv_std.clone()) + per_channel(&s.beta)).lower_equal_elem(0.0), 0.0)
-    } else {
-        dy
+    let dz = match (&s.y, s.relu) {
+        (Some(y), _) => dy.mask_fill(t4(y.clone()).lower_equal_elem(0.0), 0.0),
+        (None, true) => dy.mask_fill(
+            (d.clone() * (gamma.clone() * inv_std.clone()) + per_channel(&s.beta)).lower_equal_elem(0.0),
+            0.0,
+        ),
+        (None, false) => dy,
     };
     let m = (s.x.shape.num_elements() / c) as f64;
     let dbeta = sum(dz.clone());
     let dgamma = sum(dz.clone() * d.clone()) * float(s.inv_std.clone());
-    let dx =
-        gamma * inv_std.clone() * (dz - per_channel_of(&dbeta, c) / m - d * inv_std * per_channel_of(&dgamma, c) / m);
-    (dx.cast(s.x.dtype).into_primitive().tensor(), dgamma.into_primitive().tensor(), dbeta.into_primitive().tensor())
+    let dx = gamma
+        * inv_std.clone()
+        * (dz.clone() - per_channel_of(&dbeta, c) / m - d * inv_std * per_channel_of(&dgamma, c) / m);
+    let dtype = s.x.dtype;
+    let mut out = vec![
+        dx.cast(dtype).into_primitive().tensor(),
+        dgamma.into_primitive().tensor(),
+        dbeta.into_primitive().tensor(),
+    ];
+    if s.y.is_some() {
+        out.push(dz.cast(dtype).into_primitive().tensor());
+    }
+    out
 }
 
 fn per_channel_of(t: &Tensor<Cuda, 1>, c: usize) -> Tensor<Cuda, 4> {
     t.clone().reshape([1, 1, 1, c])
 }
 
-fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 4>> {
-    let device = x.device();
-    let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
-    let xp = x.into_primitive().tensor();
-    let (rows, c) = extent(&xp.primitive)?;
-    let running = |t: Tensor<Ad, 1>| -> Prim { t.inner().to_device(&device).into_primitive().tensor() };
+/// γ, β and the running statistics as f32 `[c]` primitives, or why the kernels cannot take them.
+fn parameters(bn: &BatchNorm<Ad>, device: &burn::tensor::Device<Ad>, c: usize) -> Result<[Prim; 2]> {
+    let running = |t: Tensor<Ad, 1>| -> Prim { t.inner().to_device(device).into_primitive().tensor() };
     let (rm, rv) = (running(bn.running_mean.value_sync()), running(bn.running_var.value_sync()));
-    for (t, what) in
-        [(&gamma.primitive, "gamma"), (&beta.primitive, "beta"), (&rm, "running mean"), (&rv, "running variance")]
-    {
+    let (g, b) = (bn.gamma.val().inner().into_primitive().tensor(), bn.beta.val().inner().into_primitive().tensor());
+    for (t, what) in [(&g, "gamma"), (&b, "beta"), (&rm, "running mean"), (&rv, "running variance")] {
         require_f32(t, what)?;
         if t.shape.as_slice() != [c] {
             return Err(Error::Kernel {
@@ -437,22 +506,29 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
             });
         }
     }
+    Ok([rm, rv])
+}
+
+fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, epilogue: Epilogue<Tensor<Ad, 4>>) -> Result<Tensor<Ad, 4>> {
+    let device = x.device();
+    let (gamma, beta) = (bn.gamma.val().into_primitive().tensor(), bn.beta.val().into_primitive().tensor());
+    let xp = x.into_primitive().tensor();
+    let (rows, c) = extent(&xp.primitive)?;
+    let [rm, rv] = parameters(bn, &device, c)?;
+    let relu = epilogue.relu();
+    let residual = epilogue.residual().map(|r| r.into_primitive().tensor());
+    check_residual(&xp.primitive, residual.as_ref().map(|r| &r.primitive))?;
     let (shape, eps, momentum) = (xp.primitive.shape.clone(), bn.epsilon, bn.momentum);
     let stat = (Shape::new([c]), DType::F32);
     let outputs = [fusion_op::like(&xp.primitive), stat.clone(), stat.clone(), stat.clone(), stat];
-    let inputs = vec![xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), rm, rv];
+    let mut inputs = vec![xp.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), rm, rv];
+    inputs.extend(residual.as_ref().map(|r| r.primitive.clone()));
     let out = fusion_op::queue("bn_nhwc_forward", inputs, &outputs, move |ins| {
-        let [x, g, b, rm, rv]: [Cube; 5] = ins.try_into().expect("five inputs");
-        forward_kernels(
-            &packed(x),
-            &shape,
-            [&packed(g), &packed(b), &packed(rm), &packed(rv)],
-            (rows, c),
-            eps,
-            momentum,
-            relu,
-        )
-        .to_vec()
+        let mut ins = ins.into_iter().map(packed);
+        let mut next = || ins.next().expect("the queued inputs");
+        let (x, g, b, rm, rv) = (next(), next(), next(), next(), next());
+        let r = ins.next();
+        forward_kernels(&x, r.as_ref(), &shape, [&g, &b, &rm, &rv], (rows, c), eps, momentum, relu).to_vec()
     });
     let [y, mean, inv_std, new_mean, new_var]: [Prim; 5] = out.try_into().expect("five outputs");
     bn.running_mean.update(Tensor::from_inner(float(new_mean)));
@@ -464,35 +540,46 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, relu: bool) -> Result<Tensor<Ad, 
         mean,
         inv_std,
         relu,
+        y: residual.as_ref().map(|_| y.clone()),
     };
-    let out = match NhwcBatchNorm
-        .prepare::<NoCheckpointing>([xp.node.clone(), gamma.node.clone(), beta.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(saved, y),
-        OpsKind::UnTracked(prep) => prep.finish(y),
+    let out = match &residual {
+        Some(r) => track([&xp, &gamma, &beta, r], saved, y),
+        None => track([&xp, &gamma, &beta], saved, y),
     };
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
 }
 
-fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, relu: bool) -> Result<Tensor<Cuda, 4>> {
+/// The autodiff node of one forward pass over its `P` parents.
+fn track<const P: usize>(parents: [&FloatTensor<Ad>; P], saved: Saved, y: Prim) -> FloatTensor<Ad> {
+    match NhwcBatchNorm.prepare::<NoCheckpointing>(parents.map(|t| t.node.clone())).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(saved, y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
+}
+
+fn infer(bn: &BatchNorm<Cuda>, x: Tensor<Cuda, 4>, epilogue: Epilogue<Tensor<Cuda, 4>>) -> Result<Tensor<Cuda, 4>> {
     let device = x.device();
     let xp: Prim = x.into_primitive().tensor();
     let (rows, c) = extent(&xp)?;
+    let relu = epilogue.relu();
+    let residual: Option<Prim> = epilogue.residual().map(|r| r.into_primitive().tensor());
+    check_residual(&xp, residual.as_ref())?;
     let (shape, xp_dtype) = (xp.shape.clone(), xp.dtype);
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.to_device(&device).into_primitive().tensor() };
     let inv_std = bn.running_var.value().to_device(&device).add_scalar(bn.epsilon).sqrt().recip();
-    let ins = [xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(inv_std)];
+    let mut ins = vec![xp, prim(bn.gamma.val()), prim(bn.beta.val()), prim(bn.running_mean.value()), prim(inv_std)];
     for (t, what) in ins[1..].iter().zip(["gamma", "beta", "running mean", "running variance"]) {
         require_f32(t, what)?;
     }
-    let out = fusion_op::queue("bn_nhwc_inference", Vec::from(ins), &[(shape.clone(), xp_dtype)], move |ins| {
-        let [x, g, b, m, i]: [Cube; 5] = ins.try_into().expect("five inputs");
-        let x = packed(x);
+    ins.extend(residual);
+    let out = fusion_op::queue("bn_nhwc_inference", ins, &[(shape.clone(), xp_dtype)], move |ins| {
+        let mut ins = ins.into_iter().map(packed);
+        let mut next = || ins.next().expect("the queued inputs");
+        let (x, g, b, m, i) = (next(), next(), next(), next(), next());
+        let r = ins.next();
         let y = empty(&x, shape.as_slice());
         CALLS.fetch_add(1, Ordering::Relaxed);
-        normalize(&x, &y, &packed(m), &packed(i), &packed(g), &packed(b), (rows, c), relu);
+        normalize(&x, r.as_ref(), &y, &m, &i, &g, &b, (rows, c), relu);
         vec![y]
     });
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out.into_iter().next().expect("one output"))))
