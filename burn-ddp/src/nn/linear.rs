@@ -86,12 +86,24 @@ pub fn mean_over<B: Backend>(x: Tensor<B, 3>, dim: usize) -> Tensor<B, 2> {
 /// # Shapes
 /// `[..., d_input]` → `[..., d_output]`
 pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
-    let (y, b, dims) = product(linear, x);
+    let (w, b) = parameters(linear, &x);
+    #[cfg(feature = "cuda")]
+    let (w, b, x) = match crate::nn::cuda::ops::linear::try_linear(w, b, x) {
+        Ok(y) => return y,
+        Err(inputs) => inputs,
+    };
+    let (y, b, dims) = product(w, b, x);
     let y = match b {
         Some(b) => add_bias(y, b),
         None => y,
     };
     unflatten(y, dims)
+}
+
+/// The layer's weight and bias as `x`'s operation reads them (through DDP's gradient hooks
+/// while they are active), still in their own type.
+fn parameters<B: Backend, const D: usize>(linear: &Linear<B>, x: &Tensor<B, D>) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
+    (param_val(&linear.weight, x), linear.bias.as_ref().map(|b| param_val(b, x)))
 }
 
 /// `gelu(x · W + b)` (exact GELU, erf), as [`linear`] followed by burn's `gelu` computes it —
@@ -101,18 +113,37 @@ pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -
 /// # Shapes
 /// `[..., d_input]` → `[..., d_output]`
 pub fn linear_gelu<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
-    let (y, b, dims) = product(linear, x);
+    let (w, b) = parameters(linear, &x);
+    #[cfg(feature = "cuda")]
+    let (w, x) = match crate::nn::cuda::ops::linear::try_linear(w, None, x) {
+        // The product as one operation, then the bias and GELU as one, over the same axes.
+        Ok(y) => {
+            let b = b.map(|b| b.cast(y.dtype()));
+            #[cfg(feature = "cuda")]
+            let (y, b) = match crate::nn::cuda::ops::gelu::try_bias_gelu(y, b) {
+                Ok(h) => return h,
+                Err(inputs) => inputs,
+            };
+            let y = match b {
+                Some(b) => y + b.unsqueeze(),
+                None => y,
+            };
+            return burn::tensor::activation::gelu(y);
+        }
+        Err((w, _, x)) => (w, x),
+    };
+    let (y, b, dims) = product(w, b, x);
     unflatten(bias_gelu(y, b), dims)
 }
 
 /// `x · W` over `x`'s rows (`[rows, d_output]`), the bias in `x`'s type, and `x`'s dims.
 fn product<B: Backend, const D: usize>(
-    linear: &Linear<B>,
+    w: Tensor<B, 2>,
+    b: Option<Tensor<B, 1>>,
     x: Tensor<B, D>,
 ) -> (Tensor<B, 2>, Option<Tensor<B, 1>>, [usize; D]) {
     let dtype = x.dtype();
-    let w = param_val(&linear.weight, &x).cast(dtype);
-    let b = linear.bias.as_ref().map(|b| param_val(b, &x).cast(dtype));
+    let (w, b) = (w.cast(dtype), b.map(|b| b.cast(dtype)));
     let dims = x.dims();
     let d_in = dims[D - 1];
     let rows = x.shape().num_elements() / d_in.max(1);

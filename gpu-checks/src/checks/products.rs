@@ -6,7 +6,8 @@ use burn::tensor::FloatDType;
 use burn_cuda::CudaDevice;
 use burn_ddp::nn::cuda::cublas;
 use burn_ddp::nn::reference::max_rel_err;
-use burn_ddp::nn::{linear, matmul};
+use burn_ddp::nn::reference::{gelu_f64, gelu_grad_f64};
+use burn_ddp::nn::{linear, linear_gelu, matmul};
 
 /// Row-major batched product of f64 matrices: `batch` times `[m, k] · [k, n]`.
 pub(crate) fn mm(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> Vec<f64> {
@@ -42,7 +43,7 @@ pub(crate) fn leaf<const D: usize>(
 }
 
 /// `nn::linear` and `nn::matmul` on cuBLAS against f64: a linear layer of odd sizes with bias
-/// (its gradient: row sums on cuBLAS), and attention's `q · kᵀ` with
+/// (its gradient: row sums on cuBLAS), on a 2-D and a 3-D input (one operation each way), and attention's `q · kᵀ` with
 /// `q` a sliced, permuted view (batch axes not one stride apart: an array of addresses, at an
 /// offset into its buffer) and `kᵀ` a transposed view
 /// (read in place); values and all gradients.
@@ -57,15 +58,35 @@ pub(crate) fn check_gemm(device: &CudaDevice) -> bool {
             round(&to_f64(layer.weight.val()), dtype),
             round(&to_f64(layer.bias.as_ref().expect("bias").val()), dtype),
         );
-        let y = linear(&layer, x.clone().cast(dtype));
-        let grads = (y.clone().cast(FloatDType::F32) * g.detach()).sum().backward();
         let y_ref: Vec<f64> = mm(&xv, &wv, 1, 37, 70, 19).iter().enumerate().map(|(i, v)| v + bv[i % 19]).collect();
         let db_ref: Vec<f64> = (0..19).map(|j| (0..37).map(|i| gv[i * 19 + j]).sum()).collect();
-        let e2 = [
-            max_rel_err(&to_f64(y), &y_ref),
-            max_rel_err(&to_f64(x.grad(&grads).expect("dx")), &mm(&gv, &tr(&wv, 1, 70, 19), 1, 37, 19, 70)),
-            max_rel_err(&to_f64(layer.weight.grad(&grads).expect("dw")), &mm(&tr(&xv, 1, 37, 70), &gv, 1, 70, 37, 19)),
-            max_rel_err(&to_f64(layer.bias.as_ref().expect("bias").grad(&grads).expect("db")), &db_ref),
+        // As `[37, 70]` and as `[37, 1, 70]` (a transformer's `[batch, tokens, features]`).
+        let e2: Vec<f64> = [false, true]
+            .into_iter()
+            .flat_map(|rank3| {
+                let y = if rank3 {
+                    linear(&layer, x.clone().cast(dtype).reshape([37, 1, 70])).reshape([37, 19])
+                } else {
+                    linear(&layer, x.clone().cast(dtype))
+                };
+                let grads = (y.clone().cast(FloatDType::F32) * g.clone().detach()).sum().backward();
+                let dw = layer.weight.grad(&grads).expect("dw");
+                [
+                    max_rel_err(&to_f64(y), &y_ref),
+                    max_rel_err(&to_f64(x.grad(&grads).expect("dx")), &mm(&gv, &tr(&wv, 1, 70, 19), 1, 37, 19, 70)),
+                    max_rel_err(&to_f64(dw), &mm(&tr(&xv, 1, 37, 70), &gv, 1, 70, 37, 19)),
+                    max_rel_err(&to_f64(layer.bias.as_ref().expect("bias").grad(&grads).expect("db")), &db_ref),
+                ]
+            })
+            .collect();
+        // `linear_gelu` on `[37, 1, 70]`: one product each way, then the bias + GELU kernel.
+        let h = linear_gelu(&layer, x.clone().cast(dtype).reshape([37, 1, 70])).reshape([37, 19]);
+        let grads = (h.clone().cast(FloatDType::F32) * g.clone().detach()).sum().backward();
+        let dz: Vec<f64> = y_ref.iter().zip(&gv).map(|(&y, g)| g * gelu_grad_f64(y)).collect();
+        let e4 = [
+            max_rel_err(&to_f64(h), &y_ref.iter().map(|&y| gelu_f64(y)).collect::<Vec<_>>()),
+            max_rel_err(&to_f64(x.grad(&grads).expect("dx")), &mm(&dz, &tr(&wv, 1, 70, 19), 1, 37, 19, 70)),
+            max_rel_err(&to_f64(layer.weight.grad(&grads).expect("dw")), &mm(&tr(&xv, 1, 37, 70), &dz, 1, 70, 37, 19)),
         ];
         let (p, _) = leaf(device, 4, [2, 29, 2, 3, 8], dtype);
         let (k, kv) = leaf(device, 5, [2, 3, 29, 8], dtype);
@@ -84,14 +105,16 @@ pub(crate) fn check_gemm(device: &CudaDevice) -> bool {
             max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8)),
         ];
         let used = cublas::calls() - before;
-        // linear: forward, dx, dw, db (row sums); attention: forward, dq, dk.
-        let pass = used == 7 && e2.iter().chain(&e3).all(|&e| e < bound);
+        // linear, twice: forward, dx, dw, db (row sums); linear_gelu: forward, dx, dw, db;
+        // attention: forward, dq, dk.
+        let pass = used == 15 && e2.iter().chain(&e3).chain(&e4).all(|&e| e < bound);
         ok &= pass;
         let f = |e: &[f64]| e.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/");
         println!(
-            "RESULT check=cublas_{} linear(y/dx/dw/db)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}",
+            "RESULT check=cublas_{} linear(y/dx/dw/db, 2-D then 3-D)={} linear_gelu(h/dx/dw)={} attention(s/dq/dk)={} bound={bound:.0e} cublas_calls={used} {}",
             dtype_name(dtype),
             f(&e2),
+            f(&e4),
             f(&e3),
             if pass { "ok" } else { "FAIL" }
         );

@@ -81,15 +81,18 @@ static KERNELS: Kernels = Kernels::new("fused bias + GELU", KERNEL);
 pub(crate) static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 /// The inputs, handed back when this path does not take them.
-type Inputs<B> = (Tensor<B, 2>, Option<Tensor<B, 1>>);
+type Inputs<B, const D: usize> = (Tensor<B, D>, Option<Tensor<B, 1>>);
 
-/// `gelu(y + b)` on burn-cuda when the inputs suit it (f32, bf16 or f16, `b` of `y`'s type and
-/// width, the GPU path and `fused_gelu` on, the kernel compiled); otherwise the inputs come back.
-pub(crate) fn try_bias_gelu<B: Backend>(
-    y: Tensor<B, 2>,
+/// `gelu(y + b)` over `y`'s last axis on burn-cuda when the inputs suit it (f32, bf16 or f16,
+/// `b` of `y`'s type and width, the GPU path and `fused_gelu` on, the kernel compiled);
+/// otherwise the inputs come back.
+pub(crate) fn try_bias_gelu<B: Backend, const D: usize>(
+    y: Tensor<B, D>,
     b: Option<Tensor<B, 1>>,
-) -> std::result::Result<Tensor<B, 2>, Inputs<B>> {
-    let [rows, cols] = y.dims();
+) -> std::result::Result<Tensor<B, D>, Inputs<B, D>> {
+    let dims = y.dims();
+    let cols = dims[D - 1];
+    let rows: usize = dims[..D - 1].iter().product();
     let suits = cuda_backend::<B>().is_some()
         && launch::path_enabled()
         && crate::nn::settings::options::get().fused_gelu
@@ -103,12 +106,12 @@ pub(crate) fn try_bias_gelu<B: Backend>(
     }
     crate::nn::cuda::runtime::device_thread::check_failure();
     if cuda_backend::<B>() == Some(true) {
-        let (y, b): (Tensor<Ad, 2>, Option<Tensor<Ad, 1>>) = (cast(y), b.map(cast));
+        let (y, b): (Tensor<Ad, D>, Option<Tensor<Ad, 1>>) = (cast(y), b.map(cast));
         return Ok(cast(autodiff_bias_gelu(y, b)));
     }
-    let (y, b): (Tensor<Cuda, 2>, Option<Tensor<Cuda, 1>>) = (cast(y), b.map(cast));
+    let (y, b): (Tensor<Cuda, D>, Option<Tensor<Cuda, 1>>) = (cast(y), b.map(cast));
     let h = pass(y.into_primitive().tensor(), b.map(|b| b.into_primitive().tensor()), None);
-    Ok(cast(Tensor::<Cuda, 2>::from_primitive(TensorPrimitive::Float(h))))
+    Ok(cast(Tensor::<Cuda, D>::from_primitive(TensorPrimitive::Float(h))))
 }
 
 /// The kernel's code for a storage type.
@@ -147,7 +150,7 @@ impl<const N: usize> Backward<Cuda, N> for BiasGelu {
     }
 }
 
-fn autodiff_bias_gelu(y: Tensor<Ad, 2>, b: Option<Tensor<Ad, 1>>) -> Tensor<Ad, 2> {
+fn autodiff_bias_gelu<const D: usize>(y: Tensor<Ad, D>, b: Option<Tensor<Ad, 1>>) -> Tensor<Ad, D> {
     let y = y.into_primitive().tensor();
     let b = b.map(|b| b.into_primitive().tensor());
     let h = pass(y.primitive.clone(), b.as_ref().map(|b| b.primitive.clone()), None);

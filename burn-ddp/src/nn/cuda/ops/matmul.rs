@@ -163,21 +163,30 @@ fn autodiff_bias_add(y: Tensor<Ad, 2>, b: Tensor<Ad, 1>) -> Tensor<Ad, 2> {
     Tensor::from_primitive(TensorPrimitive::Float(out))
 }
 
-/// The sums of `dy`'s rows (`[m, n]` → `[n]`) as `ones[1, m] · dy`, queued on burn's stream.
+/// The sums of `dy`'s rows over every axis but the last (`[..., n]` → `[n]`) as
+/// `ones[1, m] · dy`, queued on burn's stream.
 pub(crate) fn row_sums(dy: Prim) -> Prim {
-    let (n, dtype) = (dy.shape.as_slice()[1], dy.dtype);
+    let (n, dtype) = (*dy.shape.as_slice().last().expect("a gradient has axes"), dy.dtype);
     let mut out = fusion_op::queue("cublas_row_sums", vec![dy], &[(Shape::new([n]), dtype)], move |ins| {
         let [dy]: [Cube; 1] = ins.try_into().expect("one input");
-        let m = dy.meta.shape().as_slice()[0];
-        let ones = <Inner as FloatTensorOps<Inner>>::float_ones(Shape::new([1, m]), &dy.device, dtype.into());
-        vec![<Inner as FloatTensorOps<Inner>>::float_reshape(product(ones, false, dy, false), Shape::new([n]))]
+        vec![row_sums_of(packed(dy))]
     });
     out.pop().expect("one output")
 }
 
+/// [`row_sums`] of a packed buffer, on burn-fusion's thread.
+pub(crate) fn row_sums_of(dy: Cube) -> Cube {
+    let (dims, dtype) = (dy.meta.shape().as_slice().to_vec(), dy.dtype);
+    let n = *dims.last().expect("a gradient has axes");
+    let m = dims.iter().product::<usize>() / n.max(1);
+    let dy = <Inner as FloatTensorOps<Inner>>::float_reshape(dy, Shape::new([m, n]));
+    let ones = <Inner as FloatTensorOps<Inner>>::float_ones(Shape::new([1, m]), &dy.device, dtype.into());
+    <Inner as FloatTensorOps<Inner>>::float_reshape(product(ones, false, dy, false), Shape::new([n]))
+}
+
 /// `op(a) · op(b)`, `op` the transpose of the last two axes where asked, into a new packed
 /// buffer: on cuBLAS, or on burn's kernels when cuBLAS cannot.
-fn product(a: Cube, ta: bool, b: Cube, tb: bool) -> Cube {
+pub(crate) fn product(a: Cube, ta: bool, b: Cube, tb: bool) -> Cube {
     cublas_product(a.clone(), ta, b.clone(), tb).unwrap_or_else(|e| {
         warn_once("cuBLAS matrix product", &e, BURN_RUNS);
         let t = |x: Cube, yes: bool| {

@@ -10,5 +10,6 @@ pub(crate) mod conv_batch_norm;
 pub(crate) mod cross_entropy;
 pub(crate) mod gelu;
 pub(crate) mod layer_norm;
+pub(crate) mod linear;
 pub(crate) mod matmul;
 pub(crate) mod sgd;
