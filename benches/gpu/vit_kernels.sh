@@ -4,10 +4,12 @@
 # (`BURN_DDP_LN_KERNEL`), both on by default since 2026-12-04 (`=0` turns each off):
 #   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products` (each against f64; NO_CHECKS=1
 #      leaves them out);
-#   2. ViT-B/16 bf16 b128 and ViT-S/16 bf16 b256, synthetic 224², SGD, three variants alternated
-#      twice — `base` (both off: cuDNN's layer norm, burn's addition, gelu and its backward),
-#      `gelu` (the GELU kernel), `gelu_ln` (both kernels) — beside PyTorch 2.11 eager and
-#      torch.compile (the same batch, optimizer and step count);
+#   2. ViT-B/16 bf16 b128 and ViT-S/16 bf16 b256, synthetic 224², SGD, the variants alternated
+#      twice — `base` (both off: cuDNN's layer norm, burn's addition, gelu and its backward;
+#      each linear layer as separate operations), `gelu` (the GELU kernel), `gelu_ln` (both
+#      kernels), `linear` (both, and each linear layer one operation each way:
+#      `BURN_DDP_FUSED_LINEAR`, on by default) — beside PyTorch 2.11 eager and torch.compile
+#      (the same batch, optimizer and step count); VARIANTS="..." picks some;
 #      MODELS=vitb16 (or vits16) runs one model, MODELS=none neither: a cold machine compiles and tunes each
 #      variant's kernels in its first run, which can take the two past one call's 10 minutes;
 #   3. with HOST_PROFILE=1, where the host's time goes in ViT-B/16's step with both on
@@ -29,12 +31,13 @@ VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {
   case $1 in
-    base) echo "BURN_DDP_GELU=0 BURN_DDP_LN_KERNEL=0" ;;
-    gelu) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=0" ;;
-    gelu_ln) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1" ;;
+    base) echo "BURN_DDP_GELU=0 BURN_DDP_LN_KERNEL=0 BURN_DDP_FUSED_LINEAR=0" ;;
+    gelu) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=0 BURN_DDP_FUSED_LINEAR=0" ;;
+    gelu_ln) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 BURN_DDP_FUSED_LINEAR=0" ;;
+    linear) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 BURN_DDP_FUSED_LINEAR=1" ;;
   esac
 }
-VARIANTS="base gelu gelu_ln"
+VARIANTS=${VARIANTS:-base gelu gelu_ln linear}
 for model in ${MODELS:-vitb16 vits16}; do
   [ $model = none ] && continue
   if [ $model = vitb16 ]; then ARGS=("${VB[@]}"); TORCH="vit_b_16 128"; else ARGS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256"; fi
@@ -81,9 +84,11 @@ for n, r in runs.items():
 for model in ("vitb16", "vits16"):
     comp = runs.get(f"{model}_compile", {}).get("img_per_s")
     for i in (1, 2):
-        got = {v: runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("base", "gelu", "gelu_ln")}
-        if got["base"]:
-            parts = [f"{v} / base {got[v] / got['base']:.3f}" for v in ("gelu", "gelu_ln") if got[v]]
-            parts += [f"{v} / torch.compile {got[v] / comp:.3f}" for v in got if got[v] and comp]
+        got = {v: runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("base", "gelu", "gelu_ln", "linear")}
+        got = {v: x for v, x in got.items() if x}
+        if got:
+            first = next(iter(got))
+            parts = [f"{v} / {first} {x / got[first]:.3f}" for v, x in got.items() if v != first]
+            parts += [f"{v} / torch.compile {x / comp:.3f}" for v, x in got.items() if comp]
             print(f"{model} round {i}: " + ", ".join(parts))
 PY

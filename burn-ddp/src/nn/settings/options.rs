@@ -17,6 +17,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_GELU=0` | [`fused_gelu`](Self::fused_gelu) | on |
 /// | `BURN_DDP_LN_KERNEL=0` | [`layer_norm_kernel`](Self::layer_norm_kernel) | on |
 /// | `BURN_DDP_FUSE_ADD=0` | [`fuse_residual`](Self::fuse_residual) | on |
+/// | `BURN_DDP_FUSED_LINEAR=0` | [`fused_linear`](Self::fused_linear) | on |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -76,6 +77,10 @@ pub struct CudnnOptions {
     /// (`nn::batch_norm_add_relu`), into the batch-norm kernels' normalisation pass and their
     /// backward (`false`: the batch norm, then burn's addition and `nn::relu`).
     pub fuse_residual: bool,
+    /// Run `nn::linear` (and `nn::linear_gelu`'s product) on cuBLAS as one operation each way,
+    /// the parameters' casts inside it (`false`: a reshape, the casts, the product and the bias
+    /// addition as separate operations, as many round trips for the training thread).
+    pub fused_linear: bool,
 }
 
 impl Default for CudnnOptions {
@@ -97,6 +102,7 @@ impl Default for CudnnOptions {
             fused_gelu: true,
             layer_norm_kernel: true,
             fuse_residual: true,
+            fused_linear: true,
         }
     }
 }
@@ -121,6 +127,7 @@ impl CudnnOptions {
             ("BURN_DDP_GELU", &mut o.fused_gelu),
             ("BURN_DDP_LN_KERNEL", &mut o.layer_norm_kernel),
             ("BURN_DDP_FUSE_ADD", &mut o.fuse_residual),
+            ("BURN_DDP_FUSED_LINEAR", &mut o.fused_linear),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -178,6 +185,7 @@ mod tests {
             ("BURN_DDP_GELU", "0"),
             ("BURN_DDP_LN_KERNEL", "off"),
             ("BURN_DDP_FUSE_ADD", "0"),
+            ("BURN_DDP_FUSED_LINEAR", "0"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -192,6 +200,7 @@ mod tests {
                 && !o.fused_gelu
                 && !o.layer_norm_kernel
                 && !o.fuse_residual
+                && !o.fused_linear
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);

@@ -27,7 +27,8 @@ use burn_cuda::Cuda;
 type Inputs<B, const D: usize> = (Tensor<B, 2>, Option<Tensor<B, 1>>, Tensor<B, D>);
 
 /// `x · w + b` (`w` `[d_in, d_out]`, `b` `[d_out]`, both f32 or of `x`'s type) in `x`'s type on
-/// cuBLAS when [`enabled`] and the tensors suit it; otherwise the inputs come back.
+/// cuBLAS when [`enabled`], `CudnnOptions::fused_linear` is on and the tensors suit it;
+/// otherwise the inputs come back.
 pub(crate) fn try_linear<B: Backend, const D: usize>(
     w: Tensor<B, 2>,
     b: Option<Tensor<B, 1>>,
@@ -37,6 +38,7 @@ pub(crate) fn try_linear<B: Backend, const D: usize>(
     let param_type = |t: DType| t == DType::F32 || t == x.dtype();
     let suits = D >= 2
         && enabled::<B>()
+        && crate::nn::settings::options::get().fused_linear
         && matches!(x.dtype(), DType::F32 | DType::BF16 | DType::F16)
         && x.dims()[D - 1] == d_in
         && x.shape().num_elements() > 0
