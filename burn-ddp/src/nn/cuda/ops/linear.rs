@@ -54,19 +54,21 @@ pub(crate) fn try_linear<B: Backend, const D: usize>(
     }
     let (w, b, x): (Tensor<Cuda, 2>, Option<Tensor<Cuda, 1>>, Tensor<Cuda, D>) = (cast(w), b.map(cast), cast(x));
     let prim = |t: Tensor<Cuda, 2>| -> Prim { t.into_primitive().tensor() };
-    let y = forward(x.into_primitive().tensor(), prim(w), b.map(|b| b.into_primitive().tensor()));
+    let (y, _) = forward(x.into_primitive().tensor(), prim(w), b.map(|b| b.into_primitive().tensor()));
     Ok(cast(Tensor::<Cuda, D>::from_primitive(TensorPrimitive::Float(y))))
 }
 
 #[derive(Debug)]
 struct CublasLinear;
 
-/// For the backward: the input and the weight as the forward got them (the weight is cast
-/// again there rather than kept in the activations' type), and the bias's type.
+/// For the backward: the input, the weight in the activations' type (the forward's cast,
+/// kept as PyTorch's autocast keeps its casts: one cast per layer and step, not two), and the
+/// parameters' own types.
 #[derive(Debug, Clone)]
 struct Saved {
     x: Prim,
-    w: Prim,
+    w_cast: Prim,
+    w_dtype: DType,
     b_dtype: Option<DType>,
 }
 
@@ -89,8 +91,13 @@ impl<const P: usize> Backward<Cuda, P> for CublasLinear {
 fn autodiff_linear<const D: usize>(w: Tensor<Ad, 2>, b: Option<Tensor<Ad, 1>>, x: Tensor<Ad, D>) -> Tensor<Ad, D> {
     let (w, x) = (w.into_primitive().tensor(), x.into_primitive().tensor());
     let b = b.map(|b| b.into_primitive().tensor());
-    let y = forward(x.primitive.clone(), w.primitive.clone(), b.as_ref().map(|b| b.primitive.clone()));
-    let saved = Saved { x: x.primitive.clone(), w: w.primitive.clone(), b_dtype: b.as_ref().map(|b| b.primitive.dtype) };
+    let (y, w_cast) = forward(x.primitive.clone(), w.primitive.clone(), b.as_ref().map(|b| b.primitive.clone()));
+    let saved = Saved {
+        x: x.primitive.clone(),
+        w_cast,
+        w_dtype: w.primitive.dtype,
+        b_dtype: b.as_ref().map(|b| b.primitive.dtype),
+    };
     let out = match &b {
         Some(b) => track([&x, &w, b], saved, y),
         None => track([&x, &w], saved, y),
@@ -118,40 +125,45 @@ fn reshape(t: Cube, dims: &[usize]) -> Cube {
     <Inner as FloatTensorOps<Inner>>::float_reshape(t, Shape::from(dims.to_vec()))
 }
 
-/// Queues `x · w + b`, `[..., d_in]` → `[..., d_out]` in `x`'s type.
-fn forward(x: Prim, w: Prim, b: Option<Prim>) -> Prim {
+/// Queues `x · w + b`, `[..., d_in]` → `[..., d_out]` in `x`'s type: the output and the weight
+/// in that type (`w` itself when it already is).
+fn forward(x: Prim, w: Prim, b: Option<Prim>) -> (Prim, Prim) {
     let (mut dims, dtype) = (x.shape.as_slice().to_vec(), x.dtype);
     let d_out = w.shape.as_slice()[1];
     let rank = dims.len();
     dims[rank - 1] = d_out;
-    let has_b = b.is_some();
-    let inputs: Vec<Prim> = [x, w].into_iter().chain(b).collect();
-    let outputs = [(Shape::from(dims.clone()), dtype)];
+    let (has_b, cast_w) = (b.is_some(), w.dtype != dtype);
+    let same_w = (!cast_w).then(|| w.clone());
+    let inputs: Vec<Prim> = [x, w.clone()].into_iter().chain(b).collect();
+    let mut outputs = vec![(Shape::from(dims.clone()), dtype)];
+    outputs.extend(cast_w.then(|| (w.shape.clone(), dtype)));
     let mut out = fusion_op::queue("cublas_linear", inputs, &outputs, move |ins| {
         let mut ins = ins.into_iter().map(packed);
-        let (x, w) = (ins.next().expect("x"), ins.next().expect("w"));
+        let (x, w) = (ins.next().expect("x"), to(ins.next().expect("w"), dtype));
         let d_in = w.meta.shape().as_slice()[0];
         let rows = x.meta.shape().num_elements() / d_in;
-        let y = product(reshape(x, &[rows, d_in]), false, to(w, dtype), false);
+        let y = product(reshape(x, &[rows, d_in]), false, w.clone(), false);
         let y = match has_b.then(|| ins.next().expect("b")) {
             Some(b) => <Inner as FloatTensorOps<Inner>>::float_add(y, reshape(to(b, dtype), &[1, d_out])),
             None => y,
         };
-        vec![reshape(y, &dims)]
-    });
-    out.pop().expect("one output")
+        std::iter::once(reshape(y, &dims)).chain(cast_w.then_some(w)).collect()
+    })
+    .into_iter();
+    let y = out.next().expect("the output");
+    (y, out.next().or(same_w).expect("the weight, cast or not"))
 }
 
 /// Queues the gradients the graph needs, `[dx, dw, db]`: `dx = dy · wᵀ` in `x`'s type,
 /// `dw = xᵀ · dy` and `db` (the sums of `dy`'s rows) in the activations' type, then in the
 /// parameters' own.
 fn backward(s: Saved, dy: Prim, [need_x, need_w, need_b]: [bool; 3]) -> Vec<Option<Prim>> {
-    let (x_dims, dtype, w_dtype) = (s.x.shape.as_slice().to_vec(), s.x.dtype, s.w.dtype);
-    let (d_in, d_out) = (s.w.shape.as_slice()[0], s.w.shape.as_slice()[1]);
+    let (x_dims, w_dtype) = (s.x.shape.as_slice().to_vec(), s.w_dtype);
+    let (d_in, d_out) = (s.w_cast.shape.as_slice()[0], s.w_cast.shape.as_slice()[1]);
     let b_dtype = s.b_dtype.filter(|_| need_b);
     let outputs: Vec<(Shape, DType)> = [
         need_x.then(|| fusion_op::like(&s.x)),
-        need_w.then(|| fusion_op::like(&s.w)),
+        need_w.then(|| (s.w_cast.shape.clone(), w_dtype)),
         b_dtype.map(|t| (Shape::new([d_out]), t)),
     ]
     .into_iter()
@@ -160,11 +172,11 @@ fn backward(s: Saved, dy: Prim, [need_x, need_w, need_b]: [bool; 3]) -> Vec<Opti
     if outputs.is_empty() {
         return vec![None, None, None];
     }
-    let mut out = fusion_op::queue("cublas_linear_backward", vec![s.x, s.w, dy], &outputs, move |ins| {
+    let mut out = fusion_op::queue("cublas_linear_backward", vec![s.x, s.w_cast, dy], &outputs, move |ins| {
         let [x, w, dy]: [Cube; 3] = ins.into_iter().map(packed).collect::<Vec<_>>().try_into().expect("three inputs");
         let rows = x.meta.shape().num_elements() / d_in;
         let dy = reshape(dy, &[rows, d_out]);
-        let dx = need_x.then(|| reshape(product(dy.clone(), false, to(w, dtype), true), &x_dims));
+        let dx = need_x.then(|| reshape(product(dy.clone(), false, w, true), &x_dims));
         let dw = need_w.then(|| to(product(reshape(x, &[rows, d_in]), true, dy.clone(), false), w_dtype));
         let db = b_dtype.map(|t| to(row_sums_of(dy), t));
         dx.into_iter().chain(dw).chain(db).collect()
