@@ -72,7 +72,11 @@ pub fn batch_norm_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: boo
 ///
 /// # Shapes
 /// `x`, `residual`: `[batch, height, width, channels]` → the same
-pub fn batch_norm_add_relu_nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, residual: Tensor<B, 4>) -> Tensor<B, 4> {
+pub fn batch_norm_add_relu_nhwc<B: Backend>(
+    bn: &BatchNorm<B>,
+    x: Tensor<B, 4>,
+    residual: Tensor<B, 4>,
+) -> Tensor<B, 4> {
     nhwc(bn, x, Epilogue::AddRelu(residual))
 }
 

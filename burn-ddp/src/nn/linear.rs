@@ -102,7 +102,10 @@ pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -
 
 /// The layer's weight and bias as `x`'s operation reads them (through DDP's gradient hooks
 /// while they are active), still in their own type.
-fn parameters<B: Backend, const D: usize>(linear: &Linear<B>, x: &Tensor<B, D>) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
+fn parameters<B: Backend, const D: usize>(
+    linear: &Linear<B>,
+    x: &Tensor<B, D>,
+) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
     (param_val(&linear.weight, x), linear.bias.as_ref().map(|b| param_val(b, x)))
 }
 

@@ -294,12 +294,8 @@ pub(crate) fn check_bn_add_relu(device: &CudaDevice) -> bool {
             (FloatDType::F32, shared),
             Layout::Nchw,
         );
-        let errs: Vec<f64> = out
-            .iter()
-            .zip(&ref_out)
-            .map(|(a, b)| max_rel_err(a, b))
-            .chain([max_rel_err(&infer, &ref_infer)])
-            .collect();
+        let errs: Vec<f64> =
+            out.iter().zip(&ref_out).map(|(a, b)| max_rel_err(a, b)).chain([max_rel_err(&infer, &ref_infer)]).collect();
         // One training forward, one backward, one inference, all on the kernels.
         let fused = options::get().nhwc_bn_kernels && options::get().fuse_residual;
         let path_ok = used == 0 && kernels == if fused { 3 } else { 0 };

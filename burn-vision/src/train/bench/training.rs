@@ -235,7 +235,14 @@ impl Interleaved {
             n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
         };
         let (plain, ddp) = (speed(false), speed(true));
-        Self { block_steps, plain_img_per_s: plain, ddp_img_per_s: ddp, ratio: ddp / plain, pair_ratios, median_pair_ratio }
+        Self {
+            block_steps,
+            plain_img_per_s: plain,
+            ddp_img_per_s: ddp,
+            ratio: ddp / plain,
+            pair_ratios,
+            median_pair_ratio,
+        }
     }
 }
 

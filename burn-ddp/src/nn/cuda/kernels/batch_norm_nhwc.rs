@@ -306,11 +306,8 @@ pub(crate) fn grad_partials_from_output<F: Float, N: Size>(
         while r < rows {
             let i = r * cols + cv;
             let d = Vector::<f32, N>::cast_from(x[i]) - mu;
-            let incoming = if in_place {
-                Vector::<f32, N>::cast_from(dz[i])
-            } else {
-                Vector::<f32, N>::cast_from(dy[i])
-            };
+            let incoming =
+                if in_place { Vector::<f32, N>::cast_from(dz[i]) } else { Vector::<f32, N>::cast_from(dy[i]) };
             let g = relu_mask(Vector::<f32, N>::cast_from(y[i]), incoming, true);
             dz[i] = Vector::cast_from(g);
             s1 += g;
