@@ -409,7 +409,8 @@ impl<const P: usize> Backward<Cuda, P> for NhwcBatchNorm {
         let s = ops.state;
         // `dy` is moved, not cloned, into the kernels' operation: held twice it would not be
         // its tensor's last use there, and the masked gradient could not take its buffer.
-        let out = backward(&s, dy).unwrap_or_else(|(e, dy)| {
+        let out = backward(&s, dy).unwrap_or_else(|refused| {
+            let (e, dy) = *refused;
             warn_once("channels-last batch norm kernels (backward)", &e, BURN_RUNS);
             backward_burn(&s, dy)
         });
@@ -423,14 +424,14 @@ impl<const P: usize> Backward<Cuda, P> for NhwcBatchNorm {
 
 /// `[dx, dγ, dβ]`, and the residual's gradient when one was added; `dy` back with the reason
 /// when the kernels do not take it.
-fn backward(s: &Saved, dy: Prim) -> std::result::Result<Vec<Prim>, (Error, Prim)> {
+fn backward(s: &Saved, dy: Prim) -> std::result::Result<Vec<Prim>, Box<(Error, Prim)>> {
     let (rows, c) = match extent(&s.x) {
         Ok(e) => e,
-        Err(e) => return Err((e, dy)),
+        Err(e) => return Err(Box::new((e, dy))),
     };
     if dy.shape != s.x.shape || dy.dtype != s.x.dtype {
         let reason = format!("gradient {:?} {:?} for input {:?} {:?}", dy.shape, dy.dtype, s.x.shape, s.x.dtype);
-        return Err((Error::Kernel { op: "channels-last batch norm backward", reason }, dy));
+        return Err(Box::new((Error::Kernel { op: "channels-last batch norm backward", reason }, dy)));
     }
     let (relu, shape) = (s.relu, s.x.shape.clone());
     let mut outputs = vec![fusion_op::like(&s.x), fusion_op::like(&s.gamma), fusion_op::like(&s.beta)];
