@@ -686,33 +686,19 @@ fn bench_runs_adamw_as_well_as_sgd() {
     assert!(sgd.is_finite() && adamw.is_finite() && sgd != adamw, "sgd {sgd}, adamw {adamw}");
 }
 
-/// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from
-/// the process's start covers the first step, which covers its cuDNN share (none here).
+/// `bench` of the smallest model on 28² single-channel images, batch 4, 2 warm-up steps, with
+/// `extra` flags.
+fn mini_bench(extra: &[&str]) -> Output {
+    let base = ["bench", "--model", "resnet10-mini", "--batch-size", "4", "--image-size", "28", "--channels", "1"];
+    let more = ["--classes", "10", "--small-input", "--warmup", "2"];
+    cli(&[&base[..], &more[..], extra].concat())
+}
+
 /// `bench --ddp --ddp-interleave 2` over 6 steps on the CPU (a one-rank TCP group): three
 /// blocks, plain / DDP / plain, one pair ratio, DDP's per-step figures over its 2 steps.
 #[test]
 fn bench_interleaves_plain_and_ddp_blocks() {
-    let o = cli(&[
-        "bench",
-        "--model",
-        "resnet10-mini",
-        "--batch-size",
-        "4",
-        "--image-size",
-        "28",
-        "--channels",
-        "1",
-        "--classes",
-        "10",
-        "--small-input",
-        "--warmup",
-        "2",
-        "--steps",
-        "6",
-        "--ddp",
-        "--ddp-interleave",
-        "2",
-    ]);
+    let o = mini_bench(&["--steps", "6", "--ddp", "--ddp-interleave", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let i = &r["interleaved"];
@@ -727,26 +713,11 @@ fn bench_interleaves_plain_and_ddp_blocks() {
     assert!(buckets >= 1.0 && buckets.fract() == 0.0, "{}", r["ddp"]);
 }
 
+/// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from
+/// the process's start covers the first step, which covers its cuDNN share (none here).
 #[test]
 fn bench_reports_the_first_step_split() {
-    let o = cli(&[
-        "bench",
-        "--model",
-        "resnet10-mini",
-        "--batch-size",
-        "4",
-        "--image-size",
-        "28",
-        "--channels",
-        "1",
-        "--classes",
-        "10",
-        "--small-input",
-        "--warmup",
-        "2",
-        "--steps",
-        "2",
-    ]);
+    let o = mini_bench(&["--steps", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = &r["first_step"];
