@@ -100,7 +100,7 @@ pub fn batch_norm_add_relu<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, resid
     };
     let residual = residual.cast(x.dtype());
     let hooked = grad_ready::active().then(|| bn.through_grad_hooks(&x));
-    crate::nn::batch_norm_add_relu_nhwc(hooked.as_ref().unwrap_or(bn), x, residual)
+    crate::nn::batch_norm_nhwc::batch_norm_add_relu_nhwc(hooked.as_ref().unwrap_or(bn), x, residual)
 }
 
 /// `relu(bn(conv(x)) + residual)`: [`Conv2d::forward`] then [`batch_norm_add_relu`] — or, in

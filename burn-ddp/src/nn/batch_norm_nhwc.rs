@@ -11,7 +11,7 @@
 //! burn's autodiff of these operations. Statistics and arithmetic are f32 whatever the
 //! activations' type; the output has the input's type.
 
-use crate::nn::layers::BatchNorm;
+use crate::nn::layers::{BatchNorm, Epilogue};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn::tensor::activation::relu as relu_op;
@@ -22,38 +22,6 @@ use burn::tensor::activation::relu as relu_op;
 fn channel_mean<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     let [n, h, w, _] = x.dims();
     x.sum_dim(0).sum_dim(1).sum_dim(2).div_scalar((n * h * w) as f64)
-}
-
-/// What follows the normalisation in the same pass.
-#[derive(Clone, Debug)]
-pub(crate) enum Epilogue<T> {
-    /// `bn(x)`.
-    None,
-    /// `relu(bn(x))`.
-    Relu,
-    /// `relu(bn(x) + residual)`: a residual block's end; `residual` has `x`'s shape and type.
-    AddRelu(T),
-}
-
-impl<T> Epilogue<T> {
-    pub(crate) fn relu(&self) -> bool {
-        !matches!(self, Epilogue::None)
-    }
-
-    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Epilogue<U> {
-        match self {
-            Epilogue::None => Epilogue::None,
-            Epilogue::Relu => Epilogue::Relu,
-            Epilogue::AddRelu(t) => Epilogue::AddRelu(f(t)),
-        }
-    }
-
-    pub(crate) fn residual(self) -> Option<T> {
-        match self {
-            Epilogue::AddRelu(t) => Some(t),
-            _ => None,
-        }
-    }
 }
 
 /// `relu?(bn(x))` for channels-last `x`: batch statistics when the backend records gradients

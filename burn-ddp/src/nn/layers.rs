@@ -148,3 +148,36 @@ impl<B: Backend> BatchNorm<B> {
         }
     }
 }
+
+/// What follows a batch norm's normalisation in the same pass (the channels-last kernels and
+/// their fallback on burn's operations).
+#[derive(Clone, Debug)]
+pub(crate) enum Epilogue<T> {
+    /// `bn(x)`.
+    None,
+    /// `relu(bn(x))`.
+    Relu,
+    /// `relu(bn(x) + residual)`: a residual block's end; `residual` has `x`'s shape and type.
+    AddRelu(T),
+}
+
+impl<T> Epilogue<T> {
+    pub(crate) fn relu(&self) -> bool {
+        !matches!(self, Epilogue::None)
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Epilogue<U> {
+        match self {
+            Epilogue::None => Epilogue::None,
+            Epilogue::Relu => Epilogue::Relu,
+            Epilogue::AddRelu(t) => Epilogue::AddRelu(f(t)),
+        }
+    }
+
+    pub(crate) fn residual(self) -> Option<T> {
+        match self {
+            Epilogue::AddRelu(t) => Some(t),
+            _ => None,
+        }
+    }
+}

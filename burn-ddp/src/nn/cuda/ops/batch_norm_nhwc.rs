@@ -12,12 +12,11 @@
 //! for burn's operations, with one warning per cause.
 
 use crate::error::{Error, Result};
-use crate::nn::batch_norm_nhwc::Epilogue;
 use crate::nn::cuda::kernels::batch_norm_nhwc::{self as k, FOLD};
 use crate::nn::cuda::ops::batch_norm::float;
 use crate::nn::cuda::runtime::fusion_op::{self, packed};
 use crate::nn::cuda::runtime::launch::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, warn_once};
-use crate::nn::layers::BatchNorm;
+use crate::nn::layers::{BatchNorm, Epilogue};
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, FloatDType, TensorPrimitive};
