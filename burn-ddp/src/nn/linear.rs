@@ -81,7 +81,9 @@ pub fn mean_over<B: Backend>(x: Tensor<B, 3>, dim: usize) -> Tensor<B, 2> {
 }
 
 /// `x · W + b` in `x`'s element type (the parameters are cast to it; they stay f32 in the
-/// module), through [`matmul`].
+/// module). On burn-cuda with cuBLAS it is one autodiff operation each way, the casts and the
+/// bias inside it (`nn::cuda::ops::linear`, `CudnnOptions::fused_linear`); elsewhere
+/// [`matmul`] and the bias addition.
 ///
 /// # Shapes
 /// `[..., d_input]` → `[..., d_output]`
