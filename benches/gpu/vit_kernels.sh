@@ -16,7 +16,11 @@
 #      (`bench --host-profile`); with PROFILE=1, ViT-B/16's step by class of kernel with both on
 #      (benches/gpu/step_profile.sh PART=2, ours only), beside 2026-12-04's table in
 #      docs/benchmarks.md.
-# Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
+# Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA; for HOST_PROFILE a
+# burn-vision built with `--features host-profile`, not stripped — build burn-ddp-gpu-checks in a
+# cargo invocation of its own: one shared with that feature changes dependencies' features, and
+# the `sgd` / `adamw` checks of such a build differed at random on 2026-12-04,
+# benches/results/2026-12-04-h200-final-checks/). Raw log
 # $OUT/vit_kernels.log; each pair's ratios last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
