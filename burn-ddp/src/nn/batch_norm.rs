@@ -90,9 +90,7 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
 /// `x`, `residual`: `[batch, channels, height, width]` in the layer's layout → the same
 pub fn batch_norm_add_relu<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, residual: Tensor<B, 4>) -> Tensor<B, 4> {
     if bn.layout != Layout::Nhwc || !crate::nn::settings::options::get().fuse_residual {
-        let y = batch_norm(bn, x, false);
-        let dtype = y.dtype();
-        return crate::nn::relu(y + residual.cast(dtype));
+        return add_relu(batch_norm(bn, x, false), residual);
     }
     let x = match bn.precision {
         Some(p) => x.cast(p.dtype()),
@@ -125,7 +123,12 @@ pub fn conv_batch_norm_add_relu<B: Backend>(
     if conv.layout == Layout::Nhwc {
         return batch_norm_add_relu(bn, conv.forward(x), residual);
     }
-    let y = conv_batch_norm(conv, bn, x, false);
+    add_relu(conv_batch_norm(conv, bn, x, false), residual)
+}
+
+/// `relu(y + residual)` as separate operations, `residual` cast to `y`'s type; the ReLU keeps
+/// only its output (the sum is kept by nothing else).
+fn add_relu<B: Backend>(y: Tensor<B, 4>, residual: Tensor<B, 4>) -> Tensor<B, 4> {
     let dtype = y.dtype();
     crate::nn::relu(y + residual.cast(dtype))
 }

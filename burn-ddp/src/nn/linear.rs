@@ -121,19 +121,10 @@ pub fn linear_gelu<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, 
     let (w, b) = parameters(linear, &x);
     #[cfg(feature = "cuda")]
     let (w, x) = match crate::nn::cuda::ops::linear::try_linear(w, None, x) {
-        // The product as one operation, then the bias and GELU as one, over the same axes.
+        // The product as one operation, then the bias and GELU over the same axes.
         Ok(y) => {
-            let b = b.map(|b| b.cast(y.dtype()));
-            #[cfg(feature = "cuda")]
-            let (y, b) = match crate::nn::cuda::ops::gelu::try_bias_gelu(y, b) {
-                Ok(h) => return h,
-                Err(inputs) => inputs,
-            };
-            let y = match b {
-                Some(b) => y + b.unsqueeze(),
-                None => y,
-            };
-            return burn::tensor::activation::gelu(y);
+            let dtype = y.dtype();
+            return bias_gelu(y, b.map(|b| b.cast(dtype)));
         }
         Err((w, _, x)) => (w, x),
     };
@@ -161,21 +152,27 @@ fn unflatten<B: Backend, const D: usize>(y: Tensor<B, 2>, mut dims: [usize; D]) 
     y.reshape(dims)
 }
 
-/// `gelu(y + b)` over the rows of `y` `[rows, cols]` (`b` `[cols]`, of `y`'s type; none: `gelu(y)`),
-/// with the exact GELU `x·Φ(x) = x/2 · (1 + erf(x/√2))` of `torch.nn.GELU()` and burn's `gelu`.
+/// `gelu(y + b)` over `y`'s last axis (`y` `[..., cols]`, `b` `[cols]`, of `y`'s type; none:
+/// `gelu(y)`), with the exact GELU `x·Φ(x) = x/2 · (1 + erf(x/√2))` of `torch.nn.GELU()` and
+/// burn's `gelu`.
 ///
 /// On burn-cuda (f32, bf16 or f16) it is one kernel forward and one backward, computing in f32
 /// and keeping `y` and `b` for the backward rather than their sum
 /// ([`crate::nn::cuda::ops::gelu`], while `CudnnOptions::fused_gelu` is on); otherwise [`linear`]'s
 /// bias addition and burn's `gelu`.
-pub fn bias_gelu<B: Backend>(y: Tensor<B, 2>, b: Option<Tensor<B, 1>>) -> Tensor<B, 2> {
+pub fn bias_gelu<B: Backend, const D: usize>(y: Tensor<B, D>, b: Option<Tensor<B, 1>>) -> Tensor<B, D> {
     #[cfg(feature = "cuda")]
     let (y, b) = match crate::nn::cuda::ops::gelu::try_bias_gelu(y, b) {
         Ok(h) => return h,
         Err(inputs) => inputs,
     };
     let y = match b {
-        Some(b) => add_bias(y, b),
+        Some(b) => {
+            let dims = y.dims();
+            let cols = dims[D - 1];
+            let rows = y.shape().num_elements() / cols.max(1);
+            unflatten(add_bias(y.reshape([rows, cols]), b), dims)
+        }
         None => y,
     };
     burn::tensor::activation::gelu(y)
