@@ -57,6 +57,12 @@ def f(v, fmt="{:.0f}"):
     return "n/a" if v is None else fmt.format(v)
 
 
+def backend_spans(cost):
+    """DDP's spans on burn-fusion's and cubecl's device thread, ms per step (newer builds)."""
+    spans = cost.get("backend_thread_spans") or {}
+    return ", ".join(f"{k.removeprefix('ddp: ')} {v:.3f}" for k, v in sorted(spans.items())) or "not recorded"
+
+
 def main(path):
     runs, metrics = sections(path)
     for name, lines in runs.items():
@@ -81,6 +87,7 @@ def main(path):
                              f"mem {f(plain.get('device_used_gib'), '{:.2f}')} / {f(ddp.get('device_used_gib'), '{:.2f}')} GiB; "
                              f"first step {f(plain['first_step']['total_s'], '{:.1f}')} / {f(ddp['first_step']['total_s'], '{:.1f}')} s; "
                              f"DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, {f(cost.get('operations'), '{:.0f}')} ops/step, "
+                             f"backend threads {f(cost.get('backend_threads_ms'), '{:.2f}')} ms/step, "
                              f"{f(cost.get('buckets'), '{:.0f}')} buckets ({f(cost.get('on_device'), '{:.0f}')} on device, "
                              f"{f(cost.get('started_in_backward'), '{:.0f}')} in backward), exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; "
                              f"kernel cache {ddp.get('kernel_cache')}; host fwd/bwd/opt s {host(plain)} / {host(ddp)}"))
@@ -105,6 +112,7 @@ def main(path):
             rows.append((f"{name}: {r['config']['steps']} steps in blocks of {inter['block_steps']}, one process",
                          inter["plain_img_per_s"], inter["ddp_img_per_s"],
                          f"median pair {inter['median_pair_ratio']:.3f}; pairs {pairs}; DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, "
+                         f"backend threads {f(cost.get('backend_threads_ms'), '{:.2f}')} ms/step ({backend_spans(cost)}), "
                          f"exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; host fwd/bwd/opt s {host(r)}"))
     comp = result(runs.get("r50_ddp_bf16", []))
     if comp:

@@ -308,7 +308,7 @@ impl DistributedDataParallel {
     /// [`Error::Unsupported`] for a module without trained parameters, or for an autodiff
     /// backend other than burn's `Autodiff<_>` when overlapping.
     pub fn step<B: AutodiffBackend, M: AutodiffModule<B>>(&self, module: &M) -> Result<DdpStep<'_, B>> {
-        let reducer = crate::trace::span("ddp: plan the step (host)", "ddp", || {
+        let reducer = crate::trace::span("ddp: plan the step (host)", crate::trace::DDP, || {
             self.reducer::<B, M>(module, self.config.overlap)
         })?;
         let scope = match reducer.overlapping() {
@@ -385,10 +385,10 @@ impl DistributedDataParallel {
     ) -> Result<GradientsParams> {
         let plan = reducer.plan().clone();
         let mut hand = Hand::<B> { grads: &mut grads, plan: &plan, reducer, reported, mixed: None };
-        crate::trace::span("ddp: hand over the gradients (host)", "ddp", || module.visit(&mut hand));
+        crate::trace::span("ddp: hand over the gradients (host)", crate::trace::DDP, || module.visit(&mut hand));
         let mixed = hand.mixed;
         let early = reducer.launched_early();
-        let (reduced, bytes) = crate::trace::span("ddp: finish (host)", "ddp", || reducer.finish())
+        let (reduced, bytes) = crate::trace::span("ddp: finish (host)", crate::trace::DDP, || reducer.finish())
             .map_err(|e| name_parameter(e, module))?;
         if let Some(index) = mixed {
             let mut names = ParamNames::default();

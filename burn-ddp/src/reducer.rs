@@ -238,7 +238,7 @@ impl<B: Backend> StepReducer<B> {
             && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i))
         {
             let b = s.launched;
-            crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(s, b));
+            crate::trace::span("ddp: start a bucket (host)", crate::trace::DDP, || self.launch(s, b));
         }
     }
 
@@ -387,13 +387,13 @@ impl<B: Backend> StepReducer<B> {
         let mut s = self.lock();
         while s.launched < self.plan.buckets.len() {
             let b = s.launched;
-            crate::trace::span("ddp: start a bucket (host)", "ddp", || self.launch(&mut s, b));
+            crate::trace::span("ddp: start a bucket (host)", crate::trace::DDP, || self.launch(&mut s, b));
         }
         let (pending, present): (Vec<_>, Vec<_>) = std::mem::take(&mut s.results).into_iter().unzip();
         // Every bucket is joined, failed or not: its buffers must not serve burn again while
         // NCCL may still write them.
         let reduced: Vec<Result<Reduced<B>>> =
-            crate::trace::span("ddp: wait for / join the buckets (host)", "ddp", || {
+            crate::trace::span("ddp: wait for / join the buckets (host)", crate::trace::DDP, || {
                 pending.into_iter().enumerate().map(|(b, p)| self.wait(&mut s, b, p)).collect()
             });
         drop(s);
@@ -401,7 +401,8 @@ impl<B: Backend> StepReducer<B> {
             nccl.check()?;
         }
         let reduced = reduced.into_iter().collect::<Result<Vec<_>>>()?;
-        let counts = crate::trace::span("ddp: presence counts (host)", "ddp", || self.counts(&reduced, &present));
+        let counts =
+            crate::trace::span("ddp: presence counts (host)", crate::trace::DDP, || self.counts(&reduced, &present));
         self.averages(reduced, counts)
     }
 

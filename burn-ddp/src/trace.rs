@@ -46,6 +46,14 @@ pub struct Span {
     pub args: Value,
 }
 
+/// The category of DDP's spans on the calling (training) thread; they include its waits for
+/// the backend's threads.
+pub const DDP: &str = "ddp";
+/// The category of the spans DDP's collectives record on the backend's own threads: a bucket's
+/// hand-over to the collective's stream and its join, on burn-fusion's thread and on cubecl's
+/// device thread (burn-cuda). Those threads set a host-bound step's pace.
+pub const DDP_BACKEND_THREADS: &str = "ddp-backend-threads";
+
 /// Whether spans are being recorded.
 pub fn enabled() -> bool {
     ON.load(Ordering::Relaxed)

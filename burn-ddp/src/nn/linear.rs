@@ -221,10 +221,46 @@ pub fn attention<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) 
 /// [`attention`] on q, k and v sliced out of `qkv`.
 pub fn self_attention<B: Backend>(qkv: Tensor<B, 5>) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
-    let qkv = match crate::nn::cuda::ops::attention::try_self_attention(qkv) {
+    let qkv = {
+        let [n, t, _, h, d] = qkv.dims();
+        match crate::nn::cuda::ops::attention::try_self_attention(qkv, [n, t, 3, h, d], [n, t, h, d]) {
+            Ok(out) => return out,
+            Err(qkv) => qkv,
+        }
+    };
+    sliced_self_attention(qkv)
+}
+
+/// [`self_attention`] on the projections' own shapes: the qkv projection's output `[batch,
+/// tokens, 3·dim]` (q, k, v, each `heads` heads of `dim / heads`: timm's and torchvision's
+/// layout) → `softmax(q·kᵀ/√d)·v` as `[batch, tokens, dim]`, the out projection's input. On
+/// the fused path (see [`self_attention`]) no reshape is queued either way: a transformer
+/// block's attention is then one operation between its two projections.
+///
+/// # Shapes
+/// - `qkv`: `[batch, tokens, 3·dim]`
+/// - output: `[batch, tokens, dim]`
+///
+/// # Panics
+/// When the last dimension is not a multiple of `3 · heads`.
+pub fn multi_head_self_attention<B: Backend>(qkv: Tensor<B, 3>, heads: usize) -> Tensor<B, 3> {
+    let [n, t, width] = qkv.dims();
+    assert!(
+        heads > 0 && width % (3 * heads) == 0,
+        "multi_head_self_attention: got a qkv projection of {width} outputs for {heads} heads; expected a multiple of 3 · heads = {}",
+        3 * heads
+    );
+    let (dim, d) = (width / 3, width / (3 * heads));
+    #[cfg(feature = "cuda")]
+    let qkv = match crate::nn::cuda::ops::attention::try_self_attention(qkv, [n, t, 3, heads, d], [n, t, dim]) {
         Ok(out) => return out,
         Err(qkv) => qkv,
     };
+    sliced_self_attention(qkv.reshape([n, t, 3, heads, d])).reshape([n, t, dim])
+}
+
+/// [`attention`] on q, k and v sliced out of `qkv` (`[n, t, 3, h, d]`), as `[n, t, h, d]`.
+fn sliced_self_attention<B: Backend>(qkv: Tensor<B, 5>) -> Tensor<B, 4> {
     let [n, t, _, h, d] = qkv.dims();
     let qkv = qkv.permute([2, 0, 3, 1, 4]);
     let part = |i: usize| qkv.clone().slice([i..i + 1]).reshape([n, h, t, d]);
@@ -257,14 +293,24 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "expected a multiple of 3 · heads = 9")]
+    fn a_qkv_width_that_does_not_split_into_the_heads_is_refused() {
+        let qkv = Tensor::<Flex, 3>::zeros([1, 2, 12], &Default::default());
+        let _ = multi_head_self_attention(qkv, 3);
+    }
+
+    #[test]
     fn self_attention_matches_f64_softmax_attention_in_the_qkv_layout() {
         let device = Default::default();
         let [n, t, h, d] = [2, 5, 3, 4];
         let qkv = Tensor::<Flex, 5>::random([n, t, 3, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
         let x: Vec<f64> = qkv.clone().into_data().to_vec::<f32>().unwrap().into_iter().map(f64::from).collect();
+        let flat = multi_head_self_attention(qkv.clone().reshape([n, t, 3 * h * d]), h).into_data();
+        assert_eq!(flat.shape.to_vec(), vec![n, t, h * d]);
         let out = self_attention(qkv).into_data();
         assert_eq!(out.shape.to_vec(), vec![n, t, h, d]);
         let out = out.to_vec::<f32>().unwrap();
+        assert_eq!(flat.to_vec::<f32>().unwrap(), out, "the projections' shapes hold the same values");
         let at = |b: usize, tok: usize, part: usize, head: usize, i: usize| {
             x[(((b * t + tok) * 3 + part) * h + head) * d + i]
         };
@@ -294,8 +340,14 @@ mod tests {
         let g = Tensor::<Ad, 4>::random([n, t, h, d], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
         let f64s = |v: TensorData| v.to_vec::<f32>().unwrap().into_iter().map(f64::from).collect::<Vec<_>>();
         let (x, gv) = (f64s(qkv.to_data()), f64s(g.to_data()));
-        let grads = (self_attention(qkv.clone()) * g).sum().backward();
+        let grads = (self_attention(qkv.clone()) * g.clone()).sum().backward();
         let got = f64s(qkv.grad(&grads).expect("qkv gradient").into_data());
+        // The same through the projections' shapes: `[n, t, 3·h·d]` in, `[n, t, h·d]` out.
+        let values = qkv.to_data().to_vec::<f32>().unwrap();
+        let flat = Tensor::<Ad, 3>::from_data(TensorData::new(values, [n, t, 3 * h * d]), &device).require_grad();
+        let grads = (multi_head_self_attention(flat.clone(), h) * g.reshape([n, t, h * d])).sum().backward();
+        let got_flat = f64s(flat.grad(&grads).expect("qkv gradient").into_data());
+        assert_eq!(got_flat.len(), got.len());
         let at = |b: usize, tok: usize, part: usize, head: usize| (((b * t + tok) * 3 + part) * h + head) * d;
         let gat = |b: usize, tok: usize, head: usize| ((b * t + tok) * h + head) * d;
         let dot = |a: usize, b: usize, xs: &[f64], ys: &[f64]| (0..d).map(|i| xs[a + i] * ys[b + i]).sum::<f64>();
@@ -319,8 +371,8 @@ mod tests {
                 }
             }
         }
-        for (k, (a, w)) in got.iter().zip(&want).enumerate() {
-            assert!((a - w).abs() < 1e-5, "element {k}: {a} vs {w}");
+        for (k, ((a, f), w)) in got.iter().zip(&got_flat).zip(&want).enumerate() {
+            assert!((a - w).abs() < 1e-5 && (f - w).abs() < 1e-5, "element {k}: {a} and {f} vs {w}");
         }
     }
 

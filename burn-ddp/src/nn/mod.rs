@@ -41,7 +41,7 @@ pub use cuda::ops::batch_norm_nhwc::kernel_calls as nhwc_bn_kernel_calls;
 pub use decode::crops_to_device;
 pub use layer_norm::layer_norm;
 pub use layers::{BatchNorm, Conv2d};
-pub use linear::{attention, bias_gelu, linear, linear_gelu, matmul, self_attention};
+pub use linear::{attention, bias_gelu, linear, linear_gelu, matmul, multi_head_self_attention, self_attention};
 pub use max_pool::max_pool2d;
 pub use optim::adamw::{FusedAdamW, FusedAdamWConfig};
 pub use optim::sgd::{self, FusedSgd, FusedSgdConfig};

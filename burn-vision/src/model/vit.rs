@@ -4,7 +4,7 @@
 //! `head`), so that timm's weights load with `--pretrained`.
 //!
 //! Pre-norm encoder blocks: LayerNorm (ε 1e-6) → multi-head self-attention
-//! (`burn_ddp::nn::self_attention` on the qkv projection's output: cuDNN's fused flash attention
+//! (`burn_ddp::nn::multi_head_self_attention` on the qkv projection's output: cuDNN's fused flash attention
 //! for bf16/f16 on burn-cuda, cuBLAS products and a softmax otherwise, f32-accurate for f32) →
 //! residual; LayerNorm → GELU MLP (ratio 4; `burn_ddp::nn::linear_gelu`: the first layer's bias
 //! and the exact GELU are one kernel each way on burn-cuda) → residual;
@@ -23,7 +23,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_ddp::BatchNormSync;
 use burn_ddp::grad_ready::param_val;
-use burn_ddp::nn::{Conv2d, Layout, Precision, layer_norm, linear, linear_gelu, matmul, self_attention};
+use burn_ddp::nn::{Conv2d, Layout, Precision, layer_norm, linear, linear_gelu, matmul, multi_head_self_attention};
 use burn_nn::conv::Conv2dConfig;
 use burn_nn::{Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 
@@ -61,10 +61,7 @@ pub struct Attention<B: Backend> {
 impl<B: Backend> Attention<B> {
     /// `[n, tokens, dim]` → `[n, tokens, dim]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [n, t, d] = x.dims();
-        let h = self.heads;
-        let qkv = linear(&self.qkv, x).reshape([n, t, 3, h, d / h]);
-        linear(&self.proj, self_attention(qkv).reshape([n, t, d]))
+        linear(&self.proj, multi_head_self_attention(linear(&self.qkv, x), self.heads))
     }
 }
 

@@ -6,7 +6,7 @@ use burn::tensor::FloatDType;
 use burn_cuda::CudaDevice;
 use burn_ddp::nn::cuda::cudnn::attention as cudnn_sdpa;
 use burn_ddp::nn::reference::max_rel_err;
-use burn_ddp::nn::self_attention;
+use burn_ddp::nn::{multi_head_self_attention, self_attention};
 
 /// Self-attention in f64 of a qkv buffer `[n, t, 3, h, d]` (values `x`) with output gradient
 /// `g` (`[n, t, h, d]`): the output and the qkv gradient, from the textbook formulas
@@ -49,7 +49,8 @@ pub(crate) fn attention_f64(x: &[f64], g: &[f64], [n, t, h, d]: [usize; 4]) -> (
     (o, dx)
 }
 
-/// `nn::self_attention` on cuDNN's fused flash attention against f64: the output and the qkv
+/// `nn::self_attention` (and `nn::multi_head_self_attention`, the same on the projections'
+/// shapes, for head dim 32) on cuDNN's fused flash attention against f64: the output and the qkv
 /// gradient (dq, dk, dv in one buffer), bf16 and f16, token counts that are not multiples of a
 /// tile (197, 50, 65), head dims 64 and 32; the fused path must have run (two calls per case);
 /// f32 (the unfused path: cuBLAS products in strict f32 and a softmax) to 1e-5.
@@ -72,7 +73,14 @@ pub(crate) fn check_sdpa(device: &CudaDevice) -> bool {
                 TensorData::new(gv.iter().map(|&a| a as f32).collect::<Vec<_>>(), [n, t, h, d]),
                 device,
             );
-            let o = self_attention(x.clone().cast(dtype));
+            // The 5-D layer on the 64-wide heads, the projections' shapes (`[n, t, 3·h·d]` →
+            // `[n, t, h·d]`, no views queued) on the others.
+            let o = match d {
+                64 => self_attention(x.clone().cast(dtype)),
+                _ => {
+                    multi_head_self_attention(x.clone().cast(dtype).reshape([n, t, 3 * h * d]), h).reshape([n, t, h, d])
+                }
+            };
             let grads = (o.clone().cast(FloatDType::F32) * g).sum().backward();
             let (o_ref, dx_ref) = attention_f64(&xv, &gv, dims);
             let e = [max_rel_err(&to_f64(o), &o_ref), max_rel_err(&to_f64(x.grad(&grads).expect("dqkv")), &dx_ref)];
@@ -81,8 +89,9 @@ pub(crate) fn check_sdpa(device: &CudaDevice) -> bool {
             let pass = used == fused_calls && e.iter().all(|&v| v < bound);
             ok &= pass;
             println!(
-                "RESULT check=sdpa_{} shape={dims:?} o={:.1e} dqkv={:.1e} bound={bound:.0e} sdpa_calls={used} {}",
+                "RESULT check=sdpa_{} shape={dims:?} api={} o={:.1e} dqkv={:.1e} bound={bound:.0e} sdpa_calls={used} {}",
                 dtype_name(dtype),
+                if d == 64 { "5d" } else { "projections" },
                 e[0],
                 e[1],
                 if pass { "ok" } else { "FAIL" }

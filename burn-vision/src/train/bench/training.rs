@@ -266,14 +266,21 @@ pub struct DdpCost {
     pub exposed_ms: f64,
     /// Per trace span: milliseconds per step.
     pub spans: std::collections::BTreeMap<String, f64>,
+    /// Milliseconds per step DDP's collectives kept the backend's own threads busy (burn-fusion's
+    /// and cubecl's device thread: a bucket's hand-over to the collective's stream and its
+    /// join; overlaps merged per thread): where a host-bound step pays for DDP beyond the
+    /// training thread's own spans.
+    pub backend_threads_ms: f64,
+    /// The same per span (`ddp: hand a bucket over (device thread)`, …).
+    pub backend_thread_spans: std::collections::BTreeMap<String, f64>,
 }
 
-/// Host milliseconds per step inside DDP's spans of `spans` (each thread's overlapping spans
-/// merged), and each span name's milliseconds per step.
-fn ddp_host_ms(spans: &[burn_ddp::trace::Span], steps: usize) -> (f64, std::collections::BTreeMap<String, f64>) {
+/// Host milliseconds per step inside the spans of category `cat` (each thread's overlapping
+/// spans merged), and each span name's milliseconds per step.
+fn span_ms(spans: &[burn_ddp::trace::Span], steps: usize, cat: &str) -> (f64, std::collections::BTreeMap<String, f64>) {
     let mut by_name = std::collections::BTreeMap::<String, f64>::new();
     let mut intervals: Vec<(u64, f64, f64)> = Vec::new();
-    for s in spans.iter().filter(|s| s.cat == "ddp") {
+    for s in spans.iter().filter(|s| s.cat == cat) {
         *by_name.entry(s.name.clone()).or_default() += s.dur_us / 1e3 / steps as f64;
         intervals.push((s.thread, s.start_us, s.start_us + s.dur_us));
     }
@@ -572,7 +579,8 @@ fn schedule(steps: usize, ddp: bool, interleave: Option<usize>) -> Vec<(bool, us
 fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::trace::Span], steps: usize) -> DdpCost {
     let now = d.ddp.stats();
     let per_step = |a: usize, b: usize| (a - b) as f64 / steps as f64;
-    let (host_ms, spans) = ddp_host_ms(spans, steps);
+    let (backend_threads_ms, backend_thread_spans) = span_ms(spans, steps, burn_ddp::trace::DDP_BACKEND_THREADS);
+    let (host_ms, spans) = span_ms(spans, steps, burn_ddp::trace::DDP);
     DdpCost {
         world: d.world,
         backend: d.device_group.backend(),
@@ -583,6 +591,8 @@ fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::tr
         host_ms,
         exposed_ms: (now.seconds - before.seconds) * 1e3 / steps as f64,
         spans,
+        backend_threads_ms,
+        backend_thread_spans,
     }
 }
 

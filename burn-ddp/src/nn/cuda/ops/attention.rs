@@ -4,10 +4,11 @@
 //! the convolutions.
 //!
 //! It takes the qkv projection's output whole (`[batch, tokens, 3, heads, head_dim]`, timm's
-//! layout): q, k and v are read where they lie, the output comes back as `[batch, tokens,
-//! heads, head_dim]` (the out projection's input without a copy), and the backward writes dq, dk
-//! and dv into one buffer of the qkv layout, the projection's output gradient — no slices,
-//! permutes or zero-filled gradient pieces. Saved for the backward: qkv, the output and the
+//! layout, or the projection's own `[batch, tokens, 3·heads·head_dim]`): q, k and v are read
+//! where they lie, the output comes back as `[batch, tokens, heads, head_dim]` or `[batch,
+//! tokens, heads·head_dim]` (the out projection's input without a copy or a view), and the
+//! backward writes dq, dk and dv into one buffer of the qkv layout, the projection's output
+//! gradient — no slices, permutes, reshapes or zero-filled gradient pieces. Saved for the backward: qkv, the output and the
 //! rows' log-sum-exp (f32, `batch · heads · tokens`), never the token × token scores.
 
 use crate::nn::cuda::cudnn::attention::{self as cudnn_sdpa, AttnPointers, AttnShape};
@@ -45,16 +46,22 @@ fn shape_of(dims: [usize; 5], dtype: DType) -> Option<AttnShape> {
     })
 }
 
-/// `softmax(q·kᵀ/√d)·v` of a qkv tensor `[n, t, 3, h, d]` as `[n, t, h, d]` on cuDNN when `B` is
-/// burn-cuda (with or without autodiff), the path is on, and cuDNN has a plan for the shape;
-/// otherwise the input comes back.
-pub(crate) fn try_self_attention<B: Backend>(qkv: Tensor<B, 5>) -> std::result::Result<Tensor<B, 4>, Tensor<B, 5>> {
+/// `softmax(q·kᵀ/√d)·v` of a qkv tensor whose buffer is `[n, t, 3, h, d]` (`dims`; the tensor
+/// itself of that shape or `[n, t, 3·h·d]`) as a tensor of shape `out` (`[n, t, h, d]` or
+/// `[n, t, h·d]`: the same buffer either way) on cuDNN when `B` is burn-cuda (with or without
+/// autodiff), the path is on, and cuDNN has a plan for the shape; otherwise the input comes
+/// back. Taking and giving the shapes the projections use spares burn a view each way.
+pub(crate) fn try_self_attention<B: Backend, const D: usize, const DO: usize>(
+    qkv: Tensor<B, D>,
+    dims: [usize; 5],
+    out: [usize; DO],
+) -> std::result::Result<Tensor<B, DO>, Tensor<B, D>> {
     let opts = crate::nn::settings::options::get();
     let on = cuda_backend::<B>().is_some()
         && crate::nn::cuda::runtime::launch::path_enabled()
         && opts.fused_attention
         && !opts.deterministic;
-    let Some(shape) = on.then(|| shape_of(qkv.dims(), qkv.dtype())).flatten() else { return Err(qkv) };
+    let Some(shape) = on.then(|| shape_of(dims, qkv.dtype())).flatten() else { return Err(qkv) };
     let device = device_index(&qkv);
     if let Err(e) = cudnn_sdpa::prepare(device, &shape) {
         crate::nn::cuda::runtime::launch::warn_once(
@@ -65,12 +72,13 @@ pub(crate) fn try_self_attention<B: Backend>(qkv: Tensor<B, 5>) -> std::result::
         return Err(qkv);
     }
     crate::nn::cuda::runtime::device_thread::check_failure();
+    let out = Shape::new(out);
     if cuda_backend::<B>() == Some(true) {
-        return Ok(cast(autodiff_attention(cast(qkv), shape)));
+        return Ok(cast(autodiff_attention::<D, DO>(cast(qkv), shape, out)));
     }
-    let q: Tensor<Cuda, 5> = cast(qkv);
-    let (o, _stats) = forward(q.into_primitive().tensor(), shape);
-    Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(o))))
+    let q: Tensor<Cuda, D> = cast(qkv);
+    let (o, _stats) = forward(q.into_primitive().tensor(), shape, out);
+    Ok(cast(Tensor::<Cuda, DO>::from_primitive(TensorPrimitive::Float(o))))
 }
 
 #[derive(Debug)]
@@ -98,9 +106,13 @@ impl Backward<Cuda, 1> for FusedAttention {
     }
 }
 
-fn autodiff_attention(qkv: Tensor<Ad, 5>, shape: AttnShape) -> Tensor<Ad, 4> {
+fn autodiff_attention<const D: usize, const DO: usize>(
+    qkv: Tensor<Ad, D>,
+    shape: AttnShape,
+    out: Shape,
+) -> Tensor<Ad, DO> {
     let qkv = qkv.into_primitive().tensor();
-    let (o, stats) = forward(qkv.primitive.clone(), shape);
+    let (o, stats) = forward(qkv.primitive.clone(), shape, out);
     let out = match FusedAttention.prepare::<NoCheckpointing>([qkv.node.clone()]).compute_bound().stateful() {
         OpsKind::Tracked(prep) => prep.finish(Saved { qkv: qkv.primitive, o: o.clone(), stats, shape }, o),
         OpsKind::UnTracked(prep) => prep.finish(o),
@@ -114,14 +126,17 @@ fn qkv_pointers(base: u64, shape: &AttnShape) -> (u64, u64, u64) {
     (base, base + part, base + 2 * part)
 }
 
-/// Queues the forward: the output `[n, t, h, d]` and the rows' log-sum-exp `[n, h, t, 1]` (f32).
-fn forward(qkv: Prim, shape: AttnShape) -> (Prim, Prim) {
+/// Queues the forward: the output (`[n, t, h, d]` packed, of shape `out`) and the rows'
+/// log-sum-exp `[n, h, t, 1]` (f32).
+fn forward(qkv: Prim, shape: AttnShape, out: Shape) -> (Prim, Prim) {
     let [n, t, h, d] = [shape.batch, shape.tokens, shape.heads, shape.head_dim].map(|v| v as usize);
-    let outputs = [(Shape::new([n, t, h, d]), qkv.dtype), (Shape::new([n, h, t, 1]), DType::F32)];
+    debug_assert_eq!(out.num_elements(), n * t * h * d, "the output holds [n, t, h, d]");
+    let out_dims = out.clone();
+    let outputs = [(out, qkv.dtype), (Shape::new([n, h, t, 1]), DType::F32)];
     let mut out = fusion_op::queue("cudnn_attention", vec![qkv], &outputs, move |ins| {
         let [qkv]: [Cube; 1] = ins.try_into().expect("one input");
         let qkv = dense(qkv);
-        let (o, stats) = (empty(&qkv, &[n, t, h, d]), empty_f32(&qkv, &[n, h, t, 1]));
+        let (o, stats) = (empty(&qkv, out_dims.as_slice()), empty_f32(&qkv, &[n, h, t, 1]));
         let device = qkv.device.index;
         // SAFETY: `launch` orders the computation after the buffers' producers and before their
         // next users; their extents are `shape`'s (packed, checked above); o and stats are fresh.
@@ -137,7 +152,8 @@ fn forward(qkv: Prim, shape: AttnShape) -> (Prim, Prim) {
     (out.pop().expect("two outputs"), stats)
 }
 
-/// Queues the backward: the qkv gradient `[n, t, 3, h, d]` from the saved tensors and `do`.
+/// Queues the backward: the qkv gradient (qkv's shape and packed layout) from the saved
+/// tensors and `do`.
 fn backward(qkv: Prim, o: Prim, stats: Prim, d_o: Prim, shape: AttnShape) -> Prim {
     let outputs = [fusion_op::like(&qkv)];
     let mut out = fusion_op::queue("cudnn_attention_backward", vec![qkv, o, stats, d_o], &outputs, move |ins| {

@@ -25,6 +25,7 @@ use crate::nn::cuda::runtime::device_thread;
 use crate::nn::cuda::runtime::fusion_op::{self, Cube};
 use crate::nn::cuda::runtime::launch::{Prim, empty_of};
 use crate::nn::cuda::runtime::stream_bridge::{self, Channel, DeviceKernels, Fence};
+use crate::trace::DDP_BACKEND_THREADS;
 use burn::tensor::{DType, Shape};
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::ComputeClient;
@@ -180,6 +181,7 @@ pub fn fork(
     let work = Mutex::new(Some(work));
     let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
     let exec = move |ins: Vec<(Cube, bool)>| {
+        let started = std::time::Instant::now();
         let (mut sources, mut outs, mut keep) =
             (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
         for (cube, last_user) in ins {
@@ -205,16 +207,19 @@ pub fn fork(
                 work(&bufs, &SideFence { fence, kernels: side })?;
                 Ok(fence)
             };
-            let outcome = match enqueue() {
-                Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
-                Err(e) => {
-                    log::error!("work on another CUDA stream failed to enqueue: {e}");
-                    failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
-                    JoinState::Failed
-                }
-            };
+            let outcome =
+                match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, enqueue) {
+                    Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
+                    Err(e) => {
+                        log::error!("work on another CUDA stream failed to enqueue: {e}");
+                        failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                        JoinState::Failed
+                    }
+                };
             *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
         });
+        let name = "ddp: hand a bucket over (fusion thread)";
+        crate::trace::record(name, DDP_BACKEND_THREADS, started, std::time::Instant::now(), serde_json::Value::Null);
         returned
     };
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
@@ -226,15 +231,20 @@ pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
     let state = join.0.clone();
     let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
     let exec = move |inputs: Vec<Cube>| {
+        let started = std::time::Instant::now();
         let (device, state) = (inputs[0].device.clone(), state.clone());
         device_thread::submit(&device, move || {
-            let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
-            if let JoinState::Enqueued(fence, keep) = done {
-                stream_bridge::after(Channel::Side, device.index, &fence);
-                // Burn's stream now waits for the work: its buffers may serve burn again.
-                drop(keep);
-            }
+            crate::trace::span("ddp: join a bucket (device thread)", DDP_BACKEND_THREADS, || {
+                let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
+                if let JoinState::Enqueued(fence, keep) = done {
+                    stream_bridge::after(Channel::Side, device.index, &fence);
+                    // Burn's stream now waits for the work: its buffers may serve burn again.
+                    drop(keep);
+                }
+            })
         });
+        let name = "ddp: join a bucket (fusion thread)";
+        crate::trace::record(name, DDP_BACKEND_THREADS, started, std::time::Instant::now(), serde_json::Value::Null);
         inputs
     };
     fusion_op::queue("side-stream join", outputs, &shapes, exec)
