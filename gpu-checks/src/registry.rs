@@ -3,7 +3,7 @@
 
 use crate::checks::{
     activations, attention, batch_norm, convolution, decode, layer_norm, loss, memory, nccl, optimizer, ordering,
-    products, sync_batch_norm,
+    products, stream_probe, sync_batch_norm,
 };
 use burn_cuda::CudaDevice;
 
@@ -107,6 +107,11 @@ pub(crate) const CHECKS: &[Check] = &[
         name: "nccl",
         what: "NCCL ordered on the device; DDP over a one-rank NCCL group against plain training (needs libnccl)",
         run: nccl::check_nccl,
+    },
+    Check {
+        name: "burn-stream",
+        what: "burn-cuda's stream found through CUPTI (skipped without libcupti), and ordered after burn's work",
+        run: stream_probe::check_stream_probe,
     },
     Check {
         name: "cudnn-ordering",

@@ -13,4 +13,5 @@ pub(crate) mod nccl;
 pub(crate) mod optimizer;
 pub(crate) mod ordering;
 pub(crate) mod products;
+pub(crate) mod stream_probe;
 pub(crate) mod sync_batch_norm;
