@@ -114,6 +114,11 @@ pub(crate) const CHECKS: &[Check] = &[
         run: stream_probe::check_stream_probe,
     },
     Check {
+        name: "same-stream",
+        what: "a transformer block and a convolution trained on burn's own stream (same_stream) against behind fences",
+        run: stream_probe::check_same_stream,
+    },
+    Check {
         name: "cudnn-ordering",
         what: "every cuDNN call above was ordered on the device, none waited for on the host",
         run: ordering::check_cudnn_ordering,

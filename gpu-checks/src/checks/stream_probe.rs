@@ -1,132 +1,28 @@
-//! Whether burn-cuda's CUDA streams can be found from outside cubecl, which does not expose
-//! them: CUPTI's driver-API callback on `cuLaunchKernel` names the stream of every launch.
+//! burn-cuda's own CUDA stream: whether it can be found from outside cubecl (which does not
+//! expose it) through CUPTI (`burn_ddp::nn::cuda::burn_stream`), and whether cuDNN, cuBLAS and
+//! burn-ddp's kernels give the same training on it (`CudnnOptions::same_stream`) as on
+//! burn-ddp's stream behind fences.
 //!
-//! Why it matters: every cuDNN or cuBLAS call (and burn-ddp's own CUDA C kernels) runs on a
-//! stream of burn-ddp's and is ordered with burn's by four one-thread fence kernels
-//! (`nn::cuda::runtime::stream_bridge`), about 2 µs of GPU time each: 0.83 ms of a ResNet-50
-//! step and 2.0 ms of a ViT-B/16 step on an H200 (Nsight Compute, 2026-12-04). On burn's own
-//! stream those calls would need no fence at all. This probe checks the premise: that each
-//! burn stream is one CUDA stream CUPTI reports, a different one per thread (burn-cuda gives
-//! each thread its own), and that work recorded on the reported stream really runs after
-//! burn's kernels queued before it.
+//! Why it matters: each such call is ordered with burn's kernels by four one-thread fence
+//! kernels of about 2 µs of GPU time: 0.83 ms of a ResNet-50 step and 2.0 ms of a ViT-B/16 step
+//! on an H200 (Nsight Compute, 2026-12-04). On burn's own stream none is needed.
 
+use crate::checks::optimizer::Materialise;
+use crate::util::{Ad, to_f64};
 use burn::prelude::*;
+use burn::tensor::{Distribution, FloatDType};
 use burn_cuda::{Cuda, CudaDevice};
+use burn_ddp::nn::cuda::burn_stream;
+use burn_ddp::nn::options::{self, CudnnOptions};
+use burn_ddp::nn::reference::max_rel_err;
+use burn_optim::{GradientsParams, Optimizer};
 use cudarc::driver::sys as driver;
-use std::ffi::{CStr, c_char, c_void};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// CUPTI's `CUpti_CallbackData` (cupti_callbacks.h).
-#[repr(C)]
-struct CallbackData {
-    callback_site: u32,
-    function_name: *const c_char,
-    function_params: *const c_void,
-    function_return_value: *mut c_void,
-    symbol_name: *const c_char,
-    context: *mut c_void,
-    context_uid: u32,
-    correlation_data: *mut u64,
-    correlation_id: u32,
-}
-
-/// The driver's `cuLaunchKernel_params` (generated_cuda_meta.h).
-#[repr(C)]
-struct LaunchParams {
-    f: *mut c_void,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem_bytes: u32,
-    stream: driver::CUstream,
-    kernel_params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-}
-
-const DOMAIN_DRIVER_API: u32 = 1;
-const API_ENTER: u32 = 0;
-/// `CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel` and its per-thread-default-stream twin.
-const LAUNCH_IDS: [u32; 2] = [307, 442];
-
-type Callback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
-type Subscribe = unsafe extern "C" fn(*mut *mut c_void, Callback, *mut c_void) -> i32;
-type EnableCallback = unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> i32;
-type Unsubscribe = unsafe extern "C" fn(*mut c_void) -> i32;
-
-/// Launches seen while the callback is on: (phase, stream address, kernel symbol).
-static SEEN: Mutex<Vec<(usize, usize, String)>> = Mutex::new(Vec::new());
-/// Which part of the probe is running (launches are tagged with it).
-static PHASE: Mutex<usize> = Mutex::new(0);
-
-unsafe extern "C" fn on_launch(_user: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
-    if domain != DOMAIN_DRIVER_API || !LAUNCH_IDS.contains(&cbid) || data.is_null() {
-        return;
-    }
-    // SAFETY: for the driver-API domain CUPTI hands a `CUpti_CallbackData` whose parameters are
-    // the called function's: `cuLaunchKernel_params` for these two ids.
-    let (d, p) = unsafe {
-        let d = &*(data as *const CallbackData);
-        (d, &*(d.function_params as *const LaunchParams))
-    };
-    if d.callback_site != API_ENTER {
-        return;
-    }
-    let symbol = match d.symbol_name.is_null() {
-        true => "?".to_string(),
-        // SAFETY: a NUL-terminated name CUPTI owns for the callback's duration.
-        false => unsafe { CStr::from_ptr(d.symbol_name) }.to_string_lossy().into_owned(),
-    };
-    let phase = *PHASE.lock().unwrap_or_else(|p| p.into_inner());
-    SEEN.lock().unwrap_or_else(|p| p.into_inner()).push((phase, p.stream as usize, symbol));
-}
 
 /// A few of burn's kernels on the calling thread's stream, waited for.
 fn burn_work(device: &CudaDevice) {
     let x = Tensor::<Cuda, 1>::ones([1 << 20], device);
     let _ = ((x + 1.0) * 2.0).sum().into_data();
-}
-
-/// Opens libcupti (`BURN_DDP_CUPTI`, else the library path).
-fn open_cupti() -> Option<(libloading::Library, String)> {
-    let names: Vec<String> = std::env::var("BURN_DDP_CUPTI")
-        .into_iter()
-        .chain(["libcupti.so", "libcupti.so.13", "libcupti.so.12"].map(String::from))
-        .collect();
-    // SAFETY: loading CUPTI runs its initialisers, which have no preconditions.
-    names.into_iter().find_map(|n| unsafe { libloading::Library::new(&n) }.ok().map(|l| (l, n)))
-}
-
-/// The streams burn-cuda launched on, phase by phase: 1, this thread's work; 2, another
-/// thread's.
-fn streams_seen(device: &CudaDevice, lib: &libloading::Library) -> Result<Vec<(usize, usize, String)>, String> {
-    // SAFETY: the symbols' types are CUPTI's prototypes (cupti_callbacks.h).
-    let (subscribe, enable, unsubscribe) = unsafe {
-        let get = |name: &[u8]| lib.get::<*mut c_void>(name).map(|s| *s).map_err(|e| e.to_string());
-        (
-            std::mem::transmute::<*mut c_void, Subscribe>(get(b"cuptiSubscribe\0")?),
-            std::mem::transmute::<*mut c_void, EnableCallback>(get(b"cuptiEnableCallback\0")?),
-            std::mem::transmute::<*mut c_void, Unsubscribe>(get(b"cuptiUnsubscribe\0")?),
-        )
-    };
-    let mut subscriber = std::ptr::null_mut();
-    // SAFETY: out-pointer to a local; the callback is a plain function for the process's life.
-    let code = unsafe { subscribe(&mut subscriber, on_launch, std::ptr::null_mut()) };
-    if code != 0 {
-        return Err(format!("cuptiSubscribe returned {code} (another profiler attached?)"));
-    }
-    for id in LAUNCH_IDS {
-        // SAFETY: a live subscriber; plain values.
-        unsafe { enable(1, subscriber, DOMAIN_DRIVER_API, id) };
-    }
-    *PHASE.lock().unwrap_or_else(|p| p.into_inner()) = 1;
-    burn_work(device);
-    *PHASE.lock().unwrap_or_else(|p| p.into_inner()) = 2;
-    let other = device.clone();
-    std::thread::spawn(move || burn_work(&other)).join().map_err(|_| "the second thread panicked".to_string())?;
-    *PHASE.lock().unwrap_or_else(|p| p.into_inner()) = 0;
-    // SAFETY: the subscriber made above, released once.
-    unsafe { unsubscribe(subscriber) };
-    Ok(std::mem::take(&mut *SEEN.lock().unwrap_or_else(|p| p.into_inner())))
 }
 
 /// Whether an event recorded on `stream` (burn's, as CUPTI reported it) stays pending while
@@ -170,34 +66,33 @@ fn orders_after_burn(device: &CudaDevice, stream: usize) -> Result<(bool, bool),
     Ok((pending, done))
 }
 
-/// The probe (see the module documentation). A machine without libcupti skips it visibly.
+/// The streams burn's launches went to while this thread's work ran (1), then another
+/// thread's (2): each burn stream should be one CUDA stream.
 pub(crate) fn check_stream_probe(device: &CudaDevice) -> bool {
-    burn_work(device); // kernels compiled and streams created before the callback is on
-    let Some((lib, name)) = open_cupti() else {
-        println!(
-            "RESULT check=burn_stream_probe SKIPPED: libcupti not found (set BURN_DDP_CUPTI=/path/to/libcupti.so)"
-        );
+    burn_work(device); // kernels compiled and streams created before CUPTI watches
+    if let Err(e) = burn_stream::ready() {
+        println!("RESULT check=burn_stream_probe SKIPPED: {e}");
         return true;
+    }
+    let name = burn_stream::library().unwrap_or_default();
+    let streams = |seen: Vec<(std::thread::ThreadId, usize)>| {
+        let mut s: Vec<usize> = seen.into_iter().map(|(_, s)| s).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
     };
-    let seen = match streams_seen(device, &lib) {
-        Ok(seen) => seen,
+    let other = device.clone();
+    let seen = burn_stream::capture(|| burn_work(device)).and_then(|((), mine)| {
+        burn_stream::capture(|| std::thread::spawn(move || burn_work(&other)).join())
+            .map(|(_, theirs)| (streams(mine), streams(theirs)))
+    });
+    let (mine, theirs) = match seen {
+        Ok(s) => s,
         Err(e) => {
             println!("RESULT check=burn_stream_probe cupti={name} error=\"{e}\" FAIL");
             return false;
         }
     };
-    let streams = |phase: usize| {
-        let mut s: Vec<usize> = seen.iter().filter(|l| l.0 == phase).map(|l| l.1).collect();
-        s.sort_unstable();
-        s.dedup();
-        s
-    };
-    let (mine, other) = (streams(1), streams(2));
-    for (phase, stream, symbol) in &seen {
-        println!("  phase {phase}: stream {stream:#x} {symbol}");
-    }
-    // One stream for this thread's work (its own: whether another thread's differs is reported,
-    // cubecl may share a pool of streams between threads).
     let one = mine.len() == 1 && mine[0] != 0;
     let (pending, done) = match one.then(|| orders_after_burn(device, mine[0])) {
         Some(Ok(r)) => r,
@@ -208,10 +103,104 @@ pub(crate) fn check_stream_probe(device: &CudaDevice) -> bool {
         None => (false, false),
     };
     let pass = one && pending && done;
+    // Whether another thread's work has a stream of its own is reported: cubecl may share a
+    // pool of streams between threads.
     println!(
-        "RESULT check=burn_stream_probe cupti={name} launches={} this_thread_streams={mine:x?} other_thread_streams={other:x?} per_thread={} event_pending_behind_burn={pending} event_done_after_drain={done} {}",
-        seen.len(),
-        other.len() == 1 && mine != other,
+        "RESULT check=burn_stream_probe cupti={name} this_thread_streams={mine:x?} other_thread_streams={theirs:x?} per_thread={} event_pending_behind_burn={pending} event_done_after_drain={done} {}",
+        theirs.len() == 1 && mine != theirs,
+        if pass { "ok" } else { "FAIL" }
+    );
+    pass
+}
+
+/// A transformer block and a convolution: every kind of call the same-stream path takes
+/// (cuBLAS products, cuDNN's attention and layer-norm backward, the GELU, layer-norm, loss and
+/// optimizer kernels, a cuDNN convolution).
+#[derive(burn::module::Module, Debug)]
+struct Block<B: Backend> {
+    conv: burn_ddp::nn::Conv2d<B>,
+    norm: burn_nn::LayerNorm<B>,
+    qkv: burn_nn::Linear<B>,
+    proj: burn_nn::Linear<B>,
+    fc1: burn_nn::Linear<B>,
+    head: burn_nn::Linear<B>,
+}
+
+impl<B: Backend> Block<B> {
+    fn new(device: &B::Device) -> Self {
+        B::seed(device, 5);
+        Self {
+            conv: burn_ddp::nn::Conv2d::from(
+                burn_nn::conv::Conv2dConfig::new([3, 64], [4, 4]).with_stride([4, 4]).init(device),
+            ),
+            norm: burn_nn::LayerNormConfig::new(64).init(device),
+            qkv: burn_nn::LinearConfig::new(64, 192).init(device),
+            proj: burn_nn::LinearConfig::new(64, 64).init(device),
+            fc1: burn_nn::LinearConfig::new(64, 256).init(device),
+            head: burn_nn::LinearConfig::new(256, 10).init(device),
+        }
+    }
+
+    fn loss(&self, x: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+        use burn_ddp::nn::{cross_entropy, layer_norm, linear, linear_gelu, multi_head_self_attention};
+        let f = self.conv.forward(x); // [n, 64, 8, 8]
+        let [n, c, h, w] = f.dims();
+        let t = f.reshape([n, c, h * w]).swap_dims(1, 2).cast(FloatDType::BF16); // [n, 64 tokens, 64]
+        let a = linear(
+            &self.proj,
+            multi_head_self_attention(linear(&self.qkv, layer_norm(&self.norm, t.clone(), 1e-6)), 2),
+        );
+        let y = linear_gelu(&self.fc1, t + a).mean_dim(1).reshape([n, 256]).cast(FloatDType::F32);
+        cross_entropy(linear(&self.head, y), labels, 0.1)
+    }
+}
+
+/// `steps` AdamW steps of the block from its seeded start with the options in force: the
+/// losses and the parameters after.
+fn train(device: &CudaDevice, steps: usize) -> (Vec<f64>, Vec<f64>) {
+    let x = Tensor::<Ad, 4>::random([16, 3, 32, 32], Distribution::Normal(0.0, 1.0), device);
+    let labels = Tensor::<Ad, 1, Int>::from_ints([1, 3, 5, 7, 9, 0, 2, 4, 6, 8, 1, 1, 2, 3, 5, 8], device);
+    let mut net = Block::<Ad>::new(device).map(&mut Materialise);
+    let mut optim = burn_ddp::nn::FusedAdamWConfig::default().init::<Ad, Block<Ad>>();
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        let loss = net.loss(x.clone(), labels.clone());
+        losses.extend(to_f64(loss.clone()));
+        let grads = GradientsParams::from_grads(loss.backward(), &net);
+        net = optim.step(1e-3, net, grads);
+    }
+    let params = [net.qkv.weight.val(), net.fc1.weight.val(), net.head.weight.val()]
+        .into_iter()
+        .flat_map(|w| to_f64(w.flatten::<1>(0, 1)))
+        .chain(to_f64(net.conv.weight.val().flatten::<1>(0, 3)))
+        .collect();
+    (losses, params)
+}
+
+/// The block trained on burn-ddp's stream behind fences, then on burn's own stream
+/// (`same_stream`): the same losses and parameters (within cuDNN's run-to-run variation,
+/// measured by training twice with fences), and the second run must have taken the path.
+pub(crate) fn check_same_stream(device: &CudaDevice) -> bool {
+    if let Err(e) = burn_stream::ready() {
+        println!("RESULT check=same_stream SKIPPED: {e}");
+        return true;
+    }
+    let base = options::get();
+    options::set(CudnnOptions { same_stream: false, ..base.clone() });
+    let (fenced_losses, fenced) = train(device, 6);
+    let (_, again) = train(device, 6);
+    options::set(CudnnOptions { same_stream: true, ..base.clone() });
+    let (before, on_burns_before) = (burn_ddp::nn::profile::CudnnTimes::now(), burn_stream::calls());
+    let (same_losses, same) = train(device, 6);
+    let took = burn_ddp::nn::profile::CudnnTimes::now().since(&before);
+    options::set(base);
+    let (noise, err) = (max_rel_err(&again, &fenced), max_rel_err(&same, &fenced));
+    let loss_err = max_rel_err(&same_losses, &fenced_losses);
+    let on_burns = burn_stream::calls() - on_burns_before;
+    let pass = err <= noise.max(1e-5) * 10.0 && loss_err < 1e-3 && on_burns > 0 && took.calls > 0;
+    println!(
+        "RESULT check=same_stream params_rel_err={err:.2e} fenced_run_to_run={noise:.2e} loss_rel_err={loss_err:.2e} calls={} on_burns_stream={on_burns} {}",
+        took.calls,
         if pass { "ok" } else { "FAIL" }
     );
     pass

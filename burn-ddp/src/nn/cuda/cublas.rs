@@ -39,6 +39,8 @@ pub struct Handle {
     pointers: Option<CudaSlice<u64>>,
     /// Kept alive as long as the handle may use it.
     workspace: CudaSlice<u8>,
+    /// The stream its work goes to (`stream`, or burn's own after [`Handle::set_stream`]).
+    current: usize,
 }
 
 // SAFETY: a cuBLAS handle is a plain heap object; its owner (`cuda::cudnn::convolution::DeviceState`) is used under
@@ -61,7 +63,8 @@ impl Handle {
         let workspace =
             stream.alloc_zeros::<u8>(WORKSPACE_BYTES).map_err(|e| fail("allocating the cuBLAS workspace", e))?;
         let raw = result::create_handle().map_err(|e| fail("cublasCreate", e))?;
-        let mut handle = Handle { raw, stream: stream.clone(), pointers: None, workspace };
+        let current = stream.cu_stream() as usize;
+        let mut handle = Handle { raw, stream: stream.clone(), pointers: None, workspace, current };
         let (ptr, sync) = handle.workspace.device_ptr_mut(stream);
         // SAFETY: a live handle, a live stream of the bound context and a live allocation of
         // WORKSPACE_BYTES that the handle keeps.
@@ -73,6 +76,23 @@ impl Handle {
         }
         drop(sync);
         Ok(handle)
+    }
+
+    /// Sends the handle's later work to `to` (a stream of the same context; the caller orders
+    /// it after the work enqueued so far), its workspace kept: cuBLAS forgets a workspace set
+    /// by hand when its stream changes, so it is set again.
+    pub(crate) fn set_stream(&mut self, to: cudarc::driver::sys::CUstream) -> Result<()> {
+        let (ptr, sync) = self.workspace.device_ptr_mut(&self.stream);
+        // SAFETY: a live handle, a live stream of its context and the handle's own workspace.
+        unsafe {
+            result::set_stream(self.raw, to as sys::cudaStream_t).map_err(|e| fail("cublasSetStream", e))?;
+            sys::cublasSetWorkspace_v2(self.raw, ptr as *mut c_void, WORKSPACE_BYTES)
+                .result()
+                .map_err(|e| fail("cublasSetWorkspace", e))?;
+        }
+        drop(sync);
+        self.current = to as usize;
+        Ok(())
     }
 
     /// Enqueues `gemm` on the handle's stream: `c` (fresh memory) = `a · b`.
@@ -129,16 +149,43 @@ impl Handle {
         assert!(a.len() == n && b.len() == n && c.len() == n, "one address per matrix");
         // cuBLAS's first operand is our b (see the module documentation).
         let host: Vec<u64> = b.iter().chain(a).chain(c).copied().collect();
+        let elsewhere = self.current != self.stream.cu_stream() as usize;
         if self.pointers.as_ref().is_none_or(|p| p.len() < host.len()) {
+            if elsewhere && self.pointers.is_some() {
+                // The old arrays are freed on the handle's own stream: the products on the
+                // current one that read them finish first (a rare wait: the arrays only grow).
+                self.wait_current()?;
+            }
             self.pointers = None;
             self.pointers = Some(
                 self.stream
                     .alloc_zeros::<u64>(host.len().next_power_of_two())
                     .map_err(|e| fail("allocating cuBLAS's pointer arrays", e))?,
             );
+            if elsewhere {
+                self.stream.synchronize().map_err(|e| fail("allocating cuBLAS's pointer arrays", e))?;
+            }
         }
         let buf = self.pointers.as_mut().expect("allocated above");
-        self.stream.memcpy_htod(&host, buf).map_err(|e| fail("uploading cuBLAS's pointer arrays", e))?;
+        if elsewhere {
+            let (at, sync) = buf.device_ptr_mut(&self.stream);
+            // SAFETY: the arrays hold at least `host.len()` values; the copy is ordered on the
+            // current stream with the products that read the arrays (pageable memory: the host
+            // copy is staged before this returns).
+            unsafe {
+                cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
+                    at,
+                    host.as_ptr() as *const c_void,
+                    host.len() * 8,
+                    self.current as cudarc::driver::sys::CUstream,
+                )
+            }
+            .result()
+            .map_err(|e| fail("uploading cuBLAS's pointer arrays", e))?;
+            drop(sync);
+        } else {
+            self.stream.memcpy_htod(&host, buf).map_err(|e| fail("uploading cuBLAS's pointer arrays", e))?;
+        }
         let (base, sync) = buf.device_ptr(&self.stream);
         let array = |i: u64| (base + i * 8 * n as u64) as *const *const c_void;
         // SAFETY: sizes validated; the arrays hold `n` live addresses each (the caller's promise).
@@ -170,6 +217,16 @@ impl Handle {
         status.result().map_err(|e| fail("cublasGemmBatchedEx", e))?;
         GEMMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl Handle {
+    /// Waits on the host for the stream the handle's work goes to.
+    fn wait_current(&self) -> Result<()> {
+        // SAFETY: a live stream of the handle's context.
+        unsafe { cudarc::driver::sys::cuStreamSynchronize(self.current as cudarc::driver::sys::CUstream) }
+            .result()
+            .map_err(|e| fail("waiting for cuBLAS's stream", e))
     }
 }
 

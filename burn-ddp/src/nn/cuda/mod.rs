@@ -10,3 +10,4 @@ pub(crate) mod kernels;
 pub(crate) mod nvjpeg;
 pub(crate) mod ops;
 pub(crate) mod runtime;
+pub use runtime::burn_stream;

@@ -18,6 +18,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_LN_KERNEL=0` | [`layer_norm_kernel`](Self::layer_norm_kernel) | on |
 /// | `BURN_DDP_FUSE_ADD=0` | [`fuse_residual`](Self::fuse_residual) | on |
 /// | `BURN_DDP_FUSED_LINEAR=0` | [`fused_linear`](Self::fused_linear) | on |
+/// | `BURN_DDP_SAME_STREAM=1` | [`same_stream`](Self::same_stream) | off (experimental) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -81,6 +82,12 @@ pub struct CudnnOptions {
     /// the parameters' casts inside it (`false`: a reshape, the casts, the product and the bias
     /// addition as separate operations, as many round trips for the training thread).
     pub fused_linear: bool,
+    /// **Experimental, not yet run on a GPU.** Run cuDNN, cuBLAS and our kernels on burn's own
+    /// CUDA stream (found through CUPTI: `cuda::runtime::burn_stream`) instead of on
+    /// burn-ddp's stream behind four fence kernels per call — for the first burn stream (thread)
+    /// of each device that makes such a call; other streams, and machines without CUPTI, keep
+    /// the fences.
+    pub same_stream: bool,
 }
 
 impl Default for CudnnOptions {
@@ -103,6 +110,7 @@ impl Default for CudnnOptions {
             layer_norm_kernel: true,
             fuse_residual: true,
             fused_linear: true,
+            same_stream: false,
         }
     }
 }
@@ -128,6 +136,7 @@ impl CudnnOptions {
             ("BURN_DDP_LN_KERNEL", &mut o.layer_norm_kernel),
             ("BURN_DDP_FUSE_ADD", &mut o.fuse_residual),
             ("BURN_DDP_FUSED_LINEAR", &mut o.fused_linear),
+            ("BURN_DDP_SAME_STREAM", &mut o.same_stream),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -168,7 +177,7 @@ mod tests {
     #[test]
     fn defaults_match_pytorch() {
         let o = CudnnOptions::default();
-        assert!(o.enabled && o.allow_tf32 && !o.deterministic);
+        assert!(o.enabled && o.allow_tf32 && !o.deterministic && !o.same_stream);
         assert_eq!(o.workspace_limit, 512 << 20);
     }
 
@@ -186,6 +195,7 @@ mod tests {
             ("BURN_DDP_LN_KERNEL", "off"),
             ("BURN_DDP_FUSE_ADD", "0"),
             ("BURN_DDP_FUSED_LINEAR", "0"),
+            ("BURN_DDP_SAME_STREAM", "1"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -201,6 +211,7 @@ mod tests {
                 && !o.layer_norm_kernel
                 && !o.fuse_residual
                 && !o.fused_linear
+                && o.same_stream
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);

@@ -122,7 +122,7 @@ pub(crate) unsafe fn backward(s: &mut DeviceState, device: usize, shape: &AttnSh
     if cudnn::version().unwrap_or(0) < 90600 {
         // Before cuDNN 9.6 the engine adds into dq's accumulator without clearing it first.
         // SAFETY: inside the workspace just obtained, on its stream.
-        unsafe { cudarc::driver::sys::cuMemsetD8Async(accum, 0, scratch - sums_end, s.stream().cu_stream()) }
+        unsafe { cudarc::driver::sys::cuMemsetD8Async(accum, 0, scratch - sums_end, s.cu_stream()) }
             .result()
             .map_err(|e| fail("clearing dq's accumulator", e))?;
     }

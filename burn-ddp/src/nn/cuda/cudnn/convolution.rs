@@ -10,13 +10,14 @@
 //! once.
 
 use crate::error::Result;
+use crate::nn::cuda::cudnn::current_stream::CurrentStream;
 pub(crate) use crate::nn::cuda::cudnn::types::fail;
 pub use crate::nn::cuda::cudnn::types::{ConvShape, DataType, Direction, Pointers};
 use crate::nn::cuda::runtime::stream_bridge::{DeviceKernels, Fence};
 use crate::nn::settings::layout::Layout;
 use crate::nn::settings::options::{self, CudnnOptions};
 use cudarc::cudnn::{result, sys};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut, sys as driver};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -120,15 +121,20 @@ pub enum Order {
     /// On the device: wait for the fence's flag first, write its signal after (see
     /// `stream_bridge`); the host does not wait.
     Device(Fence),
+    /// On burn's own stream (its address; `cuda::runtime::burn_stream`): in order with burn's
+    /// kernels by being on their stream, no fence, nobody waits.
+    Same(usize),
 }
 
-/// Runs `f` with `device`'s cuDNN handle (its context bound to this thread, its stream set),
-/// ordered by `order`.
+/// Runs `f` with `device`'s cuDNN handle (its context bound to this thread, its stream set:
+/// burn-ddp's own, or burn's for `Order::Same`), ordered by `order`. `f` enqueues through the
+/// state's handles and [`DeviceState::cu_stream`].
 ///
 /// # Safety
 /// Whatever `f` hands to cuDNN must be live device memory of `device`, not written by anyone
 /// else until the computation has finished (`Order::Host`: until this returns; `Device`: until
-/// the signal is written).
+/// the signal is written; `Same`: until burn's stream has run it, which orders burn's own later
+/// writes after it).
 pub(crate) unsafe fn with_handle<T>(
     device: usize,
     order: Order,
@@ -140,16 +146,20 @@ pub(crate) unsafe fn with_handle<T>(
     let state = device_state(device)?;
     let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
     s.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-    let stream = s.stream.cu_stream();
+    let own = s.streams.own();
+    s.use_stream(match order {
+        Order::Same(burn) => burn as driver::CUstream,
+        Order::Host | Order::Device(_) => own,
+    })?;
     if let Order::Device(fence) = order {
-        s.fence_kernels()?.wait(stream, &fence)?;
+        s.fence_kernels()?.wait(own, &fence)?;
     }
     let out = match f(&mut s) {
         Ok(out) => out,
         Err(e) => {
             // Part of the work may be enqueued, and burn will not wait for it: let it finish
             // before the caller falls back and its buffers are reused.
-            let _ = s.stream.synchronize();
+            let _ = s.streams.synchronize();
             return Err(e);
         }
     };
@@ -157,7 +167,8 @@ pub(crate) unsafe fn with_handle<T>(
     match order {
         Order::Host => s.stream.synchronize().map_err(|e| fail("waiting for cuDNN's stream", e))?,
         // The store follows (and is ordered after) the computation's kernels.
-        Order::Device(fence) => s.fence_kernels()?.signal(stream, &fence)?,
+        Order::Device(fence) => s.fence_kernels()?.signal(own, &fence)?,
+        Order::Same(_) => {}
     }
     Ok(out)
 }
@@ -214,6 +225,8 @@ pub(crate) struct DeviceState {
     fences: Option<DeviceKernels>,
     /// The cuBLAS handle on this stream, created on first use.
     cublas: Option<crate::nn::cuda::cublas::Handle>,
+    /// Where the work goes now: `stream`, or burn's own stream (`Order::Same`).
+    streams: CurrentStream,
 }
 
 type Devices = Mutex<HashMap<usize, Arc<Mutex<DeviceState>>>>;
@@ -226,6 +239,7 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
     }
     let ctx = CudaContext::new(device).map_err(|e| fail("creating the CUDA context", e))?;
     let stream = ctx.new_stream().map_err(|e| fail("creating a CUDA stream", e))?;
+    let own = stream.cu_stream();
     let handle = Handle(result::create_handle().map_err(|e| fail("cudnnCreate", e))?);
     // SAFETY: a live handle and a live stream of the same context.
     unsafe { result::set_stream(handle.0, stream.cu_stream() as sys::cudaStream_t) }
@@ -239,6 +253,7 @@ fn device_state(device: usize) -> Result<Arc<Mutex<DeviceState>>> {
         plans: HashMap::new(),
         fences: None,
         cublas: None,
+        streams: CurrentStream::new(own),
     }));
     map.insert(device, state.clone());
     Ok(state)
@@ -311,9 +326,42 @@ pub(crate) fn context(device: usize) -> Result<Arc<CudaContext>> {
 }
 
 impl DeviceState {
-    /// The stream cuDNN's work runs on.
+    /// burn-ddp's own stream of the device (for work ordered on it with cudarc's stream
+    /// types: the page-locked uploads). Computations enqueue on [`cu_stream`](Self::cu_stream).
     pub(crate) fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// The stream this call's work goes to: burn-ddp's own, or burn's (`Order::Same`).
+    pub(crate) fn cu_stream(&self) -> driver::CUstream {
+        self.streams.get()
+    }
+
+    /// Sends the work that follows, and the cuDNN and cuBLAS handles, to `to` (ordered after
+    /// the work enqueued so far).
+    fn use_stream(&mut self, to: driver::CUstream) -> Result<()> {
+        if self.streams.switch(to)? {
+            // SAFETY: a live handle and a live stream of its context.
+            unsafe { result::set_stream(self.handle.0, to as sys::cudaStream_t) }
+                .map_err(|e| fail("cudnnSetStream", e))?;
+            if let Some(c) = self.cublas.as_mut() {
+                c.set_stream(to)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with the work ordered on burn-ddp's own stream (cudarc's allocations and frees
+    /// happen there), then back on the current stream, ordered after it.
+    fn on_own_stream<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let (current, own) = (self.streams.get(), self.streams.own());
+        if current == own {
+            return f(self);
+        }
+        self.streams.switch(own)?;
+        let out = f(self);
+        self.streams.switch(current)?;
+        out
     }
 
     /// The raw cuDNN handle (bound to this state's stream).
@@ -324,7 +372,11 @@ impl DeviceState {
     /// The cuBLAS handle on this state's stream, created on first use (the context must be bound).
     pub(crate) fn cublas(&mut self) -> Result<&mut crate::nn::cuda::cublas::Handle> {
         if self.cublas.is_none() {
-            self.cublas = Some(crate::nn::cuda::cublas::Handle::new(&self.stream)?);
+            let mut handle = self.on_own_stream(|s| crate::nn::cuda::cublas::Handle::new(&s.stream))?;
+            if self.streams.get() != self.streams.own() {
+                handle.set_stream(self.streams.get())?;
+            }
+            self.cublas = Some(handle);
         }
         Ok(self.cublas.as_mut().expect("created above"))
     }
@@ -348,17 +400,23 @@ impl DeviceState {
     /// free is ordered on this stream, after the search's work).
     fn shrink_workspace(&mut self) {
         if self.workspace.as_ref().is_some_and(|w| w.len() > self.workspace_need) {
-            self.workspace = None;
+            let _ = self.on_own_stream(|s| {
+                s.workspace = None;
+                Ok(())
+            });
         }
     }
 
     /// The device's workspace, grown to at least `bytes` (its address and length).
     fn workspace_at_least(&mut self, bytes: usize) -> Result<(u64, usize)> {
         if self.workspace.as_ref().is_none_or(|w| w.len() < bytes) {
-            self.workspace = None; // free the old one first
-            let ws =
-                self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;
-            self.workspace = Some(ws);
+            self.on_own_stream(|s| {
+                s.workspace = None; // free the old one first
+                let ws =
+                    s.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(|e| fail("allocating the cuDNN workspace", e))?;
+                s.workspace = Some(ws);
+                Ok(())
+            })?;
         }
         let ws = self.workspace.as_mut().expect("allocated above");
         let len = ws.len();

@@ -7,6 +7,7 @@ pub(crate) mod backend;
 pub mod batch_norm;
 pub(crate) mod conv_graph;
 pub mod convolution;
+pub(crate) mod current_stream;
 pub(crate) mod graph;
 pub mod layer_norm;
 pub(crate) mod plan_store;

@@ -171,9 +171,7 @@ fn run(ins: Vec<Cube>, slots: &[Slot], lr: f64, c: &FusedAdamWConfig) -> Vec<Cub
     let refs: Vec<&Cube> = tensors.iter().collect();
     launch::launch(&refs, "fused_adamw", move |addresses, order| {
         // SAFETY: the addresses are live buffers of `device` held by `launch` until enqueued.
-        unsafe {
-            cudnn::with_handle(device, order, |s| enqueue(device, s.stream().cu_stream(), addresses, &args, factors))
-        }
+        unsafe { cudnn::with_handle(device, order, |s| enqueue(device, s.cu_stream(), addresses, &args, factors)) }
     })
     .unwrap_or_else(|e| panic!("fused AdamW step: {e}"));
     UPDATES.fetch_add(slots.len(), Ordering::Relaxed);

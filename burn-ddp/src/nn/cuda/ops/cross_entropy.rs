@@ -150,9 +150,7 @@ fn run(ins: Vec<Cube>, n: usize, k: usize, eps: f32) -> Vec<Cube> {
         // SAFETY: the addresses are live buffers of `device` of the described sizes, held by
         // `launch` until enqueued.
         unsafe {
-            cudnn::with_handle(device, order, |s| {
-                enqueue(device, s.stream().cu_stream(), a, [label64, n as i32, k as i32], eps)
-            })
+            cudnn::with_handle(device, order, |s| enqueue(device, s.cu_stream(), a, [label64, n as i32, k as i32], eps))
         }
     })
     .unwrap_or_else(|e| panic!("fused cross-entropy: {e}"));

@@ -205,11 +205,7 @@ fn run(y: Cube, b: Option<Cube>, dh: Option<Cube>, dims: &[usize]) -> Cube {
         let out = a.next().expect("out");
         // SAFETY: the addresses are live buffers of `device` of `len` elements (`b`: `cols`) in
         // storage type `t`, held by `launch` until enqueued.
-        unsafe {
-            cudnn::with_handle(device, order, |s| {
-                enqueue(device, s.stream().cu_stream(), [y, b, dh, out], len, cols, t)
-            })
-        }
+        unsafe { cudnn::with_handle(device, order, |s| enqueue(device, s.cu_stream(), [y, b, dh, out], len, cols, t)) }
     })
     .unwrap_or_else(|e| panic!("fused bias + GELU: {e}"));
     CALLS.fetch_add(1, Ordering::Relaxed);

@@ -199,9 +199,7 @@ fn forward(x: Prim, gamma: Prim, beta: Prim, shape: LnShape) -> (Prim, Prim, Pri
         // next users; extents are `shape`'s (packed, checked); y, mean, inv_var are fresh.
         launch(&[&x, &gamma, &beta, &y, &mean, &inv_var], (kind, shape), move |p, order| unsafe {
             if ours && p[0] % 8 == 0 && p[3] % 8 == 0 {
-                return cudnn::with_handle(device, order, |s| {
-                    enqueue_forward(device, s.stream().cu_stream(), p, &shape)
-                });
+                return cudnn::with_handle(device, order, |s| enqueue_forward(device, s.cu_stream(), p, &shape));
             }
             let ptrs = LnPointers {
                 x: p[0],

@@ -156,9 +156,7 @@ fn run(ins: Vec<Cube>, slots: &[Slot], lr: f64, c: &FusedSgdConfig) -> Vec<Cube>
     launch::launch(&refs, "fused_sgd", move |addresses, order| {
         // SAFETY: the addresses are live buffers of `device` held by `launch` until enqueued.
         unsafe {
-            cudnn::with_handle(device, order, |s| {
-                enqueue(device, s.stream().cu_stream(), addresses, &sizes, factors, flags)
-            })
+            cudnn::with_handle(device, order, |s| enqueue(device, s.cu_stream(), addresses, &sizes, factors, flags))
         }
     })
     .unwrap_or_else(|e| panic!("fused SGD step: {e}"));

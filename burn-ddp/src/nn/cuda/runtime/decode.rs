@@ -121,7 +121,7 @@ pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Res
     // its first reader; the decoder's memory is reused only after the stream is past this batch.
     launch(&[&out], ("decode", shape[0]), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
-            let cu = s.stream().cu_stream();
+            let cu = s.cu_stream();
             let Started { submitted, crops, norm, .. } = started;
             submitted.wait_on(cu)?;
             let made = crop_resize::crop_resize(index, cu, &crops, p[0], [h as u32, w as u32], (norm.mean, norm.std));

@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution::{self as cudnn, ConvShape, DataType, Order};
 use crate::nn::cuda::runtime::stream_bridge::Channel;
-use crate::nn::cuda::runtime::{device_thread, stream_bridge};
+use crate::nn::cuda::runtime::{device_thread, same_stream, stream_bridge};
 use crate::nn::runtime::profile::{Phase, count_call, timed};
 use crate::nn::settings::layout::Layout;
 use burn::prelude::*;
@@ -184,9 +184,33 @@ pub(crate) fn empty_of(
 /// The buffers stay allocated until the work is enqueued, without blocking burn from writing
 /// them in place: anything burn launches later, including a new user of that memory or an
 /// in-place write, runs after cuDNN's signal.
+///
+/// With [`super::CudnnOptions::same_stream`], a proven kind may run on burn's own stream
+/// instead (`Order::Same`, see [`same_stream`]): `f` must then enqueue only through the cuDNN
+/// state's handles and `cu_stream` (every computation does; [`launch_fenced`] is for work
+/// that does not).
 pub(crate) fn launch(
     tensors: &[&CubeTensor<CudaRuntime>],
     kind: impl std::hash::Hash,
+    f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static,
+) -> Result<()> {
+    launch_with(tensors, kind, true, f)
+}
+
+/// [`launch`] never on burn's own stream: for work ordered with cudarc's stream types on
+/// burn-ddp's stream (the page-locked uploads).
+pub(crate) fn launch_fenced(
+    tensors: &[&CubeTensor<CudaRuntime>],
+    kind: impl std::hash::Hash,
+    f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static,
+) -> Result<()> {
+    launch_with(tensors, kind, false, f)
+}
+
+fn launch_with(
+    tensors: &[&CubeTensor<CudaRuntime>],
+    kind: impl std::hash::Hash,
+    same_stream_ok: bool,
     f: impl FnOnce(&[u64], Order) -> Result<()> + Send + 'static,
 ) -> Result<()> {
     let first = tensors.first().expect("at least one tensor");
@@ -198,28 +222,30 @@ pub(crate) fn launch(
     let bindings: Vec<Binding> = tensors.iter().map(|t| t.handle.clone().binding()).collect();
     if !options.host_sync && device_ordering_ok(index) {
         let client = first.client.clone();
+        let same_stream_on = options.same_stream;
         let kind = device_thread::kind((kind, options));
         // The first of a kind is waited for on the host (cuDNN measures algorithms then): burn's
         // queued kernels are submitted first. Later ones need no flush (launches are immediate).
         let flush = !device_thread::is_proven(kind);
+        let same = same_stream_ok && same_stream_on && !flush;
         let job_device = device.clone();
         let job = move || -> Result<()> {
             let (_held, ptrs) = timed(Phase::Resources, || resources(&job_device, bindings))?;
-            let order =
-                timed(Phase::WaitBurn, || match stream_bridge::before(Channel::Cudnn, index, &client, flush) {
-                    Ok(fence) => Ok(Order::Device(fence)),
-                    Err(e) => {
-                        warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
-                        cubecl::future::block_on(client.sync())
-                            .map(|()| Order::Host)
-                            .map_err(|e| cudnn::fail("synchronising burn's stream", e))
-                    }
-                })?;
+            let fenced = || stream_bridge::before(Channel::Cudnn, index, &client, flush);
+            let order = timed(Phase::WaitBurn, || match same_stream::order(index, same, fenced) {
+                Ok(order) => Ok(order),
+                Err(e) => {
+                    warn_once("ordering cuDNN after burn on the device", &e, HOST_WAITS);
+                    cubecl::future::block_on(client.sync())
+                        .map(|()| Order::Host)
+                        .map_err(|e| cudnn::fail("synchronising burn's stream", e))
+                }
+            })?;
             timed(Phase::Cudnn, || f(&ptrs, order))?;
             if let Order::Device(fence) = order {
                 timed(Phase::WaitBurn, || stream_bridge::after(Channel::Cudnn, index, &fence));
             }
-            count_call(matches!(order, Order::Device(_)));
+            count_call(!matches!(order, Order::Host));
             Ok(())
         };
         return timed(Phase::Submit, || device_thread::run(&device, kind, job));

@@ -10,7 +10,9 @@
 
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution as cudnn;
-use crate::nn::cuda::runtime::launch::{Ad, Inner, cast, cuda_backend, launch, path_enabled, register, warn_once};
+use crate::nn::cuda::runtime::launch::{
+    Ad, Inner, cast, cuda_backend, launch_fenced, path_enabled, register, warn_once,
+};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn_cuda::Cuda;
@@ -126,7 +128,7 @@ fn upload(images: &[f32], shape: [usize; 4], device: &CudaDevice) -> Result<crat
     let (index, bytes) = (device.index, std::mem::size_of_val(images));
     // SAFETY: `launch` orders the copy after burn's last use of the output's memory and before
     // its first reader; the source stays page-locked and unwritten until the copy's event.
-    launch(&[&out], ("upload", bytes), move |p, order| unsafe {
+    launch_fenced(&[&out], ("upload", bytes), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
             let stream = s.stream().clone();
             let state = release.0.state.lock().unwrap_or_else(|p| p.into_inner());
