@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What running cuDNN, cuBLAS and burn-ddp's kernels on burn's own CUDA stream buys
+# (`BURN_DDP_SAME_STREAM=1`, experimental: no fence kernels; the stream found through CUPTI)
+# against burn-ddp's stream behind four fence kernels per call (the default), in one device
+# call on one H200:
+#   1. `burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw` (NO_CHECKS=1 leaves
+#      them out): the stream found and ordered, a small model trained either way, and the
+#      checks changed alongside (attention on the projections' shapes; the optimizers on the
+#      same gradients);
+#   2. per model of MODELS (default `r50 vitb16`): ResNet-50 bf16 b256 channels-last, ViT-B/16
+#      bf16 b128, synthetic 224², SGD — same stream and fenced alternated twice after one warm
+#      run each, beside PyTorch 2.11 torch.compile (NO_TORCH=1 leaves it out; eager with
+#      EAGER=1), the same batch, optimizer and step count.
+# libcupti: PyTorch's `nvidia-cuda-cupti` wheel has it; the script puts its folder on the
+# library path (BURN_DDP_CUPTI names another). Binaries: carry/bins.txz (burn-vision,
+# burn-ddp-gpu-checks; release, CUDA). Raw log $OUT/same_stream.log; the ratios last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+LOG=$OUT/same_stream.log; SHOW="RESULT|img_per_s|rror|panick|FAIL|burn's own stream|fences"; SHOW_LINES=${SHOW_LINES:-4}
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
+CUPTI_DIR=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+for base in site.getsitepackages():
+    for lib in glob.glob(os.path.join(base, "nvidia", "cu*", "lib", "libcupti.so*")) + glob.glob(os.path.join(base, "nvidia", "cuda_cupti", "lib", "libcupti.so*")):
+        print(os.path.dirname(lib)); raise SystemExit
+PY
+)
+[ -n "$CUPTI_DIR" ] && export LD_LIBRARY_PATH="$CUPTI_DIR:${LD_LIBRARY_PATH:-}"
+echo "libcupti from: ${CUPTI_DIR:-not found}" | tee -a "$LOG"
+ls "$CUPTI_DIR" 2>/dev/null | grep -i cupti | tee -a "$LOG"
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
+STEPS=${STEPS:-30}
+R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw
+for model in ${MODELS:-r50 vitb16}; do
+  if [ $model = r50 ]; then ARGS=("${R50[@]}"); TORCH="resnet50 256 224 3 1000 0 5 $STEPS bf16 nhwc"
+  else ARGS=("${VB[@]}"); TORCH="vit_b_16 128 224 3 1000 0 5 $STEPS bf16 nchw"; fi
+  for v in same fenced; do step ${model}_warm_$v 300 env BURN_DDP_SAME_STREAM=$([ $v = same ] && echo 1 || echo 0) "$B"/burn-vision "${ARGS[@]}"; done
+  for i in 1 2; do
+    step ${model}_same_$i 150 env BURN_DDP_SAME_STREAM=1 "$B"/burn-vision "${ARGS[@]}"
+    step ${model}_fenced_$i 150 env BURN_DDP_SAME_STREAM=0 "$B"/burn-vision "${ARGS[@]}"
+  done
+  [ -z "${EAGER:-}" ] || step ${model}_torch 150 python3 benches/pytorch_baseline.py synthetic $TORCH eager
+  [ -n "${NO_TORCH:-}" ] || step ${model}_compile 300 python3 benches/pytorch_baseline.py synthetic $TORCH compile
+done
+save_cache
+echo; echo SUMMARY | tee -a "$LOG"
+python3 - "$LOG" <<'PY' | tee -a "$LOG"
+import json, re, sys
+runs, name, checks = {}, None, [0, 0]
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"=== (\S+): ", line)
+    if m:
+        name = m.group(1); continue
+    if re.match(r"=== \S+ rc=", line):
+        name = None; continue
+    line = line.strip()
+    if name and (line.startswith("{") or line.startswith("RESULT {")) and "img_per_s" in line:
+        runs[name] = json.loads(line[line.index("{"):])
+    if name == "checks" and line.startswith("RESULT check="):
+        checks[0 if line.endswith(" ok") else 1] += 1
+        if "stream" in line or not line.endswith(" ok"):
+            print(line)
+print(f"checks: {checks[0]} ok, {checks[1]} failed")
+for n, r in runs.items():
+    mem = r.get("device_used_gib") or r.get("peak_mem_gib")
+    first = (r.get("first_step") or {}).get("total_s")
+    print(f"{n}: {r['img_per_s']:.0f} img/s, GPU memory {mem:.2f} GiB" + (f", first step done {first:.1f} s after start" if first else ""))
+for model in ("r50", "vitb16"):
+    comp = runs.get(f"{model}_compile", {}).get("img_per_s")
+    for i in (1, 2):
+        s, f = (runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("same", "fenced"))
+        if s and f:
+            extra = f", same / torch.compile {s / comp:.3f}, fenced / torch.compile {f / comp:.3f}" if comp else ""
+            print(f"{model} round {i}: same stream / fenced {s / f:.3f}{extra}")
+PY
