@@ -13,7 +13,6 @@
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution::Order;
 use crate::nn::cuda::runtime::burn_stream;
-use crate::nn::cuda::runtime::launch::warn_once;
 use crate::nn::cuda::runtime::stream_bridge::Fence;
 use cubecl::stream_id::StreamId;
 use std::collections::HashMap;
@@ -73,10 +72,9 @@ pub(crate) fn order(device: usize, allowed: bool, fenced: impl FnOnce() -> Resul
                     Owner::Found(StreamId::current(), stream)
                 }
                 Err(e) => {
-                    warn_once(
-                        "running cuDNN and cuBLAS on burn's own stream",
-                        &e,
-                        "they keep burn-ddp's stream and its fences",
+                    // Once per device: it is marked unavailable for good below.
+                    log::warn!(
+                        "running cuDNN and cuBLAS on burn's own stream on GPU {device}: {e}; they keep burn-ddp's stream and its fences"
                     );
                     Owner::Unavailable
                 }
