@@ -47,32 +47,4 @@ for model in ${MODELS:-r50 vitb16}; do
 done
 save_cache
 echo; echo SUMMARY | tee -a "$LOG"
-python3 - "$LOG" <<'PY' | tee -a "$LOG"
-import json, re, sys
-runs, name, checks = {}, None, [0, 0]
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"=== (\S+): ", line)
-    if m:
-        name = m.group(1); continue
-    if re.match(r"=== \S+ rc=", line):
-        name = None; continue
-    line = line.strip()
-    if name and (line.startswith("{") or line.startswith("RESULT {")) and "img_per_s" in line:
-        runs[name] = json.loads(line[line.index("{"):])
-    if name == "checks" and line.startswith("RESULT check="):
-        checks[0 if line.endswith(" ok") else 1] += 1
-        if "stream" in line or not line.endswith(" ok"):
-            print(line)
-print(f"checks: {checks[0]} ok, {checks[1]} failed")
-for n, r in runs.items():
-    mem = r.get("device_used_gib") or r.get("peak_mem_gib")
-    first = (r.get("first_step") or {}).get("total_s")
-    print(f"{n}: {r['img_per_s']:.0f} img/s, GPU memory {mem:.2f} GiB" + (f", first step done {first:.1f} s after start" if first else ""))
-for model in ("r50", "vitb16"):
-    comp = runs.get(f"{model}_compile", {}).get("img_per_s")
-    for i in (1, 2):
-        s, f = (runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("same", "fenced"))
-        if s and f:
-            extra = f", same / torch.compile {s / comp:.3f}, fenced / torch.compile {f / comp:.3f}" if comp else ""
-            print(f"{model} round {i}: same stream / fenced {s / f:.3f}{extra}")
-PY
+python3 benches/gpu/same_stream_summary.py "$LOG" | tee -a "$LOG"
