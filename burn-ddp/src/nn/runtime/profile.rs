@@ -33,6 +33,7 @@ pub(crate) enum Phase {
 static NANOS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_ORDERED: AtomicU64 = AtomicU64::new(0);
+static ON_BURNS_STREAM: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `f`, adding its wall time to `phase`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -43,11 +44,13 @@ pub(crate) fn timed<T>(phase: Phase, f: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Counts one call through the cuDNN path, and whether it was ordered on the device.
+/// Counts one call through the cuDNN path, whether it was ordered on the device, and whether
+/// it ran on burn's own stream (no fence: `CudnnOptions::same_stream`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn count_call(device_ordered: bool) {
+pub(crate) fn count_call(device_ordered: bool, on_burns_stream: bool) {
     CALLS.fetch_add(1, Ordering::Relaxed);
     DEVICE_ORDERED.fetch_add(u64::from(device_ordered), Ordering::Relaxed);
+    ON_BURNS_STREAM.fetch_add(u64::from(on_burns_stream), Ordering::Relaxed);
 }
 
 /// Totals since the process started; subtract two snapshots for a span.
@@ -57,6 +60,8 @@ pub struct CudnnTimes {
     pub calls: u64,
     /// Of those, the ones ordered with burn's stream on the device (the host did not wait).
     pub device_ordered: u64,
+    /// Of those, the ones run on burn's own stream, with no fence (`CudnnOptions::same_stream`).
+    pub on_burns_stream: u64,
     /// Seconds resolving and packing inputs, allocating outputs.
     pub prepare_s: f64,
     /// Seconds looking up device addresses (on cubecl's device thread unless host-ordered).
@@ -80,6 +85,7 @@ impl CudnnTimes {
         Self {
             calls: CALLS.load(Ordering::Relaxed),
             device_ordered: DEVICE_ORDERED.load(Ordering::Relaxed),
+            on_burns_stream: ON_BURNS_STREAM.load(Ordering::Relaxed),
             prepare_s: s(Phase::Prepare),
             resources_s: s(Phase::Resources),
             wait_burn_s: s(Phase::WaitBurn),
@@ -94,6 +100,7 @@ impl CudnnTimes {
         Self {
             calls: self.calls - earlier.calls,
             device_ordered: self.device_ordered - earlier.device_ordered,
+            on_burns_stream: self.on_burns_stream - earlier.on_burns_stream,
             prepare_s: self.prepare_s - earlier.prepare_s,
             resources_s: self.resources_s - earlier.resources_s,
             wait_burn_s: self.wait_burn_s - earlier.wait_burn_s,
@@ -131,9 +138,9 @@ mod tests {
     fn phases_add_up_between_snapshots() {
         let a = CudnnTimes::now();
         timed(Phase::Cudnn, || std::thread::sleep(std::time::Duration::from_millis(5)));
-        count_call(true);
+        count_call(true, true);
         let d = CudnnTimes::now().since(&a);
-        assert!(d.calls >= 1 && d.device_ordered >= 1);
+        assert!(d.calls >= 1 && d.device_ordered >= 1 && d.on_burns_stream >= 1);
         assert!(d.cudnn_s >= 0.004, "{d:?}");
     }
 }

@@ -64,20 +64,6 @@ struct Cupti {
 unsafe impl Send for Cupti {}
 unsafe impl Sync for Cupti {}
 
-/// Computations that ran on burn's own stream (`Order::Same`).
-static ON_BURNS_STREAM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many computations (cuDNN, cuBLAS, burn-ddp's kernels) have run on burn's own stream in
-/// this process (`CudnnOptions::same_stream`; checks use it to prove the path was taken).
-pub fn calls() -> u64 {
-    ON_BURNS_STREAM.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Counts one computation on burn's own stream.
-pub(crate) fn count_call() {
-    ON_BURNS_STREAM.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Launches recorded while a capture is on: (thread, stream address).
 static SEEN: Mutex<Vec<(ThreadId, usize)>> = Mutex::new(Vec::new());
 /// One capture at a time.

@@ -245,7 +245,7 @@ fn launch_with(
             if let Order::Device(fence) = order {
                 timed(Phase::WaitBurn, || stream_bridge::after(Channel::Cudnn, index, &fence));
             }
-            count_call(!matches!(order, Order::Host));
+            count_call(!matches!(order, Order::Host), matches!(order, Order::Same(_)));
             Ok(())
         };
         return timed(Phase::Submit, || device_thread::run(&device, kind, job));
@@ -254,7 +254,7 @@ fn launch_with(
     timed(Phase::WaitBurn, || <Inner as Backend>::sync(&device))
         .map_err(|e| cudnn::fail("synchronising burn's stream", e))?;
     timed(Phase::Cudnn, || f(&ptrs, Order::Host))?;
-    count_call(false);
+    count_call(false, false);
     Ok(())
 }
 

@@ -47,10 +47,7 @@ pub(crate) fn order(device: usize, allowed: bool, fenced: impl FnOnce() -> Resul
     }
     let owner = *owners().lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(Owner::Untried);
     match owner {
-        Owner::Found(id, stream) if id == StreamId::current() => {
-            burn_stream::count_call();
-            Ok(Order::Same(stream))
-        }
+        Owner::Found(id, stream) if id == StreamId::current() => Ok(Order::Same(stream)),
         Owner::Found(..) | Owner::Unavailable => fenced().map(Order::Device),
         Owner::Untried => {
             let (fence, found) = match burn_stream::ready() {
