@@ -156,7 +156,9 @@ mod linux {
     fn ten_thousand_strangers_cost_rank_0_little_and_the_run_finishes() {
         let quiet = run(false);
         let attacked = run(true);
-        assert_eq!(attacked.strangers, STRANGERS);
+        // Waves stop once this many connected; a wave whose connections the backlog refused in
+        // part makes the last one overshoot.
+        assert!(attacked.strangers >= STRANGERS, "only {} strangers connected", attacked.strangers);
         for r in [&quiet, &attacked] {
             let n = rounds(&r.stdout);
             assert!(n.len() == 2 && n[0] == n[1], "both ranks must finish the same rounds:\n{}", r.stdout);

@@ -32,12 +32,16 @@ fn orders_after_burn(device: &CudaDevice, stream: usize) -> Result<(bool, bool),
     ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
     let x = Tensor::<Cuda, 2>::ones([8192, 8192], device);
     let _ = x.clone().matmul(x.clone()).sum().into_data(); // tuned and compiled before timing
+    let t = Instant::now();
+    let _ = x.clone().matmul(x.clone()).sum().into_data();
+    // Enough products for about 1.5 s of GPU work, whatever the GPU's speed.
+    let products = (1.5 / t.elapsed().as_secs_f64().max(1e-4)).ceil().clamp(20.0, 5000.0) as usize;
     let mut y = x.clone();
-    for _ in 0..40 {
+    for _ in 0..products {
         y = y.matmul(x.clone()).mul_scalar(1.0 / 8192.0);
     }
-    // A read from another thread makes burn launch the products (about a second of GPU work,
-    // queued on this thread's stream); this thread records its event meanwhile.
+    // A read from another thread makes burn launch the products (queued on this thread's
+    // stream); this thread records its event meanwhile.
     let sum = y.sum();
     let reader = std::thread::spawn(move || {
         let t = Instant::now();
@@ -60,7 +64,7 @@ fn orders_after_burn(device: &CudaDevice, stream: usize) -> Result<(bool, bool),
         done
     };
     println!(
-        "  burn's 40 products took {:.0} ms to read back; the event was recorded at 300 ms",
+        "  burn's {products} products took {:.0} ms to read back; the event was recorded at 300 ms",
         took.as_secs_f64() * 1e3
     );
     Ok((pending, done))
