@@ -161,11 +161,15 @@ pub(crate) enum Epilogue<T> {
     AddRelu(T),
 }
 
+// Read by the CUDA operations (and their fallback there) only.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl<T> Epilogue<T> {
+    /// Whether the pass ends with a ReLU.
     pub(crate) fn relu(&self) -> bool {
         !matches!(self, Epilogue::None)
     }
 
+    /// The same epilogue over `f` of its residual.
     pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Epilogue<U> {
         match self {
             Epilogue::None => Epilogue::None,
@@ -174,6 +178,7 @@ impl<T> Epilogue<T> {
         }
     }
 
+    /// The residual, when there is one.
     pub(crate) fn residual(self) -> Option<T> {
         match self {
             Epilogue::AddRelu(t) => Some(t),
