@@ -30,6 +30,7 @@ fn split_matmul<B: Backend, const D: usize>(x: Tensor<B, D>, w: Tensor<B, D>) ->
 }
 
 /// Whether `B`'s f32 matrix products are TF32 (burn-cuda's, with or without autodiff).
+#[cfg_attr(not(feature = "cuda"), allow(clippy::extra_unused_type_parameters))]
 fn tf32_matmul<B: Backend>() -> bool {
     #[cfg(feature = "cuda")]
     return crate::nn::cuda::runtime::launch::cuda_backend::<B>().is_some();
@@ -38,6 +39,7 @@ fn tf32_matmul<B: Backend>() -> bool {
 }
 
 /// Whether `B`'s products run on cuBLAS.
+#[cfg_attr(not(feature = "cuda"), allow(clippy::extra_unused_type_parameters))]
 fn cublas<B: Backend>() -> bool {
     #[cfg(feature = "cuda")]
     return crate::nn::cuda::ops::matmul::enabled::<B>();
