@@ -601,6 +601,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn span_time_merges_each_threads_overlaps_and_keeps_categories_apart() {
+        let span = |name: &str, cat: &'static str, thread: u64, start_us: f64, dur_us: f64| burn_ddp::trace::Span {
+            name: name.into(),
+            cat,
+            thread,
+            start_us,
+            dur_us,
+            args: serde_json::Value::Null,
+        };
+        let (ddp, backend) = (burn_ddp::trace::DDP, burn_ddp::trace::DDP_BACKEND_THREADS);
+        let spans = [
+            span("a", ddp, 1, 0.0, 400.0),
+            span("b", ddp, 1, 100.0, 100.0), // inside a: adds no time to the total
+            span("a", ddp, 2, 0.0, 200.0),   // another thread: adds its own
+            span("h", backend, 3, 0.0, 600.0),
+            span("j", backend, 3, 500.0, 300.0), // overlaps h by 100 µs
+        ];
+        let (total, by_name) = span_ms(&spans, 2, ddp);
+        assert!((total - 0.3).abs() < 1e-9, "(400 + 200) µs over 2 steps: {total}");
+        assert!((by_name["a"] - 0.3).abs() < 1e-9 && (by_name["b"] - 0.05).abs() < 1e-9, "{by_name:?}");
+        let (total, by_name) = span_ms(&spans, 2, backend);
+        assert!((total - 0.4).abs() < 1e-9, "800 µs of thread 3 over 2 steps: {total}");
+        assert_eq!(by_name.len(), 2);
+    }
+
+    #[test]
     fn blocks_alternate_plain_first_and_cover_every_step() {
         assert_eq!(schedule(7, true, None), vec![(true, 7)]);
         assert_eq!(schedule(7, false, None), vec![(false, 7)]);
