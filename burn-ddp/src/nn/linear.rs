@@ -224,8 +224,9 @@ pub fn attention<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>) 
 pub fn self_attention<B: Backend>(qkv: Tensor<B, 5>) -> Tensor<B, 4> {
     #[cfg(feature = "cuda")]
     let qkv = {
-        let [n, t, _, h, d] = qkv.dims();
-        match crate::nn::cuda::ops::attention::try_self_attention(qkv, [n, t, 3, h, d], [n, t, h, d]) {
+        let dims = qkv.dims();
+        let [n, t, _, h, d] = dims;
+        match crate::nn::cuda::ops::attention::try_self_attention(qkv, dims, [n, t, h, d]) {
             Ok(out) => return out,
             Err(qkv) => qkv,
         }
