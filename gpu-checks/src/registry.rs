@@ -110,7 +110,7 @@ pub(crate) const CHECKS: &[Check] = &[
     },
     Check {
         name: "burn-stream",
-        what: "burn-cuda's stream found through CUPTI (skipped without libcupti), and ordered after burn's work",
+        what: "burn-cuda's stream found through CUPTI (needs libcupti), and ordered after burn's work",
         run: stream_probe::check_stream_probe,
     },
     Check {

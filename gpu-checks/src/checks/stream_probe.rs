@@ -75,8 +75,10 @@ fn orders_after_burn(device: &CudaDevice, stream: usize) -> Result<(bool, bool),
 pub(crate) fn check_stream_probe(device: &CudaDevice) -> bool {
     burn_work(device); // kernels compiled and streams created before CUPTI watches
     if let Err(e) = burn_stream::ready() {
-        println!("RESULT check=burn_stream_probe SKIPPED: {e}");
-        return true;
+        println!(
+            "RESULT check=burn_stream_probe {e} (BURN_DDP_CUPTI names libcupti; --skip burn-stream where there is none) FAIL"
+        );
+        return false;
     }
     let name = burn_stream::library().unwrap_or_default();
     let streams = |seen: Vec<(std::thread::ThreadId, usize)>| {
@@ -186,8 +188,10 @@ fn train(device: &CudaDevice, steps: usize) -> (Vec<f64>, Vec<f64>) {
 /// measured by training twice with fences), and the second run must have taken the path.
 pub(crate) fn check_same_stream(device: &CudaDevice) -> bool {
     if let Err(e) = burn_stream::ready() {
-        println!("RESULT check=same_stream SKIPPED: {e}");
-        return true;
+        println!(
+            "RESULT check=same_stream {e} (BURN_DDP_CUPTI names libcupti; --skip same-stream where there is none) FAIL"
+        );
+        return false;
     }
     let base = options::get();
     options::set(CudnnOptions { same_stream: false, ..base.clone() });
