@@ -66,6 +66,11 @@ pub(crate) const CHECKS: &[Check] = &[
         run: products::check_gemm,
     },
     Check {
+        name: "patch-embed",
+        what: "a patch embedding (ViT's) as one cuBLAS product, values and gradients, against the f64 convolution",
+        run: products::check_patch_embed,
+    },
+    Check {
         name: "attention",
         what: "cuDNN fused attention, values and gradients, against f64",
         run: attention::check_sdpa,

@@ -91,6 +91,17 @@ pub fn mean_over<B: Backend>(x: Tensor<B, 3>, dim: usize) -> Tensor<B, 2> {
 /// `[..., d_input]` → `[..., d_output]`
 pub fn linear<B: Backend, const D: usize>(linear: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
     let (w, b) = parameters(linear, &x);
+    affine(w, b, x)
+}
+
+/// [`linear`] on the parameters' values: `x · w + b` over `x`'s last axis (`w` `[d_input,
+/// d_output]` and `b` `[d_output]`, f32 or of `x`'s type; a transposed view of `w` is read in
+/// place on cuBLAS).
+pub(crate) fn affine<B: Backend, const D: usize>(
+    w: Tensor<B, 2>,
+    b: Option<Tensor<B, 1>>,
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
     #[cfg(feature = "cuda")]
     let (w, b, x) = match crate::nn::cuda::ops::linear::try_linear(w, b, x) {
         Ok(y) => return y,

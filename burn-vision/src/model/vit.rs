@@ -141,7 +141,8 @@ impl DropPath {
     }
 }
 
-/// The patch embedding: a `patch × patch` convolution of stride `patch`.
+/// The patch embedding: a `patch × patch` convolution of stride `patch`, run as one matrix
+/// product over the image's patches (`burn_ddp::nn::Conv2d::forward_tokens`).
 #[derive(Module, Debug)]
 pub struct PatchEmbed<B: Backend> {
     /// `[c_in] → [dim]` per patch.
@@ -308,9 +309,8 @@ impl<B: Backend> ImageClassifier<B> for VisionTransformer<B> {
     /// `[n, in_channels, h, w]` → `[n, num_classes]` (`h`, `w` multiples of the patch side)
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
         let x = x.cast(self.precision.dtype());
-        let tokens = self.patch_embed.proj.forward(x);
-        let [n, d, gh, gw] = tokens.dims();
-        let tokens = tokens.reshape([n, d, gh * gw]).swap_dims(1, 2);
+        let (tokens, [gh, gw]) = self.patch_embed.proj.forward_tokens(x);
+        let [n, _, d] = tokens.dims();
         let cls = param_val(&self.cls_token, &tokens).cast(tokens.dtype()).expand([n, 1, d]);
         let pos = self.pos_embed_for(gh, gw, &tokens).cast(tokens.dtype());
         let mut x = Tensor::cat(vec![cls, tokens], 1) + pos;

@@ -1,13 +1,13 @@
-//! cuBLAS's matrix products (`matmul`, `linear`) against f64.
+//! cuBLAS's matrix products (`matmul`, `linear`, the patch embedding) against f64.
 
-use crate::util::{Ad, dtype_name, round, to_f64, values};
+use crate::util::{Ad, dtype_name, round, time_ms, to_f64, values};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
 use burn_cuda::CudaDevice;
 use burn_ddp::nn::cuda::cublas;
-use burn_ddp::nn::reference::max_rel_err;
+use burn_ddp::nn::reference::{Conv2dCase, conv2d_f64, conv2d_grads_f64, max_rel_err};
 use burn_ddp::nn::reference::{gelu_f64, gelu_grad_f64};
-use burn_ddp::nn::{linear, linear_gelu, matmul};
+use burn_ddp::nn::{Conv2d, Layout, linear, linear_gelu, matmul};
 
 /// Row-major batched product of f64 matrices: `batch` times `[m, k] · [k, n]`.
 pub(crate) fn mm(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> Vec<f64> {
@@ -120,4 +120,124 @@ pub(crate) fn check_gemm(device: &CudaDevice) -> bool {
         );
     }
     ok
+}
+
+/// A patch embedding (`nn::Conv2d::forward_tokens`, ViT's) as one product on cuBLAS against
+/// the f64 convolution: the tokens and the gradients of the image, filter and bias, in f32 and
+/// bf16, in both layouts, on an image with rows and columns past the last whole patch; the
+/// product must have run (four cuBLAS calls: the tokens, the image's, the filter's and the
+/// bias's gradients). Then ViT-B/16's own patch embedding (bf16, batch 128, 224², no
+/// gradient for the image) forward and backward, timed by the product and by cuDNN's
+/// convolution: printed, not judged.
+pub(crate) fn check_patch_embed(device: &CudaDevice) -> bool {
+    let case = Conv2dCase {
+        n: 2,
+        c: 3,
+        h: 50,
+        w: 40,
+        k: 24,
+        r: 16,
+        s: 16,
+        stride: [16, 16],
+        pad: [0, 0],
+        dil: [1, 1],
+        groups: 1,
+        bias: true,
+    };
+    let (x, w, b, g) = case.random_inputs(21);
+    let mut ok = true;
+    for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2)] {
+        let (x, w, b, g) = (round(&x, dtype), round(&w, dtype), round(&b, dtype), round(&g, dtype));
+        let want = patch_embed_reference(&case, &x, &w, &b, &g);
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let before = cublas::calls();
+            let got = patch_embed_on_gpu(device, &case, (&x, &w, &b, &g), dtype, layout);
+            let used = cublas::calls() - before;
+            let errs: Vec<f64> = got.iter().zip(&want).map(|(g, w)| max_rel_err(g, w)).collect();
+            let pass = used == 4 && errs.iter().all(|&e| e < bound);
+            ok &= pass;
+            println!(
+                "RESULT check=patch_embed_{} layout={layout:?} tokens/dx/dw/db={} bound={bound:.0e} cublas_calls={used} {}",
+                dtype_name(dtype),
+                errs.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/"),
+                if pass { "ok" } else { "FAIL" }
+            );
+        }
+    }
+    time_vit_patch_embed(device);
+    ok
+}
+
+/// The f64 tokens `[n, grid, k]` and the gradients of the image, filter and bias under
+/// `Σ tokens · g` (`g` in the convolution's output order).
+fn patch_embed_reference(case: &Conv2dCase, x: &[f64], w: &[f64], b: &[f64], g: &[f64]) -> [Vec<f64>; 4] {
+    let [gh, gw] = case.out_hw();
+    let (cells, k) = (gh * gw, case.k);
+    let y = conv2d_f64(case, x, w, b);
+    let tokens = (0..case.n * cells * k).map(|i| y[(i / (cells * k) * k + i % k) * cells + i / k % cells]).collect();
+    let (dx, dw, db) = conv2d_grads_f64(case, x, w, g);
+    [tokens, dx, dw, db]
+}
+
+/// The tokens and the gradients of the image, filter and bias of `forward_tokens` on the GPU
+/// (the image cast to `dtype` in `layout`; the parameters f32).
+fn patch_embed_on_gpu(
+    device: &CudaDevice,
+    case: &Conv2dCase,
+    (x, w, b, g): (&[f64], &[f64], &[f64], &[f64]),
+    dtype: FloatDType,
+    layout: Layout,
+) -> [Vec<f64>; 4] {
+    use burn::module::Param;
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
+    let [gh, gw] = case.out_hw();
+    let layer = Conv2d {
+        weight: Param::from_tensor(Tensor::<Ad, 4>::from_data(TensorData::new(f32s(w), case.w_dims()), device)),
+        bias: Some(Param::from_tensor(Tensor::<Ad, 1>::from_data(TensorData::new(f32s(b), [case.k]), device))),
+        stride: case.stride,
+        kernel_size: [case.r, case.s],
+        dilation: [1, 1],
+        groups: 1,
+        padding: burn_nn::PaddingConfig2d::Valid,
+        layout,
+        precision: None,
+    };
+    let xt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(x), case.x_dims()), device).require_grad();
+    let gt = Tensor::<Ad, 4>::from_data(TensorData::new(f32s(g), case.y_dims()), device)
+        .reshape([case.n, case.k, gh * gw])
+        .swap_dims(1, 2);
+    let (tokens, grid) = layer.forward_tokens(layout.view_from_nchw(xt.clone()).cast(dtype));
+    assert_eq!(grid, [gh, gw], "the patch grid");
+    let grads = (tokens.clone().cast(FloatDType::F32) * gt).sum().backward();
+    let bias = layer.bias.as_ref().expect("bias");
+    [
+        to_f64(tokens),
+        to_f64(xt.grad(&grads).expect("the image's gradient")),
+        to_f64(layer.weight.val().grad(&grads).expect("the filter's gradient")),
+        to_f64(bias.val().grad(&grads).expect("the bias's gradient")),
+    ]
+}
+
+/// ViT-B/16's patch embedding, bf16 b128 224², forward and backward, by the product and by the
+/// convolution (`CudnnOptions::patch_gemm` off): one line of milliseconds.
+fn time_vit_patch_embed(device: &CudaDevice) {
+    use burn_ddp::nn::options::{self, CudnnOptions};
+    let layer: Conv2d<Ad> =
+        burn_nn::conv::Conv2dConfig::new([3, 768], [16, 16]).with_stride([16, 16]).init::<Ad>(device).into();
+    let x = Tensor::<Ad, 4>::random([128, 3, 224, 224], burn::tensor::Distribution::Normal(0.0, 1.0), device)
+        .cast(FloatDType::BF16);
+    let base = options::get();
+    let mut ms = [0.0; 2];
+    for (i, product) in [true, false].into_iter().enumerate() {
+        options::set(CudnnOptions { patch_gemm: product, ..base.clone() });
+        ms[i] = time_ms(10, device, || {
+            let (tokens, _) = layer.forward_tokens(x.clone());
+            let _ = tokens.cast(FloatDType::F32).sum().backward();
+        });
+    }
+    options::set(base);
+    println!(
+        "RESULT check=patch_embed_timing vit_b16_bf16_b128 product_ms={:.3} convolution_ms={:.3} (forward + backward; printed, not judged)",
+        ms[0], ms[1]
+    );
 }

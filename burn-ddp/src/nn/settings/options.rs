@@ -18,6 +18,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_LN_KERNEL=0` | [`layer_norm_kernel`](Self::layer_norm_kernel) | on |
 /// | `BURN_DDP_FUSE_ADD=0` | [`fuse_residual`](Self::fuse_residual) | on |
 /// | `BURN_DDP_FUSED_LINEAR=0` | [`fused_linear`](Self::fused_linear) | on |
+/// | `BURN_DDP_PATCH_GEMM=0` | [`patch_gemm`](Self::patch_gemm) | on |
 /// | `BURN_DDP_SAME_STREAM=1` | [`same_stream`](Self::same_stream) | off (experimental) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
@@ -82,6 +83,12 @@ pub struct CudnnOptions {
     /// the parameters' casts inside it (`false`: a reshape, the casts, the product and the bias
     /// addition as separate operations, as many round trips for the training thread).
     pub fused_linear: bool,
+    /// Run a patch embedding (`nn::Conv2d::forward_tokens` of a convolution whose stride is
+    /// its kernel: ViT's) as a reshape of the input into patches and one matrix product
+    /// (`false`: the convolution, then a reshape into tokens). cuDNN has no fast engine for a
+    /// 16×16 stride-16 convolution of 3 channels; a product of `[patches, c·16·16]` by the
+    /// filter is cuBLAS's best case. Every backend, not only burn-cuda.
+    pub patch_gemm: bool,
     /// **Experimental, not yet run on a GPU.** Run cuDNN, cuBLAS and our kernels on burn's own
     /// CUDA stream (found through CUPTI: `cuda::runtime::burn_stream`) instead of on
     /// burn-ddp's stream behind four fence kernels per call — for the first burn stream (thread)
@@ -110,6 +117,7 @@ impl Default for CudnnOptions {
             layer_norm_kernel: true,
             fuse_residual: true,
             fused_linear: true,
+            patch_gemm: true,
             same_stream: false,
         }
     }
@@ -136,6 +144,7 @@ impl CudnnOptions {
             ("BURN_DDP_LN_KERNEL", &mut o.layer_norm_kernel),
             ("BURN_DDP_FUSE_ADD", &mut o.fuse_residual),
             ("BURN_DDP_FUSED_LINEAR", &mut o.fused_linear),
+            ("BURN_DDP_PATCH_GEMM", &mut o.patch_gemm),
             ("BURN_DDP_SAME_STREAM", &mut o.same_stream),
         ] {
             if let Some(v) = flag(name) {
@@ -195,6 +204,7 @@ mod tests {
             ("BURN_DDP_LN_KERNEL", "off"),
             ("BURN_DDP_FUSE_ADD", "0"),
             ("BURN_DDP_FUSED_LINEAR", "0"),
+            ("BURN_DDP_PATCH_GEMM", "off"),
             ("BURN_DDP_SAME_STREAM", "1"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
@@ -211,6 +221,7 @@ mod tests {
                 && !o.layer_norm_kernel
                 && !o.fuse_residual
                 && !o.fused_linear
+                && !o.patch_gemm
                 && o.same_stream
         );
         assert_eq!(o.workspace_limit, 64 << 20);
