@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Where the device time of one training step goes, by class of kernel (convolutions and
 # products, normalisation, element-wise, reductions, optimizer, copies, fences), burn-vision
-# beside PyTorch eager and torch.compile: Nsight Compute times every kernel of one of our
+# beside PyTorch eager and torch.compile: Nsight Compute times every kernel of two of our
 # steps; torch.profiler every kernel of one of PyTorch's; benches/gpu/kernel_classes.py sums them.
 #   PART=1  ResNet-50 bf16 b256 channels-last        PART=2  ViT-B/16 bf16 b128
 # SGD on both sides. Binaries: carry/bins.txz (burn-vision); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-LOG=$OUT/step_profile${PART:-1}.log; SHOW="CLASSES|rror|panick"; SHOW_LINES=${SHOW_LINES:-14}
+LOG=$OUT/step_profile${PART:-1}.log; SHOW="CLASSES|PLANS|rror|panick"; SHOW_LINES=${SHOW_LINES:-14}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision
 if [ "${PART:-1}" = 1 ]; then
@@ -15,22 +15,25 @@ if [ "${PART:-1}" = 1 ]; then
 else
   OURS="--model vit_b16 --batch-size 128"; TORCH="vit_b_16 128 224 0"; NAME=vit_b16
 fi
-# The whole run under ncu, with 1 and with 2 timed steps: their difference is one step (a
-# profiler range would need the CUDA context on the training thread, where none is current).
-# A run without ncu first fills the kernel caches, so neither profiled run autotunes.
+# ncu times the kernels of the 2 timed steps only (bench opens the profiler's range after the
+# warm-up): the warm-up's cuDNN plan searches run unprofiled, so they keep the engines a run
+# without the profiler keeps (a search timed under ncu measures ncu's cost per kernel:
+# plan_choices.py reads that off a profile that holds one). A run without ncu first fills the
+# kernel caches, so the profiled run does not autotune.
 step ours_warm 200 "$B"/burn-vision bench $OURS --image-size 224 --classes 1000 --gpus 0 --precision bf16 --warmup 2 --steps 2
-for n in 1 2; do
-  step "ours_ncu_$n" 280 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-    --page raw --log-file "$OUT/ncu_${NAME}_$n.csv" \
-    "$B"/burn-vision bench $OURS --image-size 224 --classes 1000 --gpus 0 --precision bf16 --warmup 2 --steps $n
-done
-step ours_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/ncu_${NAME}_2.csv" "ours-$NAME" 1 "$OUT/ncu_${NAME}_1.csv"
-[ -n "${OURS_ONLY:-}" ] && { xz_files "$OUT/ncu_${NAME}_1.csv" "$OUT/ncu_${NAME}_2.csv"; echo; echo SUMMARY; grep "^CLASSES" "$LOG"; exit 0; }
+step ours_ncu 280 env BURN_DDP_CUDA_PROFILER=1 ncu --profile-from-start off --clock-control none --cache-control none \
+  --metrics gpu__time_duration.sum --csv --page raw --log-file "$OUT/ncu_${NAME}.csv" \
+  "$B"/burn-vision bench $OURS --image-size 224 --classes 1000 --gpus 0 --precision bf16 --warmup 3 --steps 2
+grep -qF "cuProfilerStart on GPU 0: Ok(())" "$LOG" \
+  || echo "ERROR: the profiler range did not start: ncu_${NAME}.csv holds the whole run, searches included" | tee -a "$LOG"
+step ours_plans 30 python3 benches/gpu/plan_choices.py "$OUT/ncu_${NAME}.csv"
+step ours_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/ncu_${NAME}.csv" "ours-$NAME" 2
+[ -n "${OURS_ONLY:-}" ] && { xz_files "$OUT/ncu_${NAME}.csv"; echo; echo SUMMARY; grep -E "^(CLASSES|PLANS|ERROR)" "$LOG"; exit 0; }
 step torch_eager 150 python3 benches/pytorch_profile.py $TORCH 0 bf16 eager
 grep "^NCU torch-.*-bf16:" "$LOG" > "$OUT/torch_eager_$NAME.txt"
 step torch_eager_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/torch_eager_$NAME.txt" "torch-eager-$NAME"
 step torch_compile 240 python3 benches/pytorch_profile.py $TORCH 0 bf16 compile
 grep "^NCU torch-.*-compile:" "$LOG" > "$OUT/torch_compile_$NAME.txt"
 step torch_compile_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/torch_compile_$NAME.txt" "torch-compile-$NAME"
-xz_files "$OUT/ncu_${NAME}_1.csv" "$OUT/ncu_${NAME}_2.csv"
-echo; echo SUMMARY; grep "^CLASSES" "$LOG"
+xz_files "$OUT/ncu_${NAME}.csv"
+echo; echo SUMMARY; grep -E "^(CLASSES|PLANS|ERROR)" "$LOG"

@@ -111,23 +111,34 @@ impl CudnnTimes {
     }
 }
 
-/// Starts (`true`) or stops the CUDA profiler's collection range when the environment variable
-/// `BURN_DDP_CUDA_PROFILER` is set (for `ncu --profile-from-start off`); does nothing
-/// otherwise or without the `cuda` feature.
-pub fn cuda_profiler_range(start: bool) {
+/// Starts (`true`) or stops the CUDA profiler's collection range on GPU `device` when the
+/// environment variable `BURN_DDP_CUDA_PROFILER` is set (for `ncu --profile-from-start off`);
+/// does nothing otherwise or without the `cuda` feature.
+///
+/// The range belongs to a CUDA context, and the calling thread (a training loop's) has none
+/// current: burn launches from cubecl's device thread. The device's primary context (burn's) is
+/// made current here first; without it the driver refuses the call and the profiler sees the
+/// whole run, the algorithm searches of the first steps included, which it distorts (see
+/// `cuda::cudnn::conv_graph`).
+pub fn cuda_profiler_range(start: bool, device: usize) {
     if std::env::var_os("BURN_DDP_CUDA_PROFILER").is_none() {
         return;
     }
     #[cfg(feature = "cuda")]
     {
-        // SAFETY: plain driver calls without arguments; an error only means no profiler is attached.
-        let r = unsafe {
-            if start { cudarc::driver::sys::cuProfilerStart() } else { cudarc::driver::sys::cuProfilerStop() }
-        };
-        log::info!("cuProfiler{}: {r:?}", if start { "Start" } else { "Stop" });
+        let bound = cudarc::driver::CudaContext::new(device).and_then(|ctx| ctx.bind_to_thread());
+        // SAFETY: plain driver calls without arguments, with a context current on this thread;
+        // an error only means no profiler is attached.
+        let r = bound.and_then(|()| {
+            unsafe {
+                if start { cudarc::driver::sys::cuProfilerStart() } else { cudarc::driver::sys::cuProfilerStop() }
+            }
+            .result()
+        });
+        log::info!("cuProfiler{} on GPU {device}: {r:?}", if start { "Start" } else { "Stop" });
     }
     #[cfg(not(feature = "cuda"))]
-    let _ = start;
+    let _ = (start, device);
 }
 
 #[cfg(test)]

@@ -468,7 +468,9 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         .filter(|_| !config.host_profile_first_step)
         .map(crate::train::instrument::host_profile::HostProfile::start)
         .transpose()?;
-    cuda_profiler_range(true);
+    if let Some(gpu) = config.gpu {
+        cuda_profiler_range(true, gpu);
+    }
     host_s.set([0.0; 3]);
     let cache_before = burn_ddp::nn::runtime::kernel_cache::usage();
     let gelu_before = burn_ddp::nn::linear::gelu_kernel_calls();
@@ -503,7 +505,9 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let gelu_kernel_passes = burn_ddp::nn::linear::gelu_kernel_calls() - gelu_before;
     let layer_norm_kernel_passes = burn_ddp::nn::layer_norm::kernel_forward_calls() - ln_before;
     let threads = crate::train::instrument::thread_clock::ThreadClock::now().since(&clock);
-    cuda_profiler_range(false);
+    if let Some(gpu) = config.gpu {
+        cuda_profiler_range(false, gpu);
+    }
     if let Some(profile) = profile {
         log::info!("bench: host profile written: {}", profile.finish()?.display());
     }
