@@ -2,16 +2,18 @@
 # What burn-ddp's own ViT kernels buy, in one device call on one H200 — the fused bias + GELU of
 # the MLPs (`burn_ddp::nn::linear_gelu`, `BURN_DDP_GELU`) and the layer norms' forward kernel
 # (`BURN_DDP_LN_KERNEL`), both on by default since 2026-12-04 (`=0` turns each off):
-#   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products patch-embed` (each against f64;
-#      NO_CHECKS=1 leaves them out);
+#   1. `burn-ddp-gpu-checks bias-gelu layer-norm relu products patch-embed linear-epilogue`
+#      (each against f64; NO_CHECKS=1 leaves them out);
 #   2. ViT-B/16 bf16 b128 and ViT-S/16 bf16 b256, synthetic 224², SGD, the variants alternated
 #      twice — `base` (both off: cuDNN's layer norm, burn's addition, gelu and its backward;
 #      each linear layer as separate operations), `gelu` (the GELU kernel), `gelu_ln` (both
 #      kernels), `linear` (both, and each linear layer one operation each way:
 #      `BURN_DDP_FUSED_LINEAR`, on by default), `patch` (all of them, and the patch embedding
-#      as one product: `BURN_DDP_PATCH_GEMM`, on by default; the others run the convolution) —
-#      beside PyTorch 2.11 eager and torch.compile (the same batch, optimizer and step count);
-#      VARIANTS="..." picks some (`VARIANTS="linear patch"`: the patch embedding alone);
+#      as one product: `BURN_DDP_PATCH_GEMM`, on by default; the others run the convolution),
+#      `epilogue` (all of that, and the linear layers' biases in cuBLASLt's epilogues:
+#      `BURN_DDP_LT_EPILOGUE=1`, experimental, off by default) — beside PyTorch 2.11 eager and
+#      torch.compile (the same batch, optimizer and step count); VARIANTS="..." picks some
+#      (`VARIANTS="linear patch epilogue"`: the two newest steps alone);
 #      MODELS=vitb16 (or vits16) runs one model, MODELS=none neither: a cold machine compiles and tunes each
 #      variant's kernels in its first run, which can take the two past one call's 10 minutes;
 #   3. with HOST_PROFILE=1, where the host's time goes in ViT-B/16's step with both on
@@ -33,7 +35,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | 
 STEPS=${STEPS:-30}
 VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks bias-gelu layer-norm relu products patch-embed
+[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks bias-gelu layer-norm relu products patch-embed linear-epilogue
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {
   case $1 in
@@ -42,9 +44,10 @@ envs() {
     gelu_ln) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 BURN_DDP_FUSED_LINEAR=0 BURN_DDP_PATCH_GEMM=0" ;;
     linear) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 BURN_DDP_FUSED_LINEAR=1 BURN_DDP_PATCH_GEMM=0" ;;
     patch) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 BURN_DDP_FUSED_LINEAR=1 BURN_DDP_PATCH_GEMM=1" ;;
+    epilogue) echo "BURN_DDP_GELU=1 BURN_DDP_LN_KERNEL=1 BURN_DDP_FUSED_LINEAR=1 BURN_DDP_PATCH_GEMM=1 BURN_DDP_LT_EPILOGUE=1" ;;
   esac
 }
-VARIANTS=${VARIANTS:-base gelu gelu_ln linear patch}
+VARIANTS=${VARIANTS:-base gelu gelu_ln linear patch epilogue}
 for model in ${MODELS:-vitb16 vits16}; do
   [ $model = none ] && continue
   if [ $model = vitb16 ]; then ARGS=("${VB[@]}"); TORCH="vit_b_16 128"; else ARGS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256"; fi
@@ -82,7 +85,7 @@ for line in open(sys.argv[1], errors="replace"):
     line = line.strip()
     if name and (line.startswith("{") or line.startswith("RESULT {")) and "img_per_s" in line:
         runs[name] = json.loads(line[line.index("{"):])
-    if name == "checks" and line.startswith("RESULT check=") and any(k in line for k in ("bias_gelu", "layer_norm", "patch_embed")):
+    if name == "checks" and line.startswith("RESULT check=") and any(k in line for k in ("bias_gelu", "layer_norm", "patch_embed", "linear_epilogue")):
         print(line)
 for n, r in runs.items():
     extra = (f"gelu_kernel_passes={r.get('gelu_kernel_passes')} layer_norm_kernel_passes={r.get('layer_norm_kernel_passes')} "
@@ -91,7 +94,7 @@ for n, r in runs.items():
 for model in ("vitb16", "vits16"):
     comp = runs.get(f"{model}_compile", {}).get("img_per_s")
     for i in (1, 2):
-        got = {v: runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("base", "gelu", "gelu_ln", "linear", "patch")}
+        got = {v: runs.get(f"{model}_{v}_{i}", {}).get("img_per_s") for v in ("base", "gelu", "gelu_ln", "linear", "patch", "epilogue")}
         got = {v: x for v, x in got.items() if x}
         if got:
             first = next(iter(got))

@@ -66,6 +66,11 @@ pub(crate) const CHECKS: &[Check] = &[
         run: products::check_gemm,
     },
     Check {
+        name: "linear-epilogue",
+        what: "nn::linear with the bias and its gradient in cuBLASLt's epilogues (experimental), values and gradients, against f64",
+        run: products::check_linear_epilogue,
+    },
+    Check {
         name: "patch-embed",
         what: "a patch embedding (ViT's) as one cuBLAS product, values and gradients, against the f64 convolution",
         run: products::check_patch_embed,

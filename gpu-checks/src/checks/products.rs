@@ -50,7 +50,7 @@ pub(crate) fn leaf<const D: usize>(
 pub(crate) fn check_gemm(device: &CudaDevice) -> bool {
     let mut ok = true;
     for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)] {
-        let before = cublas::calls();
+        let (before, merged_before) = (cublas::calls(), burn_ddp::nn::cuda::cublas_lt::calls()[1]);
         let (x, xv) = leaf(device, 1, [37, 70], dtype);
         let (g, gv) = leaf(device, 3, [37, 19], dtype);
         let layer = burn_nn::LinearConfig::new(70, 19).init::<Ad>(device);
@@ -104,7 +104,9 @@ pub(crate) fn check_gemm(device: &CudaDevice) -> bool {
             max_rel_err(&to_f64(dp), &dq),
             max_rel_err(&to_f64(k.grad(&grads).expect("dk")), &mm(&tr(&gv, 6, 29, 29), &qv, 6, 29, 29, 8)),
         ];
-        let used = cublas::calls() - before;
+        // A weight gradient with its bias's in cuBLASLt's epilogue (BURN_DDP_LT_EPILOGUE=1) is
+        // one product, not two.
+        let used = cublas::calls() - before + (burn_ddp::nn::cuda::cublas_lt::calls()[1] - merged_before);
         // linear, twice: forward, dx, dw, db (row sums); linear_gelu: forward, dx, dw, db;
         // attention: forward, dq, dk.
         let pass = used == 15 && e2.iter().chain(&e3).chain(&e4).all(|&e| e < bound);
@@ -150,9 +152,10 @@ pub(crate) fn check_patch_embed(device: &CudaDevice) -> bool {
         let (x, w, b, g) = (round(&x, dtype), round(&w, dtype), round(&b, dtype), round(&g, dtype));
         let want = patch_embed_reference(&case, &x, &w, &b, &g);
         for layout in [Layout::Nchw, Layout::Nhwc] {
-            let before = cublas::calls();
+            let (before, merged_before) = (cublas::calls(), burn_ddp::nn::cuda::cublas_lt::calls()[1]);
             let got = patch_embed_on_gpu(device, &case, (&x, &w, &b, &g), dtype, layout);
-            let used = cublas::calls() - before;
+            // As `products` counts them: a weight and bias gradient from one product count two.
+            let used = cublas::calls() - before + (burn_ddp::nn::cuda::cublas_lt::calls()[1] - merged_before);
             let errs: Vec<f64> = got.iter().zip(&want).map(|(g, w)| max_rel_err(g, w)).collect();
             let pass = used == 4 && errs.iter().all(|&e| e < bound);
             ok &= pass;
@@ -240,4 +243,80 @@ fn time_vit_patch_embed(device: &CudaDevice) {
         "RESULT check=patch_embed_timing vit_b16_bf16_b128 product_ms={:.3} convolution_ms={:.3} (forward + backward; printed, not judged)",
         ms[0], ms[1]
     );
+}
+
+/// `nn::linear` with its bias in cuBLASLt's epilogue and the bias's gradient computed by the
+/// weight gradient's product (`CudnnOptions::lt_epilogue`, experimental: this check turns it
+/// on) against f64, in f32, bf16 and f16, on odd sizes and on ViT-B/16's qkv projection
+/// (`[128·197, 768] → 2304`): the output and the gradients of the input, weight and bias. It
+/// passes when every value is within bound and the bias epilogue ran; how many bias gradients
+/// came from the epilogue (cuBLASLt may refuse that one, and the separate sum runs) is printed.
+pub(crate) fn check_linear_epilogue(device: &CudaDevice) -> bool {
+    use burn_ddp::nn::cuda::cublas_lt;
+    use burn_ddp::nn::options::{self, CudnnOptions};
+    let base = options::get();
+    options::set(CudnnOptions { lt_epilogue: true, ..base.clone() });
+    let mut ok = true;
+    for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)] {
+        // ViT-B/16's qkv projection in the half types (f32's bound is for short sums).
+        let large = (dtype != FloatDType::F32).then_some((128 * 197, 768, 2304));
+        for (rows, d_in, d_out) in std::iter::once((37, 72, 24)).chain(large) {
+            let before = cublas_lt::calls();
+            let errs = linear_against_f64(device, dtype, rows, d_in, d_out);
+            let after = cublas_lt::calls();
+            let (bias_calls, sums_calls) = (after[0] - before[0], after[1] - before[1]);
+            let pass = bias_calls == 1 && errs.iter().all(|&e| e < bound);
+            ok &= pass;
+            println!(
+                "RESULT check=linear_epilogue_{} rows={rows} d_in={d_in} d_out={d_out} y/dx/dw/db={} bound={bound:.0e} bias_epilogues={bias_calls} bias_gradient_epilogues={sums_calls} {}",
+                dtype_name(dtype),
+                errs.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/"),
+                if pass { "ok" } else { "FAIL" }
+            );
+        }
+    }
+    options::set(base);
+    ok
+}
+
+/// Relative errors of `nn::linear`'s output and of the gradients of its input, weight and bias
+/// under `Σ y · g`, against f64 from the values as the GPU holds them. Large sizes compare a
+/// sample of rows of `y` and `dx` and a grid of `dw`'s elements (the whole f64 products would
+/// take minutes on the host); `db` whole.
+fn linear_against_f64(device: &CudaDevice, dtype: FloatDType, rows: usize, d_in: usize, d_out: usize) -> [f64; 4] {
+    let (x, xv) = leaf(device, 7, [rows, d_in], dtype);
+    let (g, gv) = leaf(device, 8, [rows, d_out], dtype);
+    let layer = burn_nn::LinearConfig::new(d_in, d_out).init::<Ad>(device);
+    let weight = layer.weight.val();
+    let bias = layer.bias.as_ref().expect("bias").val();
+    let (wv, bv) = (round(&to_f64(weight.clone()), dtype), round(&to_f64(bias.clone()), dtype));
+    let y = linear(&layer, x.clone().cast(dtype));
+    let grads = (y.clone().cast(FloatDType::F32) * g.clone().detach()).sum().backward();
+    let (yv, dx) = (to_f64(y), to_f64(x.grad(&grads).expect("dx")));
+    let dw = to_f64(layer.weight.grad(&grads).expect("dw"));
+    let db = to_f64(layer.bias.as_ref().expect("bias").grad(&grads).expect("db"));
+    // A sample of rows for y and dx (every row for small sizes); dw and db sum every row.
+    let step = (rows / 64).max(1);
+    let sample: Vec<usize> = (0..rows).step_by(step).collect();
+    let pick =
+        |v: &[f64], cols: usize| sample.iter().flat_map(|&r| v[r * cols..(r + 1) * cols].to_vec()).collect::<Vec<_>>();
+    let (xs, gs) = (pick(&xv, d_in), pick(&gv, d_out));
+    let y_ref: Vec<f64> =
+        mm(&xs, &wv, 1, sample.len(), d_in, d_out).iter().enumerate().map(|(i, v)| v + bv[i % d_out]).collect();
+    let dx_ref = mm(&gs, &tr(&wv, 1, d_in, d_out), 1, sample.len(), d_out, d_in);
+    // dw at a grid of (input, output) positions, each summed over every row.
+    let cells: Vec<(usize, usize)> = (0..d_in)
+        .step_by((d_in / 48).max(1))
+        .flat_map(|i| (0..d_out).step_by((d_out / 48).max(1)).map(move |j| (i, j)))
+        .collect();
+    let dw_ref: Vec<f64> =
+        cells.iter().map(|&(i, j)| (0..rows).map(|r| xv[r * d_in + i] * gv[r * d_out + j]).sum()).collect();
+    let dw_got: Vec<f64> = cells.iter().map(|&(i, j)| dw[i * d_out + j]).collect();
+    let db_ref: Vec<f64> = (0..d_out).map(|j| (0..rows).map(|i| gv[i * d_out + j]).sum()).collect();
+    [
+        max_rel_err(&pick(&yv, d_out), &y_ref),
+        max_rel_err(&pick(&dx, d_in), &dx_ref),
+        max_rel_err(&dw_got, &dw_ref),
+        max_rel_err(&db, &db_ref),
+    ]
 }

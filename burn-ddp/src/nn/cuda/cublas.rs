@@ -6,6 +6,7 @@
 //! operands, no TF32).
 
 use crate::error::Result;
+use crate::nn::cuda::cublas_lt::{Epilogue, Lt};
 use crate::nn::cuda::cudnn::types::fail;
 use crate::nn::cuda::gemm_layout::{Gemm, GemmType, Operand};
 use cudarc::cublas::{result, sys};
@@ -41,6 +42,9 @@ pub struct Handle {
     workspace: CudaSlice<u8>,
     /// The stream its work goes to (`stream`, or burn's own after [`Handle::set_stream`]).
     current: usize,
+    /// cuBLASLt, for products with an epilogue (made on first use; `lt_tried` once it was).
+    lt: Option<Lt>,
+    lt_tried: bool,
 }
 
 // SAFETY: a cuBLAS handle is a plain heap object; its owner (`cuda::cudnn::convolution::DeviceState`) is used under
@@ -64,7 +68,8 @@ impl Handle {
             stream.alloc_zeros::<u8>(WORKSPACE_BYTES).map_err(|e| fail("allocating the cuBLAS workspace", e))?;
         let raw = result::create_handle().map_err(|e| fail("cublasCreate", e))?;
         let current = stream.cu_stream() as usize;
-        let mut handle = Handle { raw, stream: stream.clone(), pointers: None, workspace, current };
+        let mut handle =
+            Handle { raw, stream: stream.clone(), pointers: None, workspace, current, lt: None, lt_tried: false };
         let (ptr, sync) = handle.workspace.device_ptr_mut(stream);
         // SAFETY: a live handle, a live stream of the bound context and a live allocation of
         // WORKSPACE_BYTES that the handle keeps.
@@ -221,6 +226,40 @@ impl Handle {
 }
 
 impl Handle {
+    /// Whether [`Handle::gemm_epilogue`] takes `gemm` with `epilogue`: cuBLASLt loads and
+    /// proposes an algorithm for it within the handle's workspace (the context must be bound).
+    pub(crate) fn epilogue_supported(&mut self, gemm: &Gemm, epilogue: Epilogue) -> bool {
+        if !self.lt_tried {
+            self.lt_tried = true;
+            match Lt::new() {
+                Ok(lt) => self.lt = Some(lt),
+                Err(e) => log::info!("cuBLASLt: {e}; linear layers add their bias and sum its gradient apart"),
+            }
+        }
+        self.lt.as_mut().is_some_and(|lt| lt.supports(gemm, epilogue, WORKSPACE_BYTES))
+    }
+
+    /// Enqueues `gemm` with `epilogue` on the handle's stream, with its workspace: `c` (fresh
+    /// memory) = `a · b`, `v` the epilogue's vector (see [`Epilogue`]).
+    ///
+    /// # Safety
+    /// [`Handle::epilogue_supported`] said yes for this product; the buffers as
+    /// `cublas_lt::Lt::run` requires them.
+    pub(crate) unsafe fn gemm_epilogue(&mut self, gemm: &Gemm, epilogue: Epilogue, buffers: [u64; 4]) -> Result<()> {
+        let Handle { lt, workspace, stream, current, .. } = self;
+        let lt = lt.as_ref().ok_or_else(|| fail("cuBLASLt product", "cuBLASLt is not loaded"))?;
+        let (ptr, sync) = workspace.device_ptr_mut(stream);
+        // SAFETY: as this function's contract; the workspace is the handle's own, used by one
+        // stream at a time (the handle's current one).
+        let done = unsafe {
+            lt.run(gemm, epilogue, buffers, *current as cudarc::driver::sys::CUstream, (ptr, WORKSPACE_BYTES))
+        };
+        drop(sync);
+        done?;
+        GEMMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Waits on the host for the stream the handle's work goes to.
     fn wait_current(&self) -> Result<()> {
         // SAFETY: a live stream of the handle's context.

@@ -93,6 +93,30 @@ impl Gemm {
     }
 }
 
+/// One matrix as a column-major library with layout descriptors (cuBLASLt) takes it: stored
+/// `rows × cols` with leading dimension `ld`, read through its transpose when `transposed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+    pub transposed: bool,
+}
+
+/// `gemm`'s matrices as a column-major library computes `Cᵀ = Bᵀ · Aᵀ` (see the module
+/// documentation): `[its first operand (our b), its second (our a), its output (our c)]`,
+/// `None` when an operand has no layout it reads.
+pub fn column_major_layouts(gemm: &Gemm) -> Option<[Stored; 3]> {
+    let (tb, ld_b) = gemm.b.column_major()?;
+    let (ta, ld_a) = gemm.a.column_major()?;
+    let (m, n, k) = (gemm.c.cols, gemm.c.rows, gemm.a.cols);
+    let stored = |transposed: bool, rows: usize, cols: usize, ld: usize| {
+        let (rows, cols) = if transposed { (cols, rows) } else { (rows, cols) };
+        Stored { rows, cols, ld, transposed }
+    };
+    Some([stored(tb, m, k, ld_b), stored(ta, k, n, ld_a), stored(false, m, n, gemm.c.row_stride)])
+}
+
 /// The product's output shape, or why cuBLAS does not take it.
 pub fn describe(a: &Shape, b: &Shape, ta: DType, tb: DType) -> Result<Shape> {
     let (da, db) = (a.as_slice(), b.as_slice());
@@ -167,6 +191,27 @@ mod tests {
         let gappy = Operand { col_stride: 2, row_stride: 16, ..row_major(4, 8) };
         assert!(Gemm { a: gappy, ..g }.validate().is_err());
         assert!(Gemm { c: row_major(4, 2).t().t(), ..g }.validate().is_ok());
+    }
+
+    /// `C[4, 6] = A[4, 8] · B[8, 6]`, B as it lies and as the transposed view of a `[6, 8]`
+    /// buffer (a linear layer's weight): the first operand is B as an `n × k` column-major
+    /// matrix (or its `k × n` transpose), the second A as `k × m`, the output `n × m`; every
+    /// leading dimension covers its column.
+    #[test]
+    fn column_major_layouts_read_the_row_major_product_in_place() {
+        let (a, b, c) = (row_major(4, 8), row_major(8, 6), row_major(4, 6));
+        let g = Gemm { dtype: GemmType::Bf16, a, b, c, batch: 1 };
+        let s = |rows, cols, ld, transposed| Stored { rows, cols, ld, transposed };
+        assert_eq!(column_major_layouts(&g), Some([s(6, 8, 6, false), s(8, 4, 8, false), s(6, 4, 6, false)]));
+        let g = Gemm { b: row_major(6, 8).t(), ..g };
+        assert_eq!(column_major_layouts(&g), Some([s(8, 6, 8, true), s(8, 4, 8, false), s(6, 4, 6, false)]));
+        let g = Gemm { a: row_major(8, 4).t(), ..g };
+        assert_eq!(column_major_layouts(&g).unwrap()[1], s(4, 8, 4, true));
+        for l in column_major_layouts(&g).unwrap() {
+            assert!(l.ld >= l.rows, "{l:?}");
+        }
+        let gappy = Operand { col_stride: 2, row_stride: 16, ..row_major(4, 8) };
+        assert_eq!(column_major_layouts(&Gemm { a: gappy, ..g }), None);
     }
 
     #[test]

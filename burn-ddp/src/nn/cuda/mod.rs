@@ -4,6 +4,7 @@
 //! work with burn's stream on the device.
 
 pub mod cublas;
+pub mod cublas_lt;
 pub mod cudnn;
 pub mod gemm_layout;
 pub(crate) mod kernels;

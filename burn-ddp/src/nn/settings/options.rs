@@ -19,6 +19,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_FUSE_ADD=0` | [`fuse_residual`](Self::fuse_residual) | on |
 /// | `BURN_DDP_FUSED_LINEAR=0` | [`fused_linear`](Self::fused_linear) | on |
 /// | `BURN_DDP_PATCH_GEMM=0` | [`patch_gemm`](Self::patch_gemm) | on |
+/// | `BURN_DDP_LT_EPILOGUE=1` | [`lt_epilogue`](Self::lt_epilogue) | off (experimental) |
 /// | `BURN_DDP_SAME_STREAM=1` | [`same_stream`](Self::same_stream) | off (experimental) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
@@ -89,6 +90,12 @@ pub struct CudnnOptions {
     /// 16×16 stride-16 convolution of 3 channels; a product of `[patches, c·16·16]` by the
     /// filter is cuBLAS's best case. Every backend, not only burn-cuda.
     pub patch_gemm: bool,
+    /// **Experimental, not yet run on a GPU.** Add `nn::linear`'s bias in its product's
+    /// epilogue, and compute the bias's gradient in the product that computes the weight's
+    /// (cuBLASLt's `BIAS` and `BGRADA` epilogues), where cuBLASLt takes the shapes (`false`,
+    /// or a product it has no algorithm for: a separate addition forward and a product by a
+    /// row of ones backward).
+    pub lt_epilogue: bool,
     /// **Experimental, not yet run on a GPU.** Run cuDNN, cuBLAS and our kernels on burn's own
     /// CUDA stream (found through CUPTI: `cuda::runtime::burn_stream`) instead of on
     /// burn-ddp's stream behind four fence kernels per call — for the first burn stream (thread)
@@ -118,6 +125,7 @@ impl Default for CudnnOptions {
             fuse_residual: true,
             fused_linear: true,
             patch_gemm: true,
+            lt_epilogue: false,
             same_stream: false,
         }
     }
@@ -145,6 +153,7 @@ impl CudnnOptions {
             ("BURN_DDP_FUSE_ADD", &mut o.fuse_residual),
             ("BURN_DDP_FUSED_LINEAR", &mut o.fused_linear),
             ("BURN_DDP_PATCH_GEMM", &mut o.patch_gemm),
+            ("BURN_DDP_LT_EPILOGUE", &mut o.lt_epilogue),
             ("BURN_DDP_SAME_STREAM", &mut o.same_stream),
         ] {
             if let Some(v) = flag(name) {
@@ -186,7 +195,7 @@ mod tests {
     #[test]
     fn defaults_match_pytorch() {
         let o = CudnnOptions::default();
-        assert!(o.enabled && o.allow_tf32 && !o.deterministic && !o.same_stream);
+        assert!(o.enabled && o.allow_tf32 && !o.deterministic && !o.same_stream && !o.lt_epilogue);
         assert_eq!(o.workspace_limit, 512 << 20);
     }
 
@@ -205,6 +214,7 @@ mod tests {
             ("BURN_DDP_FUSE_ADD", "0"),
             ("BURN_DDP_FUSED_LINEAR", "0"),
             ("BURN_DDP_PATCH_GEMM", "off"),
+            ("BURN_DDP_LT_EPILOGUE", "1"),
             ("BURN_DDP_SAME_STREAM", "1"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
@@ -222,6 +232,7 @@ mod tests {
                 && !o.fuse_residual
                 && !o.fused_linear
                 && !o.patch_gemm
+                && o.lt_epilogue
                 && o.same_stream
         );
         assert_eq!(o.workspace_limit, 64 << 20);

@@ -320,6 +320,18 @@ macro_rules! pick {
     };
 }
 
+/// Whether cuBLASLt takes `gemm` with `epilogue` on `device` (asked once per product, on any
+/// thread: the device's context is bound to it first).
+pub(crate) fn epilogue_supported(
+    device: usize,
+    gemm: &crate::nn::cuda::gemm_layout::Gemm,
+    epilogue: crate::nn::cuda::cublas_lt::Epilogue,
+) -> bool {
+    let Ok(state) = device_state(device) else { return false };
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    s.ctx.bind_to_thread().is_ok() && s.cublas().is_ok_and(|h| h.epilogue_supported(gemm, epilogue))
+}
+
 /// `device`'s CUDA context (the primary one, as burn-cuda's).
 pub(crate) fn context(device: usize) -> Result<Arc<CudaContext>> {
     Ok(device_state(device)?.lock().unwrap_or_else(|p| p.into_inner()).ctx.clone())

@@ -11,7 +11,7 @@
 //! separate operations' (the product in the activations' type with f32 accumulation, then the
 //! bias; the parameter gradients computed in that type, then cast to f32).
 
-use crate::nn::cuda::ops::matmul::{enabled, product, row_sums_of};
+use crate::nn::cuda::ops::matmul::{enabled, product, product_and_sums, product_bias, row_sums_of};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
 use crate::nn::cuda::runtime::launch::{Ad, Inner, Prim, cast, cuda_backend};
 use burn::prelude::*;
@@ -142,10 +142,10 @@ fn forward(x: Prim, w: Prim, b: Option<Prim>) -> (Prim, Prim) {
         let (x, w) = (ins.next().expect("x"), to(ins.next().expect("w"), dtype));
         let d_in = w.meta.shape().as_slice()[0];
         let rows = x.meta.shape().num_elements() / d_in;
-        let y = product(reshape(x, &[rows, d_in]), false, w.clone(), false);
+        let x = reshape(x, &[rows, d_in]);
         let y = match has_b.then(|| ins.next().expect("b")) {
-            Some(b) => <Inner as FloatTensorOps<Inner>>::float_add(y, reshape(to(b, dtype), &[1, d_out])),
-            None => y,
+            Some(b) => product_bias(x, w.clone(), packed(to(b, dtype))),
+            None => product(x, false, w.clone(), false),
         };
         std::iter::once(reshape(y, &dims)).chain(cast_w.then_some(w)).collect()
     })
@@ -177,8 +177,16 @@ fn backward(s: Saved, dy: Prim, [need_x, need_w, need_b]: [bool; 3]) -> Vec<Opti
         let rows = x.meta.shape().num_elements() / d_in;
         let dy = reshape(dy, &[rows, d_out]);
         let dx = need_x.then(|| reshape(product(dy.clone(), false, w, true), &x_dims));
-        let dw = need_w.then(|| to(product(reshape(x, &[rows, d_in]), true, dy.clone(), false), w_dtype));
-        let db = b_dtype.map(|t| to(row_sums_of(dy), t));
+        let x = reshape(x, &[rows, d_in]);
+        let (dw, db) = match (need_w, b_dtype) {
+            // Both from one product where cuBLASLt can: the bias's gradient in its epilogue.
+            (true, Some(t)) => {
+                let (dw, db) = product_and_sums(x, true, dy);
+                (Some(to(dw, w_dtype)), Some(to(db, t)))
+            }
+            (true, None) => (Some(to(product(x, true, dy, false), w_dtype)), None),
+            (false, t) => (None, t.map(|t| to(row_sums_of(dy), t))),
+        };
         dx.into_iter().chain(dw).chain(db).collect()
     })
     .into_iter();

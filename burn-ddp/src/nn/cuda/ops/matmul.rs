@@ -12,6 +12,7 @@
 
 use crate::error::{Error, Result};
 use crate::nn::cuda::cublas;
+use crate::nn::cuda::cublas_lt::Epilogue;
 use crate::nn::cuda::cudnn::convolution as cudnn;
 use crate::nn::cuda::gemm_layout::{Gemm, Operand, batch_offsets, batch_stride, describe, gemm_type};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
@@ -195,6 +196,85 @@ pub(crate) fn product(a: Cube, ta: bool, b: Cube, tb: bool) -> Cube {
         };
         <Inner as FloatTensorOps<Inner>>::float_matmul(t(a, ta), t(b, tb))
     })
+}
+
+/// `a · b + bias` (`a` `[m, k]`, `b` `[k, n]`, `bias` `[n]`, one element type) into a new
+/// packed buffer: the bias added in the product's epilogue on cuBLASLt when
+/// `CudnnOptions::lt_epilogue` is on and cuBLASLt takes the shapes, else [`product`] and
+/// burn's addition.
+pub(crate) fn product_bias(a: Cube, b: Cube, bias: Cube) -> Cube {
+    let n = bias.meta.shape().num_elements();
+    match epilogue_product(a, false, b, Epilogue::Bias, Some(bias)) {
+        Ok((c, _)) => c,
+        Err(unused) => {
+            let (a, b, bias) = *unused;
+            let bias = <Inner as FloatTensorOps<Inner>>::float_reshape(bias.expect("given"), Shape::new([1, n]));
+            <Inner as FloatTensorOps<Inner>>::float_add(product(a, false, b, false), bias)
+        }
+    }
+}
+
+/// `(op(a) · b, Σₖ b[k, :])` (`b` `[k, n]`, packed): a linear layer's weight gradient `xᵀ · dy`
+/// and its bias gradient, the sums of `dy` over its rows — in one cuBLASLt product when
+/// `CudnnOptions::lt_epilogue` is on and cuBLASLt takes the shapes, else [`product`] and
+/// [`row_sums_of`].
+pub(crate) fn product_and_sums(a: Cube, ta: bool, b: Cube) -> (Cube, Cube) {
+    match epilogue_product(a, ta, b, Epilogue::SumsOfB, None) {
+        Ok(both) => both,
+        Err(unused) => {
+            let (a, b, _) = *unused;
+            (product(a, ta, b.clone(), false), row_sums_of(b))
+        }
+    }
+}
+
+/// The inputs of [`epilogue_product`], handed back (boxed: three tensors' metadata) when it
+/// does not take them.
+type Unused = (Cube, Cube, Option<Cube>);
+
+/// `op(a) · b` with `epilogue` on cuBLASLt, and the epilogue's vector (`bias` itself, or the
+/// new sums), when the option is on, both operands are single matrices cuBLAS reads as they
+/// lie, and cuBLASLt proposes an algorithm; otherwise the inputs come back (`a` and `b`
+/// possibly packed) and nothing was queued.
+fn epilogue_product(
+    a: Cube,
+    ta: bool,
+    b: Cube,
+    epilogue: Epilogue,
+    bias: Option<Cube>,
+) -> std::result::Result<(Cube, Cube), Box<Unused>> {
+    let rank2 = a.meta.shape().num_dims() == 2 && b.meta.shape().num_dims() == 2;
+    let dtype = gemm_type(a.dtype).filter(|_| rank2 && b.dtype == a.dtype);
+    let (Some(dtype), true) = (dtype, crate::nn::settings::options::get().lt_epilogue) else {
+        return Err(Box::new((a, b, bias)));
+    };
+    let (a, oa, _) = operand(a);
+    let (b, ob, _) = operand(b);
+    let oa = if ta { oa.t() } else { oa };
+    let c = empty(&a, &[oa.rows, ob.cols]);
+    let (_, oc, _) = operand(c.clone());
+    let gemm = Gemm { dtype, a: oa, b: ob, c: oc, batch: 1 };
+    let device = a.device.index;
+    let bias_fits = bias
+        .as_ref()
+        .is_none_or(|v| v.dtype == a.dtype && v.meta.shape().num_elements() == ob.cols && v.is_contiguous());
+    if !bias_fits || gemm.validate().is_err() || !cudnn::epilogue_supported(device, &gemm, epilogue) {
+        return Err(Box::new((a, b, bias)));
+    }
+    let v = bias.unwrap_or_else(|| empty(&b, &[ob.cols]));
+    // SAFETY: `launch` orders the product after the buffers' producers and before their next
+    // users; their extents match `gemm` (read off the buffers themselves) and `v` holds
+    // `ob.cols` elements of their type; `c`, and `v` when written, are fresh.
+    let queued = launch(&[&a, &b, &c, &v], ("gemm_epilogue", gemm, epilogue), move |p, order| unsafe {
+        cudnn::with_handle(device, order, |s| s.cublas()?.gemm_epilogue(&gemm, epilogue, [p[0], p[1], p[2], p[3]]))
+    });
+    match queued {
+        Ok(()) => Ok((c, v)),
+        Err(e) => {
+            warn_once("cuBLASLt product", &e, "the product and the bias's own operation run instead");
+            Err(Box::new((a, b, (epilogue == Epilogue::Bias).then_some(v))))
+        }
+    }
 }
 
 fn cublas_product(a: Cube, ta: bool, b: Cube, tb: bool) -> Result<Cube> {
