@@ -288,21 +288,11 @@ mod tests {
     #[test]
     fn patch_tokens_match_the_f64_convolution() {
         let device = Default::default();
-        let case = |c, h, w, k, kernel: [usize; 2], bias| Conv2dCase {
-            n: 2,
-            c,
-            h,
-            w,
-            k,
-            r: kernel[0],
-            s: kernel[1],
-            stride: kernel,
-            pad: [0, 0],
-            dil: [1, 1],
-            groups: 1,
-            bias,
-        };
-        let cases = [case(3, 8, 12, 5, [4, 4], true), case(2, 9, 7, 4, [2, 3], false), case(4, 6, 6, 6, [3, 3], true)];
+        let cases = [
+            Conv2dCase::patches(3, [8, 12], 5, [4, 4], true),
+            Conv2dCase::patches(2, [9, 7], 4, [2, 3], false),
+            Conv2dCase::patches(4, [6, 6], 6, [3, 3], true),
+        ];
         let tensor = |v: &[f64], dims: [usize; 4]| {
             Tensor::<Ad, 4>::from_data(TensorData::new(v.iter().map(|&v| v as f32).collect(), dims), &device)
         };

@@ -23,6 +23,13 @@ pub struct Conv2dCase {
 }
 
 impl Conv2dCase {
+    /// A patch embedding of a batch of 2: `kernel`-sized patches of stride `kernel`, no
+    /// padding, dilation or groups.
+    pub fn patches(c: usize, [h, w]: [usize; 2], k: usize, kernel: [usize; 2], bias: bool) -> Self {
+        let [r, s] = kernel;
+        Self { n: 2, c, h, w, k, r, s, stride: kernel, pad: [0, 0], dil: [1, 1], groups: 1, bias }
+    }
+
     /// Output height and width.
     pub fn out_hw(&self) -> [usize; 2] {
         let o =

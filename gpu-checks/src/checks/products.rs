@@ -132,20 +132,7 @@ pub(crate) fn check_gemm(device: &CudaDevice) -> bool {
 /// gradient for the image) forward and backward, timed by the product and by cuDNN's
 /// convolution: printed, not judged.
 pub(crate) fn check_patch_embed(device: &CudaDevice) -> bool {
-    let case = Conv2dCase {
-        n: 2,
-        c: 3,
-        h: 50,
-        w: 40,
-        k: 24,
-        r: 16,
-        s: 16,
-        stride: [16, 16],
-        pad: [0, 0],
-        dil: [1, 1],
-        groups: 1,
-        bias: true,
-    };
+    let case = Conv2dCase::patches(3, [50, 40], 24, [16, 16], true);
     let (x, w, b, g) = case.random_inputs(21);
     let mut ok = true;
     for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2)] {
