@@ -320,8 +320,9 @@ macro_rules! pick {
     };
 }
 
-/// Whether cuBLASLt takes `gemm` with `epilogue` on `device` (asked once per product, on any
-/// thread: the device's context is bound to it first).
+/// Whether cuBLASLt takes `gemm` with `epilogue` on `device`, from any thread (the device's
+/// context is bound to it first). cuBLASLt is asked once per product; later calls read the
+/// answer kept with the device's cuBLAS handle.
 pub(crate) fn epilogue_supported(
     device: usize,
     gemm: &crate::nn::cuda::gemm_layout::Gemm,
