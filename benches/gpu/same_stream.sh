@@ -3,10 +3,10 @@
 # (`BURN_DDP_SAME_STREAM=1`, experimental: no fence kernels; the stream found through CUPTI)
 # against burn-ddp's stream behind four fence kernels per call (the default), in one device
 # call on one H200:
-#   1. `burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw` (NO_CHECKS=1 leaves
-#      them out): the stream found and ordered, a small model trained either way, and the
-#      checks changed alongside (attention on the projections' shapes; the optimizers on the
-#      same gradients);
+#   1. `burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw products patch-embed`
+#      (NO_CHECKS=1 leaves them out): the stream found and ordered, a small model trained
+#      either way, and the checks changed alongside (attention on the projections' shapes; the
+#      optimizers on the same gradients; ViT's patch embedding as one product, on by default);
 #   2. per model of MODELS (default `r50 vitb16`): ResNet-50 bf16 b256 channels-last, ViT-B/16
 #      bf16 b128, synthetic 224², SGD — same stream and fenced alternated twice after one warm
 #      run each, beside PyTorch 2.11 torch.compile (NO_TORCH=1 leaves it out; eager with
@@ -33,7 +33,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | 
 STEPS=${STEPS:-30}
 R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw
+[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw products patch-embed
 for model in ${MODELS:-r50 vitb16}; do
   if [ $model = r50 ]; then ARGS=("${R50[@]}"); TORCH="resnet50 256 224 3 1000 0 5 $STEPS bf16 nhwc"
   else ARGS=("${VB[@]}"); TORCH="vit_b_16 128 224 3 1000 0 5 $STEPS bf16 nchw"; fi
