@@ -28,6 +28,22 @@ grep -qF "cuProfilerStart on GPU 0: Ok(())" "$LOG" \
   || echo "ERROR: the profiler range did not start: ncu_${NAME}.csv holds the whole run, searches included" | tee -a "$LOG"
 step ours_plans 30 python3 benches/gpu/plan_choices.py "$OUT/ncu_${NAME}.csv"
 step ours_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/ncu_${NAME}.csv" "ours-$NAME" 2
+# The same step without the profiler: how much of it the GPU spends waiting (step time minus
+# the profile's device time; the fence kernels count as device time).
+step ours_time 200 "$B"/burn-vision bench $OURS --image-size 224 --classes 1000 --gpus 0 --precision bf16 --warmup 5 --steps 30
+python3 - "$LOG" "$NAME" <<'PY' | tee -a "$LOG"
+import re, sys
+sys.path.insert(0, "benches/gpu")
+from bench_log import results
+log, name = sys.argv[1], sys.argv[2]
+device = [float(m.group(1)) for m in re.finditer(rf"CLASSES ours-{name}: ([0-9.]+) ms of device time per step", open(log).read())]
+run = [r for step, _, r in results(log) if step == "ours_time"]
+if device and run:
+    r = run[-1]
+    step_ms = 1e3 * r["seconds"] / r["config"]["steps"]
+    print(f"CLASSES ours-{name}: a step takes {step_ms:.2f} ms without the profiler ({r['img_per_s']:.0f} img/s): "
+          f"{device[-1]:.2f} ms of kernels, the GPU waits {step_ms - device[-1]:.2f} ms")
+PY
 [ -n "${OURS_ONLY:-}" ] && { xz_files "$OUT/ncu_${NAME}.csv"; echo; echo SUMMARY; grep -E "^(CLASSES|PLANS|ERROR)" "$LOG"; exit 0; }
 step torch_eager 150 python3 benches/pytorch_profile.py $TORCH 0 bf16 eager
 grep "^NCU torch-.*-bf16:" "$LOG" > "$OUT/torch_eager_$NAME.txt"
