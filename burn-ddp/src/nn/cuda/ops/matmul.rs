@@ -251,20 +251,24 @@ fn epilogue_product(
     let (a, oa, _) = operand(a);
     let (b, ob, _) = operand(b);
     let oa = if ta { oa.t() } else { oa };
-    let c = empty(&a, &[oa.rows, ob.cols]);
-    let (_, oc, _) = operand(c.clone());
+    // The output as a new packed buffer will lie: asked about before anything is allocated.
+    let (m, n) = (oa.rows, ob.cols);
+    let oc = Operand { rows: m, cols: n, row_stride: n, col_stride: 1, batch_stride: 0 };
     let gemm = Gemm { dtype, a: oa, b: ob, c: oc, batch: 1 };
     let device = a.device.index;
-    let bias_fits = bias
-        .as_ref()
-        .is_none_or(|v| v.dtype == a.dtype && v.meta.shape().num_elements() == ob.cols && v.is_contiguous());
+    let bias_fits =
+        bias.as_ref().is_none_or(|v| v.dtype == a.dtype && v.meta.shape().num_elements() == n && v.is_contiguous());
     if !bias_fits || gemm.validate().is_err() || !cudnn::epilogue_supported(device, &gemm, epilogue) {
         return Err(Box::new((a, b, bias)));
     }
-    let v = bias.unwrap_or_else(|| empty(&b, &[ob.cols]));
+    let c = empty(&a, &[m, n]);
+    if operand(c.clone()).1 != oc {
+        return Err(Box::new((a, b, bias)));
+    }
+    let v = bias.unwrap_or_else(|| empty(&b, &[n]));
     // SAFETY: `launch` orders the product after the buffers' producers and before their next
-    // users; their extents match `gemm` (read off the buffers themselves) and `v` holds
-    // `ob.cols` elements of their type; `c`, and `v` when written, are fresh.
+    // users; their extents match `gemm` (read off the buffers themselves) and `v` holds `n`
+    // elements of their type; `c`, and `v` when written, are fresh.
     let queued = launch(&[&a, &b, &c, &v], ("gemm_epilogue", gemm, epilogue), move |p, order| unsafe {
         cudnn::with_handle(device, order, |s| s.cublas()?.gemm_epilogue(&gemm, epilogue, [p[0], p[1], p[2], p[3]]))
     });
