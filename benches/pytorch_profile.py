@@ -1,7 +1,8 @@
 """Device time of one PyTorch training step by kernel (torch.profiler), the anchor for
 burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N] [f32|bf16] [eager|compile]
 (bf16: autocast, as benches/pytorch_baseline.py; compile: torch.compile, compiled during the
-warm-up steps; N: how many kernels to list, 0 for all)"""
+warm-up steps; N: how many kernels to list, 0 for all). Last, the same step timed without the
+profiler, and how long the GPU waits in it."""
 import sys, torch, torchvision
 from torch.profiler import profile, ProfilerActivity
 
@@ -41,3 +42,15 @@ label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}{'-bf16' if bf16 else 
 print(f"NCU {label}: {sum(e.count for e in events)} kernels, {total:.1f} ms of device time")
 for e in sorted(events, key=key, reverse=True)[: top or len(events)]:
     print(f"NCU {label}: {key(e) / 1e3:9.2f} ms {100 * key(e) / 1e3 / total:5.1f}% {e.count:5d}x  {e.key[:70]}")
+
+# The same step without the profiler, timed with CUDA events over 20 steps: how long the GPU
+# waits in a step (step time minus the profile's device time), as step_profile.sh prints ours.
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+for _ in range(20):
+    step()
+end.record()
+torch.cuda.synchronize()
+step_ms = start.elapsed_time(end) / 20
+print(f"CLASSES {label}: a step takes {step_ms:.2f} ms without the profiler: "
+      f"{total:.2f} ms of kernels, the GPU waits {step_ms - total:.2f} ms")
