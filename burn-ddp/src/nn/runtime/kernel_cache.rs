@@ -7,7 +7,7 @@
 //! [`configure`] must run before burn-cuda's first operation (first thing in `main`). A
 //! `cubecl.toml` / `burn.toml` in the working directory or above wins, as cubecl documents;
 //! `BURN_DDP_CACHE_DIR` moves the directory, `BURN_DDP_CACHE_DIR=off` leaves cubecl's defaults.
-//! cuDNN's finalized plans are kept there too (`cuda::cudnn::convolution-plans/`). [`configure_with`] also chooses
+//! cuDNN's finalized plans are kept there too (`cudnn-plans/`). [`configure_with`] also chooses
 //! cubecl's allocator ([`Allocator`], `BURN_DDP_ALLOCATOR`). `BURN_DDP_KERNEL_LOG=FILE`
 //! appends every kernel cubecl compiles (name and CUDA source) and every autotune result to
 //! FILE: what a fresh machine's first step compiles, and why. `BURN_DDP_MEMORY_LOG=FILE` appends
@@ -144,7 +144,7 @@ fn chosen_allocator(var: &dyn Fn(&str) -> Option<String>, default: Allocator) ->
     }
 }
 
-/// The file name of a cuDNN plan kept in `dir()/cuda::cudnn::convolution-plans` (`cuda::cudnn::plan_store`): a 64-bit
+/// The file name of a cuDNN plan kept in `dir()/cudnn-plans` (`cuda::cudnn::plan_store`): a 64-bit
 /// FNV-1a hash of cuDNN's version and the graph's recipe, the same across builds and Rust
 /// versions.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

@@ -1,7 +1,7 @@
 //! cuDNN 2-D convolution — forward, backward-data, backward-filter — on raw device pointers.
 //!
 //! One cuDNN handle and stream per device. How each (direction, shape) runs is chosen once on
-//! the real buffers and cached for the process (PyTorch's `cuda::cudnn::convolution.benchmark = True`): an
+//! the real buffers and cached for the process (PyTorch's `torch.backends.cudnn.benchmark = True`): an
 //! execution plan of cuDNN's graph API (`cuda::cudnn::conv_graph`, the default: far less host time per
 //! call), or the legacy entry point with the algorithm cuDNN's `Find...Ex` measured fastest.
 //! One workspace per device is reused by every call, as large as the most one chosen plan

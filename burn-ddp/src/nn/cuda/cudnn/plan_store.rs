@@ -1,7 +1,7 @@
 //! Finalized cuDNN plans kept on disk between runs, so that a runtime-compiled engine (the fused
 //! attention's, the layer norm's: seconds of compilation each) is compiled once per machine, not
 //! once per process. Each plan is kept as cuDNN's own serialized form in the kernel cache
-//! directory (`kernel_cache::dir()/cuda::cudnn::convolution-plans`), in a file named by a hash of cuDNN's version and
+//! directory (`kernel_cache::dir()/cudnn-plans`), in a file named by a hash of cuDNN's version and
 //! the graph's recipe (every tensor and operation the graph was built from), which the file
 //! repeats and a load compares. Files are written whole (a temporary file, then a rename: ranks
 //! may race to write the same plan); one that does not load is rebuilt and written again.

@@ -181,46 +181,46 @@ pub fn fork(
     let work = Mutex::new(Some(work));
     let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
     let exec = move |ins: Vec<(Cube, bool)>| {
-        let started = std::time::Instant::now();
-        let (mut sources, mut outs, mut keep) =
-            (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
-        for (cube, last_user) in ins {
-            let (src, out, kept) = place(cube, last_user);
-            sources.push(src);
-            outs.push(out);
-            keep.extend(kept);
-        }
-        let scratch: Vec<Cube> =
-            scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
-        let (work, state, side) = (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
-        let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
-        let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
-        device_thread::submit(&device, move || {
-            let (sources, outs, scratch) = buffers;
-            let enqueue = || -> Result<Fence> {
-                let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
-                // The resources are held until the work is enqueued.
-                let ((inputs, _i), (outputs, _o), (scratch, _s)) =
-                    (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
-                let bufs = ForkBuffers { inputs, outputs, scratch };
-                let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
-                work(&bufs, &SideFence { fence, kernels: side })?;
-                Ok(fence)
-            };
-            let outcome =
-                match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, enqueue) {
-                    Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
-                    Err(e) => {
-                        log::error!("work on another CUDA stream failed to enqueue: {e}");
-                        failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
-                        JoinState::Failed
-                    }
+        crate::trace::span("ddp: hand a bucket over (fusion thread)", DDP_BACKEND_THREADS, || {
+            let (mut sources, mut outs, mut keep) =
+                (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
+            for (cube, last_user) in ins {
+                let (src, out, kept) = place(cube, last_user);
+                sources.push(src);
+                outs.push(out);
+                keep.extend(kept);
+            }
+            let scratch: Vec<Cube> =
+                scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
+            let (work, state, side) =
+                (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
+            let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
+            let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
+            device_thread::submit(&device, move || {
+                let (sources, outs, scratch) = buffers;
+                let enqueue = || -> Result<Fence> {
+                    let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
+                    // The resources are held until the work is enqueued.
+                    let ((inputs, _i), (outputs, _o), (scratch, _s)) =
+                        (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
+                    let bufs = ForkBuffers { inputs, outputs, scratch };
+                    let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
+                    work(&bufs, &SideFence { fence, kernels: side })?;
+                    Ok(fence)
                 };
-            *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
-        });
-        let name = "ddp: hand a bucket over (fusion thread)";
-        crate::trace::record(name, DDP_BACKEND_THREADS, started, std::time::Instant::now(), serde_json::Value::Null);
-        returned
+                let outcome =
+                    match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, enqueue) {
+                        Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
+                        Err(e) => {
+                            log::error!("work on another CUDA stream failed to enqueue: {e}");
+                            failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                            JoinState::Failed
+                        }
+                    };
+                *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+            });
+            returned
+        })
     };
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
 }
@@ -231,21 +231,21 @@ pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
     let state = join.0.clone();
     let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
     let exec = move |inputs: Vec<Cube>| {
-        let started = std::time::Instant::now();
-        let (device, state) = (inputs[0].device.clone(), state.clone());
-        device_thread::submit(&device, move || {
-            crate::trace::span("ddp: join a bucket (device thread)", DDP_BACKEND_THREADS, || {
-                let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
-                if let JoinState::Enqueued(fence, keep) = done {
-                    stream_bridge::after(Channel::Side, device.index, &fence);
-                    // Burn's stream now waits for the work: its buffers may serve burn again.
-                    drop(keep);
-                }
-            })
-        });
-        let name = "ddp: join a bucket (fusion thread)";
-        crate::trace::record(name, DDP_BACKEND_THREADS, started, std::time::Instant::now(), serde_json::Value::Null);
-        inputs
+        crate::trace::span("ddp: join a bucket (fusion thread)", DDP_BACKEND_THREADS, || {
+            let (device, state) = (inputs[0].device.clone(), state.clone());
+            device_thread::submit(&device, move || {
+                crate::trace::span("ddp: join a bucket (device thread)", DDP_BACKEND_THREADS, || {
+                    let done =
+                        std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
+                    if let JoinState::Enqueued(fence, keep) = done {
+                        stream_bridge::after(Channel::Side, device.index, &fence);
+                        // Burn's stream now waits for the work: its buffers may serve burn again.
+                        drop(keep);
+                    }
+                })
+            });
+            inputs
+        })
     };
     fusion_op::queue("side-stream join", outputs, &shapes, exec)
 }
