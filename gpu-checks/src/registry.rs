@@ -44,6 +44,11 @@ pub(crate) const CHECKS: &[Check] = &[
         what: "relu(batch norm + residual) on the channels-last kernels: outputs, four gradients, statistics, against burn on the CPU",
         run: batch_norm::check_bn_add_relu,
     },
+    Check {
+        name: "coalesced-fold",
+        what: "batch-norm, bn-add-relu and sync-batch-norm again with the coalesced fold of the sums (experimental)",
+        run: batch_norm::check_coalesced_fold,
+    },
     Check { name: "upload", what: "page-locked image uploads arrive exactly", run: memory::check_upload },
     Check {
         name: "crop-resize",

@@ -37,6 +37,8 @@ pub use conv::conv2d;
 pub use crop::{CropResize, Normalize, Pixels};
 pub use cross_entropy::cross_entropy;
 #[cfg(feature = "cuda")]
+pub use cuda::kernels::filter_reorder::calls as filter_kernel_calls;
+#[cfg(feature = "cuda")]
 pub use cuda::ops::batch_norm_nhwc::kernel_calls as nhwc_bn_kernel_calls;
 pub use decode::crops_to_device;
 pub use layer_norm::layer_norm;

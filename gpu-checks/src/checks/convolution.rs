@@ -72,6 +72,21 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
         // Channels-last activations, KRSC filters.
         ("cudnn_fp32_nhwc", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4, FloatDType::F32, nhwc),
         ("cudnn_bf16_nhwc", base.clone(), 1e-2, FloatDType::BF16, nhwc),
+        // The filter reordered and cast by one kernel each way (`filter_kernel`, experimental).
+        (
+            "cudnn_fp32_nhwc_filter_kernel",
+            CudnnOptions { allow_tf32: false, filter_kernel: true, ..base.clone() },
+            1e-4,
+            FloatDType::F32,
+            nhwc,
+        ),
+        (
+            "cudnn_bf16_nhwc_filter_kernel",
+            CudnnOptions { filter_kernel: true, ..base.clone() },
+            1e-2,
+            FloatDType::BF16,
+            nhwc,
+        ),
         ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32, nchw),
         ("burn_kernels_nhwc", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32, nhwc),
     ] {
@@ -79,11 +94,14 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
         // burn's own kernels autotune every new shape: two cases are enough to compare with.
         let n = if opts.enabled { cases.len() } else { 2 };
         for case in &cases[..n] {
-            let before = cudnn::calls();
+            let (before, reorders_before) = (cudnn::calls(), burn_ddp::nn::filter_kernel_calls());
             let e = errors(case, device, dtype, layout);
             let used = cudnn::calls() - before;
-            // cuDNN sessions: the forward, and one for both gradients (`run_backward`).
-            let path_ok = if opts.enabled { used == 2 } else { used == 0 };
+            let reorders = burn_ddp::nn::filter_kernel_calls() - reorders_before;
+            // cuDNN sessions: the forward, and one for both gradients (`run_backward`); with
+            // the filter kernel, it reorders the filter and its gradient.
+            let want_reorders = if opts.filter_kernel { 2 } else { 0 };
+            let path_ok = reorders == want_reorders && if opts.enabled { used == 2 } else { used == 0 };
             let pass = path_ok && e.iter().all(|&v| v < bound);
             // burn's own kernels are measured for comparison only: their accuracy is burn's.
             let verdict = match (opts.enabled, pass) {
@@ -94,7 +112,7 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
             };
             ok &= pass || !opts.enabled;
             println!(
-                "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} {verdict}",
+                "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} filter_kernel_calls={reorders} {verdict}",
                 e[0], e[1], e[2], e[3]
             );
         }

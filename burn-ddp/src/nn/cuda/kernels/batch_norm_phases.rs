@@ -12,14 +12,13 @@
 //! f32, shape `[c]`.
 
 use crate::error::{Error, Result};
-use crate::nn::cuda::kernels::batch_norm_nhwc::{self as k, FOLD};
+use crate::nn::cuda::kernels::batch_norm_nhwc as k;
 use crate::nn::cuda::ops::batch_norm_nhwc::{CALLS, Tiling, arg, extent, normalize as normalize_kernel, require_f32};
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed};
 use crate::nn::cuda::runtime::launch::{Prim, empty, empty_f32};
 use burn::prelude::*;
 use burn::tensor::DType;
 use cubecl::cuda::CudaRuntime;
-use cubecl::prelude::{CubeCount, CubeDim};
 use std::sync::atomic::Ordering;
 
 /// The per-channel affine map of the normalisation: `relu?(γ·inv_std·(x − mean) + β)`.
@@ -82,16 +81,18 @@ pub(crate) fn moments(x: &Prim) -> Result<Prim> {
                 t.tile_y,
                 x.dtype.into(),
             );
+            let (fold_count, fold_dim, depth) = k::fold_launch(c);
             k::moments_finalize::launch::<CudaRuntime>(
                 &x.client,
-                CubeCount::Static(c as u32, 1, 1),
-                CubeDim::new_1d(FOLD),
+                fold_count,
+                fold_dim,
                 arg(&x),
                 arg(&partials),
                 arg(&moments),
                 rows32,
                 c as u32,
                 groups32,
+                depth,
                 x.dtype.into(),
             );
             CALLS.fetch_add(1, Ordering::Relaxed);
@@ -171,16 +172,18 @@ pub(crate) fn grad_sums(x: &Prim, dy: &Prim, a: &Affine) -> Result<(Prim, Prim)>
             relu,
             x.dtype.into(),
         );
+        let (fold_count, fold_dim, depth) = k::fold_launch(c);
         k::grad_finalize::launch::<CudaRuntime>(
             client,
-            CubeCount::Static(c as u32, 1, 1),
-            CubeDim::new_1d(FOLD),
+            fold_count,
+            fold_dim,
             arg(&partials),
             arg(&inv_std),
             arg(&dgamma),
             arg(&dbeta),
             c as u32,
             groups32,
+            depth,
         );
         vec![dgamma, dbeta]
     });

@@ -1,4 +1,4 @@
-//! Our own CUDA kernels: the channels-last batch norm (cubecl), and the NVRTC-compiled sources
+//! Our own CUDA kernels: the channels-last batch norm and the filter reorder (cubecl), and the NVRTC-compiled sources
 //! (the fused SGD step, the cross-entropy, DDP's bucket copies, the crop-and-resize of decoded
 //! images).
 
@@ -6,4 +6,5 @@ pub(crate) mod batch_norm_nhwc;
 pub(crate) mod batch_norm_phases;
 pub(crate) mod bucket_copy;
 pub(crate) mod crop_resize;
+pub(crate) mod filter_reorder;
 pub(crate) mod nvrtc;

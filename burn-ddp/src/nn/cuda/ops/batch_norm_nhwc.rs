@@ -12,7 +12,7 @@
 //! for burn's operations, with one warning per cause.
 
 use crate::error::{Error, Result};
-use crate::nn::cuda::kernels::batch_norm_nhwc::{self as k, FOLD};
+use crate::nn::cuda::kernels::batch_norm_nhwc as k;
 use crate::nn::cuda::ops::batch_norm::float;
 use crate::nn::cuda::runtime::fusion_op::{self, packed};
 use crate::nn::cuda::runtime::launch::{Ad, BURN_RUNS, Prim, cast, empty, empty_f32, warn_once};
@@ -194,10 +194,11 @@ fn forward_kernels(
         t.tile_y,
         dt.into(),
     );
+    let (fold_count, fold_dim, depth) = k::fold_launch(c);
     k::stats_finalize::launch::<CudaRuntime>(
         client,
-        CubeCount::Static(c as u32, 1, 1),
-        CubeDim::new_1d(FOLD),
+        fold_count,
+        fold_dim,
         arg(x),
         arg(&partials),
         arg(running_mean),
@@ -211,6 +212,7 @@ fn forward_kernels(
         groups32,
         eps as f32,
         momentum as f32,
+        depth,
         dt.into(),
     );
     k::normalize::launch::<CudaRuntime>(
@@ -345,16 +347,18 @@ fn backward_kernels(
             dt.into(),
         ),
     }
+    let (fold_count, fold_dim, depth) = k::fold_launch(c);
     k::grad_finalize::launch::<CudaRuntime>(
         client,
-        CubeCount::Static(c as u32, 1, 1),
-        CubeDim::new_1d(FOLD),
+        fold_count,
+        fold_dim,
         arg(&partials),
         arg(inv_std),
         arg(&dgamma),
         arg(&dbeta),
         c as u32,
         groups32,
+        depth,
     );
     // With the residual, `dz` is already masked: the last pass reads it without a ReLU.
     k::input_grad::launch::<CudaRuntime>(

@@ -11,6 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution::{self as cudnn, ConvShape, Direction, Pointers};
+use crate::nn::cuda::kernels::filter_reorder;
 use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed, row_major};
 use crate::nn::cuda::runtime::launch::{
     Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empty, launch, packed_shape, same_data_type, warn_once,
@@ -181,13 +182,21 @@ fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim
     Ok((out.pop().expect("two outputs"), wk))
 }
 
-/// `w` (KCRS, any float type) in `dtype`, reordered for `layout` (KRSC for channels-last), packed.
+/// `w` (KCRS, any float type) in `dtype`, reordered for `layout` (KRSC for channels-last), packed:
+/// one kernel for channels-last with `CudnnOptions::filter_kernel`.
 fn pack_filter(w: Cube, dtype: DType, layout: Layout) -> Cube {
+    if layout == Layout::Nhwc && crate::nn::settings::options::get().filter_kernel {
+        return filter_reorder::to_krsc(w, dtype);
+    }
     packed(from_nchw(burn_cubecl::kernel::cast(w, dtype), layout))
 }
 
-/// A filter gradient in `layout`'s order back to KCRS in the parameter's `dtype`.
+/// A filter gradient in `layout`'s order back to KCRS in the parameter's `dtype` (one kernel
+/// for channels-last with `CudnnOptions::filter_kernel`).
 fn unpack_filter(dw: Cube, dtype: DType, layout: Layout) -> Cube {
+    if layout == Layout::Nhwc && crate::nn::settings::options::get().filter_kernel {
+        return filter_reorder::to_kcrs(dw, dtype);
+    }
     burn_cubecl::kernel::cast(nchw(dw, layout), dtype)
 }
 
