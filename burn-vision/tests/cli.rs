@@ -686,6 +686,17 @@ fn bench_runs_adamw_as_well_as_sgd() {
     assert!(sgd.is_finite() && adamw.is_finite() && sgd != adamw, "sgd {sgd}, adamw {adamw}");
 }
 
+/// `bench --channels-last` on the CPU: the batch is held channels-last and viewed as NCHW (as
+/// on a GPU), and the model trains on it.
+#[test]
+fn bench_runs_channels_last() {
+    let o = mini_bench(&["--steps", "2", "--channels-last"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["config"]["channels_last"], true, "{r}");
+    assert!(r["last_loss"].as_f64().unwrap().is_finite(), "{r}");
+}
+
 /// `bench` of the smallest model on 28² single-channel images, batch 4, 2 warm-up steps, with
 /// `extra` flags.
 fn mini_bench(extra: &[&str]) -> Output {

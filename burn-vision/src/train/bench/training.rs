@@ -410,7 +410,11 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     }
     let mut optim = BenchOptimizer::<B>::new(config.optimizer, config.burn_optimizer);
     let shape = [config.batch_size, config.channels, config.image_size, config.image_size];
-    let x = Tensor::<B, 4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+    // The batch stored in the model's memory order and viewed as NCHW, as PyTorch's baseline
+    // holds its input (`.to(memory_format=torch.channels_last)`) and as the GPU JPEG decoder
+    // delivers batches: a channels-last model reads it without a copy.
+    let layout = model.layout();
+    let x = layout.view_nchw(Tensor::<B, 4>::random(layout.from_nchw(shape), Distribution::Normal(0.0, 1.0), device));
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
     let host = config.host_input.then(|| host_batches(&x));
     let upload_s = std::cell::Cell::new(0.0);
