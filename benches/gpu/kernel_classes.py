@@ -40,19 +40,24 @@ def classify(name):
     return next((c for c, pattern in CLASSES if re.search(pattern, name, re.I)), "other")
 
 
-path, label = sys.argv[1], sys.argv[2]
-steps = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
-by = defaultdict(lambda: [0, 0.0])
-for name, count, ms in kernels(path):
-    c = classify(name)
-    by[c][0] += count
-    by[c][1] += ms
-if len(sys.argv) > 4:
-    for name, count, ms in kernels(sys.argv[4]):
+def main():
+    path, label = sys.argv[1], sys.argv[2]
+    steps = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+    by = defaultdict(lambda: [0, 0.0])
+    for name, count, ms in kernels(path):
         c = classify(name)
-        by[c][0] -= count
-        by[c][1] -= ms
-total = sum(v[1] for v in by.values())
-print(f"CLASSES {label}: {total / steps:.2f} ms of device time per step")
-for c, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-    print(f"CLASSES {label}: {c:24s} {ms / steps:8.2f} ms {100 * ms / max(total, 1e-9):5.1f}% {n / steps:7.0f} kernels")
+        by[c][0] += count
+        by[c][1] += ms
+    if len(sys.argv) > 4:
+        for name, count, ms in kernels(sys.argv[4]):
+            c = classify(name)
+            by[c][0] -= count
+            by[c][1] -= ms
+    total = sum(v[1] for v in by.values())
+    print(f"CLASSES {label}: {total / steps:.2f} ms of device time per step")
+    for c, (n, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        print(f"CLASSES {label}: {c:24s} {ms / steps:8.2f} ms {100 * ms / max(total, 1e-9):5.1f}% {n / steps:7.0f} kernels")
+
+
+if __name__ == "__main__":
+    main()

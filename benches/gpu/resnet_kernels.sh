@@ -1,40 +1,62 @@
 #!/usr/bin/env bash
-# What fusing a residual block's end buys on ResNet-50: `relu(bn(x) + identity)` as one pass of
-# burn-ddp's channels-last batch-norm kernels each way (`nn::batch_norm_add_relu`, on by default;
-# `BURN_DDP_FUSE_ADD=0` runs the batch norm, burn's addition and `nn::relu` instead), in one
-# device call on one H200:
-#   1. `burn-ddp-gpu-checks bn-add-relu batch-norm conv-bn-relu sync-batch-norm` (NO_CHECKS=1
-#      leaves them out): the fused end against burn on the CPU, and the batch-norm paths the
-#      change touched;
-#   2. ResNet-50 bf16 b256 channels-last, synthetic 224², SGD: fused and unfused alternated
-#      twice after one warm run each, beside PyTorch 2.11 eager and torch.compile (the same
-#      batch, optimizer and step count).
+# What burn-ddp's ResNet kernels buy on ResNet-50 bf16 b256 channels-last (synthetic 224², SGD),
+# in one device call on one H200, beside PyTorch 2.11 eager and torch.compile (the same batch,
+# optimizer and step count):
+#   1. the GPU checks of the paths the variants touch (NO_CHECKS=1 leaves them out):
+#      `bn-add-relu batch-norm conv-bn-relu sync-batch-norm coalesced-fold convolution`;
+#   2. the variants, each run once warm and then alternated twice:
+#      `unfused` — the residual block's end as the batch norm, burn's addition and `nn::relu`
+#                  (`BURN_DDP_FUSE_ADD=0`);
+#      `base`    — the defaults (the block's end fused into the batch-norm kernels);
+#      `fold`    — and the batch norm's sums folded by the coalesced fold
+#                  (`BURN_DDP_COALESCED_FOLD=1`, experimental);
+#      `filter`  — and each convolution's filter reordered and cast by one kernel each way
+#                  (`BURN_DDP_FILTER_KERNEL=1`, experimental);
+#      `both`    — fold and filter together;
+#      VARIANTS="..." picks some (default: base fold filter both; 2026-12-04's comparison of
+#      the fused block end was VARIANTS="base unfused");
+#   3. with PROFILE=1, the step by class of kernel with both experimental kernels on
+#      (benches/gpu/step_profile.sh PART=1, ours only).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
-# $OUT/resnet_block_end.log; each pair's ratios last.
+# $OUT/resnet_kernels.log; each round's ratios to `base` and to torch.compile last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-LOG=$OUT/resnet_block_end.log; SHOW="RESULT|img_per_s|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-4}
+LOG=$OUT/resnet_kernels.log; SHOW="RESULT|img_per_s|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-4}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 STEPS=${STEPS:-30}
 R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-[ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks bn-add-relu batch-norm conv-bn-relu sync-batch-norm
-for v in fused unfused; do step warm_$v 300 env BURN_DDP_FUSE_ADD=$([ $v = fused ] && echo 1 || echo 0) "$B"/burn-vision "${R50[@]}"; done
+[ -n "${NO_CHECKS:-}" ] || step checks 400 "$B"/burn-ddp-gpu-checks bn-add-relu batch-norm conv-bn-relu sync-batch-norm coalesced-fold convolution
+# The switches of each variant (`step` runs a program under `timeout`, not a shell function).
+envs() {
+  case $1 in
+    unfused) echo "BURN_DDP_FUSE_ADD=0 BURN_DDP_COALESCED_FOLD=0 BURN_DDP_FILTER_KERNEL=0" ;;
+    base) echo "BURN_DDP_FUSE_ADD=1 BURN_DDP_COALESCED_FOLD=0 BURN_DDP_FILTER_KERNEL=0" ;;
+    fold) echo "BURN_DDP_FUSE_ADD=1 BURN_DDP_COALESCED_FOLD=1 BURN_DDP_FILTER_KERNEL=0" ;;
+    filter) echo "BURN_DDP_FUSE_ADD=1 BURN_DDP_COALESCED_FOLD=0 BURN_DDP_FILTER_KERNEL=1" ;;
+    both) echo "BURN_DDP_FUSE_ADD=1 BURN_DDP_COALESCED_FOLD=1 BURN_DDP_FILTER_KERNEL=1" ;;
+    *) echo "unknown variant $1" >&2; exit 2 ;;
+  esac
+}
+VARIANTS=${VARIANTS:-base fold filter both}
+for v in $VARIANTS; do step warm_$v 300 env $(envs "$v") "$B"/burn-vision "${R50[@]}"; done
 for i in 1 2; do
-  step fused_$i 150 env BURN_DDP_FUSE_ADD=1 "$B"/burn-vision "${R50[@]}"
-  step unfused_$i 150 env BURN_DDP_FUSE_ADD=0 "$B"/burn-vision "${R50[@]}"
+  for v in $VARIANTS; do step ${v}_$i 150 env $(envs "$v") "$B"/burn-vision "${R50[@]}"; done
 done
 [ -n "${NO_TORCH:-}" ] || {
   step torch 150 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
   step compile 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc compile
 }
+[ -z "${PROFILE:-}" ] || OUT=$OUT/profile OURS_ONLY=1 BURN_DDP_COALESCED_FOLD=1 BURN_DDP_FILTER_KERNEL=1 PART=1 \
+  bash benches/gpu/step_profile.sh
 save_cache
 echo; echo SUMMARY | tee -a "$LOG"
-python3 - "$LOG" <<'PY' | tee -a "$LOG"
+python3 - "$LOG" $VARIANTS <<'PY' | tee -a "$LOG"
 import json, re, sys
+log, variants = sys.argv[1], sys.argv[2:]
 runs, name, checks = {}, None, [0, 0]
-for line in open(sys.argv[1], errors="replace"):
+for line in open(log, errors="replace"):
     m = re.match(r"=== (\S+): ", line)
     if m:
         name = m.group(1); continue
@@ -45,17 +67,26 @@ for line in open(sys.argv[1], errors="replace"):
         runs[name] = json.loads(line[line.index("{"):])
     if name == "checks" and line.startswith("RESULT check="):
         checks[0 if line.endswith(" ok") else 1] += 1
-        if "bn_add_relu" in line or not line.endswith(" ok"):
+        if "filter_kernel" in line or "bn_add_relu" in line or not line.endswith(" ok"):
             print(line)
 print(f"checks: {checks[0]} ok, {checks[1]} failed")
 for n, r in runs.items():
     mem = r.get("device_used_gib") or r.get("peak_mem_gib")
     first = (r.get("first_step") or {}).get("total_s")
-    print(f"{n}: {r['img_per_s']:.0f} img/s, GPU memory {mem:.2f} GiB, first step done {first:.1f} s after start")
+    mem = f", GPU memory {mem:.2f} GiB" if mem else ""
+    first = f", first step done {first:.1f} s after start" if first else ""
+    print(f"{n}: {r['img_per_s']:.0f} img/s{mem}{first}")
 comp = runs.get("compile", {}).get("img_per_s")
 for i in (1, 2):
-    f, u = (runs.get(f"{v}_{i}", {}).get("img_per_s") for v in ("fused", "unfused"))
-    if f and u:
-        extra = f", fused / torch.compile {f / comp:.3f}, unfused / torch.compile {u / comp:.3f}" if comp else ""
-        print(f"round {i}: fused / unfused {f / u:.3f}{extra}")
+    base = runs.get(f"base_{i}", {}).get("img_per_s")
+    parts = []
+    for v in variants:
+        s = runs.get(f"{v}_{i}", {}).get("img_per_s")
+        if not s:
+            continue
+        rel = f" = {s / base:.3f}× base" if base and v != "base" else ""
+        vs = f", {s / comp:.3f}× torch.compile" if comp else ""
+        parts.append(f"{v} {s:.0f}{rel}{vs}")
+    if parts:
+        print(f"round {i}: " + "; ".join(parts))
 PY
