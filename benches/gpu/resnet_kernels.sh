@@ -75,7 +75,10 @@ for n, r in runs.items():
     first = (r.get("first_step") or {}).get("total_s")
     mem = f", GPU memory {mem:.2f} GiB" if mem else ""
     first = f", first step done {first:.1f} s after start" if first else ""
-    print(f"{n}: {r['img_per_s']:.0f} img/s{mem}{first}")
+    o = r.get("gpu_options") or {}
+    paths = (f", coalesced_fold={o.get('coalesced_fold')} filter_kernel={o.get('filter_kernel')}"
+             f" (filter kernel passes {r.get('filter_kernel_passes')})") if o else ""
+    print(f"{n}: {r['img_per_s']:.0f} img/s{mem}{first}{paths}")
 comp = runs.get("compile", {}).get("img_per_s")
 for i in (1, 2):
     base = runs.get(f"base_{i}", {}).get("img_per_s")

@@ -740,6 +740,8 @@ fn bench_reports_the_first_step_split() {
     );
     assert!(step > 0.0 && cudnn == 0.0 && total >= setup + step - 1e-3, "{f}");
     assert!(r["device_used_gib"].is_null() && r["img_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    // No GPU layer ran: no options to report, no filter reordered.
+    assert!(r["gpu_options"].is_null() && r["filter_kernel_passes"] == 0, "{r}");
 }
 
 /// An I/O failure names its cause once ("Not a directory (os error 20)", not twice).

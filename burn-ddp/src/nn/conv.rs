@@ -10,6 +10,15 @@ use burn::prelude::*;
 use burn::tensor::ops::ConvOptions;
 use burn_nn::PaddingConfig2d;
 
+/// How many convolution filters (and filter gradients) the filter kernel has reordered and cast
+/// in this process (`CudnnOptions::filter_kernel`; 0 without CUDA): whether that path ran.
+pub fn filter_kernel_calls() -> usize {
+    #[cfg(feature = "cuda")]
+    return crate::nn::cuda::kernels::filter_reorder::calls();
+    #[cfg(not(feature = "cuda"))]
+    0
+}
+
 /// `conv2d` with symmetric padding, differentiable on autodiff backends.
 ///
 /// The convolution runs in the input's element type: a weight and bias of another type are cast

@@ -33,11 +33,9 @@ pub mod upload;
 
 pub use batch_norm::{batch_norm, batch_norm_add_relu, conv_batch_norm, conv_batch_norm_add_relu};
 pub use batch_norm_nhwc::{batch_norm_add_relu_nhwc, batch_norm_nhwc};
-pub use conv::conv2d;
+pub use conv::{conv2d, filter_kernel_calls};
 pub use crop::{CropResize, Normalize, Pixels};
 pub use cross_entropy::cross_entropy;
-#[cfg(feature = "cuda")]
-pub use cuda::kernels::filter_reorder::calls as filter_kernel_calls;
 #[cfg(feature = "cuda")]
 pub use cuda::ops::batch_norm_nhwc::kernel_calls as nhwc_bn_kernel_calls;
 pub use decode::crops_to_device;

@@ -26,7 +26,7 @@ use std::sync::{OnceLock, RwLock};
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct CudnnOptions {
     /// Use cuDNN at all (otherwise burn's own convolution kernels run).
     pub enabled: bool,

@@ -196,6 +196,12 @@ pub struct BenchResult {
     /// Layer norms whose forward ran on burn-ddp's own kernel over the timed steps
     /// (`CudnnOptions::layer_norm_kernel`), 0 when cuDNN's or burn's ran.
     pub layer_norm_kernel_passes: usize,
+    /// Convolution filters and filter gradients reordered by burn-ddp's filter kernel over the
+    /// timed steps (`CudnnOptions::filter_kernel`): two per convolution and step when it ran.
+    pub filter_kernel_passes: usize,
+    /// The GPU layers' options in force (`burn_ddp::nn::CudnnOptions`, from the
+    /// `BURN_DDP_*` variables): which fast paths this run took; `None` on the CPU.
+    pub gpu_options: Option<burn_ddp::nn::CudnnOptions>,
     /// Plain and DDP blocks of one process side by side (`ddp_interleave` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interleaved: Option<Interleaved>,
@@ -479,6 +485,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let cache_before = burn_ddp::nn::runtime::kernel_cache::usage();
     let gelu_before = burn_ddp::nn::linear::gelu_kernel_calls();
     let ln_before = burn_ddp::nn::layer_norm::kernel_forward_calls();
+    let filter_before = burn_ddp::nn::filter_kernel_calls();
     let ddp_before = dist.map(|d| d.ddp.stats());
     if dist.is_some() {
         burn_ddp::trace::start();
@@ -508,6 +515,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
     let gelu_kernel_passes = burn_ddp::nn::linear::gelu_kernel_calls() - gelu_before;
     let layer_norm_kernel_passes = burn_ddp::nn::layer_norm::kernel_forward_calls() - ln_before;
+    let filter_kernel_passes = burn_ddp::nn::filter_kernel_calls() - filter_before;
     let threads = crate::train::instrument::thread_clock::ThreadClock::now().since(&clock);
     if let Some(gpu) = config.gpu {
         cuda_profiler_range(false, gpu);
@@ -548,6 +556,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         kernel_cache,
         gelu_kernel_passes,
         layer_norm_kernel_passes,
+        filter_kernel_passes,
+        gpu_options: config.gpu.map(|_| burn_ddp::nn::options::get()),
         interleaved,
     })
 }
