@@ -83,10 +83,7 @@ impl<B: Backend> Conv2d<B> {
     /// both in the layer's [`Layout`].
     pub fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let layout = self.layout;
-        let x = match self.precision {
-            Some(p) => x.cast(p.dtype()),
-            None => x,
-        };
+        let x = self.in_precision(x);
         let padding = match self.padding {
             PaddingConfig2d::Valid => [0, 0],
             PaddingConfig2d::Explicit(top, left, bottom, right) if top == bottom && left == right => [top, left],
@@ -146,10 +143,7 @@ impl<B: Backend> Conv2d<B> {
 
     /// [`forward_tokens`](Self::forward_tokens) of non-overlapping patches as one product.
     fn tokens_by_product(&self, x: Tensor<B, 4>) -> (Tensor<B, 3>, [usize; 2]) {
-        let x = match self.precision {
-            Some(p) => x.cast(p.dtype()),
-            None => x,
-        };
+        let x = self.in_precision(x);
         // Through the gradient hook when DDP overlaps its all-reduce with backward.
         let (weight, bias) = (param_val(&self.weight, &x), self.bias.as_ref().map(|b| param_val(b, &x)));
         let (patches, grid) = patches(x, self.kernel_size, self.layout);
@@ -157,6 +151,14 @@ impl<B: Backend> Conv2d<B> {
         // Each patch is read in the filter's order (channel, row, column): the product is by
         // the filter as a `[c·kh·kw, k]` matrix, a transposed view of its own buffer.
         (affine(weight.reshape([k, c * kh * kw]).transpose(), bias, patches), grid)
+    }
+
+    /// `x` in the layer's precision (unchanged without one).
+    fn in_precision(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        match self.precision {
+            Some(p) => x.cast(p.dtype()),
+            None => x,
+        }
     }
 }
 
