@@ -12,7 +12,9 @@ def main(path):
             step = line[4:].split(":")[0]
         elif step == "checks" and line.startswith("RESULT check="):
             line = line.strip()
-            checks[0 if line.endswith(" ok") else 1] += 1
+            # Lines ending neither "ok" nor "FAIL" are printed figures or notes, not verdicts.
+            if line.endswith(" ok") or line.endswith(" FAIL"):
+                checks[0 if line.endswith(" ok") else 1] += 1
             if any(k in line for k in ("stream", "patch_embed")) or not line.endswith(" ok"):
                 print(line)
     print(f"checks: {checks[0]} ok, {checks[1]} failed")
