@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What running cuDNN, cuBLAS and burn-ddp's kernels on burn's own CUDA stream buys
-# (`BURN_DDP_SAME_STREAM=1`, experimental: no fence kernels; the stream found through CUPTI)
-# against burn-ddp's stream behind four fence kernels per call (the default), in one device
-# call on one H200:
+# (`BURN_DDP_SAME_STREAM=1`, the default since 2026-12-05: no fence kernels; the stream found
+# through CUPTI) against burn-ddp's stream behind four fence kernels per call
+# (`BURN_DDP_SAME_STREAM=0`), in one device call on one H200:
 #   1. `burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw products patch-embed`
 #      (NO_CHECKS=1 leaves them out): the stream found and ordered, a small model trained
 #      either way, and the checks changed alongside (attention on the projections' shapes; the
@@ -11,7 +11,7 @@
 #      bf16 b128, synthetic 224², SGD — same stream and fenced alternated twice after one warm
 #      run each, beside PyTorch 2.11 torch.compile (NO_TORCH=1 leaves it out; eager with
 #      EAGER=1), the same batch, optimizer and step count.
-# libcupti: PyTorch's `nvidia-cuda-cupti` wheel has it; the script puts its folder on the
+# libcupti: benches/gpu/env.sh puts the folder of PyTorch's `nvidia-cuda-cupti` wheel on the
 # library path (BURN_DDP_CUPTI names another). Binaries: carry/bins.txz (burn-vision,
 # burn-ddp-gpu-checks; release, CUDA). Raw log $OUT/same_stream.log; the ratios last.
 set -uo pipefail
@@ -19,16 +19,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/same_stream.log; SHOW="RESULT|img_per_s|rror|panick|FAIL|burn's own stream|fences"; SHOW_LINES=${SHOW_LINES:-4}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
-CUPTI_DIR=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-for base in site.getsitepackages():
-    for lib in glob.glob(os.path.join(base, "nvidia", "cu*", "lib", "libcupti.so*")) + glob.glob(os.path.join(base, "nvidia", "cuda_cupti", "lib", "libcupti.so*")):
-        print(os.path.dirname(lib)); raise SystemExit
-PY
-)
-[ -n "$CUPTI_DIR" ] && export LD_LIBRARY_PATH="$CUPTI_DIR:${LD_LIBRARY_PATH:-}"
 echo "libcupti from: ${CUPTI_DIR:-not found}" | tee -a "$LOG"
-ls "$CUPTI_DIR" 2>/dev/null | grep -i cupti | tee -a "$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 STEPS=${STEPS:-30}
 R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")

@@ -45,9 +45,9 @@ pub(crate) const CHECKS: &[Check] = &[
         run: batch_norm::check_bn_add_relu,
     },
     Check {
-        name: "coalesced-fold",
-        what: "batch-norm, bn-add-relu and sync-batch-norm again with the coalesced fold of the sums (experimental)",
-        run: batch_norm::check_coalesced_fold,
+        name: "warp-fold",
+        what: "batch-norm, bn-add-relu and sync-batch-norm again with the sums folded one warp per channel (the coalesced fold off)",
+        run: batch_norm::check_warp_fold,
     },
     Check { name: "upload", what: "page-locked image uploads arrive exactly", run: memory::check_upload },
     Check {

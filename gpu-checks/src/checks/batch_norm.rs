@@ -317,13 +317,14 @@ pub(crate) fn check_bn_add_relu(device: &CudaDevice) -> bool {
     ok
 }
 
-/// The channels-last batch norm's checks again with each channel's partial sums folded by the
-/// coalesced fold (`CudnnOptions::coalesced_fold`, experimental): `batch-norm`, `bn-add-relu`
-/// and `sync-batch-norm` (its phases fold the moments and the gradient sums).
-pub(crate) fn check_coalesced_fold(device: &CudaDevice) -> bool {
+/// The channels-last batch norm's checks again with each channel's partial sums folded by one
+/// warp per channel (`CudnnOptions::coalesced_fold` off; the coalesced fold is the default):
+/// `batch-norm`, `bn-add-relu` and `sync-batch-norm` (its phases fold the moments and the
+/// gradient sums).
+pub(crate) fn check_warp_fold(device: &CudaDevice) -> bool {
     let base = options::get();
-    options::set(CudnnOptions { coalesced_fold: true, ..base.clone() });
-    println!("RESULT coalesced_fold=on (the checks below repeat batch-norm, bn-add-relu and sync-batch-norm)");
+    options::set(CudnnOptions { coalesced_fold: false, ..base.clone() });
+    println!("RESULT coalesced_fold=off (the checks below repeat batch-norm, bn-add-relu and sync-batch-norm)");
     let ok = check_bn(device) & check_bn_add_relu(device) & crate::checks::sync_batch_norm::check_sync_bn(device);
     options::set(base);
     ok

@@ -161,19 +161,23 @@ impl<B: Backend> Block<B> {
     }
 }
 
-/// `steps` AdamW steps of the block from its seeded start with the options in force: the
-/// losses and the parameters after.
+/// `steps` SGD steps (momentum 0.9) of the block from its seeded start with the options in
+/// force: the losses and the parameters after. SGD, not AdamW: AdamW's first steps move each
+/// weight by about ±lr whatever the gradient's size, so cuDNN's run-to-run rounding flips
+/// tiny gradients' signs into differences of 2·lr (8 % of the largest weight between two
+/// fenced runs on an H200, 2026-12-05), which would hide a real difference; SGD's step is
+/// linear in the gradient. The `adamw` check covers that optimizer on the path in force.
 fn train(device: &CudaDevice, steps: usize) -> (Vec<f64>, Vec<f64>) {
     let x = Tensor::<Ad, 4>::random([16, 3, 32, 32], Distribution::Normal(0.0, 1.0), device);
     let labels = Tensor::<Ad, 1, Int>::from_ints([1, 3, 5, 7, 9, 0, 2, 4, 6, 8, 1, 1, 2, 3, 5, 8], device);
     let mut net = Block::<Ad>::new(device).map(&mut Materialise);
-    let mut optim = burn_ddp::nn::FusedAdamWConfig::default().init::<Ad, Block<Ad>>();
+    let mut optim = burn_ddp::nn::FusedSgdConfig { momentum: 0.9, ..Default::default() }.init::<Ad, Block<Ad>>();
     let mut losses = Vec::new();
     for _ in 0..steps {
         let loss = net.loss(x.clone(), labels.clone());
         losses.extend(to_f64(loss.clone()));
         let grads = GradientsParams::from_grads(loss.backward(), &net);
-        net = optim.step(1e-3, net, grads);
+        net = optim.step(0.05, net, grads);
     }
     let params = [net.qkv.weight.val(), net.fc1.weight.val(), net.head.weight.val()]
         .into_iter()
@@ -196,18 +200,20 @@ pub(crate) fn check_same_stream(device: &CudaDevice) -> bool {
     let base = options::get();
     options::set(CudnnOptions { same_stream: false, ..base.clone() });
     let (fenced_losses, fenced) = train(device, 6);
-    let (_, again) = train(device, 6);
+    let (again_losses, again) = train(device, 6);
     options::set(CudnnOptions { same_stream: true, ..base.clone() });
     let before = burn_ddp::nn::profile::CudnnTimes::now();
     let (same_losses, same) = train(device, 6);
     let took = burn_ddp::nn::profile::CudnnTimes::now().since(&before);
     options::set(base);
     let (noise, err) = (max_rel_err(&again, &fenced), max_rel_err(&same, &fenced));
-    let loss_err = max_rel_err(&same_losses, &fenced_losses);
+    let (loss_noise, loss_err) =
+        (max_rel_err(&again_losses, &fenced_losses), max_rel_err(&same_losses, &fenced_losses));
     let on_burns = took.on_burns_stream;
-    let pass = err <= noise.max(1e-5) * 10.0 && loss_err < 1e-3 && on_burns > 0 && took.calls > 0;
+    let pass =
+        err <= noise.max(1e-5) * 10.0 && loss_err <= loss_noise.max(1e-5) * 10.0 && on_burns > 0 && took.calls > 0;
     println!(
-        "RESULT check=same_stream params_rel_err={err:.2e} fenced_run_to_run={noise:.2e} loss_rel_err={loss_err:.2e} calls={} on_burns_stream={on_burns} {}",
+        "RESULT check=same_stream params_rel_err={err:.2e} fenced_run_to_run={noise:.2e} loss_rel_err={loss_err:.2e} loss_run_to_run={loss_noise:.2e} calls={} on_burns_stream={on_burns} {}",
         took.calls,
         if pass { "ok" } else { "FAIL" }
     );

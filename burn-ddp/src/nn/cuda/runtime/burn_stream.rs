@@ -7,7 +7,8 @@
 //! `CudnnOptions::same_stream`).
 //!
 //! libcupti is opened at run time (`BURN_DDP_CUPTI`, else `libcupti.so`, `.so.13`, `.so.12` on
-//! the library path: CUDA toolkits and PyTorch's `nvidia-cuda-cupti` wheels ship it). CUPTI
+//! the library path, else the CUDA toolkit's `extras/CUPTI/lib64`: CUDA toolkits and PyTorch's
+//! `nvidia-cuda-cupti` wheels ship it). CUPTI
 //! takes one subscriber per process: under Nsight Systems or Compute, or without the library,
 //! [`capture`] returns an error and the callers keep the fences.
 
@@ -89,6 +90,7 @@ fn open() -> Result<Cupti> {
     let names: Vec<String> = std::env::var("BURN_DDP_CUPTI")
         .into_iter()
         .chain(["libcupti.so", "libcupti.so.13", "libcupti.so.12"].map(String::from))
+        .chain(toolkit_cupti())
         .collect();
     // SAFETY: loading CUPTI runs its initialisers, which have no preconditions.
     let (lib, name) = names
@@ -111,6 +113,17 @@ fn open() -> Result<Cupti> {
         return Err(unavailable(format!("cuptiSubscribe returned {code} (is a profiler attached?)")));
     }
     Ok(Cupti { _lib: lib, enable, subscriber: subscriber as usize, name })
+}
+
+/// Where CUDA toolkits keep libcupti, off the library path: `$CUDA_HOME` (or `$CUDA_PATH`,
+/// else `/usr/local/cuda`) `/extras/CUPTI/lib64/libcupti.so`.
+fn toolkit_cupti() -> Vec<String> {
+    ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .chain(std::iter::once("/usr/local/cuda".to_string()))
+        .map(|root| format!("{root}/extras/CUPTI/lib64/libcupti.so"))
+        .collect()
 }
 
 fn cupti() -> Result<&'static Cupti> {

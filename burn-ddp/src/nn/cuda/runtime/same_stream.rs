@@ -1,6 +1,6 @@
-//! With `CudnnOptions::same_stream` (experimental, off by default): which computations run on
-//! burn's own CUDA stream, with no fence, instead of on burn-ddp's stream behind
-//! `stream_bridge`'s four fence kernels.
+//! With `CudnnOptions::same_stream` (on by default; `BURN_DDP_SAME_STREAM=0` turns it off):
+//! which computations run on burn's own CUDA stream, with no fence, instead of on burn-ddp's
+//! stream behind `stream_bridge`'s four fence kernels.
 //!
 //! Per device, the first burn stream (thread) whose computation of an already proven kind
 //! (`device_thread`: the first of each kind measures algorithms and builds plans on burn-ddp's
