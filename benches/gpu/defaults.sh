@@ -12,8 +12,9 @@
 #   2. DDP's cost inside one process on those defaults (`bench --ddp --ddp-interleave`):
 #      ResNet-18 28² b256 twice, ResNet-50 and ViT-B/16 once (benches/gpu/ddp_cost.sh PART=5
 #      is the longer version);
-#   3. `burn-ddp-gpu-checks` — every check, NCCL's too, in two runs (NO_CHECKS=1 leaves them
-#      out; CHECKS="a b" runs those alone; CHECKS_TIMEOUT=S limits each run, default 300 s).
+#   3. `burn-ddp-gpu-checks` — every check, NCCL's too, in two runs: the first after the
+#      SGD rows, the second last (NO_CHECKS=1 leaves them out; CHECKS="a b" runs those alone,
+#      in the first; CHECKS_TIMEOUT=S limits each run, default 300 s).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/defaults.log; the summary table last.
 set -uo pipefail
@@ -45,6 +46,13 @@ for model in r50 vitb16; do
   [ -z "${EAGER:-}" ] || step ${model}_eager 150 python3 benches/pytorch_baseline.py synthetic $TORCH eager
   step ${model}_compile 300 python3 benches/pytorch_baseline.py synthetic $TORCH compile
 done
+# Every check, in two runs: the first holds those the defaults change most and runs before
+# the AdamW and DDP rows, the second (the convolution cases, the longest) last, so a call that
+# runs out of time still has the first.
+FIRST="same-stream nccl sgd adamw attention layer-norm relu bias-gelu products patch-embed linear-epilogue
+  cross-entropy mean-over max-pool cudnn-ordering conv-bn-relu bn-add-relu batch-norm warp-fold sync-batch-norm"
+REST="convolution convolution-accumulate upload crop-resize jpeg-decode decode-ahead burn-stream"
+[ -n "${NO_CHECKS:-}" ] || step checks_1 "${CHECKS_TIMEOUT:-300}" "$B"/burn-ddp-gpu-checks ${CHECKS:-$FIRST}
 # ViT-B/16 with AdamW, the optimizer ViTs train with (ours FusedAdamW, PyTorch's fused=True).
 [ -n "${NO_ADAMW:-}" ] || {
   for i in 1 2; do step vitb16_adamw_$i 150 "$B"/burn-vision "${VB[@]}" --optimizer adamw; done
@@ -54,15 +62,7 @@ for i in 1 2; do step r18s_interleaved_$i 150 "$B"/burn-vision "${R18B[@]}" --dd
 step r50_interleaved 150 "$B"/burn-vision "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
 step vitb16_interleaved 150 "$B"/burn-vision "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 save_cache
-# Every check, in two runs: those the defaults change most first (the longest, the convolution
-# cases, last), so a call that runs out of time still has them.
-FIRST="same-stream nccl sgd adamw attention layer-norm relu bias-gelu products patch-embed linear-epilogue
-  cross-entropy mean-over max-pool cudnn-ordering conv-bn-relu bn-add-relu batch-norm warp-fold sync-batch-norm"
-REST="convolution convolution-accumulate upload crop-resize jpeg-decode decode-ahead burn-stream"
-if [ -z "${NO_CHECKS:-}" ]; then
-  step checks_1 "${CHECKS_TIMEOUT:-300}" "$B"/burn-ddp-gpu-checks ${CHECKS:-$FIRST}
-  [ -n "${CHECKS:-}" ] || step checks_2 "${CHECKS_TIMEOUT:-300}" "$B"/burn-ddp-gpu-checks $REST
-fi
+[ -n "${NO_CHECKS:-}${CHECKS:-}" ] || step checks_2 "${CHECKS_TIMEOUT:-300}" "$B"/burn-ddp-gpu-checks $REST
 echo; echo SUMMARY | tee -a "$LOG"
 python3 - "$LOG" <<'PY' | tee -a "$LOG"
 import re, sys
