@@ -107,7 +107,9 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
             let reorders = burn_ddp::nn::filter_kernel_calls() - reorders_before;
             // cuDNN sessions: the forward, and one for both gradients (`run_backward`); with
             // the filter kernel, it reorders the filter and its gradient.
-            let want_reorders = if opts.filter_kernel { 2 } else { 0 };
+            // The filter kernel serves channels-last convolutions only (KCRS is the filter's own
+            // order for NCHW ones).
+            let want_reorders = if opts.filter_kernel && opts.enabled && layout == nhwc { 2 } else { 0 };
             let path_ok = reorders == want_reorders && if opts.enabled { used == 2 } else { used == 0 };
             let pass = path_ok && e.iter().all(|&v| v < bound);
             // burn's own kernels are measured for comparison only: their accuracy is burn's.

@@ -197,7 +197,8 @@ pub(crate) fn step_gradients(
 
 /// The bound on DDP's difference from plain gradients beside `noise`, plain training's own
 /// difference from itself: 1e-4, or three times the noise where cuDNN chose a filter-gradient
-/// algorithm that sums in no fixed order (6.8e-4 seen on one machine, 6e-6 on another).
+/// algorithm that sums in no fixed order (6.8e-4 and 1.5e-2 seen on some machines, 6e-6 on
+/// another).
 pub(crate) fn noise_floor(noise: f64) -> f64 {
     1e-4f64.max(3.0 * noise)
 }
@@ -216,7 +217,10 @@ pub(crate) fn check_nccl_ddp_large(device: &CudaDevice, pg: std::sync::Arc<burn_
     let scale = plain.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let rel =
         |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
-    let noise = rel(&step_gradients(&model, None, (&x, &g)));
+    // Three plain runs against the first: one sample of cuDNN's noise set too tight a bound
+    // (2026-12-05 on an H200: plain against itself 6.8e-4, DDP against plain 1.5e-2, and
+    // 1.5e-2 plain against itself on another machine on 2026-12-03).
+    let noise = (0..3).map(|_| rel(&step_gradients(&model, None, (&x, &g)))).fold(0.0, f64::max);
     let ddp = burn_ddp::DistributedDataParallel::new(pg, burn_ddp::DdpConfig::default());
     let _ = step_gradients(&model, Some(&ddp), (&x, &g));
     let err = rel(&step_gradients(&model, Some(&ddp), (&x, &g)));
@@ -250,7 +254,10 @@ pub(crate) fn check_nccl_ddp_settings(device: &CudaDevice, pg: std::sync::Arc<bu
     // Relative to each value, with a floor of 1e-3 of the largest (values near zero).
     let rel =
         |a: &[f64]| a.iter().zip(&plain).map(|(a, b)| (a - b).abs() / (b.abs() + 1e-3 * scale)).fold(0.0, f64::max);
-    let noise = rel(&step_gradients(&model, None, (&x, &g)));
+    // Three plain runs against the first: one sample of cuDNN's noise set too tight a bound
+    // (2026-12-05 on an H200: plain against itself 6.8e-4, DDP against plain 1.5e-2, and
+    // 1.5e-2 plain against itself on another machine on 2026-12-03).
+    let noise = (0..3).map(|_| rel(&step_gradients(&model, None, (&x, &g)))).fold(0.0, f64::max);
     let mut ok = check_nccl_ddp_large(device, pg.clone());
     for (name, config, bound) in [
         (
