@@ -22,7 +22,8 @@
 #   PART=5  DDP's cost without the spread between processes: `bench --ddp --ddp-interleave 25`
 #           alternates blocks of 25 plain and 25 DDP steps in one process (ResNet-18 28² b256,
 #           300 and 600 timed steps, three runs each; ResNet-50 and ViT-B/16 once), each block
-#           timed to the device's end.
+#           timed to the device's end; each also with BURN_DDP_ENQUEUE_THREAD=1 (the NCCL
+#           enqueue off cubecl's device thread, experimental), after `nccl`'s checks with it.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -120,12 +121,18 @@ elif [ "$PART" = 4 ]; then
     placed r18s_pinned_ddp_$i taskset -c "$CORES" "$BV" "${R18B[@]}" --ddp
   done
 elif [ "$PART" = 5 ]; then
+  # DDP's checks with the buckets' NCCL work enqueued by burn-ddp's enqueue thread
+  # (BURN_DDP_ENQUEUE_THREAD=1, experimental), then each row without and with it.
+  step checks_enqueue_thread 200 env BURN_DDP_ENQUEUE_THREAD=1 "$B"/burn-ddp-gpu-checks nccl
   for i in 1 2 3; do
     step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
+    step r18s_interleaved_enqueue_$i 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
     step r18s_interleaved_long_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25
   done
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step r50_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved 150 "$BV" "${VIT[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${VIT[@]/$STEPS/100}" --ddp --ddp-interleave 10
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

@@ -113,6 +113,7 @@ def main(path):
                          inter["plain_img_per_s"], inter["ddp_img_per_s"],
                          f"median pair {inter['median_pair_ratio']:.3f}; pairs {pairs}; DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, "
                          f"backend threads {f(cost.get('backend_threads_ms'), '{:.2f}')} ms/step ({backend_spans(cost)}), "
+                         f"enqueue thread {f(cost.get('enqueue_thread_ms'), '{:.2f}')} ms/step, "
                          f"exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; host fwd/bwd/opt s {host(r)}"))
     comp = result(runs.get("r50_ddp_bf16", []))
     if comp:

@@ -279,6 +279,9 @@ pub struct DdpCost {
     pub backend_threads_ms: f64,
     /// The same per span (`ddp: hand a bucket over (device thread)`, …).
     pub backend_thread_spans: std::collections::BTreeMap<String, f64>,
+    /// Milliseconds per step burn-ddp's enqueue thread spent enqueueing buckets' collectives
+    /// (`BURN_DDP_ENQUEUE_THREAD=1`; 0 without it, when the device thread does that work).
+    pub enqueue_thread_ms: f64,
 }
 
 /// Host milliseconds per step inside the spans of category `cat` (each thread's overlapping
@@ -598,6 +601,7 @@ fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::tr
     let now = d.ddp.stats();
     let per_step = |a: usize, b: usize| (a - b) as f64 / steps as f64;
     let (backend_threads_ms, backend_thread_spans) = span_ms(spans, steps, burn_ddp::trace::DDP_BACKEND_THREADS);
+    let (enqueue_thread_ms, _) = span_ms(spans, steps, burn_ddp::trace::DDP_ENQUEUE_THREAD);
     let (host_ms, spans) = span_ms(spans, steps, burn_ddp::trace::DDP);
     DdpCost {
         world: d.world,
@@ -611,6 +615,7 @@ fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::tr
         spans,
         backend_threads_ms,
         backend_thread_spans,
+        enqueue_thread_ms,
     }
 }
 

@@ -198,22 +198,28 @@ pub fn fork(
             let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
             device_thread::submit(&device, move || {
                 let (sources, outs, scratch) = buffers;
-                let enqueue = || -> Result<Fence> {
-                    let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
-                    // The resources are held until the work is enqueued.
+                let hand_over = || -> Result<(Fence, ForkBuffers)> {
+                    // The resources are held until the addresses are taken; the cubes keep the
+                    // buffers until the join.
                     let ((inputs, _i), (outputs, _o), (scratch, _s)) =
                         (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
-                    let bufs = ForkBuffers { inputs, outputs, scratch };
                     let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
-                    work(&bufs, &SideFence { fence, kernels: side })?;
-                    Ok(fence)
+                    Ok((fence, ForkBuffers { inputs, outputs, scratch }))
                 };
                 let outcome =
-                    match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, enqueue) {
+                    match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, || {
+                        let (fence, bufs) = hand_over()?;
+                        let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
+                        let side = SideFence { fence, kernels: side };
+                        match enqueue_thread() {
+                            Some(thread) => thread.send(bufs, side, Box::new(work)),
+                            None => work(&bufs, &side)?,
+                        }
+                        Ok(fence)
+                    }) {
                         Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
                         Err(e) => {
-                            log::error!("work on another CUDA stream failed to enqueue: {e}");
-                            failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+                            enqueue_failed(&e);
                             JoinState::Failed
                         }
                     };
@@ -223,6 +229,85 @@ pub fn fork(
         })
     };
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
+}
+
+fn enqueue_failed(e: &Error) {
+    log::error!("work on another CUDA stream failed to enqueue: {e}");
+    failure().lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.to_string());
+}
+
+/// A fork's work, as [`fork`] takes it.
+type Work = Box<dyn FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send>;
+
+/// The thread that enqueues forks' work on their streams, in the order the forks ran, instead
+/// of cubecl's device thread (`BURN_DDP_ENQUEUE_THREAD=1`, experimental, off by default; not
+/// yet run on a GPU). The device thread only takes the buffers' addresses and stores the fence
+/// on burn's stream (what must happen in order with burn's kernels); a DDP bucket's NCCL
+/// enqueue — the wait, the bucket copies, the grouped all-reduce, the signal: about 94 µs of
+/// the device thread's time per ViT-B/16 bucket on an H200 (2026-12-05), where that thread
+/// sets a host-bound step's pace — runs here. A [`join`] may then run before the work is
+/// enqueued: burn's stream waits on the device for a signal that comes later, and the buffers
+/// it releases are reused only behind that wait. Work that fails to enqueue still signals, so
+/// burn's stream never waits for nothing; the failure is reported by the next [`fork`].
+struct EnqueueThread(Mutex<std::sync::mpsc::Sender<(ForkBuffers, SideFence, Work)>>);
+
+impl EnqueueThread {
+    fn send(&self, bufs: ForkBuffers, fence: SideFence, work: Work) {
+        let sent = self.0.lock().unwrap_or_else(|p| p.into_inner()).send((bufs, fence, work));
+        if let Err(std::sync::mpsc::SendError((bufs, fence, work))) = sent {
+            // The thread is gone (it never panics by design): enqueue here instead.
+            run(&bufs, &fence, work);
+        }
+    }
+}
+
+/// Enqueues `work` (with the device's context current: off the device thread none is), and
+/// where that fails the signal alone.
+fn run(bufs: &ForkBuffers, fence: &SideFence, work: Work) {
+    let bound = fence.kernels.lock().unwrap_or_else(|p| p.into_inner()).ctx.bind_to_thread();
+    if let Err(e) = bound.map_err(|e| fail("binding the CUDA context", e)).and_then(|()| work(bufs, fence)) {
+        enqueue_failed(&e);
+        // The work's own stream is unknown here: the signal goes on a stream of its own.
+        let signalled = fence.kernels.lock().unwrap_or_else(|p| p.into_inner()).ctx.new_stream();
+        match signalled.map_err(|e| fail("creating a CUDA stream", e)) {
+            Ok(stream) => {
+                if let Err(e) = fence.signal_on(stream.cu_stream()) {
+                    log::error!("signalling a failed fork's fence: {e}; burn's stream may wait forever");
+                }
+                let _ = stream.synchronize();
+            }
+            Err(e) => log::error!("signalling a failed fork's fence: {e}; burn's stream may wait forever"),
+        }
+    }
+}
+
+/// The enqueue thread when `BURN_DDP_ENQUEUE_THREAD=1` (read once), started on first use.
+fn enqueue_thread() -> Option<&'static EnqueueThread> {
+    static THREAD: OnceLock<Option<EnqueueThread>> = OnceLock::new();
+    THREAD
+        .get_or_init(|| {
+            if !std::env::var("BURN_DDP_ENQUEUE_THREAD").is_ok_and(|v| v == "1") {
+                return None;
+            }
+            let (tx, rx) = std::sync::mpsc::channel::<(ForkBuffers, SideFence, Work)>();
+            let spawned = std::thread::Builder::new().name("burn-ddp-enqueue".into()).spawn(move || {
+                for (bufs, fence, work) in rx {
+                    crate::trace::span("ddp: enqueue a bucket's collective", crate::trace::DDP_ENQUEUE_THREAD, || {
+                        run(&bufs, &fence, work)
+                    });
+                }
+            });
+            match spawned {
+                Ok(_) => Some(EnqueueThread(Mutex::new(tx))),
+                Err(e) => {
+                    log::warn!(
+                        "BURN_DDP_ENQUEUE_THREAD: could not start the enqueue thread ({e}); the device thread enqueues"
+                    );
+                    None
+                }
+            }
+        })
+        .as_ref()
 }
 
 /// `outputs` (a [`fork`]'s) once burn's stream has waited for the work's signal: what burn
