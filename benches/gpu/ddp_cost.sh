@@ -35,10 +35,8 @@ SHOW="RESULT|rror|panick|FAIL"; SHOW_LINES=3
 B=${B:-carry}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/burn-ddp-gpu-checks 2>/dev/null
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee -a "$LOG"
 BV="$B"/burn-vision
-STEPS=${STEPS:-30}
 # A training run's metrics.jsonl into the log, each line prefixed with the run's name.
 metrics() { sed "s/^/METRICS $1 /" "$2/metrics.jsonl" >>"$LOG" 2>/dev/null; }
 # `train_pair NAME I BINDIR ARGS...`: BINDIR's `burn-vision ARGS` alone (NAME_plain_I), then
@@ -59,8 +57,6 @@ fm224() {
 R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
 R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
 TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
-R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-VIT=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 if [ "$PART" = 1 ]; then
   step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
   for i in 1 2; do
@@ -70,8 +66,8 @@ if [ "$PART" = 1 ]; then
     step r50_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
   done
   for i in 1 2; do
-    step vitb16_plain_$i 150 "$BV" "${VIT[@]}"
-    step vitb16_ddp_$i 150 "$BV" "${VIT[@]}" --ddp
+    step vitb16_plain_$i 150 "$BV" "${VB[@]}"
+    step vitb16_ddp_$i 150 "$BV" "${VB[@]}" --ddp
     step vitb16_torch_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
     step vitb16_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
   done
@@ -131,8 +127,8 @@ elif [ "$PART" = 5 ]; then
   done
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step r50_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
-  step vitb16_interleaved 150 "$BV" "${VIT[@]/$STEPS/100}" --ddp --ddp-interleave 10
-  step vitb16_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${VIT[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

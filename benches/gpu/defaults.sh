@@ -22,11 +22,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/defaults.log; SHOW="RESULT|img_per_s|rror|panick|FAIL|passed"; SHOW_LINES=${SHOW_LINES:-3}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
-echo "libcupti from: ${CUPTI_DIR:-not found}" | tee -a "$LOG"
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
-STEPS=${STEPS:-30}
-R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {

@@ -36,7 +36,6 @@ rm -f "$B"/cubecl-cache.tgz "$B"/kernel-cache.tgz   # nothing from earlier calls
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp 2>/dev/null
 rm -rf /tmp/kc-*
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 nproc | sed 's/^/host cores: /' | tee -a "$LOG"
 BV="$B"/burn-vision
 if [ "$PART" = 1 ]; then

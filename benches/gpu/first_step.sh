@@ -21,7 +21,6 @@ B=${B:-carry}
 rm -f "$B"/kernel-cache.tgz "$B"/cubecl-cache.tgz   # cold runs start empty
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp 2>/dev/null
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 nproc | sed 's/^/host cores: /' | tee -a "$LOG"
 BENCH=("$B"/burn-vision bench --gpus 0 --model resnet50 --batch-size 256 --precision bf16 --warmup 2 --steps 10)
 rm -rf /tmp/kc-*

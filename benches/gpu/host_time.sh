@@ -22,7 +22,6 @@ SHOW="RESULT|img_per_s|rror|panick|host profile"; SHOW_LINES=4
 B=${B:-carry}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp 2>/dev/null
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
 BV="$B"/burn-vision
 STEPS=${STEPS:-200}
 R34=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 1000 --warmup 5 --steps "$STEPS")

@@ -1,5 +1,6 @@
 # Shared by the GPU run scripts (source it after setting LOG and SHOW): the GPU machine's
 # library paths, the binaries (bins.tgz or bins.txz) and autotune cache carried in $B (default carry/), and
+# the workloads R50 and VB (bench arguments), and
 # `step NAME TIMEOUT COMMAND...`, which appends the command's whole output to $LOG, shows the
 # lines matching $SHOW, and logs its exit code and wall time.
 source benches/gpu/env.sh
@@ -14,6 +15,14 @@ B=${B:-carry}
 export BURN_DDP_CACHE_DIR=${BURN_DDP_CACHE_DIR:-/tmp/burn-ddp-cache}
 [ -f "$B"/kernel-cache.tgz ] && mkdir -p "$BURN_DDP_CACHE_DIR" && tar xzf "$B"/kernel-cache.tgz -C "$BURN_DDP_CACHE_DIR"
 : > "$LOG"
+# What ran it, at the top of every log.
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv 2>&1 | tee -a "$LOG"
+echo "libcupti from: ${CUPTI_DIR:-not found}" | tee -a "$LOG"
+# The bf16 training workloads the comparisons time (synthetic 224², SGD unless a script adds
+# --optimizer; 5 warm-up and $STEPS timed steps, PyTorch's baseline likewise).
+STEPS=${STEPS:-30}
+R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 step() {
   local name=$1 t=$2; shift 2
   echo "=== $name: $*" | tee -a "$LOG"

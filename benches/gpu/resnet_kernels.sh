@@ -24,9 +24,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/resnet_kernels.log; SHOW="RESULT|img_per_s|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-4}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
-STEPS=${STEPS:-30}
-R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 [ -n "${NO_CHECKS:-}" ] || step checks 400 "$B"/burn-ddp-gpu-checks bn-add-relu batch-norm conv-bn-relu sync-batch-norm warp-fold convolution
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {

@@ -19,11 +19,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/same_stream.log; SHOW="RESULT|img_per_s|rror|panick|FAIL|burn's own stream|fences"; SHOW_LINES=${SHOW_LINES:-4}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
-echo "libcupti from: ${CUPTI_DIR:-not found}" | tee -a "$LOG"
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee -a "$LOG"
-STEPS=${STEPS:-30}
-R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
-VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 [ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks burn-stream same-stream attention sgd adamw products patch-embed
 for model in ${MODELS:-r50 vitb16}; do
   if [ $model = r50 ]; then ARGS=("${R50[@]}"); TORCH="resnet50 256 224 3 1000 0 5 $STEPS bf16 nhwc"
