@@ -71,10 +71,11 @@ impl SideFence {
 enum JoinState {
     /// The fork has not run on the device thread yet.
     Pending,
-    /// The work and its signal are enqueued; the buffers it reads or writes that no tensor
+    /// The work and its signal are enqueued, or handed to the enqueue thread (then the ticket
+    /// says when that thread is done with it); the buffers it reads or writes that no tensor
     /// holds (sources copied from, scratch) stay allocated until the join has made burn's
     /// stream wait for it.
-    Enqueued(Fence, Vec<Cube>),
+    Enqueued(Fence, Vec<Cube>, Option<Ticket>),
     /// The work failed to enqueue: nothing to wait for.
     Failed,
 }
@@ -211,13 +212,18 @@ pub fn fork(
                         let (fence, bufs) = hand_over()?;
                         let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
                         let side = SideFence { fence, kernels: side };
-                        match enqueue_thread() {
-                            Some(thread) => thread.send(bufs, side, Box::new(work)),
-                            None => work(&bufs, &side)?,
-                        }
-                        Ok(fence)
+                        let ticket = match enqueue_thread() {
+                            Some(thread) => Some(thread.send(bufs, side, Box::new(work))),
+                            None => {
+                                work(&bufs, &side)?;
+                                None
+                            }
+                        };
+                        Ok((fence, ticket))
                     }) {
-                        Ok(fence) => JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect()),
+                        Ok((fence, ticket)) => {
+                            JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect(), ticket)
+                        }
                         Err(e) => {
                             enqueue_failed(&e);
                             JoinState::Failed
@@ -239,31 +245,45 @@ fn enqueue_failed(e: &Error) {
 /// A fork's work, as [`fork`] takes it.
 type Work = Box<dyn FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send>;
 
+/// Set once the enqueue thread has enqueued a fork's work (or, where that failed, its signal).
+type Ticket = Arc<(Mutex<bool>, std::sync::Condvar)>;
+
+/// Blocks until the enqueue thread is done with the ticket's work.
+fn wait_for(ticket: &Ticket) {
+    let (done, changed) = &**ticket;
+    let mut done = done.lock().unwrap_or_else(|p| p.into_inner());
+    while !*done {
+        done = changed.wait(done).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
 /// The thread that enqueues forks' work on their streams, in the order the forks ran, instead
 /// of cubecl's device thread (`BURN_DDP_ENQUEUE_THREAD=1`, experimental, off by default; not
 /// yet run on a GPU). The device thread only takes the buffers' addresses and stores the fence
 /// on burn's stream (what must happen in order with burn's kernels); a DDP bucket's NCCL
 /// enqueue — the wait, the bucket copies, the grouped all-reduce, the signal: about 94 µs of
 /// the device thread's time per ViT-B/16 bucket on an H200 (2026-12-05), where that thread
-/// sets a host-bound step's pace — runs here. A [`join`] may then run before the work is
-/// enqueued: burn's stream waits on the device for a signal that comes later, and the buffers
-/// it releases are reused only behind that wait. Work that fails to enqueue still signals, so
-/// burn's stream never waits for nothing; the failure is reported by the next [`fork`].
-struct EnqueueThread(Mutex<std::sync::mpsc::Sender<(ForkBuffers, SideFence, Work)>>);
+/// sets a host-bound step's pace — runs here. A [`join`] (on the device thread, usually long
+/// after) waits until its fork's work is enqueued before burn's stream waits for the signal, as
+/// `stream_bridge::after` requires. Work that fails to enqueue still signals, so burn's stream
+/// never waits for nothing; the failure is reported by the next [`fork`].
+struct EnqueueThread(Mutex<std::sync::mpsc::Sender<(ForkBuffers, SideFence, Work, Ticket)>>);
 
 impl EnqueueThread {
-    fn send(&self, bufs: ForkBuffers, fence: SideFence, work: Work) {
-        let sent = self.0.lock().unwrap_or_else(|p| p.into_inner()).send((bufs, fence, work));
-        if let Err(std::sync::mpsc::SendError((bufs, fence, work))) = sent {
+    fn send(&self, bufs: ForkBuffers, fence: SideFence, work: Work) -> Ticket {
+        let ticket: Ticket = Arc::default();
+        let sent = self.0.lock().unwrap_or_else(|p| p.into_inner()).send((bufs, fence, work, ticket.clone()));
+        if let Err(std::sync::mpsc::SendError((bufs, fence, work, ticket))) = sent {
             // The thread is gone (it never panics by design): enqueue here instead.
-            run(&bufs, &fence, work);
+            run(&bufs, &fence, work, &ticket);
         }
+        ticket
     }
 }
 
 /// Enqueues `work` (with the device's context current: off the device thread none is), and
-/// where that fails the signal alone.
-fn run(bufs: &ForkBuffers, fence: &SideFence, work: Work) {
+/// where that fails the signal alone; then sets `ticket`.
+fn run(bufs: &ForkBuffers, fence: &SideFence, work: Work, ticket: &Ticket) {
     let bound = fence.kernels.lock().unwrap_or_else(|p| p.into_inner()).ctx.bind_to_thread();
     if let Err(e) = bound.map_err(|e| fail("binding the CUDA context", e)).and_then(|()| work(bufs, fence)) {
         enqueue_failed(&e);
@@ -279,6 +299,8 @@ fn run(bufs: &ForkBuffers, fence: &SideFence, work: Work) {
             Err(e) => log::error!("signalling a failed fork's fence: {e}; burn's stream may wait forever"),
         }
     }
+    *ticket.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    ticket.1.notify_all();
 }
 
 /// The enqueue thread when `BURN_DDP_ENQUEUE_THREAD=1` (read once), started on first use.
@@ -289,11 +311,11 @@ fn enqueue_thread() -> Option<&'static EnqueueThread> {
             if !std::env::var("BURN_DDP_ENQUEUE_THREAD").is_ok_and(|v| v == "1") {
                 return None;
             }
-            let (tx, rx) = std::sync::mpsc::channel::<(ForkBuffers, SideFence, Work)>();
+            let (tx, rx) = std::sync::mpsc::channel::<(ForkBuffers, SideFence, Work, Ticket)>();
             let spawned = std::thread::Builder::new().name("burn-ddp-enqueue".into()).spawn(move || {
-                for (bufs, fence, work) in rx {
+                for (bufs, fence, work, ticket) in rx {
                     crate::trace::span("ddp: enqueue a bucket's collective", crate::trace::DDP_ENQUEUE_THREAD, || {
-                        run(&bufs, &fence, work)
+                        run(&bufs, &fence, work, &ticket)
                     });
                 }
             });
@@ -322,7 +344,10 @@ pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
                 crate::trace::span("ddp: join a bucket (device thread)", DDP_BACKEND_THREADS, || {
                     let done =
                         std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
-                    if let JoinState::Enqueued(fence, keep) = done {
+                    if let JoinState::Enqueued(fence, keep, ticket) = done {
+                        if let Some(ticket) = ticket {
+                            wait_for(&ticket);
+                        }
                         stream_bridge::after(Channel::Side, device.index, &fence);
                         // Burn's stream now waits for the work: its buffers may serve burn again.
                         drop(keep);
