@@ -12,3 +12,10 @@ def results(path):
             yield name, "pytorch", json.loads(line[7:])
         elif line.startswith("{") and '"first_step"' in line:
             yield name, "burn", json.loads(line)
+
+
+def verdict(line):
+    """A GPU check's `RESULT check=...` line's verdict, "ok" or "FAIL"; None for the lines
+    that print a figure or a note ("info: outside the bound", timings) rather than judge."""
+    line = line.strip()
+    return next((v for v in ("ok", "FAIL") if line.endswith(" " + v)), None)

@@ -62,7 +62,7 @@ echo; echo SUMMARY | tee -a "$LOG"
 python3 - "$LOG" <<'PY' | tee -a "$LOG"
 import re, sys
 sys.path.insert(0, "benches/gpu")
-from bench_log import results
+from bench_log import results, verdict
 log = sys.argv[1]
 runs = {name: r for name, _, r in results(log)}
 for n, r in runs.items():
@@ -95,7 +95,7 @@ adamw = [runs[k]["img_per_s"] for k in ("vitb16_adamw_1", "vitb16_adamw_2") if k
 if adamw:
     print("vitb16 AdamW: " + ", ".join(f"{s:.0f}" + (f" = {s / comp:.3f}× torch.compile" if comp else "") for s in adamw))
 text = open(log, errors="replace").read()
-verdicts = re.findall(r"^RESULT check=\S+ .* (ok|FAIL)$", text, re.M)
+verdicts = [verdict(l) for l in text.splitlines() if l.startswith("RESULT check=")]
 print(f"checks: {verdicts.count('ok')} ok, {verdicts.count('FAIL')} failed")
 for line in re.findall(r"^(?:RESULT check=\S+ .* FAIL|\d+ passed.*)$", text, re.M):
     print(line)

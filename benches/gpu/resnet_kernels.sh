@@ -51,6 +51,8 @@ save_cache
 echo; echo SUMMARY | tee -a "$LOG"
 python3 - "$LOG" $VARIANTS <<'PY' | tee -a "$LOG"
 import json, re, sys
+sys.path.insert(0, "benches/gpu")
+from bench_log import verdict
 log, variants = sys.argv[1], sys.argv[2:]
 runs, name, checks = {}, None, [0, 0]
 for line in open(log, errors="replace"):
@@ -63,10 +65,8 @@ for line in open(log, errors="replace"):
     if name and (line.startswith("{") or line.startswith("RESULT {")) and "img_per_s" in line:
         runs[name] = json.loads(line[line.index("{"):])
     if name == "checks" and line.startswith("RESULT check="):
-        # Lines ending neither "ok" nor "FAIL" are notes ("info: outside the bound" of burn's
-        # own kernels, printed timings), not verdicts.
-        if line.endswith(" ok") or line.endswith(" FAIL"):
-            checks[0 if line.endswith(" ok") else 1] += 1
+        if verdict(line):
+            checks[0 if verdict(line) == "ok" else 1] += 1
         if "filter_kernel" in line or "bn_add_relu" in line or not line.endswith(" ok"):
             print(line)
 print(f"checks: {checks[0]} ok, {checks[1]} failed")

@@ -2,7 +2,7 @@
 and round the same-stream / fenced ratio (and each against torch.compile)."""
 import sys
 
-from bench_log import results
+from bench_log import results, verdict
 
 
 def main(path):
@@ -12,9 +12,8 @@ def main(path):
             step = line[4:].split(":")[0]
         elif step == "checks" and line.startswith("RESULT check="):
             line = line.strip()
-            # Lines ending neither "ok" nor "FAIL" are printed figures or notes, not verdicts.
-            if line.endswith(" ok") or line.endswith(" FAIL"):
-                checks[0 if line.endswith(" ok") else 1] += 1
+            if verdict(line):
+                checks[0 if verdict(line) == "ok" else 1] += 1
             if any(k in line for k in ("stream", "patch_embed")) or not line.endswith(" ok"):
                 print(line)
     print(f"checks: {checks[0]} ok, {checks[1]} failed")

@@ -69,9 +69,9 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
         // Outputs and gradients are rounded to the type (bf16 keeps 8 mantissa bits, f16 11).
         ("cudnn_bf16", base.clone(), 1e-2, FloatDType::BF16, nchw),
         ("cudnn_f16", base.clone(), 2e-3, FloatDType::F16, nchw),
-        // Channels-last activations, KRSC filters:
-        // Channels-last with the filter cast by burn and its permuted view copied (`filter_kernel`
-        // off), then reordered and cast by one kernel each way (the default).
+        // Channels-last activations, KRSC filters: the filter cast by burn and its permuted view
+        // copied (`filter_kernel` off), then reordered and cast by one kernel each way (the
+        // default).
         (
             "cudnn_fp32_nhwc",
             CudnnOptions { allow_tf32: false, filter_kernel: false, ..base.clone() },

@@ -105,18 +105,17 @@ pub struct CudnnOptions {
     /// (one log line says so). On an H200 (2026-12-05): ResNet-50 bf16 b256 +8.2–8.9 %,
     /// ViT-B/16 bf16 b128 +11.1–11.8 %.
     pub same_stream: bool,
-    /// Fold the channels-last batch norm's partial
-    /// sums (its statistics forward, `dγ`/`dβ` backward, SyncBatchNorm's moments) with blocks
-    /// of 32 neighbouring channels whose loads are coalesced and overlapped (`false`: one warp
-    /// per channel, each load its own memory transaction: 9–32 µs a fold on an H200, 2.4 ms
-    /// of a ResNet-50 bf16 b256 step). On an H200 (2026-12-05): ResNet-50 bf16 b256
-    /// +4.2–5.2 %.
+    /// Fold the channels-last batch norm's partial sums (its statistics forward, `dγ`/`dβ`
+    /// backward, SyncBatchNorm's moments) with blocks of 32 neighbouring channels whose loads
+    /// are coalesced and overlapped (`false`: one warp per channel, each load its own memory
+    /// transaction: 9–32 µs a fold on an H200, 2.4 ms of a ResNet-50 bf16 b256 step). On an
+    /// H200 (2026-12-05): ResNet-50 bf16 b256 +4.2–5.2 %.
     pub coalesced_fold: bool,
-    /// Reorder and cast a channels-last convolution's
-    /// filter (forward: f32 KCRS to the activations' KRSC; backward: its gradient back) in one
-    /// kernel each way (`false`: burn's cast, then a copy of the permuted view: four passes
-    /// per convolution and step instead of two). On an H200 (2026-12-05): ResNet-50 bf16 b256
-    /// +0.6–1.3 % alone, GPU memory 0.06 GiB lower.
+    /// Reorder and cast a channels-last convolution's filter (forward: f32 KCRS to the
+    /// activations' KRSC; backward: its gradient back) in one kernel each way (`false`: burn's
+    /// cast, then a copy of the permuted view: four passes per convolution and step instead of
+    /// two). On an H200 (2026-12-05): ResNet-50 bf16 b256 +0.6–1.3 % alone, GPU memory 0.06
+    /// GiB lower.
     pub filter_kernel: bool,
 }
 

@@ -8,9 +8,9 @@
 //!
 //! libcupti is opened at run time (`BURN_DDP_CUPTI`, else `libcupti.so`, `.so.13`, `.so.12` on
 //! the library path, else the CUDA toolkit's `extras/CUPTI/lib64`: CUDA toolkits and PyTorch's
-//! `nvidia-cuda-cupti` wheels ship it). CUPTI
-//! takes one subscriber per process: under Nsight Systems or Compute, or without the library,
-//! [`capture`] returns an error and the callers keep the fences.
+//! `nvidia-cuda-cupti` wheels ship it). CUPTI takes one subscriber per process: under Nsight
+//! Systems or Compute, or without the library, [`capture`] returns an error and the callers
+//! keep the fences.
 
 use crate::error::{Error, Result};
 use std::ffi::c_void;
