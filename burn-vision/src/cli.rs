@@ -7,6 +7,7 @@
 //! [`EvalRequest`]: crate::train::inference::requests::EvalRequest
 //! [`DataBenchConfig`]: crate::data::throughput::DataBenchConfig
 
+use crate::data::Augment;
 use crate::data::source::DataSource;
 use crate::error::{Error, Result};
 use crate::train::bench::training::BenchConfig;
@@ -163,6 +164,53 @@ pub struct BenchDataArgs {
     /// What to measure.
     #[command(flatten)]
     pub config: crate::data::throughput::DataBenchConfig,
+    /// The training augmentation timed.
+    #[command(flatten)]
+    pub augment: AugmentArgs,
+}
+
+/// The training augmentation `bench-data` times: `train`'s augmentation flags (`--preset`,
+/// `--color-jitter`, `--randaugment`, `--random-erasing`, `--hflip`, `--rrc-scale`,
+/// `--rrc-ratio`), a preset's values first and the flags given on top, as `train` reads them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AugmentArgs(pub Augment);
+
+impl FromArgMatches for AugmentArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> std::result::Result<Self, clap::Error> {
+        let mut augment = matches.get_one::<TrainConfig>("preset").map_or_else(Augment::default, |c| c.augment);
+        // Only the flags given: no Augment field has a clap default.
+        augment.update_from_arg_matches(matches)?;
+        if let Some(&(ops, magnitude)) = matches.get_one::<(u32, Option<u32>)>("randaugment") {
+            augment.rand_augment_ops = ops;
+            augment.rand_augment_magnitude = magnitude.unwrap_or(augment.rand_augment_magnitude);
+        }
+        Ok(Self(augment))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Args for AugmentArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let preset = clap::Arg::new("preset")
+            .long("preset")
+            .value_name("NAME")
+            .value_parser(TrainConfig::preset)
+            .help("Time a recipe's augmentation (`tutorial`, `vit`); the flags below override it");
+        let randaugment = clap::Arg::new("randaugment")
+            .long("randaugment")
+            .value_name("N,M")
+            .value_parser(parse_rand_augment)
+            .help("RandAugment: N operations per image at magnitude M of 0–30, e.g. 2,9; 0 is off");
+        Augment::augment_args(cmd.arg(preset).arg(randaugment))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 /// `args` without `flag VALUE` / `flag=VALUE`.
@@ -234,6 +282,26 @@ mod tests {
         assert_eq!((vit.augment.rand_augment_ops, vit.augment.rand_augment_magnitude), (3, 9));
         assert_eq!((vit.clip_grad_norm, vit.mixup.cutmix_alpha, vit.drop_path), (Some(2.0), 1.0, 0.1));
         assert_eq!(parse(""), TrainConfig::default());
+    }
+
+    #[test]
+    fn bench_data_times_a_presets_augmentation_with_the_flags_given_on_top() {
+        #[derive(Parser)]
+        struct BenchData {
+            #[command(flatten)]
+            args: BenchDataArgs,
+        }
+        let parse = |line: &str| {
+            BenchData::try_parse_from(std::iter::once("bench-data").chain(line.split_whitespace()))
+                .map(|b| b.args.augment.0)
+        };
+        assert_eq!(parse("--data photos").unwrap(), Augment::default());
+        let vit = parse("--preset vit --random-erasing 0 --randaugment 3").unwrap();
+        assert_eq!(vit, Augment { random_erasing: 0.0, rand_augment_ops: 3, ..TrainConfig::vit().augment });
+        let jitter = parse("--color-jitter 0.3 --randaugment 2,7 --hflip 0").unwrap();
+        assert_eq!((jitter.color_jitter, jitter.rand_augment_ops, jitter.rand_augment_magnitude), (0.3, 2, 7));
+        assert_eq!(jitter.hflip, 0.0);
+        assert!(parse("--preset imagenet").is_err(), "an unknown preset is refused");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use burn_vision::cli::{BenchArgs, BenchDataArgs, TrainArgs, launch_ranks};
-use burn_vision::data::source::load_source;
+use burn_vision::data::source::load_source_with;
 use burn_vision::model::registry::list_models;
 use burn_vision::train::bench::data::bench_data;
 use burn_vision::train::config::DeviceSpec;
@@ -180,7 +180,9 @@ fn cmd_bench(a: BenchArgs) -> Result<()> {
 }
 
 fn cmd_bench_data(a: BenchDataArgs) -> Result<()> {
-    let data = load_source(&a.data.parse().expect("infallible"), a.image_size)?;
+    let augment = a.augment.0;
+    augment.validate()?;
+    let data = load_source_with(&a.data.parse().expect("infallible"), a.image_size, &augment)?;
     println!("{}", serde_json::to_string(&bench_data(&data, &a.config, a.gpu)?)?);
     Ok(())
 }

@@ -56,6 +56,11 @@ pub(crate) const CHECKS: &[Check] = &[
         run: decode::check_crop_resize,
     },
     Check {
+        name: "pixel-ops",
+        what: "RandAugment, colour jitter and random erasing on device-decoded batches against their host twin",
+        run: decode::check_pixel_ops,
+    },
+    Check {
         name: "jpeg-decode",
         what: "nvJPEG's decode and random crops against the image crate's decode: PSNR >= 40 dB",
         run: decode::check_jpeg_decode,

@@ -1,5 +1,8 @@
 //! What a batch made on the device is made of: each image's pixels (JPEG bytes or decoded RGB),
-//! the region cut from it, and the normalisation (`nn::decode` makes the batch).
+//! the region cut from it, the pixel operations after the cut, and the normalisation
+//! (`nn::decode` makes the batch).
+
+use crate::nn::pixel_ops::PixelOps;
 
 /// One image's pixels as they reach the decoder.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +35,8 @@ pub struct CropResize {
     pub region: [f32; 4],
     /// Mirror the result left-right.
     pub flip: bool,
+    /// What augmentation does to the crop's pixels afterwards (nothing by default).
+    pub ops: PixelOps,
 }
 
 /// Per-channel normalisation: `(v / 255 − mean) / std`.

@@ -97,7 +97,7 @@ impl DeviceDecoder {
     /// failing.
     pub fn start(&self, images: Vec<CropResize>, out_hw: [usize; 2], norm: Normalize) -> Result<Decoding> {
         for (i, c) in images.iter().enumerate() {
-            check(i, c)?;
+            check(i, c, out_hw)?;
         }
         match self.kind {
             #[cfg(feature = "cuda")]
@@ -204,7 +204,7 @@ pub fn crops_to_device<B: Backend>(
     device: &B::Device,
 ) -> Result<Tensor<B, 4>> {
     for (i, c) in images.iter().enumerate() {
-        check(i, c)?;
+        check(i, c, out_hw)?;
     }
     #[cfg(feature = "cuda")]
     if crate::nn::cuda::runtime::launch::cuda_backend::<B>().is_some() {
@@ -228,7 +228,19 @@ fn bad(reason: String) -> Error {
     Error::Kernel { op: "decoding a batch", reason }
 }
 
-fn check(i: usize, c: &CropResize) -> Result<()> {
+fn check(i: usize, c: &CropResize, [out_h, out_w]: [usize; 2]) -> Result<()> {
+    if c.ops.ops.len() > crate::nn::pixel_ops::MAX_OPS {
+        return Err(bad(format!(
+            "image {i}: {} pixel operations, at most {} run on a device",
+            c.ops.ops.len(),
+            crate::nn::pixel_ops::MAX_OPS
+        )));
+    }
+    if let Some(e) = c.ops.erase
+        && (e.rect[0] as usize + e.rect[2] as usize > out_w || e.rect[1] as usize + e.rect[3] as usize > out_h)
+    {
+        return Err(bad(format!("image {i}: erasing rectangle {:?} runs outside the {out_w}×{out_h} crop", e.rect)));
+    }
     let [w, h] = c.size;
     let [x, y, rw, rh] = c.region;
     let slack = 1e-3;
@@ -246,10 +258,34 @@ fn check(i: usize, c: &CropResize) -> Result<()> {
     Ok(())
 }
 
-/// One image made on the host with the device kernel's arithmetic: `rgb` (rows of
-/// `size[0] · 3` bytes) cut to `c.region`, resized to `out_hw`, mirrored when `c.flip`, and
+/// One image made on the host with the device kernels' arithmetic: `rgb` (rows of
+/// `size[0] · 3` bytes) cut to `c.region`, resized to `out_hw`, mirrored when `c.flip`, put
+/// through `c.ops` (then as 8-bit values, rounded half away from zero, as the device does), and
 /// normalised into `out` (CHW, `3 · h · w` values).
 pub fn crop_resize_on_host(rgb: &[u8], c: &CropResize, out_hw: [usize; 2], norm: &Normalize, out: &mut [f32]) {
+    let levels = resampled(rgb, c, out_hw);
+    let plane = out_hw[0] * out_hw[1];
+    let normalized = |ch: usize, v: f64| ((v / 255.0 - f64::from(norm.mean[ch])) / f64::from(norm.std[ch])) as f32;
+    if c.ops.is_empty() {
+        for (p, px) in levels.chunks_exact(3).enumerate() {
+            for ch in 0..3 {
+                out[ch * plane + p] = normalized(ch, px[ch]);
+            }
+        }
+        return;
+    }
+    let mut bytes: Vec<u8> = levels.iter().map(|&v| v.round().clamp(0.0, 255.0) as u8).collect();
+    crate::nn::pixel_ops::apply_on_host(&mut bytes, (out_hw[1] as u32, out_hw[0] as u32), &c.ops);
+    for (p, px) in bytes.chunks_exact(3).enumerate() {
+        for ch in 0..3 {
+            out[ch * plane + p] = normalized(ch, f64::from(px[ch]));
+        }
+    }
+}
+
+/// The region of `c` resampled to `out_hw` with the antialiased triangle filter: HWC values
+/// in 0–255, unrounded.
+fn resampled(rgb: &[u8], c: &CropResize, out_hw: [usize; 2]) -> Vec<f64> {
     let [w, h] = [c.size[0] as i64, c.size[1] as i64];
     let [x0, y0, bw, bh] = c.region.map(f64::from);
     let (ow, oh) = (out_hw[1], out_hw[0]);
@@ -262,13 +298,13 @@ pub fn crop_resize_on_host(rgb: &[u8], c: &CropResize, out_hw: [usize; 2], norm:
         let sum: f64 = w.iter().sum();
         (a, w.into_iter().map(|v| v / sum).collect())
     };
-    let plane = ow * oh;
+    let mut levels = vec![0.0f64; 3 * ow * oh];
     for oy in 0..oh {
         let (ya, wy) = taps(y0 + (oy as f64 + 0.5) * sy, fy, h);
         for ox in 0..ow {
             let sox = if c.flip { ow - 1 - ox } else { ox };
             let (xa, wx) = taps(x0 + (sox as f64 + 0.5) * sx, fx, w);
-            let mut acc = [0.0f64; 3];
+            let acc = &mut levels[3 * (oy * ow + ox)..][..3];
             for (j, wy) in wy.iter().enumerate() {
                 let row = (ya as usize + j) * w as usize * 3;
                 for (i, wx) in wx.iter().enumerate() {
@@ -278,12 +314,9 @@ pub fn crop_resize_on_host(rgb: &[u8], c: &CropResize, out_hw: [usize; 2], norm:
                     }
                 }
             }
-            for (ch, a) in acc.iter().enumerate() {
-                out[ch * plane + oy * ow + ox] =
-                    ((a / 255.0 - f64::from(norm.mean[ch])) / f64::from(norm.std[ch])) as f32;
-            }
         }
     }
+    levels
 }
 
 #[cfg(test)]
@@ -302,8 +335,13 @@ mod tests {
     #[test]
     fn the_whole_image_at_its_own_size_is_the_image_itself() {
         let rgb = gradient(6, 4);
-        let c =
-            CropResize { pixels: Pixels::Rgb(rgb.clone()), size: [6, 4], region: [0.0, 0.0, 6.0, 4.0], flip: false };
+        let c = CropResize {
+            pixels: Pixels::Rgb(rgb.clone()),
+            size: [6, 4],
+            region: [0.0, 0.0, 6.0, 4.0],
+            flip: false,
+            ops: Default::default(),
+        };
         let t = crops_to_device::<Flex>(vec![c], [4, 6], UNIT, &Default::default()).unwrap();
         let v = t.into_data().into_vec::<f32>().unwrap();
         for y in 0..4 {
@@ -320,7 +358,8 @@ mod tests {
     fn a_flip_mirrors_and_a_halving_averages_pairs() {
         let rgb = gradient(8, 2);
         let region = [0.0, 0.0, 8.0, 2.0];
-        let plain = CropResize { pixels: Pixels::Rgb(rgb.clone()), size: [8, 2], region, flip: false };
+        let plain =
+            CropResize { pixels: Pixels::Rgb(rgb.clone()), size: [8, 2], region, flip: false, ops: Default::default() };
         let (mut a, mut b) = (vec![0.0; 3 * 8], vec![0.0; 3 * 8]);
         crop_resize_on_host(&rgb, &plain, [1, 8], &UNIT, &mut a);
         crop_resize_on_host(&rgb, &CropResize { flip: true, ..plain.clone() }, [1, 8], &UNIT, &mut b);
@@ -340,8 +379,13 @@ mod tests {
 
     #[test]
     fn bad_regions_and_short_pixels_are_one_line_errors() {
-        let c =
-            CropResize { pixels: Pixels::Rgb(vec![0; 12]), size: [2, 2], region: [1.0, 0.0, 2.0, 2.0], flip: false };
+        let c = CropResize {
+            pixels: Pixels::Rgb(vec![0; 12]),
+            size: [2, 2],
+            region: [1.0, 0.0, 2.0, 2.0],
+            flip: false,
+            ops: Default::default(),
+        };
         let e = crops_to_device::<Flex>(vec![c.clone()], [2, 2], UNIT, &Default::default()).unwrap_err().to_string();
         assert!(e.contains("runs outside"), "{e}");
         let short = CropResize { pixels: Pixels::Rgb(vec![0; 11]), region: [0.0, 0.0, 2.0, 2.0], ..c.clone() };

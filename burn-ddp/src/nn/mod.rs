@@ -24,6 +24,7 @@ pub(crate) mod layers;
 pub mod linear;
 pub mod max_pool;
 pub mod optim;
+pub mod pixel_ops;
 #[cfg(any(test, feature = "testing"))]
 pub mod reference;
 pub mod relu;
@@ -45,6 +46,7 @@ pub use linear::{attention, bias_gelu, linear, linear_gelu, matmul, multi_head_s
 pub use max_pool::max_pool2d;
 pub use optim::adamw::{FusedAdamW, FusedAdamWConfig};
 pub use optim::sgd::{self, FusedSgd, FusedSgdConfig};
+pub use pixel_ops::{Erase, PixelOp, PixelOps};
 pub use relu::relu;
 pub use runtime::profile::CudnnTimes;
 pub use runtime::{kernel_cache, memory, profile};

@@ -4,8 +4,10 @@
 //! crop and flip do not cover. Every
 //! random choice comes from the per-sample RNG (a pure function of seed, epoch and sample).
 
+use super::rand_augment::on_host;
 use crate::error::{Error, Result};
-use image::{DynamicImage, Rgb, RgbImage};
+use burn_ddp::nn::pixel_ops::{Erase, PixelOp, PixelOps};
+use image::{DynamicImage, GenericImageView, RgbImage};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -124,34 +126,45 @@ pub fn parse_pair(flag: &'static str, text: &str) -> Result<[f64; 2]> {
 }
 
 /// Brightness, contrast and saturation each scaled by a factor in [1 − s, 1 + s], in a random
-/// order (torchvision's ColorJitter without hue). Grayscale images get brightness and contrast.
+/// order (torchvision's ColorJitter without hue), run on the host. Grayscale images get
+/// brightness and contrast.
 pub fn color_jitter(img: DynamicImage, strength: f64, rng: &mut ChaCha8Rng) -> DynamicImage {
+    let gray = is_gray(&img);
+    let ops = PixelOps { ops: jitter_ops(strength, gray, rng), erase: None };
+    back_to(gray, on_host(img.into_rgb8(), &ops))
+}
+
+/// The operations colour jitter of `strength` draws from `rng`, in their drawn order (no
+/// saturation for a `gray` image).
+pub fn jitter_ops(strength: f64, gray: bool, rng: &mut ChaCha8Rng) -> Vec<PixelOp> {
     let mut order = [0usize, 1, 2];
     for i in (1..3).rev() {
         order.swap(i, rng.random_range(0..=i));
     }
     let factors: [f32; 3] =
         std::array::from_fn(|_| rng.random_range((1.0 - strength).max(0.0)..=1.0 + strength) as f32);
-    let gray = matches!(
+    order
+        .into_iter()
+        .filter_map(|op| match op {
+            0 => Some(PixelOp::Brightness(factors[0])),
+            1 => Some(PixelOp::Contrast(factors[1])),
+            _ if !gray => Some(PixelOp::Saturation(factors[2])),
+            _ => None,
+        })
+        .collect()
+}
+
+fn is_gray(img: &DynamicImage) -> bool {
+    matches!(
         img,
         DynamicImage::ImageLuma8(_)
             | DynamicImage::ImageLuma16(_)
             | DynamicImage::ImageLumaA8(_)
             | DynamicImage::ImageLumaA16(_)
-    );
-    let mut rgb = img.into_rgb8();
-    for op in order {
-        let f = factors[op];
-        match op {
-            0 => blend(&mut rgb, f, |_| [0.0; 3]),
-            1 => {
-                let mean = rgb.pixels().map(|p| luma(p.0)).sum::<f32>() / (rgb.width() * rgb.height()).max(1) as f32;
-                blend(&mut rgb, f, |_| [mean; 3]);
-            }
-            _ if !gray => blend(&mut rgb, f, |p| [luma(p); 3]),
-            _ => {}
-        }
-    }
+    )
+}
+
+fn back_to(gray: bool, rgb: RgbImage) -> DynamicImage {
     if gray {
         DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
     } else {
@@ -159,25 +172,22 @@ pub fn color_jitter(img: DynamicImage, strength: f64, rng: &mut ChaCha8Rng) -> D
     }
 }
 
-pub(super) fn luma(p: [u8; 3]) -> f32 {
-    0.299 * p[0] as f32 + 0.587 * p[1] as f32 + 0.114 * p[2] as f32
-}
-
-/// `pixel = other + f · (pixel − other)`, clamped to [0, 255] (torchvision's `_blend`).
-pub(super) fn blend(img: &mut RgbImage, f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
-    for p in img.pixels_mut() {
-        let o = other(p.0);
-        *p = Rgb(std::array::from_fn(|c| (o[c] + f * (p.0[c] as f32 - o[c])).round().clamp(0.0, 255.0) as u8));
-    }
-}
-
 /// With probability `p`, one rectangle of random pixels (timm's RandomErasing: 10 tries at an
-/// area of 2–33 % and a log-uniform aspect of 0.3–3.3).
+/// area of 2–33 % and a log-uniform aspect of 0.3–3.3), run on the host.
 pub fn random_erasing(img: DynamicImage, p: f64, rng: &mut ChaCha8Rng) -> DynamicImage {
-    if !rng.random_bool(p) {
-        return img;
+    let gray = is_gray(&img);
+    match erase_draw(p, img.dimensions(), gray, rng) {
+        Some(erase) => back_to(gray, on_host(img.into_rgb8(), &PixelOps { ops: Vec::new(), erase: Some(erase) })),
+        None => img,
     }
-    let (w, h) = (img.width(), img.height());
+}
+
+/// The rectangle random erasing with probability `p` draws from `rng` for a `w`×`h` image, and
+/// the seed of its noise (one value per pixel when `gray`); `None` when it erases nothing.
+pub fn erase_draw(p: f64, (w, h): (u32, u32), gray: bool, rng: &mut ChaCha8Rng) -> Option<Erase> {
+    if !rng.random_bool(p) {
+        return None;
+    }
     for _ in 0..10 {
         let area = (w * h) as f64 * rng.random_range(0.02..=1.0 / 3.0);
         let aspect = rng.random_range(0.3f64.ln()..=(1.0f64 / 0.3).ln()).exp();
@@ -186,26 +196,15 @@ pub fn random_erasing(img: DynamicImage, p: f64, rng: &mut ChaCha8Rng) -> Dynami
             continue;
         }
         let (x0, y0) = (rng.random_range(0..=w - ew), rng.random_range(0..=h - eh));
-        let gray = matches!(img, DynamicImage::ImageLuma8(_));
-        let mut rgb = img.into_rgb8();
-        for y in y0..y0 + eh {
-            for x in x0..x0 + ew {
-                let v: [u8; 3] = if gray { [rng.random::<u8>(); 3] } else { rng.random() };
-                rgb.put_pixel(x, y, Rgb(v));
-            }
-        }
-        return if gray {
-            DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
-        } else {
-            DynamicImage::ImageRgb8(rgb)
-        };
+        return Some(Erase { rect: [x0, y0, ew, eh], seed: rng.random(), gray });
     }
-    img
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use image::Rgb;
     use rand::SeedableRng;
 
     fn photo() -> DynamicImage {
@@ -235,9 +234,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         assert_eq!(color_jitter(photo(), 0.0, &mut rng), photo(), "strength 0 changes nothing");
         // Brightness alone, by hand: factor f scales every value (torchvision blends with black).
-        let mut img = photo().into_rgb8();
-        blend(&mut img, 0.5, |_| [0.0; 3]);
+        let img = on_host(photo().into_rgb8(), &PixelOps { ops: vec![PixelOp::Brightness(0.5)], erase: None });
         assert_eq!(img.get_pixel(10, 10).0, [30, 40, 60]);
+        // Each of the three, once, in the drawn order; no saturation for grey images.
+        let ops = jitter_ops(0.4, false, &mut ChaCha8Rng::seed_from_u64(5));
+        assert_eq!(ops.len(), 3);
+        assert!(ops.iter().any(|o| matches!(o, PixelOp::Saturation(f) if (0.6..=1.4).contains(f))));
+        assert_eq!(jitter_ops(0.4, true, &mut ChaCha8Rng::seed_from_u64(5)).len(), 2);
         // A real jitter changes the image and keeps its size and kind.
         let out = color_jitter(photo(), 0.4, &mut rng);
         assert_ne!(out, photo());

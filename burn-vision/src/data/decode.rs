@@ -1,7 +1,8 @@
 //! Where a run's images are decoded: `--decode auto|gpu|cpu`. On the GPU, nvJPEG decodes the
 //! JPEGs, started by the loader's thread a batch ahead, and one kernel crops, resizes, mirrors
-//! and normalises them (burn-ddp's `nn::decode::DeviceDecoder`); the loader's threads only
-//! read the files, check them and draw the crops. The choice is made once per run and said in
+//! and normalises them (burn-ddp's `nn::decode::DeviceDecoder`) — a second one runs
+//! RandAugment, colour jitter and random erasing first when the recipe has them; the loader's
+//! threads only read the files, check them and draw the crops and operations. The choice is made once per run and said in
 //! one log line.
 
 use super::Dataset;
@@ -16,10 +17,11 @@ use burn_ddp::nn::decode::DeviceDecoder;
 pub enum Decode {
     /// On the GPU when the model trains on one that has a hardware JPEG decoder, the data set's
     /// first file is a baseline JPEG and the transforms are crop, resize and flip; on the CPU
-    /// otherwise.
+    /// otherwise (RandAugment, colour jitter and random erasing run on the GPU with `gpu` only).
     #[default]
     Auto,
-    /// On the GPU (nvJPEG), or an error saying why it cannot.
+    /// On the GPU (nvJPEG), with RandAugment, colour jitter and random erasing there too, or an
+    /// error saying why it cannot.
     Gpu,
     /// On the CPU.
     Cpu,
@@ -54,8 +56,12 @@ pub fn resolve<B: Backend>(
     if choice == Decode::Cpu {
         return Ok(None);
     }
-    if !train.is_crop_and_resize() {
-        return cpu("the training transforms are more than crop, resize and flip (colour jitter, RandAugment and random erasing run on the host only; greyscale data too)".into());
+    if !train.is_device_plannable() {
+        return cpu("the training transforms are more than RandomResizedCrop, flip, RandAugment, colour jitter and random erasing, or the data is greyscale".into());
+    }
+    let augmented = !train.is_crop_and_resize();
+    if augmented && choice == Decode::Auto {
+        return cpu("RandAugment, colour jitter and random erasing run on the GPU only with --decode gpu (new, not yet measured on a GPU)".into());
     }
     let first = if dataset.is_empty() { None } else { dataset.read_bytes(0) };
     let Some(first) = first else {
@@ -77,7 +83,8 @@ pub fn resolve<B: Backend>(
         }
         Ok(d) => {
             if say {
-                log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip and normalise on the GPU", d.name());
+                let ops = if augmented { ", RandAugment, colour jitter, random erasing" } else { "" };
+                log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip{ops} and normalise on the GPU", d.name());
             }
             Ok(Some(d))
         }
@@ -111,14 +118,19 @@ mod tests {
         let gpu = |pipe: &Pipeline, data: &dyn Dataset| resolve::<Flex>(Decode::Gpu, pipe, data, &device, false);
         let jitter =
             Pipeline::imagenet_train_with(16, &crate::data::Augment { color_jitter: 0.4, ..Default::default() });
+        let gray = Pipeline::grayscale(16, 0.5, 0.5, &crate::data::Augment::default());
+        let e = gpu(&gray, &jpegs).unwrap_err().to_string();
+        assert!(e.contains("greyscale") && e.contains("--decode cpu"), "{e}");
+        // Jitter on the GPU is asked for: only the device is missing.
         let e = gpu(&jitter, &jpegs).unwrap_err().to_string();
-        assert!(e.contains("host only") && e.contains("--decode cpu"), "{e}");
+        assert!(e.contains("no GPU decoder"), "{e}");
         let e = gpu(&train, &pngs).unwrap_err().to_string();
         assert!(e.contains("not a baseline JPEG"), "{e}");
         let e = gpu(&train, &jpegs).unwrap_err().to_string();
         assert!(e.contains("no GPU decoder") && e.lines().count() == 1, "{e}");
         for choice in [Decode::Auto, Decode::Cpu] {
             assert!(resolve::<Flex>(choice, &train, &jpegs, &device, false).unwrap().is_none());
+            assert!(resolve::<Flex>(choice, &jitter, &jpegs, &device, false).unwrap().is_none());
         }
     }
 }

@@ -93,10 +93,11 @@ pub struct LoaderConfig {
     pub seed: u64,
     /// Fail on the first unreadable image instead of skipping it.
     pub strict: bool,
-    /// Leave decoding and the crop-and-resize to this device decoder ([`BatchImages::Device`])
-    /// when the pipeline is one it can do ([`Pipeline::is_crop_and_resize`]); the host only
-    /// reads files, checks them and draws the crops, and the loader's thread starts each
-    /// batch's decode as soon as the batch is read.
+    /// Leave decoding, the crop-and-resize and the pixel operations to this device decoder
+    /// ([`BatchImages::Device`]) when the pipeline is one it can do
+    /// ([`Pipeline::is_device_plannable`]); the host only reads files, checks them and draws
+    /// the crops and operations, and the loader's thread starts each batch's decode as soon as
+    /// the batch is read.
     pub device_decode: Option<DeviceDecoder>,
 }
 
@@ -200,7 +201,7 @@ fn make_batch(
     skips: &SkipLog,
     times: &StageTimes,
 ) -> Result<Option<Batch>> {
-    if let Some(decoder) = config.device_decode.as_ref().filter(|_| pipeline.is_crop_and_resize()) {
+    if let Some(decoder) = config.device_decode.as_ref().filter(|_| pipeline.is_device_plannable()) {
         return make_device_batch(dataset, chunk, pipeline, (epoch, config, decoder), skips, times);
     }
     let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
@@ -330,6 +331,7 @@ fn device_item(
                     size: [w, h],
                     region: plan.region,
                     flip: plan.flip,
+                    ops: plan.ops,
                 });
             }
             // Decoded from the bytes already read, as `Dataset::load` would from the file.
@@ -341,7 +343,13 @@ fn device_item(
     times.host_decoded.fetch_add(1, Ordering::Relaxed);
     let (w, h) = img.dimensions();
     let plan = pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;
-    Ok(CropResize { pixels: Pixels::Rgb(img.into_raw()), size: [w, h], region: plan.region, flip: plan.flip })
+    Ok(CropResize {
+        pixels: Pixels::Rgb(img.into_raw()),
+        size: [w, h],
+        region: plan.region,
+        flip: plan.flip,
+        ops: plan.ops,
+    })
 }
 
 impl Iterator for Loader {
@@ -426,7 +434,7 @@ mod tests {
         assert_eq!(loader.stage_times().host_decoded(), 1);
         for (i, c) in images.iter().enumerate() {
             let plan = pipe.crop_plan((40, 30), &mut sample_rng(1, 4, i)).unwrap();
-            assert_eq!((c.region, c.flip), (plan.region, plan.flip), "sample {i}");
+            assert_eq!((c.region, c.flip, &c.ops), (plan.region, plan.flip, &plan.ops), "sample {i}");
         }
         let host = Loader::new(data, vec![0, 1], pipe, 4, config(2, false), Arc::default()).next().unwrap().unwrap();
         assert!(host.images.host().is_some(), "device_decode off: decoded on the host");

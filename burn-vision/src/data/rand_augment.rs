@@ -3,10 +3,13 @@
 //! (identity, shear x/y, translate x/y, rotate, brightness, colour, contrast, sharpness,
 //! posterize, solarize, autocontrast, equalize), each at the strength `magnitude` of 31 bins
 //! (the signed ones negated half the time). Geometric operations sample the nearest pixel and
-//! fill with black, as torchvision does. Every draw comes from the per-sample RNG.
+//! fill with black, as torchvision does. Every draw comes from the per-sample RNG; the draws are
+//! made here and run as burn-ddp's pixel operations (`burn_ddp::nn::pixel_ops`), on the host or,
+//! for a GPU-decoded batch, on the GPU with the same arithmetic.
 
-use super::augment::{RAND_AUGMENT_BINS as BINS, blend, luma};
-use image::{DynamicImage, Rgb, RgbImage};
+use super::augment::RAND_AUGMENT_BINS as BINS;
+use burn_ddp::nn::pixel_ops::{PixelOp, PixelOps, apply_on_host};
+use image::{DynamicImage, RgbImage};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -65,7 +68,7 @@ fn strength(op: Op, k: u32, (w, h): (u32, u32)) -> (f64, bool) {
     }
 }
 
-/// `ops` operations at magnitude `magnitude` (0..=30), drawn from `rng`.
+/// `ops` operations at magnitude `magnitude` (0..=30), drawn from `rng`, run on the host.
 pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCha8Rng) -> DynamicImage {
     let gray = matches!(
         img,
@@ -74,15 +77,9 @@ pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCh
             | DynamicImage::ImageLumaA8(_)
             | DynamicImage::ImageLumaA16(_)
     );
-    let mut rgb = img.into_rgb8();
-    for _ in 0..ops {
-        let op = OPS[rng.random_range(0..OPS.len())];
-        let (mut m, signed) = strength(op, magnitude, rgb.dimensions());
-        if signed && rng.random_bool(0.5) {
-            m = -m;
-        }
-        rgb = apply(rgb, op, m);
-    }
+    let rgb = img.into_rgb8();
+    let ops = PixelOps { ops: draw(ops, magnitude, rgb.dimensions(), rng), erase: None };
+    let rgb = on_host(rgb, &ops);
     if gray {
         DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
     } else {
@@ -90,120 +87,68 @@ pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCh
     }
 }
 
-fn apply(mut img: RgbImage, op: Op, m: f64) -> RgbImage {
-    let (w, h) = (f64::from(img.width()), f64::from(img.height()));
+/// `ops` run on `rgb` by burn-ddp's host arithmetic (the GPU's, byte for byte).
+pub(super) fn on_host(rgb: RgbImage, ops: &PixelOps) -> RgbImage {
+    let (w, h) = rgb.dimensions();
+    let mut raw = rgb.into_raw();
+    apply_on_host(&mut raw, (w, h), ops);
+    RgbImage::from_raw(w, h, raw).expect("the operations keep the image's size")
+}
+
+/// The operations RandAugment draws from `rng` for a `w`×`h` image: `ops` of them at magnitude
+/// `magnitude`, identities left out.
+pub fn draw(ops: u32, magnitude: u32, (w, h): (u32, u32), rng: &mut ChaCha8Rng) -> Vec<PixelOp> {
+    (0..ops)
+        .filter_map(|_| {
+            let op = OPS[rng.random_range(0..OPS.len())];
+            let (mut m, signed) = strength(op, magnitude, (w, h));
+            if signed && rng.random_bool(0.5) {
+                m = -m;
+            }
+            pixel_op(op, m, (w, h))
+        })
+        .collect()
+}
+
+/// `op` at strength `m` as the pixel operation that does it (`None` for the identity).
+fn pixel_op(op: Op, m: f64, (w, h): (u32, u32)) -> Option<PixelOp> {
     let f = (1.0 + m) as f32;
-    match op {
-        Op::Identity => {}
-        // Inverse maps: output pixel (x, y) reads input (x', y').
-        Op::ShearX => return warp(&img, |x, y| (x + m * y, y)),
-        Op::ShearY => return warp(&img, |x, y| (x, y + m * x)),
-        Op::TranslateX => return warp(&img, |x, y| (x - m.trunc(), y)),
-        Op::TranslateY => return warp(&img, |x, y| (x, y - m.trunc())),
+    Some(match op {
+        Op::Identity => return None,
+        // Inverse maps: output pixel (x, y) reads input (a·x + b·y + c, d·x + e·y + f).
+        Op::ShearX => PixelOp::Warp([1.0, m, 0.0, 0.0, 1.0, 0.0]),
+        Op::ShearY => PixelOp::Warp([1.0, 0.0, 0.0, m, 1.0, 0.0]),
+        Op::TranslateX => PixelOp::Warp([1.0, 0.0, -m.trunc(), 0.0, 1.0, 0.0]),
+        Op::TranslateY => PixelOp::Warp([1.0, 0.0, 0.0, 0.0, 1.0, -m.trunc()]),
         Op::Rotate => {
+            // About the image's centre, counter-clockwise for a positive angle.
             let (c, s) = (m.to_radians().cos(), m.to_radians().sin());
-            let (cx, cy) = (w * 0.5, h * 0.5);
-            return warp(&img, |x, y| (c * (x - cx) + s * (y - cy) + cx, -s * (x - cx) + c * (y - cy) + cy));
+            let (cx, cy) = (f64::from(w) * 0.5, f64::from(h) * 0.5);
+            PixelOp::Warp([c, s, cx - c * cx - s * cy, -s, c, cy + s * cx - c * cy])
         }
-        Op::Brightness => blend(&mut img, f, |_| [0.0; 3]),
-        Op::Color => blend(&mut img, f, |p| [luma(p); 3]),
-        Op::Contrast => {
-            let mean = img.pixels().map(|p| luma(p.0)).sum::<f32>() / (img.width() * img.height()).max(1) as f32;
-            blend(&mut img, f, |_| [mean; 3]);
-        }
-        Op::Sharpness => return sharpness(&img, f),
-        Op::Posterize => {
-            let mask = ((0xFFu16 << (8 - (m as u32).min(8))) & 0xFF) as u8;
-            img.pixels_mut().for_each(|p| p.0 = p.0.map(|v| v & mask));
-        }
-        Op::Solarize => img.pixels_mut().for_each(|p| p.0 = p.0.map(|v| if f64::from(v) >= m { 255 - v } else { v })),
-        Op::AutoContrast => autocontrast(&mut img),
-        Op::Equalize => equalize(&mut img),
-    }
-    img
-}
-
-/// The image resampled through `map` (output pixel centre → input coordinates), nearest
-/// neighbour, black outside.
-fn warp(img: &RgbImage, map: impl Fn(f64, f64) -> (f64, f64)) -> RgbImage {
-    let (w, h) = img.dimensions();
-    RgbImage::from_fn(w, h, |x, y| {
-        let (sx, sy) = map(f64::from(x) + 0.5, f64::from(y) + 0.5);
-        let (ix, iy) = ((sx - 0.5).round(), (sy - 0.5).round());
-        if ix >= 0.0 && iy >= 0.0 && ix < f64::from(w) && iy < f64::from(h) {
-            *img.get_pixel(ix as u32, iy as u32)
-        } else {
-            Rgb([0; 3])
-        }
+        Op::Brightness => PixelOp::Brightness(f),
+        Op::Color => PixelOp::Saturation(f),
+        Op::Contrast => PixelOp::Contrast(f),
+        Op::Sharpness => PixelOp::Sharpness(f),
+        Op::Posterize => PixelOp::Posterize(m.clamp(0.0, 8.0) as u8),
+        Op::Solarize => PixelOp::Solarize(m),
+        Op::AutoContrast => PixelOp::AutoContrast,
+        Op::Equalize => PixelOp::Equalize,
     })
-}
-
-/// Blend with the image smoothed by PIL's SMOOTH kernel (1 1 1 / 1 5 1 / 1 1 1, ÷13), the
-/// border pixels kept (torchvision's `adjust_sharpness`).
-fn sharpness(img: &RgbImage, f: f32) -> RgbImage {
-    let (w, h) = img.dimensions();
-    let mut out = img.clone();
-    if w < 3 || h < 3 {
-        return out;
-    }
-    for y in 1..h - 1 {
-        for x in 1..w - 1 {
-            let smooth: [f32; 3] = std::array::from_fn(|c| {
-                let around: u32 = (0..3)
-                    .flat_map(|dy| (0..3).map(move |dx| (dx, dy)))
-                    .map(|(dx, dy)| u32::from(img.get_pixel(x + dx - 1, y + dy - 1).0[c]))
-                    .sum();
-                let centre = u32::from(img.get_pixel(x, y).0[c]);
-                ((around + 4 * centre) as f32 / 13.0).round()
-            });
-            let p = img.get_pixel(x, y).0;
-            out.put_pixel(
-                x,
-                y,
-                Rgb(std::array::from_fn(|c| {
-                    (smooth[c] + f * (p[c] as f32 - smooth[c])).round().clamp(0.0, 255.0) as u8
-                })),
-            );
-        }
-    }
-    out
-}
-
-/// Each channel stretched so that its darkest value becomes 0 and its brightest 255.
-fn autocontrast(img: &mut RgbImage) {
-    for c in 0..3 {
-        let (lo, hi) = img.pixels().fold((255u8, 0u8), |(lo, hi), p| (lo.min(p.0[c]), hi.max(p.0[c])));
-        if hi > lo {
-            let scale = 255.0 / f32::from(hi - lo);
-            img.pixels_mut().for_each(|p| p.0[c] = ((f32::from(p.0[c] - lo)) * scale).round().clamp(0.0, 255.0) as u8);
-        }
-    }
-}
-
-/// Each channel's histogram equalized (PIL's `ImageOps.equalize`).
-fn equalize(img: &mut RgbImage) {
-    for c in 0..3 {
-        let mut hist = [0usize; 256];
-        img.pixels().for_each(|p| hist[usize::from(p.0[c])] += 1);
-        let last = hist.iter().rposition(|&n| n > 0).map_or(0, |i| hist[i]);
-        let step = (hist.iter().sum::<usize>() - last) / 255;
-        if step == 0 {
-            continue;
-        }
-        let mut lut = [0u8; 256];
-        let mut n = step / 2;
-        for (v, count) in hist.iter().enumerate() {
-            lut[v] = (n / step).min(255) as u8;
-            n += count;
-        }
-        img.pixels_mut().for_each(|p| p.0[c] = lut[usize::from(p.0[c])]);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    use image::Rgb;
+
+    /// `op` at strength `m` run on the host.
+    fn apply(img: RgbImage, op: Op, m: f64) -> RgbImage {
+        let dims = img.dimensions();
+        on_host(img, &PixelOps { ops: pixel_op(op, m, dims).into_iter().collect(), erase: None })
+    }
 
     fn gradient() -> RgbImage {
         RgbImage::from_fn(16, 12, |x, y| Rgb([(x * 15) as u8, (y * 20) as u8, ((x + y) * 9) as u8]))

@@ -1,6 +1,7 @@
 //! Batches decoded on the GPU: nvJPEG's decode against the `image` crate's (what the CPU path
-//! trains on), the crop-and-resize kernel against its f64 host twin, and batches started
-//! ahead by another thread (as the data loader does) against the same twin.
+//! trains on), the crop-and-resize kernel against its f64 host twin, the pixel operations
+//! (RandAugment, colour jitter, random erasing) against theirs, and batches started ahead by
+//! another thread (as the data loader does) against the same twin.
 //!
 //! The JPEGs are made here (smooth gradients, edges and noise, quality 90, several sizes, odd
 //! ones included); `BURN_DDP_CHECK_JPEGS=DIR` adds up to 64 of the JPEG files of DIR (real
@@ -9,6 +10,7 @@
 use burn_cuda::{Cuda, CudaDevice};
 use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
 use burn_ddp::nn::decode::{DeviceDecoder, crop_resize_on_host, crops_to_device};
+use burn_ddp::nn::pixel_ops::{Erase, PixelOp, PixelOps};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -107,6 +109,7 @@ pub(crate) fn check_jpeg_decode(device: &CudaDevice) -> bool {
             size: [w, h],
             region: [0.0, 0.0, w as f32, h as f32],
             flip: false,
+            ops: Default::default(),
         };
         let mut reference = vec![0.0; 3 * (w * h) as usize];
         crop_resize_on_host(cpu.as_raw(), &whole, [h as usize, w as usize], &UNIT, &mut reference);
@@ -142,6 +145,7 @@ fn whole_of(bytes: &[u8], w: u32, h: u32) -> CropResize {
         size: [w, h],
         region: [0.0, 0.0, w as f32, h as f32],
         flip: false,
+        ops: Default::default(),
     }
 }
 
@@ -182,7 +186,13 @@ pub(crate) fn check_crop_resize(device: &CudaDevice) -> bool {
             let rgb: Vec<u8> = (0..w * h * 3).map(|_| rng.random()).collect();
             let (rw, rh) = (rng.random_range(1.0..=w as f32), rng.random_range(1.0..=h as f32));
             let (x, y) = (rng.random_range(0.0..=w as f32 - rw), rng.random_range(0.0..=h as f32 - rh));
-            CropResize { pixels: Pixels::Rgb(rgb), size: [w, h], region: [x, y, rw, rh], flip: i % 3 == 0 }
+            CropResize {
+                pixels: Pixels::Rgb(rgb),
+                size: [w, h],
+                region: [x, y, rw, rh],
+                flip: i % 3 == 0,
+                ops: Default::default(),
+            }
         })
         .collect();
     let norm = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
@@ -210,6 +220,102 @@ pub(crate) fn check_crop_resize(device: &CudaDevice) -> bool {
     let pass = worst <= 1e-4;
     println!(
         "RESULT check=crop-resize images={} out={}x{} max_abs_err={worst:.2e} bound=1e-4 {}",
+        items.len(),
+        hw[1],
+        hw[0],
+        if pass { "ok" } else { "FAIL" }
+    );
+    pass
+}
+
+/// Random pixel operations of every kind, 0–6 an image, erasing half the time.
+fn random_ops(rng: &mut ChaCha8Rng, (w, h): (u32, u32)) -> PixelOps {
+    let ops = (0..rng.random_range(0..=6))
+        .map(|_| {
+            let f = rng.random_range(0.1f32..1.9);
+            match rng.random_range(0..9) {
+                0 => {
+                    let (a, s) = (rng.random_range(-0.5f64..0.5), rng.random_range(-0.3..0.3));
+                    PixelOp::Warp([a.cos(), a.sin() + s, rng.random_range(-9.0..9.0), -a.sin(), a.cos(), 3.0])
+                }
+                1 => PixelOp::Brightness(f),
+                2 => PixelOp::Saturation(f),
+                3 => PixelOp::Contrast(f),
+                4 => PixelOp::Sharpness(f),
+                5 => PixelOp::Posterize(rng.random_range(1..=8)),
+                6 => PixelOp::Solarize(rng.random_range(0.0..256.0)),
+                7 => PixelOp::AutoContrast,
+                _ => PixelOp::Equalize,
+            }
+        })
+        .collect();
+    let erase = rng.random_bool(0.5).then(|| {
+        let (ew, eh) = (rng.random_range(1..=w), rng.random_range(1..=h));
+        let rect = [rng.random_range(0..=w - ew), rng.random_range(0..=h - eh), ew, eh];
+        Erase { rect, seed: rng.random(), gray: false }
+    });
+    PixelOps { ops, erase }
+}
+
+/// The pixel-operations kernel (after the 8-bit crop) on decoded RGB images against its host
+/// twin: 70 images (two crop launches), each with its own random operations. Both round the
+/// crop to bytes and then run the same arithmetic, so they differ only where the crop's f32
+/// and f64 sums round to different bytes — a level here and there, which a threshold
+/// (solarize, posterize) or a histogram (equalize) can widen for a few pixels.
+pub(crate) fn check_pixel_ops(device: &CudaDevice) -> bool {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let hw = [64, 48];
+    let items: Vec<CropResize> = (0..70)
+        .map(|i| {
+            let (w, h) = (rng.random_range(40..300u32), rng.random_range(40..300u32));
+            let rgb = image::load_from_memory(&synthetic_jpeg(w, h, i)).expect("a JPEG made here").into_rgb8();
+            let (rw, rh) = (rng.random_range(8.0..=w as f32), rng.random_range(8.0..=h as f32));
+            let (x, y) = (rng.random_range(0.0..=w as f32 - rw), rng.random_range(0.0..=h as f32 - rh));
+            let ops = random_ops(&mut rng, (hw[1] as u32, hw[0] as u32));
+            CropResize {
+                pixels: Pixels::Rgb(rgb.into_raw()),
+                size: [w, h],
+                region: [x, y, rw, rh],
+                flip: i % 3 == 0,
+                ops,
+            }
+        })
+        .collect();
+    let norm = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
+    let gpu = match crops_to_device::<Cuda>(items.clone(), hw, norm, device) {
+        Ok(t) => t.into_data().into_vec::<f32>().expect("f32 values"),
+        Err(e) => {
+            println!("RESULT check=pixel-ops error: {e} FAIL");
+            return false;
+        }
+    };
+    let per = 3 * hw[0] * hw[1];
+    let (mut worst_db, mut off, mut ok) = (f64::INFINITY, 0usize, true);
+    for (i, c) in items.iter().enumerate() {
+        let Pixels::Rgb(rgb) = &c.pixels else { unreachable!("RGB items") };
+        let mut reference = vec![0.0; per];
+        crop_resize_on_host(rgb, c, hw, &norm, &mut reference);
+        let got = &gpu[i * per..(i + 1) * per];
+        // In 8-bit levels.
+        let levels: Vec<f64> = (0..per)
+            .map(|k| f64::from((got[k] - reference[k]).abs() * norm.std[k / (hw[0] * hw[1])] * 255.0))
+            .collect();
+        let far = levels.iter().filter(|&&l| l > 1.01).count();
+        let mse = levels.iter().map(|l| l * l).sum::<f64>() / per as f64;
+        let db = if mse == 0.0 { f64::INFINITY } else { 10.0 * (255.0f64.powi(2) / mse).log10() };
+        worst_db = worst_db.min(db);
+        off += far;
+        if far * 100 > per {
+            println!(
+                "RESULT check=pixel-ops image={i} ops={:?} values_off_by_more_than_1_level={far} of {per} FAIL",
+                c.ops
+            );
+            ok = false;
+        }
+    }
+    let pass = ok && worst_db >= MIN_PSNR_DB;
+    println!(
+        "RESULT check=pixel-ops images={} out={}x{} values_off_by_more_than_1_level={off} lowest_psnr_db={worst_db:.2} {}",
         items.len(),
         hw[1],
         hw[0],

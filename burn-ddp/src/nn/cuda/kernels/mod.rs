@@ -1,6 +1,6 @@
 //! Our own CUDA kernels: the channels-last batch norm and the filter reorder (cubecl), and the NVRTC-compiled sources
 //! (the fused SGD step, the cross-entropy, DDP's bucket copies, the crop-and-resize of decoded
-//! images).
+//! images and their pixel operations).
 
 pub(crate) mod batch_norm_nhwc;
 pub(crate) mod batch_norm_phases;
@@ -8,3 +8,4 @@ pub(crate) mod bucket_copy;
 pub(crate) mod crop_resize;
 pub(crate) mod filter_reorder;
 pub(crate) mod nvrtc;
+pub(crate) mod pixel_ops;

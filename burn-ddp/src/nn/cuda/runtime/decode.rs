@@ -9,11 +9,14 @@
 use crate::error::{Error, Result};
 use crate::nn::crop::{CropResize, Normalize, Pixels};
 use crate::nn::cuda::cudnn::convolution as cudnn;
-use crate::nn::cuda::kernels::crop_resize::{self, Crop};
+use crate::nn::cuda::kernels::crop_resize::{self, Crop, Target};
+use crate::nn::cuda::kernels::pixel_ops;
 use crate::nn::cuda::nvjpeg::{self, Input};
 use crate::nn::cuda::runtime::launch::{Ad, Inner, Prim, cast, cuda_backend, launch, register};
 use burn::prelude::*;
-use burn::tensor::TensorPrimitive;
+use burn::tensor::{DType, TensorPrimitive};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cuda::Cuda;
 use cubecl::Runtime;
 use cubecl::cuda::{CudaDevice, CudaRuntime};
@@ -53,8 +56,9 @@ pub(crate) struct Started {
     crops: Vec<Crop>,
     out_hw: [usize; 2],
     norm: Normalize,
-    /// The encoded bytes, kept until the batch is read (nvJPEG reads them during submission).
-    _images: Vec<CropResize>,
+    /// The encoded bytes, kept until the batch is read (nvJPEG reads them during submission),
+    /// and each image's pixel operations.
+    images: Vec<CropResize>,
 }
 
 /// Submits `images`' decode on `device`'s decoder (its own stream) from this thread, after the
@@ -85,7 +89,7 @@ pub(crate) fn start(device: usize, images: Vec<CropResize>, out_hw: [usize; 2], 
         .zip(&submitted.planes)
         .map(|(c, plane)| Crop { at: plane.at, pitch: plane.pitch, size: c.size, region: c.region, flip: c.flip })
         .collect();
-    Ok(Started { device, submitted, crops, out_hw, norm, _images: images })
+    Ok(Started { device, submitted, crops, out_hw, norm, images })
 }
 
 impl Started {
@@ -110,26 +114,62 @@ pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Res
     let [h, w] = started.out_hw;
     let shape = [started.crops.len(), 3, h, w];
     let client = CudaRuntime::client(&device);
-    let out = burn_cubecl::ops::numeric::empty_device_contiguous_dtype::<CudaRuntime>(
-        client,
+    let out = empty_device_contiguous_dtype::<CudaRuntime>(
+        client.clone(),
         device.clone(),
         Shape::from(shape.to_vec()),
-        burn::tensor::DType::F32,
+        DType::F32,
     );
     let index = device.index;
-    // SAFETY: `launch` orders the work after burn's last use of the output's memory and before
-    // its first reader; the decoder's memory is reused only after the stream is past this batch.
-    launch(&[&out], ("decode", shape[0]), move |p, order| unsafe {
+    let augmented = started.images.iter().any(|c| !c.ops.is_empty());
+    if augmented && !pixel_ops::available() {
+        return Err(Error::Kernel {
+            op: "pixel operations on the GPU",
+            reason: "their kernel does not compile (NVRTC); use --decode cpu".into(),
+        });
+    }
+    // With pixel operations: the 8-bit crops and a spare buffer of their size, and each image's
+    // program, uploaded through burn's stream.
+    let scratch = augmented.then(|| {
+        let programs = crate::nn::pixel_ops::kernel_programs(started.images.iter().map(|c| &c.ops));
+        let bytes = Shape::new([2 * shape[0] * 3 * h * w]);
+        let crops = empty_device_contiguous_dtype::<CudaRuntime>(client.clone(), device.clone(), bytes, DType::U8);
+        let handle = client.create_from_slice(&programs);
+        let programs =
+            CubeTensor::new_contiguous(client.clone(), device.clone(), Shape::new([programs.len()]), handle, DType::U8);
+        (crops, programs)
+    });
+    let mut tensors = vec![&out];
+    tensors.extend(scratch.iter().flat_map(|(crops, programs)| [crops, programs]));
+    let (n, hw) = (shape[0], [h as u32, w as u32]);
+    // SAFETY: `launch` orders the work after burn's last use of the outputs' memory and before
+    // their first reader; the decoder's memory is reused only after the stream is past this batch.
+    launch(&tensors, ("decode", n, augmented), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
             let cu = s.cu_stream();
-            let Started { submitted, crops, norm, .. } = started;
+            let Started { submitted, crops, norm, images: _kept, .. } = started;
             submitted.wait_on(cu)?;
-            let made = crop_resize::crop_resize(index, cu, &crops, p[0], [h as u32, w as u32], (norm.mean, norm.std));
-            // The slot is released after the kernel (or at once, when it failed to launch).
+            let made = if augmented {
+                let (bytes, spare) = (p[1], p[1] + (n * 3 * hw[0] as usize * hw[1] as usize) as u64);
+                crop_resize::crop_resize(index, cu, &crops, bytes, hw, Target::Bytes).and_then(|()| {
+                    pixel_ops::pixel_ops(index, cu, n, p[2], (bytes, spare), p[0], hw, (norm.mean, norm.std))
+                })
+            } else {
+                crop_resize::crop_resize(
+                    index,
+                    cu,
+                    &crops,
+                    p[0],
+                    hw,
+                    Target::Normalized { mean: norm.mean, std: norm.std },
+                )
+            };
+            // The slot is released after the kernels (or at once, when one failed to launch).
             submitted.consumed(cu)?;
             made
         })
     })?;
+    drop(scratch);
     // cubecl's queue hands tasks to the device thread in batches: without a flush the job, and
     // the slot it frees, could wait for work that only comes after the next batch — which the
     // loader's thread cannot start before the slot is free.
