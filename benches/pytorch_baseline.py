@@ -21,6 +21,12 @@ Modes (each prints one JSON line prefixed with RESULT):
              (default: one per core, at most 16 — with 8 the job is input-bound on a 16-core host), pinned memory, persistent workers. Prints one RESULT line per epoch (seconds,
              steady img/s after the epoch's first two steps, validation top-1) and one for the job
              (wall seconds from before `import torch`).
+  loader     DIR BATCH STEPS WORKERS [plain|vit]  the DataLoader alone, each batch copied to the GPU
+             (pinned memory, non-blocking, then synchronised): img/s after one untimed batch —
+             what `burn-vision bench-data --gpus 0 --decode cpu [--preset vit]` measures. plain:
+             RandomResizedCrop(224)+flip; vit: timm's DeiT recipe as torchvision spells it
+             (RandomResizedCrop, flip, RandAugment(2, 9), ColorJitter(0.4, 0.4, 0.4), then
+             RandomErasing(0.25) after normalising).
   make-folder IDX_IMAGES IDX_LABELS OUT SIDE  writes the IDX images as SIDExSIDE RGB JPEGs in
              class folders (the real-data input for both frameworks).
 """
@@ -167,6 +173,31 @@ def folder(path, batch, steps, layout="nchw", precision="f32", workers=8):
                                       loss=loss)), flush=True)
 
 
+def loader(path, batch, steps, workers, recipe="plain"):
+    import torchvision.transforms as T
+    dev = torch.device("cuda")
+    aug = [T.RandAugment(2, 9), T.ColorJitter(0.4, 0.4, 0.4)] if recipe == "vit" else []
+    after = [T.RandomErasing(0.25, value="random")] if recipe == "vit" else []
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), *aug, T.ToTensor(),
+                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]), *after])
+    ds = torchvision.datasets.ImageFolder(path, tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
+                                     pin_memory=True)
+    it = iter(dl)
+    next(it)[0].to(dev)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(steps):
+        x, _ = next(it)
+        x.to(dev, non_blocking=True)
+        n += x.shape[0]
+    torch.cuda.synchronize()
+    ips = n / (time.perf_counter() - t0)
+    print("RESULT " + json.dumps(dict(framework="pytorch", mode="loader", recipe=recipe, batch=batch, workers=workers,
+                                      img_per_s=ips)), flush=True)
+
+
 def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8)):
     import torchvision.transforms as T
     dev = torch.device("cuda")
@@ -253,6 +284,8 @@ if __name__ == "__main__":
         folder(args[0], int(args[1]), int(args[2]), *args[3:5], *[int(w) for w in args[5:6]])
     elif mode == "tutorial":
         tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]])
+    elif mode == "loader":
+        loader(args[0], int(args[1]), int(args[2]), int(args[3]), *args[4:5])
     elif mode == "make-folder":
         make_folder(args[0], args[1], args[2], int(args[3]))
     else:

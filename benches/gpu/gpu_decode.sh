@@ -21,7 +21,11 @@
 # the small-JPEG training); PART=7 looks for where a GPU-decoded training step loses time
 # against `bench` (small JPEGs: host profiles of both, nvidia-smi's SM and JPEG-engine
 # utilisation during each, and the loader capped at 4 threads). Needs a burn-vision built with
-# `--features host-profile`.
+# `--features host-profile`. PART=8: the ViT recipe's augmentation (RandAugment 2,9, colour jitter
+# 0.4, random erasing 0.25) on the GPU — the decode and pixel-operation checks, bench-data with
+# --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
+# (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
+# gpu, and `bench` of the same model with AdamW on synthetic batches.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,6 +36,31 @@ D=/tmp/photos
 echo "host: $(nproc) cores" | tee -a "$LOG"
 CORES="python3 benches/cores_busy.py"   # reports the host cores a command kept busy
 step photos 300 python3 benches/make_photos.py $D/folder 1200
+if [ "${PART:-1}" = 8 ]; then
+  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks pixel-ops crop-resize jpeg-decode decode-ahead
+  DATA="bench-data --data $D/folder --batches 30 --gpus 0"
+  for i in 1 2; do
+    SHOW_LINES=2 step "data_vit_gpu_$i" 90 "$B"/burn-vision $DATA --preset vit --decode gpu
+  done
+  SHOW_LINES=2 step data_vit_cpu 150 "$B"/burn-vision $DATA --preset vit --decode cpu
+  SHOW_LINES=2 step data_plain_gpu 90 "$B"/burn-vision $DATA --decode gpu
+  step torch_loader_vit 200 $CORES python3 benches/pytorch_baseline.py loader $D/folder 256 30 16 vit
+  step torch_loader_plain 200 $CORES python3 benches/pytorch_baseline.py loader $D/folder 256 30 16 plain
+  step vits_synthetic 200 "$B"/burn-vision bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 8 \
+    --precision bf16 --optimizer adamw --warmup 5 --steps 30
+  T="train --preset vit --gpus 0 --model vit_s16 --epochs 3 --warmup-epochs 1 --batch-size 256 --precision bf16 --data $D/folder"
+  step train_vit_gpu_decode 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/vit-gpu
+  step train_vit_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/vit-cpu
+  step train_vit_gpu_decode_2 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/vit-gpu-2
+  save_cache
+  grep -hE "img_per_s|RESULT check|CORES|^=== .*rc=" "$LOG" | cut -c1-300 > "$OUT/summary.txt"
+  for f in $OUT/vit-*/metrics.jsonl; do
+    echo "$f" >> "$OUT/summary.txt"
+    python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'val_acc', d['val_acc']) for d in map(json.loads, open(sys.argv[1]))]" "$f" >> "$OUT/summary.txt"
+  done
+  cat "$OUT/summary.txt"
+  exit 0
+fi
 if [ "${PART:-1}" = 5 ]; then
   # The whole GPU check suite (the decode checks with the photos), then bench-data each way.
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW="^ok|^FAIL|passed" SHOW_LINES=30 step suite 400 "$B"/burn-ddp-gpu-checks

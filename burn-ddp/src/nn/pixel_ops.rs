@@ -85,11 +85,11 @@ pub fn apply_on_host(rgb: &mut Vec<u8>, (width, height): (u32, u32), ops: &Pixel
     for op in &ops.ops {
         match *op {
             PixelOp::Warp(m) => *rgb = warp(rgb, (w, h), m),
-            PixelOp::Brightness(f) => blend_each(rgb, f, |_| [0.0; 3]),
+            PixelOp::Brightness(f) => blend_with(rgb, 0.0, f),
             PixelOp::Saturation(f) => blend_each(rgb, f, |p| [luma(p); 3]),
             PixelOp::Contrast(f) => {
                 let mean = mean_luma(rgb);
-                blend_each(rgb, f, |_| [mean; 3]);
+                blend_with(rgb, mean, f);
             }
             PixelOp::Sharpness(f) => *rgb = sharpness(rgb, (w, h), f),
             PixelOp::Posterize(bits) => {
@@ -131,10 +131,50 @@ fn mean_luma(rgb: &[u8]) -> f32 {
     (sum as f64 / ((rgb.len() / 3).max(1) as f64 * LUMA_SCALE)) as f32
 }
 
+/// `x` rounded half away from zero (C's `roundf`, the kernel's) and clamped to 0–255. Without
+/// SSE4.1 `f32::round` is a library call per value, the largest cost of colour jitter on the
+/// host; truncating (one instruction) and comparing the exact remainder gives the same result.
+fn round_to_byte(x: f32) -> u8 {
+    // Clamping first changes no result: anything past 256 or below −1 ends at 255 or 0 anyway.
+    let x = x.clamp(-1.0, 256.0);
+    let t = x as i32;
+    let rest = x - t as f32; // exact: t has x's integer digits
+    let r = if rest >= 0.5 {
+        t + 1
+    } else if rest <= -0.5 {
+        t - 1
+    } else {
+        t
+    };
+    r.clamp(0, 255) as u8
+}
+
+/// `x` rounded half away from zero (`f64::round`, C's `round`) for |x| < 2⁵², by truncation.
+fn round_f64(x: f64) -> f64 {
+    if !(x.abs() < 4.5e15) {
+        return x.round();
+    }
+    let t = x as i64;
+    let rest = x - t as f64;
+    (if rest >= 0.5 {
+        t + 1
+    } else if rest <= -0.5 {
+        t - 1
+    } else {
+        t
+    }) as f64
+}
+
 /// `other + f · (v − other)`, rounded half away from zero and clamped to 0–255 (torchvision's
 /// `_blend`).
 fn blend(v: u8, other: f32, f: f32) -> u8 {
-    (other + f * (f32::from(v) - other)).round().clamp(0.0, 255.0) as u8
+    round_to_byte(other + f * (f32::from(v) - other))
+}
+
+/// Every value blended with the same `other`: through a table of the 256 results.
+fn blend_with(rgb: &mut [u8], other: f32, f: f32) {
+    let table: [u8; 256] = std::array::from_fn(|v| blend(v as u8, other, f));
+    rgb.iter_mut().for_each(|v| *v = table[usize::from(*v)]);
 }
 
 fn blend_each(rgb: &mut [u8], f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
@@ -148,11 +188,13 @@ fn blend_each(rgb: &mut [u8], f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
 
 fn warp(rgb: &[u8], (w, h): (usize, usize), [a, b, c, d, e, f]: [f64; 6]) -> Vec<u8> {
     let mut out = vec![0u8; rgb.len()];
+    // The products of `a·x + b·y + c` once per column and row; the sums per pixel, in order.
+    let (ax, dx): (Vec<f64>, Vec<f64>) = (0..w).map(|x| (a * (x as f64 + 0.5), d * (x as f64 + 0.5))).unzip();
     for y in 0..h {
+        let (by, ey) = (b * (y as f64 + 0.5), e * (y as f64 + 0.5));
         for x in 0..w {
-            let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-            let (sx, sy) = (a * px + b * py + c, d * px + e * py + f);
-            let (ix, iy) = ((sx - 0.5).round(), (sy - 0.5).round());
+            let (sx, sy) = (ax[x] + by + c, dx[x] + ey + f);
+            let (ix, iy) = (round_f64(sx - 0.5), round_f64(sy - 0.5));
             if ix >= 0.0 && iy >= 0.0 && ix < w as f64 && iy < h as f64 {
                 let (from, to) = (3 * (iy as usize * w + ix as usize), 3 * (y * w + x));
                 out[to..to + 3].copy_from_slice(&rgb[from..from + 3]);
@@ -172,7 +214,9 @@ fn sharpness(rgb: &[u8], (w, h): (usize, usize), f: f32) -> Vec<u8> {
             for c in 0..3 {
                 let at = |dx: usize, dy: usize| u32::from(rgb[3 * ((y + dy - 1) * w + x + dx - 1) + c]);
                 let around: u32 = (0..3).flat_map(|dy| (0..3).map(move |dx| (dx, dy))).map(|(dx, dy)| at(dx, dy)).sum();
-                let smooth = ((around + 4 * at(1, 1)) as f32 / 13.0).round();
+                // round(s / 13) for the integer s: no quotient lies within 1/26 of a tie, so the
+                // kernel's rounded f32 division gives the same.
+                let smooth = ((2 * (around + 4 * at(1, 1)) + 13) / 26) as f32;
                 out[3 * (y * w + x) + c] = blend(rgb[3 * (y * w + x) + c], smooth, f);
             }
         }
@@ -184,7 +228,8 @@ fn autocontrast(rgb: &mut [u8], c: usize) {
     let (lo, hi) = rgb.chunks_exact(3).fold((255u8, 0u8), |(lo, hi), p| (lo.min(p[c]), hi.max(p[c])));
     if hi > lo {
         let scale = 255.0 / f32::from(hi - lo);
-        rgb.chunks_exact_mut(3).for_each(|p| p[c] = (f32::from(p[c] - lo) * scale).round().clamp(0.0, 255.0) as u8);
+        let table: [u8; 256] = std::array::from_fn(|v| round_to_byte(f32::from((v as u8).saturating_sub(lo)) * scale));
+        rgb.chunks_exact_mut(3).for_each(|p| p[c] = table[usize::from(p[c])]);
     }
 }
 
@@ -431,6 +476,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_fast_roundings_are_std_s() {
+        let mut x = -3.0f32;
+        while x < 260.0 {
+            for v in [x, x.next_up(), x.next_down(), x + 0.5, (x + 0.5).next_down(), (x + 0.5).next_up()] {
+                assert_eq!(round_to_byte(v), v.round().clamp(0.0, 255.0) as u8, "{v}");
+                let d = f64::from(v) * 1.37;
+                assert_eq!(round_f64(d), d.round(), "{d}");
+            }
+            x += 0.25;
+        }
+        assert_eq!((round_to_byte(1e9), round_to_byte(-1e9), round_to_byte(f32::NAN)), (255, 0, 0));
+        assert_eq!((round_f64(-2.5), round_f64(2.5), round_f64(1e300)), (-3.0, 3.0, 1e300));
     }
 
     #[test]

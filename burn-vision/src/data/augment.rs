@@ -1,12 +1,12 @@
 //! The training augmentation a user controls from the command line (timm's train-script flags):
 //! horizontal-flip probability, RandomResizedCrop's scale and ratio, colour jitter and random
-//! erasing, RandAugment (its operations in a file of their own) — and the two image operations that torchvision's
-//! crop and flip do not cover. Every
-//! random choice comes from the per-sample RNG (a pure function of seed, epoch and sample).
+//! erasing, RandAugment (its operations in a file of their own) — and the draws of colour jitter
+//! and random erasing, run as burn-ddp's pixel operations (on the host here, on the GPU for a
+//! GPU-decoded batch). Every random choice comes from the per-sample RNG (a pure function of
+//! seed, epoch and sample).
 
-use super::rand_augment::on_host;
 use crate::error::{Error, Result};
-use burn_ddp::nn::pixel_ops::{Erase, PixelOp, PixelOps};
+use burn_ddp::nn::pixel_ops::{Erase, PixelOp, PixelOps, apply_on_host};
 use image::{DynamicImage, GenericImageView, RgbImage};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -152,6 +152,14 @@ pub fn jitter_ops(strength: f64, gray: bool, rng: &mut ChaCha8Rng) -> Vec<PixelO
             _ => None,
         })
         .collect()
+}
+
+/// `ops` run on `rgb` by burn-ddp's host arithmetic (the GPU's, byte for byte).
+pub(super) fn on_host(rgb: RgbImage, ops: &PixelOps) -> RgbImage {
+    let (w, h) = rgb.dimensions();
+    let mut raw = rgb.into_raw();
+    apply_on_host(&mut raw, (w, h), ops);
+    RgbImage::from_raw(w, h, raw).expect("the operations keep the image's size")
 }
 
 fn is_gray(img: &DynamicImage) -> bool {

@@ -7,9 +7,9 @@
 //! made here and run as burn-ddp's pixel operations (`burn_ddp::nn::pixel_ops`), on the host or,
 //! for a GPU-decoded batch, on the GPU with the same arithmetic.
 
-use super::augment::RAND_AUGMENT_BINS as BINS;
-use burn_ddp::nn::pixel_ops::{PixelOp, PixelOps, apply_on_host};
-use image::{DynamicImage, RgbImage};
+use super::augment::{RAND_AUGMENT_BINS as BINS, on_host};
+use burn_ddp::nn::pixel_ops::{PixelOp, PixelOps};
+use image::DynamicImage;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -87,14 +87,6 @@ pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCh
     }
 }
 
-/// `ops` run on `rgb` by burn-ddp's host arithmetic (the GPU's, byte for byte).
-pub(super) fn on_host(rgb: RgbImage, ops: &PixelOps) -> RgbImage {
-    let (w, h) = rgb.dimensions();
-    let mut raw = rgb.into_raw();
-    apply_on_host(&mut raw, (w, h), ops);
-    RgbImage::from_raw(w, h, raw).expect("the operations keep the image's size")
-}
-
 /// The operations RandAugment draws from `rng` for a `w`×`h` image: `ops` of them at magnitude
 /// `magnitude`, identities left out.
 pub fn draw(ops: u32, magnitude: u32, (w, h): (u32, u32), rng: &mut ChaCha8Rng) -> Vec<PixelOp> {
@@ -142,7 +134,7 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
-    use image::Rgb;
+    use image::{Rgb, RgbImage};
 
     /// `op` at strength `m` run on the host.
     fn apply(img: RgbImage, op: Op, m: f64) -> RgbImage {
