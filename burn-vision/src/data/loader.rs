@@ -372,6 +372,7 @@ impl Drop for Loader {
 mod tests {
     use super::*;
     use crate::data::IdxDataset;
+    use crate::data::transform::IMAGENET_STD;
 
     fn dataset(n: usize) -> Arc<dyn Dataset> {
         let mut images = vec![0, 0, 8, 3];
@@ -402,6 +403,49 @@ mod tests {
         assert_eq!(batches[0].images.host().unwrap().len(), 4 * 16);
         let dropped = Loader::new(dataset(10), order, pipe, 0, config(4, true), Arc::default());
         assert_eq!(dropped.count(), 2);
+    }
+
+    /// The ViT recipe's augmentation on the device path (made here by the deferred decoder's
+    /// host twin on burn-flex: the arithmetic the GPU kernels match) against the host path:
+    /// the same crops and operations drawn per sample, the same pixels but for the resize's
+    /// rounding to bytes.
+    #[test]
+    fn an_augmented_device_batch_is_the_host_paths_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        for i in 0..6u32 {
+            let img = image::RgbImage::from_fn(64, 48, |x, y| {
+                image::Rgb([(x * 4 + i * 9) as u8, (y * 5) as u8, ((x * y + i * 31) % 200) as u8])
+            });
+            img.save(dir.path().join(format!("a/{i}.png"))).unwrap();
+        }
+        let data: Arc<dyn Dataset> = Arc::new(crate::data::FolderDataset::open(dir.path()).unwrap());
+        let vit = crate::data::Augment {
+            color_jitter: 0.4,
+            random_erasing: 0.5,
+            rand_augment_ops: 2,
+            ..crate::data::Augment::default()
+        };
+        let pipe = Pipeline::imagenet_train_with(24, &vit);
+        let order: Vec<usize> = (0..6).collect();
+        let device = LoaderConfig { device_decode: Some(DeviceDecoder::deferred()), ..config(6, false) };
+        let batch =
+            Loader::new(data.clone(), order.clone(), pipe.clone(), 2, device, Arc::default()).next().unwrap().unwrap();
+        let BatchImages::Device(decoding) = batch.images else { panic!("a host batch") };
+        let ops: Vec<_> = decoding.deferred().expect("deferred").0.iter().map(|c| c.ops.clone()).collect();
+        assert!(ops.iter().map(|o| o.ops.len()).sum::<usize>() >= 6 * 3, "every image has operations");
+        let made =
+            decoding.to_device::<burn_flex::Flex>(&Default::default()).unwrap().into_data().into_vec::<f32>().unwrap();
+        let host = Loader::new(data, order, pipe, 2, config(6, false), Arc::default()).next().unwrap().unwrap();
+        let host = host.images.host().unwrap().to_vec();
+        let per = 3 * 24 * 24;
+        for i in 0..6 {
+            let levels = (0..per)
+                .map(|k| (made[i * per + k] - host[i * per + k]).abs() * IMAGENET_STD[k / (24 * 24)] * 255.0)
+                .sum::<f32>()
+                / per as f32;
+            assert!(levels < 0.8, "image {i} ({:?}): mean difference {levels} levels", ops[i]);
+        }
     }
 
     /// A device-decoded batch: baseline JPEGs travel as their bytes, other formats decoded
