@@ -151,7 +151,7 @@ fn round_to_byte(x: f32) -> u8 {
 
 /// `x` rounded half away from zero (`f64::round`, C's `round`) for |x| < 2⁵², by truncation.
 fn round_f64(x: f64) -> f64 {
-    if !(x.abs() < 4.5e15) {
+    if x.is_nan() || x.abs() >= 4.5e15 {
         return x.round();
     }
     let t = x as i64;
