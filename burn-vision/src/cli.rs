@@ -7,7 +7,7 @@
 //! [`EvalRequest`]: crate::train::inference::requests::EvalRequest
 //! [`DataBenchConfig`]: crate::data::throughput::DataBenchConfig
 
-use crate::data::Augment;
+use crate::data::augment::Augment;
 use crate::data::source::DataSource;
 use crate::error::{Error, Result};
 use crate::train::bench::training::BenchConfig;

@@ -263,7 +263,7 @@ pub(crate) use kernel_form::kernel_programs;
 /// The operations as `cuda::kernels::pixel_ops` reads them.
 #[cfg(any(feature = "cuda", test))]
 mod kernel_form {
-    use super::{MAX_OPS, PixelOp, PixelOps};
+    use crate::nn::pixel_ops::{MAX_OPS, PixelOp, PixelOps};
 
     /// Operation codes as the kernel reads them.
     mod code {
