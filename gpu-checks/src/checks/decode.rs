@@ -75,6 +75,20 @@ fn psnr(gpu: &[f32], cpu: &[f32]) -> f64 {
     if mse == 0.0 { f64::INFINITY } else { 10.0 * (255.0f64.powi(2) / mse).log10() }
 }
 
+const IMAGENET: Normalize = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
+
+/// `items` made into an ImageNet-normalised batch on the GPU and read back, or `None` after a
+/// FAIL line for `check`.
+fn made_on_gpu(check: &str, items: &[CropResize], hw: [usize; 2], device: &CudaDevice) -> Option<Vec<f32>> {
+    match crops_to_device::<Cuda>(items.to_vec(), hw, IMAGENET, device) {
+        Ok(t) => Some(t.into_data().into_vec::<f32>().expect("f32 values")),
+        Err(e) => {
+            println!("RESULT check={check} error: {e} FAIL");
+            None
+        }
+    }
+}
+
 /// One image, or a batch, made on the GPU and read back.
 fn on_gpu(items: Vec<CropResize>, out_hw: [usize; 2], device: &CudaDevice) -> Result<Vec<f32>, String> {
     let t = crops_to_device::<Cuda>(items, out_hw, UNIT, device).map_err(|e| e.to_string())?;
@@ -195,14 +209,8 @@ pub(crate) fn check_crop_resize(device: &CudaDevice) -> bool {
             }
         })
         .collect();
-    let norm = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
-    let gpu = match crops_to_device::<Cuda>(items.clone(), hw, norm, device) {
-        Ok(t) => t.into_data().into_vec::<f32>().expect("f32 values"),
-        Err(e) => {
-            println!("RESULT check=crop-resize error: {e} FAIL");
-            return false;
-        }
-    };
+    let norm = IMAGENET;
+    let Some(gpu) = made_on_gpu("crop-resize", &items, hw, device) else { return false };
     let per = 3 * hw[0] * hw[1];
     let mut worst = 0.0f64;
     for (i, c) in items.iter().enumerate() {
@@ -281,14 +289,8 @@ pub(crate) fn check_pixel_ops(device: &CudaDevice) -> bool {
             }
         })
         .collect();
-    let norm = Normalize { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
-    let gpu = match crops_to_device::<Cuda>(items.clone(), hw, norm, device) {
-        Ok(t) => t.into_data().into_vec::<f32>().expect("f32 values"),
-        Err(e) => {
-            println!("RESULT check=pixel-ops error: {e} FAIL");
-            return false;
-        }
-    };
+    let norm = IMAGENET;
+    let Some(gpu) = made_on_gpu("pixel-ops", &items, hw, device) else { return false };
     let per = 3 * hw[0] * hw[1];
     let (mut worst_db, mut off, mut ok) = (f64::INFINITY, 0usize, true);
     for (i, c) in items.iter().enumerate() {
