@@ -127,8 +127,9 @@ const LUMA_SCALE: f64 = (1u64 << 27) as f64;
 
 /// The image's mean luma, from an exact sum.
 fn mean_luma(rgb: &[u8]) -> f32 {
-    let sum: u64 = rgb.chunks_exact(3).map(|p| (f64::from(luma([p[0], p[1], p[2]])) * LUMA_SCALE) as u64).sum();
-    (sum as f64 / ((rgb.len() / 3).max(1) as f64 * LUMA_SCALE)) as f32
+    // Below 2³⁵ each: a signed conversion (one instruction) gives the unsigned value.
+    let sum: i64 = rgb.chunks_exact(3).map(|p| (f64::from(luma([p[0], p[1], p[2]])) * LUMA_SCALE) as i64).sum();
+    (sum as u64 as f64 / ((rgb.len() / 3).max(1) as f64 * LUMA_SCALE)) as f32
 }
 
 /// `x` rounded half away from zero (C's `roundf`, the kernel's) and clamped to 0–255. Without
@@ -139,14 +140,7 @@ fn round_to_byte(x: f32) -> u8 {
     let x = x.clamp(-1.0, 256.0);
     let t = x as i32;
     let rest = x - t as f32; // exact: t has x's integer digits
-    let r = if rest >= 0.5 {
-        t + 1
-    } else if rest <= -0.5 {
-        t - 1
-    } else {
-        t
-    };
-    r.clamp(0, 255) as u8
+    (t + i32::from(rest >= 0.5) - i32::from(rest <= -0.5)).clamp(0, 255) as u8
 }
 
 /// `x` rounded half away from zero (`f64::round`, C's `round`) for |x| < 2⁵², by truncation.
@@ -209,16 +203,17 @@ fn sharpness(rgb: &[u8], (w, h): (usize, usize), f: f32) -> Vec<u8> {
     if w < 3 || h < 3 {
         return out;
     }
+    let row = 3 * w;
     for y in 1..h - 1 {
-        for x in 1..w - 1 {
-            for c in 0..3 {
-                let at = |dx: usize, dy: usize| u32::from(rgb[3 * ((y + dy - 1) * w + x + dx - 1) + c]);
-                let around: u32 = (0..3).flat_map(|dy| (0..3).map(move |dx| (dx, dy))).map(|(dx, dy)| at(dx, dy)).sum();
-                // round(s / 13) for the integer s: no quotient lies within 1/26 of a tie, so the
-                // kernel's rounded f32 division gives the same.
-                let smooth = ((2 * (around + 4 * at(1, 1)) + 13) / 26) as f32;
-                out[3 * (y * w + x) + c] = blend(rgb[3 * (y * w + x) + c], smooth, f);
-            }
+        let (above, here, below) =
+            (&rgb[(y - 1) * row..y * row], &rgb[y * row..(y + 1) * row], &rgb[(y + 1) * row..(y + 2) * row]);
+        for i in 3..row - 3 {
+            let sum3 = |r: &[u8]| u32::from(r[i - 3]) + u32::from(r[i]) + u32::from(r[i + 3]);
+            let around = sum3(above) + sum3(here) + sum3(below);
+            // round(s / 13) for the integer s: no quotient lies within 1/26 of a tie, so the
+            // kernel's rounded f32 division gives the same.
+            let smooth = ((2 * (around + 4 * u32::from(here[i])) + 13) / 26) as f32;
+            out[y * row + i] = blend(here[i], smooth, f);
         }
     }
     out
