@@ -3,7 +3,8 @@
 # class folder of photos (to host memory, CPU decode) with the plain recipe (RandomResizedCrop
 # 224 + flip), each augmentation alone, and the ViT preset's (RandAugment 2,9, colour jitter
 # 0.4, random erasing 0.25), the configurations alternated REPEATS times; then a table of img/s
-# and the loader's milliseconds per image (decode; transforms, which include the augmentation).
+# and the loader's milliseconds per image (decode; transforms, which include the augmentation),
+# also written to $OUT/summary.txt beside the raw log.
 #
 #   bash benches/augment_cost.sh [BIN] [DATA] [REPEATS] [BATCH] [BATCHES]
 #
@@ -29,7 +30,7 @@ for r in $(seq "$REPEATS"); do
     echo "RUN $name $r $line" | tee -a "$LOG"
   done
 done
-python3 - "$LOG" <<'EOF'
+python3 - "$LOG" <<'EOF' | tee "$OUT/summary.txt"
 import json, sys
 rows = {}
 for line in open(sys.argv[1]):
