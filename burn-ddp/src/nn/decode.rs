@@ -1,8 +1,9 @@
-//! A batch of encoded images to a training device, cropped, resized, mirrored and normalised
-//! there: on burn-cuda, JPEGs are decoded by nvJPEG (the GPU's hardware JPEG decoder where it
-//! has one) and one kernel makes the batch, so the host only reads files and draws crop
-//! windows; on every other backend, images already decoded to RGB take the same arithmetic on
-//! the host ([`crop_resize_on_host`]).
+//! A batch of encoded images to a training device, cropped, resized, mirrored, augmented and
+//! normalised there: on burn-cuda, JPEGs are decoded by nvJPEG (the GPU's hardware JPEG decoder
+//! where it has one) and one kernel makes the batch — two when images carry pixel operations
+//! (`nn::pixel_ops`: the crop to bytes, then the operations) — so the host only reads files and
+//! draws crop windows and operations; on every other backend, images already decoded to RGB
+//! take the same arithmetic on the host ([`crop_resize_on_host`]).
 //!
 //! The resize is an antialiased bilinear (triangle) filter over the region, widened by the
 //! shrink factor, as Pillow's, torchvision's antialiased and `fast_image_resize`'s bilinear
@@ -87,14 +88,16 @@ impl DeviceDecoder {
     /// Starts making `images` into a batch of `out_hw` (`[height, width]`), normalised by
     /// `norm`. On a GPU their decode is submitted now, from this thread, on the decoder's own
     /// stream, so it runs while the steps already queued compute; [`Decoding::to_device`] later
-    /// adds the crop-and-resize kernel behind it. The decoder holds two batches: this waits
+    /// adds the crop-and-resize kernel behind it (and the pixel operations' kernel where images
+    /// carry some). The decoder holds two batches: this waits
     /// until the batch started two calls back was made into a tensor or dropped — call it from
     /// a thread that hands batches over in order (a data loader's), not from one that must make
     /// the earlier batch into a tensor first.
     ///
     /// # Errors
-    /// A region outside its image, RGB bytes that do not fill the image, or the GPU's decoder
-    /// failing.
+    /// A region outside its image, RGB bytes that do not fill the image, more than
+    /// [`crate::nn::pixel_ops::MAX_OPS`] operations or an erasing rectangle outside the output,
+    /// or the GPU's decoder failing.
     pub fn start(&self, images: Vec<CropResize>, out_hw: [usize; 2], norm: Normalize) -> Result<Decoding> {
         for (i, c) in images.iter().enumerate() {
             check(i, c, out_hw)?;
@@ -322,6 +325,7 @@ fn resampled(rgb: &[u8], c: &CropResize, out_hw: [usize; 2]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nn::pixel_ops::{Erase, PixelOp, PixelOps};
     use burn_flex::Flex;
 
     const UNIT: Normalize = Normalize { mean: [0.0; 3], std: [1.0; 3] };
@@ -391,8 +395,41 @@ mod tests {
         let short = CropResize { pixels: Pixels::Rgb(vec![0; 11]), region: [0.0, 0.0, 2.0, 2.0], ..c.clone() };
         let e = crops_to_device::<Flex>(vec![short], [2, 2], UNIT, &Default::default()).unwrap_err().to_string();
         assert!(e.contains("11 RGB bytes"), "{e}");
-        let jpeg = CropResize { pixels: Pixels::Jpeg(vec![0xFF, 0xD8]), region: [0.0, 0.0, 2.0, 2.0], ..c };
+        let jpeg = CropResize { pixels: Pixels::Jpeg(vec![0xFF, 0xD8]), region: [0.0, 0.0, 2.0, 2.0], ..c.clone() };
         let e = crops_to_device::<Flex>(vec![jpeg], [2, 2], UNIT, &Default::default()).unwrap_err().to_string();
         assert!(e.contains("CUDA device"), "{e}");
+        let whole = CropResize { region: [0.0, 0.0, 2.0, 2.0], ..c };
+        let many = PixelOps { ops: vec![PixelOp::Equalize; 21], erase: None };
+        let e =
+            crops_to_device::<Flex>(vec![CropResize { ops: many, ..whole.clone() }], [2, 2], UNIT, &Default::default())
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("21 pixel operations, at most 20"), "{e}");
+        let erase = Some(Erase { rect: [1, 0, 2, 2], seed: 0, gray: false });
+        let outside = CropResize { ops: PixelOps { ops: vec![], erase }, ..whole };
+        let e = crops_to_device::<Flex>(vec![outside], [2, 2], UNIT, &Default::default()).unwrap_err().to_string();
+        assert!(e.contains("runs outside the 2×2 crop"), "{e}");
+    }
+
+    #[test]
+    fn operations_on_the_host_path_change_the_batch_as_apply_on_host_does() {
+        let rgb = gradient(6, 4);
+        let ops = PixelOps { ops: vec![PixelOp::Solarize(100.0), PixelOp::Posterize(3)], erase: None };
+        let c = CropResize {
+            pixels: Pixels::Rgb(rgb.clone()),
+            size: [6, 4],
+            region: [0.0, 0.0, 6.0, 4.0],
+            flip: false,
+            ops,
+        };
+        let t = crops_to_device::<Flex>(vec![c.clone()], [4, 6], UNIT, &Default::default()).unwrap();
+        let v = t.into_data().into_vec::<f32>().unwrap();
+        let mut want = rgb;
+        crate::nn::pixel_ops::apply_on_host(&mut want, (6, 4), &c.ops);
+        for (p, px) in want.chunks_exact(3).enumerate() {
+            for ch in 0..3 {
+                assert!((v[ch * 24 + p] - f32::from(px[ch]) / 255.0).abs() < 1e-6, "pixel {p} channel {ch}");
+            }
+        }
     }
 }
