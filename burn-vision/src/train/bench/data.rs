@@ -9,7 +9,7 @@ use crate::data::throughput::DataBenchConfig;
 use crate::data::throughput::DataBenchResult;
 use crate::data::throughput::HostMemory;
 use crate::data::throughput::loader_throughput;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use burn::prelude::*;
 
 /// Uploads every batch to one device.
@@ -43,7 +43,16 @@ impl<B: Backend> BatchSink for OnDevice<B> {
 /// # Errors
 /// As [`loader_throughput`]; a GPU that does not exist, or a build without CUDA.
 pub fn bench_data(data: &LoadedData, config: &DataBenchConfig, gpu: Option<usize>) -> Result<DataBenchResult> {
-    let Some(id) = gpu else { return loader_throughput(data, config, &mut HostMemory) };
+    let Some(id) = gpu else {
+        if config.decode == crate::data::decode::Decode::Gpu {
+            return Err(Error::InvalidConfig {
+                name: "--decode",
+                value: "gpu".into(),
+                reason: "the GPU decodes batches that go to it: add --gpus ID".into(),
+            });
+        }
+        return loader_throughput(data, config, &mut HostMemory);
+    };
     crate::train::check_gpus(&[id])?;
     on_gpu(data, config, id)
 }
@@ -60,4 +69,27 @@ fn on_gpu(data: &LoadedData, config: &DataBenchConfig, id: usize) -> Result<Data
 #[cfg(not(feature = "cuda"))]
 fn on_gpu(_: &LoadedData, _: &DataBenchConfig, _: usize) -> Result<DataBenchResult> {
     unreachable!("check_gpus fails without the cuda feature")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{DataSource, load_source};
+
+    #[test]
+    fn decode_gpu_without_a_gpu_says_to_add_one() {
+        let data = load_source(&DataSource::Bundled, 28).unwrap();
+        let config = DataBenchConfig {
+            batch_size: 8,
+            batches: 1,
+            eval: false,
+            seed: 0,
+            prefetch: 1,
+            decode: crate::data::decode::Decode::Gpu,
+        };
+        let e = bench_data(&data, &config, None).unwrap_err().to_string();
+        assert!(e.contains("--gpus") && e.lines().count() == 1, "{e}");
+        let host = DataBenchConfig { decode: crate::data::decode::Decode::Auto, ..config };
+        assert_eq!(bench_data(&data, &host, None).unwrap().delivered_to, "host memory");
+    }
 }
