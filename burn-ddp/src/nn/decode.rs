@@ -67,6 +67,19 @@ impl DeviceDecoder {
         Self { kind: DecoderKind::Deferred }
     }
 
+    /// Whether models on backend `B` can have a device decoder at all (burn-cuda, in a build
+    /// with the `cuda` feature); a cheap test, before [`DeviceDecoder::for_device`] sets one up.
+    pub fn backend_has_one<B: Backend>() -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            crate::nn::cuda::runtime::launch::cuda_backend::<B>().is_some()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
     /// What decodes, as a sentence.
     pub fn name(&self) -> String {
         match self.kind {

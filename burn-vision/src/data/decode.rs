@@ -53,7 +53,8 @@ pub fn resolve<B: Backend>(
         }
         Ok(None)
     };
-    if choice == Decode::Cpu {
+    // A model on the CPU (or any backend without a decoder): nothing to choose or say.
+    if choice == Decode::Cpu || (choice == Decode::Auto && !DeviceDecoder::backend_has_one::<B>()) {
         return Ok(None);
     }
     if !train.is_device_plannable() {
