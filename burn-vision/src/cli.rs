@@ -81,9 +81,8 @@ impl TrainFlags {
         // 28x28 IDX data gets the small-input stem unless told otherwise (`*-mini` models always have it).
         c.small_input =
             self.small_input.unwrap_or(matches!(c.source(), DataSource::Bundled | DataSource::FashionMnist));
-        if let Some((ops, magnitude)) = self.randaugment {
-            c.augment.rand_augment_ops = ops;
-            c.augment.rand_augment_magnitude = magnitude.unwrap_or(c.augment.rand_augment_magnitude);
+        if let Some(given) = self.randaugment {
+            set_rand_augment(&mut c.augment, given);
         }
     }
 }
@@ -113,6 +112,12 @@ impl Args for TrainArgs {
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
     }
+}
+
+/// `--randaugment N,M` as given: N operations, and M where given (else the preset's magnitude).
+fn set_rand_augment(augment: &mut Augment, (ops, magnitude): (u32, Option<u32>)) {
+    augment.rand_augment_ops = ops;
+    augment.rand_augment_magnitude = magnitude.unwrap_or(augment.rand_augment_magnitude);
 }
 
 /// `--randaugment N,M` (or `0`: off; `N` alone keeps the preset's magnitude).
@@ -180,9 +185,8 @@ impl FromArgMatches for AugmentArgs {
         let mut augment = matches.get_one::<TrainConfig>("preset").map_or_else(Augment::default, |c| c.augment);
         // Only the flags given: no Augment field has a clap default.
         augment.update_from_arg_matches(matches)?;
-        if let Some(&(ops, magnitude)) = matches.get_one::<(u32, Option<u32>)>("randaugment") {
-            augment.rand_augment_ops = ops;
-            augment.rand_augment_magnitude = magnitude.unwrap_or(augment.rand_augment_magnitude);
+        if let Some(&given) = matches.get_one::<(u32, Option<u32>)>("randaugment") {
+            set_rand_augment(&mut augment, given);
         }
         Ok(Self(augment))
     }

@@ -279,22 +279,16 @@ fn check(i: usize, c: &CropResize, [out_h, out_w]: [usize; 2]) -> Result<()> {
 /// through `c.ops` (then as 8-bit values, rounded half away from zero, as the device does), and
 /// normalised into `out` (CHW, `3 · h · w` values).
 pub fn crop_resize_on_host(rgb: &[u8], c: &CropResize, out_hw: [usize; 2], norm: &Normalize, out: &mut [f32]) {
-    let levels = resampled(rgb, c, out_hw);
-    let plane = out_hw[0] * out_hw[1];
-    let normalized = |ch: usize, v: f64| ((v / 255.0 - f64::from(norm.mean[ch])) / f64::from(norm.std[ch])) as f32;
-    if c.ops.is_empty() {
-        for (p, px) in levels.chunks_exact(3).enumerate() {
-            for ch in 0..3 {
-                out[ch * plane + p] = normalized(ch, px[ch]);
-            }
-        }
-        return;
+    let mut levels = resampled(rgb, c, out_hw);
+    if !c.ops.is_empty() {
+        let mut bytes: Vec<u8> = levels.iter().map(|&v| v.round().clamp(0.0, 255.0) as u8).collect();
+        crate::nn::pixel_ops::apply_on_host(&mut bytes, (out_hw[1] as u32, out_hw[0] as u32), &c.ops);
+        levels = bytes.into_iter().map(f64::from).collect();
     }
-    let mut bytes: Vec<u8> = levels.iter().map(|&v| v.round().clamp(0.0, 255.0) as u8).collect();
-    crate::nn::pixel_ops::apply_on_host(&mut bytes, (out_hw[1] as u32, out_hw[0] as u32), &c.ops);
-    for (p, px) in bytes.chunks_exact(3).enumerate() {
+    let plane = out_hw[0] * out_hw[1];
+    for (p, px) in levels.chunks_exact(3).enumerate() {
         for ch in 0..3 {
-            out[ch * plane + p] = normalized(ch, f64::from(px[ch]));
+            out[ch * plane + p] = ((px[ch] / 255.0 - f64::from(norm.mean[ch])) / f64::from(norm.std[ch])) as f32;
         }
     }
 }

@@ -86,7 +86,7 @@ pub fn apply_on_host(rgb: &mut Vec<u8>, (width, height): (u32, u32), ops: &Pixel
         match *op {
             PixelOp::Warp(m) => *rgb = warp(rgb, (w, h), m),
             PixelOp::Brightness(f) => blend_with(rgb, 0.0, f),
-            PixelOp::Saturation(f) => blend_each(rgb, f, |p| [luma(p); 3]),
+            PixelOp::Saturation(f) => saturate(rgb, f),
             PixelOp::Contrast(f) => {
                 let mean = mean_luma(rgb);
                 blend_with(rgb, mean, f);
@@ -117,7 +117,7 @@ pub fn apply_on_host(rgb: &mut Vec<u8>, (width, height): (u32, u32), ops: &Pixel
 }
 
 /// ITU-R 601 luma in f32, unrounded, summed in this order (the kernel's order).
-pub(crate) fn luma(p: [u8; 3]) -> f32 {
+fn luma(p: [u8; 3]) -> f32 {
     0.299 * f32::from(p[0]) + 0.587 * f32::from(p[1]) + 0.114 * f32::from(p[2])
 }
 
@@ -171,12 +171,11 @@ fn blend_with(rgb: &mut [u8], other: f32, f: f32) {
     rgb.iter_mut().for_each(|v| *v = table[usize::from(*v)]);
 }
 
-fn blend_each(rgb: &mut [u8], f: f32, other: impl Fn([u8; 3]) -> [f32; 3]) {
+/// Every pixel blended with its own grey.
+fn saturate(rgb: &mut [u8], f: f32) {
     for p in rgb.chunks_exact_mut(3) {
-        let o = other([p[0], p[1], p[2]]);
-        for c in 0..3 {
-            p[c] = blend(p[c], o[c], f);
-        }
+        let grey = luma([p[0], p[1], p[2]]);
+        p.iter_mut().for_each(|v| *v = blend(*v, grey, f));
     }
 }
 
@@ -229,7 +228,7 @@ fn autocontrast(rgb: &mut [u8], c: usize) {
 }
 
 /// PIL's equalize lookup table for a channel's histogram, or `None` when it changes nothing.
-pub(crate) fn equalize_lut(hist: &[u32; 256]) -> Option<[u8; 256]> {
+fn equalize_lut(hist: &[u32; 256]) -> Option<[u8; 256]> {
     let last = hist.iter().rposition(|&n| n > 0).map_or(0, |i| hist[i]);
     let step = (hist.iter().map(|&n| u64::from(n)).sum::<u64>() - u64::from(last)) / 255;
     if step == 0 {

@@ -162,7 +162,8 @@ pub(super) fn on_host(rgb: RgbImage, ops: &PixelOps) -> RgbImage {
     RgbImage::from_raw(w, h, raw).expect("the operations keep the image's size")
 }
 
-fn is_gray(img: &DynamicImage) -> bool {
+/// Whether `img` is a grey image (the operations run on its RGB form, and it goes back grey).
+pub(super) fn is_gray(img: &DynamicImage) -> bool {
     matches!(
         img,
         DynamicImage::ImageLuma8(_)
@@ -172,7 +173,8 @@ fn is_gray(img: &DynamicImage) -> bool {
     )
 }
 
-fn back_to(gray: bool, rgb: RgbImage) -> DynamicImage {
+/// `rgb` as the image kind it came from: grey again when `gray`.
+pub(super) fn back_to(gray: bool, rgb: RgbImage) -> DynamicImage {
     if gray {
         DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
     } else {

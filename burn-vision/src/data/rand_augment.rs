@@ -7,7 +7,7 @@
 //! made here and run as burn-ddp's pixel operations (`burn_ddp::nn::pixel_ops`), on the host or,
 //! for a GPU-decoded batch, on the GPU with the same arithmetic.
 
-use super::augment::{RAND_AUGMENT_BINS as BINS, on_host};
+use super::augment::{RAND_AUGMENT_BINS as BINS, back_to, is_gray, on_host};
 use burn_ddp::nn::pixel_ops::{PixelOp, PixelOps};
 use image::DynamicImage;
 use rand::Rng;
@@ -70,21 +70,10 @@ fn strength(op: Op, k: u32, (w, h): (u32, u32)) -> (f64, bool) {
 
 /// `ops` operations at magnitude `magnitude` (0..=30), drawn from `rng`, run on the host.
 pub fn rand_augment(img: DynamicImage, ops: u32, magnitude: u32, rng: &mut ChaCha8Rng) -> DynamicImage {
-    let gray = matches!(
-        img,
-        DynamicImage::ImageLuma8(_)
-            | DynamicImage::ImageLuma16(_)
-            | DynamicImage::ImageLumaA8(_)
-            | DynamicImage::ImageLumaA16(_)
-    );
+    let gray = is_gray(&img);
     let rgb = img.into_rgb8();
     let ops = PixelOps { ops: draw(ops, magnitude, rgb.dimensions(), rng), erase: None };
-    let rgb = on_host(rgb, &ops);
-    if gray {
-        DynamicImage::ImageLuma8(DynamicImage::ImageRgb8(rgb).into_luma8())
-    } else {
-        DynamicImage::ImageRgb8(rgb)
-    }
+    back_to(gray, on_host(rgb, &ops))
 }
 
 /// The operations RandAugment draws from `rng` for a `w`×`h` image: `ops` of them at magnitude

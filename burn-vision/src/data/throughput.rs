@@ -123,7 +123,7 @@ pub fn loader_throughput(
     };
     let order: Vec<usize> = order.into_iter().take(need).collect();
     let pipeline = if config.eval { data.eval.clone() } else { data.train.clone() };
-    let pipeline_steps = pipeline.steps.clone();
+    let transforms = pipeline.steps.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
     let device_decode = sink.decoder();
     let decoded_on = if device_decode.is_some() { "gpu" } else { "cpu" };
     let loader_config = LoaderConfig {
@@ -167,7 +167,7 @@ pub fn loader_throughput(
         decode_ms_per_image: per_image(d1 - d0),
         transform_ms_per_image: per_image(t1 - t0),
         batch_shape,
-        transforms: pipeline_steps.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "),
+        transforms,
         skipped: skips.count(),
         decoded_on: decoded_on.into(),
         host_decoded: loader.stage_times().host_decoded(),

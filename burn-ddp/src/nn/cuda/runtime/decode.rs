@@ -147,7 +147,7 @@ pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Res
     launch(&tensors, ("decode", n, augmented), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
             let cu = s.cu_stream();
-            let Started { submitted, crops, norm, images: _kept, .. } = started;
+            let Started { submitted, crops, norm, .. } = started;
             submitted.wait_on(cu)?;
             let made = if augmented {
                 let (bytes, spare) = (p[1], p[1] + (n * 3 * hw[0] as usize * hw[1] as usize) as u64);
