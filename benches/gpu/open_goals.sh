@@ -9,7 +9,7 @@
 #   3. ViT-S/16 bf16 b256 with AdamW, twice, beside timm's model under PyTorch eager and
 #      torch.compile (fused AdamW);
 #   4. the tutorial's job (`train --preset tutorial`, ResNet-34 b16 f32, EPOCHS epochs, default 5,
-#      on the bundled images as a 224² JPEG folder) alternated twice with PyTorch's same job
+#      on the bundled images as a 224² JPEG folder) alternated TUT_PAIRS times (default 2) with PyTorch's same job
 #      (channels_last, 16 loader workers): steady img/s and each epoch's validation accuracy;
 #   5. the ViT recipe's input (`--preset vit`: RandAugment 2,9, colour jitter 0.4, random erasing
 #      0.25): `bench-data` with the GPU decode twice, the CPU decode once and the plain recipe on
@@ -64,7 +64,7 @@ if ! skip 4; then
   F=datasets/fashion-mnist-10k
   [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $F/images-idx3-ubyte.gz $F/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
   E=${EPOCHS:-5}
-  for run in 1 2; do
+  for run in $(seq "${TUT_PAIRS:-2}"); do
     rm -rf /tmp/tut-$run
     step tut_ours_$run 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-$run
     metrics tut_ours_$run /tmp/tut-$run
