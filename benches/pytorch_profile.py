@@ -1,7 +1,8 @@
 """Device time of one PyTorch training step by kernel (torch.profiler), the anchor for
-burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N] [f32|bf16] [eager|compile]
-(bf16: autocast, as benches/pytorch_baseline.py; compile: torch.compile, compiled during the
-warm-up steps; N: how many kernels to list, 0 for all). Last, the same step timed without the
+burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [channels_last 0|1] [N] [f32|bf16] [eager|compile] [sgd|adamw]
+(MODEL: torchvision's name, or timm:NAME for timm's; bf16: autocast, as benches/pytorch_baseline.py;
+compile: torch.compile, compiled during the warm-up steps; N: how many kernels to list, 0 for
+all; adamw: fused AdamW as pytorch_baseline.py runs it, SGD with momentum 0.9 otherwise). Last, the same step timed without the
 profiler, and how long the GPU waits in it."""
 import sys, torch, torchvision
 from torch.profiler import profile, ProfilerActivity
@@ -11,11 +12,20 @@ cl = len(sys.argv) > 4 and sys.argv[4] == "1"
 top = int(sys.argv[5]) if len(sys.argv) > 5 else 25
 bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
 compiled = len(sys.argv) > 7 and sys.argv[7] == "compile"
+adamw = len(sys.argv) > 8 and sys.argv[8] == "adamw"
 torch.backends.cudnn.benchmark = True
 torch.manual_seed(0)
 fmt = torch.channels_last if cl else torch.contiguous_format
-model = getattr(torchvision.models, model_name)(num_classes=1000).cuda().to(memory_format=fmt)
-opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+if model_name.startswith("timm:"):
+    import timm
+    model = timm.create_model(model_name[5:], pretrained=False, num_classes=1000)
+else:
+    model = getattr(torchvision.models, model_name)(num_classes=1000)
+model = model.cuda().to(memory_format=fmt)
+if adamw:
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.05, fused=True)
+else:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 if compiled:
     model = torch.compile(model)
 x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=fmt)
@@ -38,7 +48,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
 events = [e for e in prof.key_averages() if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0) > 0]
 key = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
 total = sum(key(e) for e in events) / 1e3
-label = f"torch-{model_name}-b{batch}{'-cl' if cl else ''}{'-bf16' if bf16 else ''}{'-compile' if compiled else ''}"
+label = f"torch-{model_name.removeprefix('timm:')}-b{batch}{'-cl' if cl else ''}{'-bf16' if bf16 else ''}{'-compile' if compiled else ''}"
 print(f"NCU {label}: {sum(e.count for e in events)} kernels, {total:.1f} ms of device time")
 for e in sorted(events, key=key, reverse=True)[: top or len(events)]:
     print(f"NCU {label}: {key(e) / 1e3:9.2f} ms {100 * key(e) / 1e3 / total:5.1f}% {e.count:5d}x  {e.key[:70]}")

@@ -4,7 +4,8 @@
 # beside PyTorch eager and torch.compile: Nsight Compute times every kernel of two of our
 # steps; torch.profiler every kernel of one of PyTorch's; benches/gpu/kernel_classes.py sums them.
 #   PART=1  ResNet-50 bf16 b256 channels-last        PART=2  ViT-B/16 bf16 b128
-# SGD on both sides. Binaries: carry/bins.txz (burn-vision); kernel caches carry/kernel-cache.tgz.
+#   PART=3  ViT-S/16 bf16 b256 with AdamW (timm's model on PyTorch's side, fused AdamW)
+# SGD on both sides, except PART=3. Binaries: carry/bins.txz (burn-vision); kernel caches carry/kernel-cache.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/step_profile${PART:-1}.log; SHOW="CLASSES|PLANS|rror|panick"; SHOW_LINES=${SHOW_LINES:-14}
@@ -12,8 +13,10 @@ source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision
 if [ "${PART:-1}" = 1 ]; then
   OURS="--model resnet50 --batch-size 256"; TORCH="resnet50 256 224 1"; NAME=resnet50
-else
+elif [ "${PART:-1}" = 2 ]; then
   OURS="--model vit_b16 --batch-size 128"; TORCH="vit_b_16 128 224 0"; NAME=vit_b16
+else
+  OURS="--model vit_s16 --batch-size 256 --optimizer adamw"; TORCH="timm:vit_small_patch16_224 256 224 0"; NAME=vit_s16; OPT=adamw
 fi
 # ncu times the kernels of the 2 timed steps only (bench opens the profiler's range after the
 # warm-up): the warm-up's cuDNN plan searches run unprofiled, so they keep the engines a run
@@ -45,10 +48,10 @@ if device and run:
           f"{device[-1]:.2f} ms of kernels, the GPU waits {step_ms - device[-1]:.2f} ms")
 PY
 [ -n "${OURS_ONLY:-}" ] && { xz_files "$OUT/ncu_${NAME}.csv"; echo; echo SUMMARY; grep -E "^(CLASSES|PLANS|ERROR)" "$LOG"; exit 0; }
-step torch_eager 150 python3 benches/pytorch_profile.py $TORCH 0 bf16 eager
+step torch_eager 150 python3 benches/pytorch_profile.py $TORCH 0 bf16 eager ${OPT:-sgd}
 grep "^NCU torch-.*-bf16:" "$LOG" > "$OUT/torch_eager_$NAME.txt"
 step torch_eager_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/torch_eager_$NAME.txt" "torch-eager-$NAME"
-step torch_compile 240 python3 benches/pytorch_profile.py $TORCH 0 bf16 compile
+step torch_compile 240 python3 benches/pytorch_profile.py $TORCH 0 bf16 compile ${OPT:-sgd}
 grep "^NCU torch-.*-compile:" "$LOG" > "$OUT/torch_compile_$NAME.txt"
 step torch_compile_classes 30 python3 benches/gpu/kernel_classes.py "$OUT/torch_compile_$NAME.txt" "torch-compile-$NAME"
 xz_files "$OUT/ncu_${NAME}.csv"
