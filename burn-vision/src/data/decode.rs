@@ -16,8 +16,8 @@ use burn_ddp::nn::decode::DeviceDecoder;
 #[serde(rename_all = "lowercase")]
 pub enum Decode {
     /// On the GPU when the model trains on one that has a hardware JPEG decoder, the data set's
-    /// first file is a baseline JPEG and the transforms are crop, resize and flip; on the CPU
-    /// otherwise (RandAugment, colour jitter and random erasing run on the GPU with `gpu` only).
+    /// first file is a baseline JPEG and the transforms are crop, resize and flip, with or
+    /// without RandAugment, colour jitter and random erasing; on the CPU otherwise.
     #[default]
     Auto,
     /// On the GPU (nvJPEG), with RandAugment, colour jitter and random erasing there too, or an
@@ -61,9 +61,6 @@ pub fn resolve<B: Backend>(
         return cpu("the training transforms are more than RandomResizedCrop, flip, RandAugment, colour jitter and random erasing, or the data is greyscale".into());
     }
     let augmented = !train.is_crop_and_resize();
-    if augmented && choice == Decode::Auto {
-        return cpu("RandAugment, colour jitter and random erasing run on the GPU only with --decode gpu (new, not yet measured on a GPU)".into());
-    }
     let first = if dataset.is_empty() { None } else { dataset.read_bytes(0) };
     let Some(first) = first else {
         return cpu("the data set has no image files to decode (IDX data is decoded already)".into());

@@ -258,9 +258,10 @@ fn wait_for(ticket: &Ticket) {
 }
 
 /// The thread that enqueues forks' work on their streams, in the order the forks ran, instead
-/// of cubecl's device thread (`BURN_DDP_ENQUEUE_THREAD=1`, experimental, off by default; not
-/// yet run on a GPU). The device thread only takes the buffers' addresses and stores the fence
-/// on burn's stream (what must happen in order with burn's kernels); a DDP bucket's NCCL
+/// of cubecl's device thread (`BURN_DDP_ENQUEUE_THREAD=1`, experimental, off by default: on an
+/// H100, 2026-12-05, it gained nothing, since the joins then wait for the enqueue). The device
+/// thread only takes the buffers' addresses and stores the fence on burn's stream (what must
+/// happen in order with burn's kernels); a DDP bucket's NCCL
 /// enqueue — the wait, the bucket copies, the grouped all-reduce, the signal: about 94 µs of
 /// the device thread's time per ViT-B/16 bucket on an H200 (2026-12-05), where that thread
 /// sets a host-bound step's pace — runs here. A [`join`] (on the device thread, usually long
