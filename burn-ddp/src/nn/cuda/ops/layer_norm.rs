@@ -121,19 +121,20 @@ pub(crate) fn try_layer_norm<B: Backend, const D: usize>(
         return Err(x);
     }
     crate::nn::cuda::runtime::device_thread::check_failure();
-    let dims = x.dims();
     let gamma = param_val(&norm.gamma, &x);
     let beta = param_val(norm.beta.as_ref().expect("checked above"), &x);
-    let x2 = x.reshape([shape.rows as usize, shape.features as usize]);
-    let y: Tensor<B, 2> = if cuda_backend::<B>() == Some(true) {
-        cast(autodiff_layer_norm(cast(x2), cast(gamma), cast(beta), shape))
-    } else {
-        let prim = |t: Tensor<Cuda, 2>| t.into_primitive().tensor();
-        let (x2, g, b): (Tensor<Cuda, 2>, Tensor<Cuda, 1>, Tensor<Cuda, 1>) = (cast(x2), cast(gamma), cast(beta));
-        let (y, _, _) = forward(prim(x2), g.into_primitive().tensor(), b.into_primitive().tensor(), shape);
-        cast(Tensor::<Cuda, 2>::from_primitive(TensorPrimitive::Float(y)))
-    };
-    Ok(y.reshape(dims))
+    // `x` goes in with its own dims: packed, `[..., features]` is `[rows, features]` byte for
+    // byte. Not reshaped first: burn-cuda pads rows whose bytes are not a multiple of
+    // min(512, their next power of two) (ViT-S's 384 bf16 features: 768 → 1,024 bytes), and
+    // burn's reshape of such a tensor to fewer dims copies it into another padded buffer,
+    // which `dense` would then copy again.
+    if cuda_backend::<B>() == Some(true) {
+        return Ok(cast(autodiff_layer_norm::<D>(cast(x), cast(gamma), cast(beta), shape)));
+    }
+    let (x, g, b): (Tensor<Cuda, D>, Tensor<Cuda, 1>, Tensor<Cuda, 1>) = (cast(x), cast(gamma), cast(beta));
+    let prim = |t: Tensor<Cuda, 1>| t.into_primitive().tensor();
+    let (y, _, _) = forward(x.into_primitive().tensor(), prim(g), prim(b), shape);
+    Ok(cast(Tensor::<Cuda, D>::from_primitive(TensorPrimitive::Float(y))))
 }
 
 #[derive(Debug)]
@@ -165,7 +166,12 @@ impl Backward<Cuda, 3> for FusedLayerNorm {
     }
 }
 
-fn autodiff_layer_norm(x: Tensor<Ad, 2>, gamma: Tensor<Ad, 1>, beta: Tensor<Ad, 1>, shape: LnShape) -> Tensor<Ad, 2> {
+fn autodiff_layer_norm<const D: usize>(
+    x: Tensor<Ad, D>,
+    gamma: Tensor<Ad, 1>,
+    beta: Tensor<Ad, 1>,
+    shape: LnShape,
+) -> Tensor<Ad, D> {
     let (x, gamma, beta) =
         (x.into_primitive().tensor(), gamma.into_primitive().tensor(), beta.into_primitive().tensor());
     let (y, mean, inv_var) = forward(x.primitive.clone(), gamma.primitive.clone(), beta.primitive.clone(), shape);
@@ -179,9 +185,10 @@ fn autodiff_layer_norm(x: Tensor<Ad, 2>, gamma: Tensor<Ad, 1>, beta: Tensor<Ad, 
     Tensor::from_primitive(TensorPrimitive::Float(out))
 }
 
-/// Queues the forward: `y` (x's type) and the rows' mean and 1/σ (f32), on our kernel when
-/// `layer_norm_kernel` is on and the rows suit it (else, or for a buffer not aligned for it,
-/// on cuDNN).
+/// Queues the forward of `x` (`[..., features]`, any number of dims: its packed buffer is read
+/// as `[rows, features]`): `y` (x's dims and type) and the rows' mean and 1/σ (f32), on our
+/// kernel when `layer_norm_kernel` is on and the rows suit it (else, or for a buffer not
+/// aligned for it, on cuDNN).
 fn forward(x: Prim, gamma: Prim, beta: Prim, shape: LnShape) -> (Prim, Prim, Prim) {
     let rows = shape.rows as usize;
     let ours = crate::nn::settings::options::get().layer_norm_kernel
@@ -261,7 +268,7 @@ unsafe fn enqueue_forward(
     Ok(())
 }
 
-/// Queues the backward: dx (x's type), dγ and dβ (f32).
+/// Queues the backward: dx (x's dims and type), dγ and dβ (f32).
 fn backward(x: Prim, gamma: Prim, mean: Prim, inv_var: Prim, dy: Prim, shape: LnShape) -> (Prim, Prim, Prim) {
     let outputs = [fusion_op::like(&x), fusion_op::like(&gamma), fusion_op::like(&gamma)];
     let mut out = fusion_op::queue(
