@@ -8,9 +8,11 @@ use burn_ddp::nn::cuda::cudnn::layer_norm as cudnn_ln;
 use burn_ddp::nn::layer_norm;
 use burn_ddp::nn::reference::max_rel_err;
 
-/// `nn::layer_norm` against f64: y, dx, dγ, dβ of rows × features (odd row counts; 96 and 768
-/// features), bf16 and f16 activations, f32 γ/β; on cuDNN both ways (two cuDNN calls per case),
-/// then with `layer_norm_kernel` (our forward kernel, one cuDNN call).
+/// `nn::layer_norm` against f64: y, dx, dγ, dβ of `[batch, rows, features]` (odd row counts;
+/// 96, 768 and 384 features — 384 bf16/f16 features are rows of 768 bytes, which burn-cuda pads
+/// to 1,024, so that case's input is not packed), bf16 and f16 activations, f32 γ/β; on cuDNN
+/// both ways (two cuDNN calls per case), then with `layer_norm_kernel` (our forward kernel, one
+/// cuDNN call).
 pub(crate) fn check_ln(device: &CudaDevice) -> bool {
     use burn_ddp::nn::options::{self, CudnnOptions};
     let base = options::get();
@@ -26,7 +28,8 @@ pub(crate) fn check_ln(device: &CudaDevice) -> bool {
 fn check_ln_cases(device: &CudaDevice, ours: bool) -> bool {
     let mut ok = true;
     for (dtype, bound) in [(FloatDType::BF16, 2e-2), (FloatDType::F16, 4e-3)] {
-        for [rows, f] in [[37, 96], [197, 768]] {
+        for [batch, per, f] in [[1, 37, 96], [1, 197, 768], [3, 67, 384]] {
+            let rows = batch * per;
             let (before, kernel_before) = (cudnn_ln::calls(), burn_ddp::nn::layer_norm::kernel_forward_calls());
             let xv = round(&values(31, rows * f, 6.0, 1.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
             let gv = round(&values(32, rows * f, 2.0, 0.0).into_iter().map(f64::from).collect::<Vec<_>>(), dtype);
@@ -41,8 +44,8 @@ fn check_ln_cases(device: &CudaDevice, ours: bool) -> bool {
             norm.beta = norm
                 .beta
                 .map(|b| b.map(|_| Tensor::from_data(TensorData::new(f32s(&beta), [f]), device).require_grad()));
-            let x = Tensor::<Ad, 2>::from_data(TensorData::new(f32s(&xv), [rows, f]), device).require_grad();
-            let g = Tensor::<Ad, 2>::from_data(TensorData::new(f32s(&gv), [rows, f]), device);
+            let x = Tensor::<Ad, 3>::from_data(TensorData::new(f32s(&xv), [batch, per, f]), device).require_grad();
+            let g = Tensor::<Ad, 3>::from_data(TensorData::new(f32s(&gv), [batch, per, f]), device);
             let y = layer_norm(&norm, x.clone().cast(dtype), 1e-6);
             let grads = (y.clone().cast(FloatDType::F32) * g).sum().backward();
             let (mut y_ref, mut dx_ref, mut dg_ref, mut db_ref) =
@@ -76,7 +79,7 @@ fn check_ln_cases(device: &CudaDevice, ours: bool) -> bool {
             ok &= pass;
             let list = e.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/");
             println!(
-                "RESULT check=layer_norm_{}{} rows={rows} features={f} y/dx/dgamma/dbeta={list} bound={bound:.0e} cudnn_ln_calls={used} kernel_forward_calls={kernel} {}",
+                "RESULT check=layer_norm_{}{} batch={batch} rows={per} features={f} y/dx/dgamma/dbeta={list} bound={bound:.0e} cudnn_ln_calls={used} kernel_forward_calls={kernel} {}",
                 dtype_name(dtype),
                 if ours { "_kernel_forward" } else { "" },
                 if pass { "ok" } else { "FAIL" }
