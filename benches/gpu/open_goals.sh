@@ -14,8 +14,12 @@
 #   5. the ViT recipe's input (`--preset vit`: RandAugment 2,9, colour jitter 0.4, random erasing
 #      0.25): `bench-data` with the GPU decode twice, the CPU decode once and the plain recipe on
 #      the GPU once; PyTorch's DataLoader alone with the same recipe (16 workers); ViT-S/16 bf16
-#      b256 `train --preset vit` for 3 epochs on the photos with --decode gpu, cpu, gpu.
-# SKIP="3 4" leaves parts out. Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks;
+#      b256 `train --preset vit` for 3 epochs on the photos with --decode gpu, cpu, gpu;
+#   6. (not by default) what the 2026-12-05 runs left open: `layer-norm` (with its padded 3-D
+#      case) and `linear-epilogue` checks; ViT-S/16 bf16 b256 AdamW with and without
+#      BURN_DDP_LT_EPILOGUE=1, alternated twice, beside torch.compile; the tutorial's job with
+#      --decode gpu, then --decode cpu, then PyTorch's (the 5-epoch accuracy, either decoder).
+# PARTS="6" picks parts (default "1 2 3 4 5"); SKIP="3 4" leaves parts out. Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks;
 # release, CUDA). Raw log $OUT/open-goals.log, each training run's metrics.jsonl, the summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -25,7 +29,7 @@ chmod +x "$B"/burn-vision "$B"/burn-ddp "$B"/burn-ddp-gpu-checks 2>/dev/null
 BV="$B"/burn-vision
 CORES="python3 benches/cores_busy.py"   # reports the host cores a command kept busy
 D=/tmp/photos
-skip() { [[ " ${SKIP:-} " == *" $1 "* ]]; }
+skip() { [[ " ${SKIP:-} " == *" $1 "* || " ${PARTS:-1 2 3 4 5} " != *" $1 "* ]]; }
 # A training run's metrics.jsonl into the log (METRICS NAME {...}) and beside it in $OUT.
 metrics() { sed "s/^/METRICS $1 /" "$2/metrics.jsonl" >>"$LOG" 2>/dev/null; cp "$2/metrics.jsonl" "$OUT/$1.metrics.jsonl" 2>/dev/null; }
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee -a "$LOG"
@@ -84,6 +88,24 @@ if ! skip 5; then
     step train_vit_$run 300 $CORES "$BV" $T --decode ${run%_2} --out /tmp/vit-$run
     metrics train_vit_$run /tmp/vit-$run
   done
+fi
+
+if ! skip 6; then
+  SHOW_LINES=12 step checks_layer_norm 200 "$B"/burn-ddp-gpu-checks layer-norm linear-epilogue
+  S=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30 --optimizer adamw)
+  for i in 1 2; do
+    step vits_adamw_$i 150 "$BV" "${S[@]}"
+    step vits_adamw_epilogue_$i 150 env BURN_DDP_LT_EPILOGUE=1 "$BV" "${S[@]}"
+  done
+  step vits_torch_compile 300 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw compile adamw
+  F=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $F/images-idx3-ubyte.gz $F/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  for decode in gpu cpu; do
+    rm -rf /tmp/tut-$decode
+    step tut_ours_$decode 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "${EPOCHS:-5}" --gpus 0 --quiet --decode $decode --out /tmp/tut-$decode
+    metrics tut_ours_$decode /tmp/tut-$decode
+  done
+  step tut_torch_w16 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "${EPOCHS:-5}" f32 nhwc 16
 fi
 
 save_cache
