@@ -147,9 +147,9 @@ pub struct TrainConfig {
     /// Batches decoded ahead of the training loop.
     #[arg(long, required = false)]
     pub prefetch: usize,
-    /// Where JPEGs are decoded: `gpu` (nvJPEG, with crop, resize, flip and normalise on the
-    /// GPU), `cpu`, or `auto` (the GPU when the model trains on one with a hardware JPEG
-    /// decoder and the transforms are crop, resize and flip).
+    /// Where JPEGs are decoded: `gpu` (nvJPEG, with crop, resize, flip, RandAugment, colour
+    /// jitter, random erasing and normalise on the GPU), `cpu`, or `auto` (the GPU when the
+    /// model trains on one with a hardware JPEG decoder and the transforms are those).
     #[serde(default)]
     #[arg(long, value_enum, default_value_t)]
     pub decode: crate::data::decode::Decode,
