@@ -57,6 +57,13 @@ def resnet(name, classes, channels, small):
     return model
 
 
+def synthetic_optimizer(model, optimizer):
+    """The optimizer of the synthetic runs: fused AdamW (`bench --optimizer adamw`) or SGD."""
+    if optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.05, fused=True)
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
 FIRST = {}  # the first step: its own seconds and the seconds since the script started
 
 
@@ -115,10 +122,7 @@ def synthetic(name, batch, size, channels, classes, small, warmup, steps, precis
     torch.manual_seed(0)
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     model = resnet(name, classes, channels, small).to(dev).to(memory_format=fmt)
-    if optimizer == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.05, fused=True)
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = synthetic_optimizer(model, optimizer)
     if mode == "compile":
         model = torch.compile(model)
     if mode == "ddp":

@@ -4,28 +4,21 @@ burn-vision's per-kernel profile. Usage: pytorch_profile.py MODEL BATCH SIZE [ch
 compile: torch.compile, compiled during the warm-up steps; N: how many kernels to list, 0 for
 all; adamw: fused AdamW as pytorch_baseline.py runs it, SGD with momentum 0.9 otherwise). Last, the same step timed without the
 profiler, and how long the GPU waits in it."""
-import sys, torch, torchvision
+import sys, torch
 from torch.profiler import profile, ProfilerActivity
+from pytorch_baseline import resnet, synthetic_optimizer  # the same model and optimizer as the timed runs
 
 model_name, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cl = len(sys.argv) > 4 and sys.argv[4] == "1"
 top = int(sys.argv[5]) if len(sys.argv) > 5 else 25
 bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
 compiled = len(sys.argv) > 7 and sys.argv[7] == "compile"
-adamw = len(sys.argv) > 8 and sys.argv[8] == "adamw"
+optimizer = sys.argv[8] if len(sys.argv) > 8 else "sgd"
 torch.backends.cudnn.benchmark = True
 torch.manual_seed(0)
 fmt = torch.channels_last if cl else torch.contiguous_format
-if model_name.startswith("timm:"):
-    import timm
-    model = timm.create_model(model_name[5:], pretrained=False, num_classes=1000)
-else:
-    model = getattr(torchvision.models, model_name)(num_classes=1000)
-model = model.cuda().to(memory_format=fmt)
-if adamw:
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.05, fused=True)
-else:
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+model = resnet(model_name, 1000, 3, False).cuda().to(memory_format=fmt)
+opt = synthetic_optimizer(model, optimizer)
 if compiled:
     model = torch.compile(model)
 x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=fmt)

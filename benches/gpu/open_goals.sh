@@ -32,6 +32,15 @@ D=/tmp/photos
 skip() { [[ " ${SKIP:-} " == *" $1 "* || " ${PARTS:-1 2 3 4 5} " != *" $1 "* ]]; }
 # A training run's metrics.jsonl into the log (METRICS NAME {...}) and beside it in $OUT.
 metrics() { sed "s/^/METRICS $1 /" "$2/metrics.jsonl" >>"$LOG" 2>/dev/null; cp "$2/metrics.jsonl" "$OUT/$1.metrics.jsonl" 2>/dev/null; }
+# ViT-S/16 bf16 b256 with AdamW: ours (VS) and timm's under PyTorch (VS_TORCH MODE adamw).
+VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30 --optimizer adamw)
+VS_TORCH="synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw"
+E=${EPOCHS:-5}   # the tutorial job's epochs
+# The tutorial's data: the bundled images as a 224² JPEG class folder, made once.
+fm224() {
+  local f=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $f/images-idx3-ubyte.gz $f/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+}
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee -a "$LOG"
 echo "host: $(nproc) cores" | tee -a "$LOG"
 step photos 300 python3 benches/make_photos.py $D/folder 1200
@@ -56,18 +65,14 @@ if ! skip 2; then
 fi
 
 if ! skip 3; then
-  S=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30 --optimizer adamw)
-  T="synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw"
-  step vits_adamw_1 150 "$BV" "${S[@]}"
-  step vits_adamw_2 150 "$BV" "${S[@]}"
-  step vits_torch_eager 150 python3 benches/pytorch_baseline.py $T eager adamw
-  step vits_torch_compile 300 python3 benches/pytorch_baseline.py $T compile adamw
+  step vits_adamw_1 150 "$BV" "${VS[@]}"
+  step vits_adamw_2 150 "$BV" "${VS[@]}"
+  step vits_torch_eager 150 python3 benches/pytorch_baseline.py $VS_TORCH eager adamw
+  step vits_torch_compile 300 python3 benches/pytorch_baseline.py $VS_TORCH compile adamw
 fi
 
 if ! skip 4; then
-  F=datasets/fashion-mnist-10k
-  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $F/images-idx3-ubyte.gz $F/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
-  E=${EPOCHS:-5}
+  fm224
   for run in $(seq "${TUT_PAIRS:-2}"); do
     rm -rf /tmp/tut-$run
     step tut_ours_$run 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-$run
@@ -92,20 +97,18 @@ fi
 
 if ! skip 6; then
   SHOW_LINES=12 step checks_layer_norm 200 "$B"/burn-ddp-gpu-checks layer-norm linear-epilogue
-  S=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30 --optimizer adamw)
   for i in 1 2; do
-    step vits_adamw_$i 150 "$BV" "${S[@]}"
-    step vits_adamw_epilogue_$i 150 env BURN_DDP_LT_EPILOGUE=1 "$BV" "${S[@]}"
+    step vits_adamw_$i 150 "$BV" "${VS[@]}"
+    step vits_adamw_epilogue_$i 150 env BURN_DDP_LT_EPILOGUE=1 "$BV" "${VS[@]}"
   done
-  step vits_torch_compile 300 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw compile adamw
-  F=datasets/fashion-mnist-10k
-  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $F/images-idx3-ubyte.gz $F/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  step vits_torch_compile 300 python3 benches/pytorch_baseline.py $VS_TORCH compile adamw
+  fm224
   for decode in gpu cpu; do
     rm -rf /tmp/tut-$decode
-    step tut_ours_$decode 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "${EPOCHS:-5}" --gpus 0 --quiet --decode $decode --out /tmp/tut-$decode
+    step tut_ours_$decode 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --decode $decode --out /tmp/tut-$decode
     metrics tut_ours_$decode /tmp/tut-$decode
   done
-  step tut_torch_w16 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "${EPOCHS:-5}" f32 nhwc 16
+  step tut_torch_w16 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
 fi
 
 save_cache

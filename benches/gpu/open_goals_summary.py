@@ -29,21 +29,16 @@ def steps(path):
 
 
 def speed(lines):
-    """(img/s, GPU memory GiB) of the step's last JSON result, ours or PyTorch's."""
-    for line in reversed(lines):
-        s = line.strip()
-        for prefix in ("RESULT {", "{"):
-            if s.startswith(prefix) and '"img_per_s"' in s:
-                r = json.loads(s[len(prefix) - 1:])
-                mem = r.get("device_used_gib") or (r.get("memory") or {}).get("device_used_gib")
-                return r["img_per_s"], mem
-    return None, None
+    """(img/s, GPU memory GiB) of the step's JSON result, ours or PyTorch's (None where none)."""
+    r = ddp_cost_summary.result(lines) or {}
+    return r.get("img_per_s"), r.get("device_used_gib") or (r.get("memory") or {}).get("device_used_gib")
 
 
 def main(path):
     ddp_cost_summary.main(path)
     print()
     runs = steps(path)
+    _, metrics = ddp_cost_summary.sections(path)
     print("| step | rc | wall s | img/s | GPU GiB | host cores busy | checks ok / FAIL |")
     print("|---|---:|---:|---:|---:|---:|---|")
     fails = []
@@ -62,10 +57,7 @@ def main(path):
     print("training runs, epoch by epoch: seconds, steady img/s, data wait s, validation top-1")
     for name, rc, wall, lines in runs:
         epochs = [json.loads(l[7:]) for l in lines if l.startswith("RESULT {") and '"mode": "tutorial"' in l]
-        for line in open(path, errors="replace"):
-            if line.startswith(f"METRICS {name} "):
-                epochs.append(json.loads(line[len(f"METRICS {name} "):]))
-        for e in epochs:
+        for e in epochs + metrics.get(name, []):
             print(f"  {name} epoch {e.get('epoch')}: {e.get('seconds', 0):.1f} s, "
                   f"{e.get('steady_img_per_s') or 0:.0f} img/s, wait {e.get('data_wait_s', 0):.3f} s, "
                   f"val {e.get('val_acc', 0):.4f}")
