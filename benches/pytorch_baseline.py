@@ -13,10 +13,12 @@ Modes (each prints one JSON line prefixed with RESULT):
              RandomResizedCrop(224)+flip, DataLoader with WORKERS workers (default 8), pinned
              memory: real decoding and augmentation (fp32 by default, bf16 autocast; nhwc: model
              and batches channels_last). SGD(lr 0.01, momentum 0.9).
-  tutorial   DIR EPOCHS [f32|bf16] [nchw|nhwc] [WORKERS]  the tutorial's whole job, as
+  tutorial   DIR EPOCHS [f32|bf16] [nchw|nhwc] [WORKERS] [VALIDATION_TXT]  the tutorial's whole job, as
              `burn-vision train --preset tutorial --epochs EPOCHS` runs it on one GPU: ResNet-34,
              batch 16, SGD(lr 1e-3, momentum 0.9, weight decay 5e-3), cosine to 0.1x per step,
-             20 % of each class held out (seed 0); training RandomResizedCrop(224)+flip, validation
+             20 % of each class held out (seed 0; or, given VALIDATION_TXT — the `validation.txt`
+             of a `burn-vision train` run on the same DIR — exactly the files it names, so both
+             frameworks score the same images); training RandomResizedCrop(224)+flip, validation
              Resize(256)+CenterCrop(224), every epoch validated; DataLoader with WORKERS workers
              (default: one per core, at most 16 — with 8 the job is input-bound on a 16-core host), pinned memory, persistent workers. Prints one RESULT line per epoch (seconds,
              steady img/s after the epoch's first two steps, validation top-1) and one for the job
@@ -202,7 +204,7 @@ def loader(path, batch, steps, workers, recipe="plain"):
                                       img_per_s=ips)), flush=True)
 
 
-def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8)):
+def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8), validation_txt=None):
     import torchvision.transforms as T
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -220,6 +222,12 @@ def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cp
         k = round(0.2 * len(idx))
         val_idx += order[:k]
         train_idx += order[k:]
+    if validation_txt:  # burn-vision's own split: the files its run held out
+        held_out = {os.path.realpath(line) for line in open(validation_txt).read().split("\n") if line}
+        val_idx = [i for i, (p, _) in enumerate(train_ds.samples) if os.path.realpath(p) in held_out]
+        if len(val_idx) != len(held_out):
+            sys.exit(f"{validation_txt} names {len(held_out)} files, {len(val_idx)} of them in {path}: give the folder that run trained on")
+        train_idx = sorted(set(range(len(train_ds.samples))) - set(val_idx))
     batch = 16
     loader = dict(num_workers=workers, pin_memory=True, persistent_workers=True)
     train_dl = torch.utils.data.DataLoader(torch.utils.data.Subset(train_ds, train_idx), batch_size=batch, shuffle=True, drop_last=True, **loader)
@@ -287,7 +295,7 @@ if __name__ == "__main__":
     elif mode == "folder":
         folder(args[0], int(args[1]), int(args[2]), *args[3:5], *[int(w) for w in args[5:6]])
     elif mode == "tutorial":
-        tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]])
+        tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]], *args[5:6])
     elif mode == "loader":
         loader(args[0], int(args[1]), int(args[2]), int(args[3]), *args[4:5])
     elif mode == "make-folder":

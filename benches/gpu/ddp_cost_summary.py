@@ -60,7 +60,11 @@ def f(v, fmt="{:.0f}"):
 def backend_spans(cost):
     """DDP's spans on burn-fusion's and cubecl's device thread, ms per step (newer builds)."""
     spans = cost.get("backend_thread_spans") or {}
-    return ", ".join(f"{k.removeprefix('ddp: ')} {v:.3f}" for k, v in sorted(spans.items())) or "not recorded"
+    parts = cost.get("collective_parts") or {}
+    text = ", ".join(f"{k.removeprefix('ddp: ')} {v:.3f}" for k, v in sorted(spans.items())) or "not recorded"
+    if parts:  # builds from 2026-12-05 on: the NCCL enqueue's own parts
+        text += "; collective: " + ", ".join(f"{k.removeprefix('ddp: ')} {v:.3f}" for k, v in sorted(parts.items()))
+    return text
 
 
 def main(path):

@@ -1,6 +1,8 @@
-"""The summary of benches/gpu/open_goals.sh's log: the checks' verdicts (every FAIL line in
-full), DDP's interleaved rows (benches/gpu/ddp_cost_summary.py's table), each run's img/s, host
-cores busy and GPU memory, and the training runs epoch by epoch (ours and PyTorch's tutorial).
+"""The summary of benches/gpu/open_goals.sh's and against_compile.sh's logs: the checks'
+verdicts (every FAIL line in full), DDP's interleaved rows (benches/gpu/ddp_cost_summary.py's
+table), each run's img/s, host cores busy and GPU memory, ours against PyTorch eager and
+torch.compile where a workload has both, and the training runs epoch by epoch (ours and
+PyTorch's tutorial).
 
 usage: python3 benches/gpu/open_goals_summary.py LOG
 """
@@ -34,6 +36,19 @@ def speed(lines):
     return r.get("img_per_s"), r.get("device_used_gib") or (r.get("memory") or {}).get("device_used_gib")
 
 
+def ratios(runs):
+    """Per workload that has a `W_compile` step: each of ours (`W_ours*`) against it and `W_eager`."""
+    ips = {name: speed(lines)[0] for name, _, _, lines in runs}
+    for name, compiled in ips.items():
+        if not (name.endswith("_compile") and compiled):
+            continue
+        w = name.removesuffix("_compile")
+        eager = ips.get(f"{w}_eager")
+        for ours, v in ((n, v) for n, v in ips.items() if n.startswith(f"{w}_ours") and v):
+            vs_eager = f", {v / eager:.3f}x eager ({eager:.0f})" if eager else ""
+            print(f"{ours}: {v:.0f} img/s = {v / compiled:.3f}x torch.compile ({compiled:.0f}){vs_eager}")
+
+
 def main(path):
     ddp_cost_summary.main(path)
     print()
@@ -53,6 +68,8 @@ def main(path):
               f"{f'{mem:.2f}' if mem else ''} | {cores} | {checks} |")
     for line in fails:
         print("FAILED", line[:400])
+    print()
+    ratios(runs)
     print()
     print("training runs, epoch by epoch: seconds, steady img/s, data wait s, validation top-1")
     for name, rc, wall, lines in runs:

@@ -53,6 +53,9 @@ pub const DDP: &str = "ddp";
 /// hand-over to the collective's stream and its join, on burn-fusion's thread and on cubecl's
 /// device thread (burn-cuda). Those threads set a host-bound step's pace.
 pub const DDP_BACKEND_THREADS: &str = "ddp-backend-threads";
+/// The category of the parts of an NCCL collective's enqueue on the device (its timing events,
+/// the work before it, the NCCL group, the work after it), on whichever thread enqueues it.
+pub const DDP_COLLECTIVE: &str = "ddp-collective";
 /// The category of the spans of burn-ddp's enqueue thread (`BURN_DDP_ENQUEUE_THREAD=1`): a
 /// bucket's collective enqueued on its stream off cubecl's device thread.
 pub const DDP_ENQUEUE_THREAD: &str = "ddp-enqueue-thread";

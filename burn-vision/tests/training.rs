@@ -81,6 +81,17 @@ fn resume_continues_exactly() {
     assert_eq!(va, vb, "parameters differ after resume: max rel diff {}", max_relative_diff(&va, &vb, 1e-6));
     let metrics = std::fs::read_to_string(split.path().join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2);
+    // Both runs name the same held-out files: 20 % of each class of 30.
+    let held_out = validation_list(straight.path());
+    assert_eq!(held_out, validation_list(split.path()));
+    let mut per_class = std::collections::BTreeMap::new();
+    for file in &held_out {
+        assert!(file.is_file() && file.starts_with(&data), "{} is not a file of the data", file.display());
+        *per_class.entry(file.parent().unwrap().to_path_buf()).or_insert(0) += 1;
+    }
+    assert_eq!(per_class.len(), 10);
+    assert!(per_class.values().all(|&n| n == 6), "{per_class:?}");
+    assert_eq!(held_out.iter().collect::<std::collections::BTreeSet<_>>().len(), 60);
 
     // Without --resume an existing run is never overwritten.
     let err = run(&folder_config(split.path(), &data)).unwrap_err().to_string();
@@ -89,6 +100,11 @@ fn resume_continues_exactly() {
     let err =
         run(&TrainConfig { resume: true, seed: 9, ..folder_config(split.path(), &data) }).unwrap_err().to_string();
     assert!(err.contains("seed=0") && err.contains("seed=9"), "{err}");
+}
+
+/// The files a run's `validation.txt` names.
+fn validation_list(run: &Path) -> Vec<PathBuf> {
+    std::fs::read_to_string(run.join("validation.txt")).unwrap().lines().map(PathBuf::from).collect()
 }
 
 fn copy_tree(from: &Path, to: &Path, per_class: usize) {

@@ -77,7 +77,7 @@ pub(crate) const CHECKS: &[Check] = &[
     },
     Check {
         name: "linear-epilogue",
-        what: "nn::linear with the bias and its gradient in cuBLASLt's epilogues (experimental), values and gradients, against f64",
+        what: "nn::linear with the bias and its gradient in cuBLASLt's epilogues and without, values and gradients, against f64",
         run: products::check_linear_epilogue,
     },
     Check {

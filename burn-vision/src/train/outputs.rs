@@ -1,9 +1,12 @@
-//! What rank 0 writes after each epoch: the log line, `last.ckpt` (and `best.ckpt` when it
-//! improved), a `metrics.jsonl` line and the TensorBoard scalars.
+//! What rank 0 writes: the validation samples' list at the start, then after each epoch the log
+//! line, `last.ckpt` (and `best.ckpt` when it improved), a `metrics.jsonl` line and the
+//! TensorBoard scalars.
 
 use super::checkpoint::{Checkpoint, CheckpointMeta, PartialEpoch, best_path, last_path};
 use super::config::TrainConfig;
 use super::metrics::{EpochRecord, MetricsLog};
+use crate::atomic_file::write_atomic;
+use crate::data::Dataset;
 use crate::error::{Error, Result};
 use crate::model::classifier::Classifier;
 use crate::train::instrument::tensorboard::EventWriter;
@@ -13,6 +16,9 @@ use burn::tensor::backend::AutodiffBackend;
 use burn_optim::Optimizer;
 
 type Bytes = BinBytesRecorder<FullPrecisionSettings>;
+
+/// The run folder's list of the validation samples.
+pub const VALIDATION_LIST: &str = "validation.txt";
 
 /// Rank 0's run folder: metrics log and TensorBoard writer (its folder made with the first
 /// epoch's scalars, so a run that fails before leaves no empty `tensorboard/` behind).
@@ -43,6 +49,17 @@ impl RunOutputs {
         let metrics = MetricsLog::new(&out.join("metrics.jsonl"));
         metrics.truncate_to(start_epoch)?;
         Ok(Self { metrics, board: None, board_dir: out.join("tensorboard") })
+    }
+
+    /// Writes `validation.txt`: the samples held out for validation, one per line as the data
+    /// names them (a file's path, `shard.tar:member`, `file.gz#index`), so the very same
+    /// validation set can be scored elsewhere — another framework's evaluation included.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn write_validation_list(&self, config: &TrainConfig, dataset: &dyn Dataset, val_idx: &[usize]) -> Result<()> {
+        let lines: String = val_idx.iter().map(|&i| dataset.describe(i) + "\n").collect();
+        write_atomic(&config.out.join(VALIDATION_LIST), lines.as_bytes())
     }
 
     /// Logs `record`, saves the checkpoints (best when `improved`), then appends the metrics

@@ -326,6 +326,9 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let mut plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
     plan.loader.device_decode =
         crate::data::decode::resolve::<B>(config.decode, &data.train, &*plan.dataset, &at.device, main_rank)?;
+    if let Some(o) = &outputs {
+        o.write_validation_list(config, &*plan.dataset, &plan.val_idx)?;
+    }
     if from.partial.steps >= plan.steps_per_epoch {
         let reason = format!(
             "it stopped {} steps into an epoch of {} steps; resume with the --max-steps-per-epoch it was trained with",

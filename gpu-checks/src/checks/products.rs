@@ -233,33 +233,37 @@ fn time_vit_patch_embed(device: &CudaDevice) {
 }
 
 /// `nn::linear` with its bias in cuBLASLt's epilogue and the bias's gradient computed by the
-/// weight gradient's product (`CudnnOptions::lt_epilogue`, experimental: this check turns it
-/// on) against f64, in f32, bf16 and f16, on odd sizes and on ViT-B/16's qkv projection
-/// (`[128·197, 768] → 2304`): the output and the gradients of the input, weight and bias. It
-/// passes when every value is within bound and the bias epilogue ran; how many bias gradients
-/// came from the epilogue (cuBLASLt may refuse that one, and the separate sum runs) is printed.
+/// weight gradient's product (`CudnnOptions::lt_epilogue`, on by default), and with both
+/// separate (the path for products cuBLASLt refuses), against f64, in f32, bf16 and f16, on odd
+/// sizes and on ViT-B/16's qkv projection (`[128·197, 768] → 2304`): the output and the
+/// gradients of the input, weight and bias. It passes when every value is within bound and the
+/// bias epilogue ran exactly when it was on; how many bias gradients came from the epilogue
+/// (cuBLASLt may refuse that one, and the separate sum runs) is printed.
 pub(crate) fn check_linear_epilogue(device: &CudaDevice) -> bool {
     use burn_ddp::nn::cuda::cublas_lt;
     use burn_ddp::nn::options::{self, CudnnOptions};
     let base = options::get();
-    options::set(CudnnOptions { lt_epilogue: true, ..base.clone() });
     let mut ok = true;
-    for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)] {
-        // ViT-B/16's qkv projection in the half types (f32's bound is for short sums).
-        let large = (dtype != FloatDType::F32).then_some((128 * 197, 768, 2304));
-        for (rows, d_in, d_out) in std::iter::once((37, 72, 24)).chain(large) {
-            let before = cublas_lt::calls();
-            let errs = linear_against_f64(device, dtype, rows, d_in, d_out);
-            let after = cublas_lt::calls();
-            let (bias_calls, sums_calls) = (after[0] - before[0], after[1] - before[1]);
-            let pass = bias_calls == 1 && errs.iter().all(|&e| e < bound);
-            ok &= pass;
-            println!(
-                "RESULT check=linear_epilogue_{} rows={rows} d_in={d_in} d_out={d_out} y/dx/dw/db={} bound={bound:.0e} bias_epilogues={bias_calls} bias_gradient_epilogues={sums_calls} {}",
-                dtype_name(dtype),
-                errs.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/"),
-                if pass { "ok" } else { "FAIL" }
-            );
+    for epilogue in [true, false] {
+        options::set(CudnnOptions { lt_epilogue: epilogue, ..base.clone() });
+        for (dtype, bound) in [(FloatDType::F32, 1e-5), (FloatDType::BF16, 1e-2), (FloatDType::F16, 2e-3)] {
+            // ViT-B/16's qkv projection in the half types (f32's bound is for short sums).
+            let large = (dtype != FloatDType::F32).then_some((128 * 197, 768, 2304));
+            for (rows, d_in, d_out) in std::iter::once((37, 72, 24)).chain(large) {
+                let before = cublas_lt::calls();
+                let errs = linear_against_f64(device, dtype, rows, d_in, d_out);
+                let after = cublas_lt::calls();
+                let (bias_calls, sums_calls) = (after[0] - before[0], after[1] - before[1]);
+                let pass = bias_calls == u64::from(epilogue) && errs.iter().all(|&e| e < bound);
+                ok &= pass;
+                println!(
+                    "RESULT check=linear_{}_{} rows={rows} d_in={d_in} d_out={d_out} y/dx/dw/db={} bound={bound:.0e} bias_epilogues={bias_calls} bias_gradient_epilogues={sums_calls} {}",
+                    if epilogue { "epilogue" } else { "separate" },
+                    dtype_name(dtype),
+                    errs.iter().map(|v| format!("{v:.1e}")).collect::<Vec<_>>().join("/"),
+                    if pass { "ok" } else { "FAIL" }
+                );
+            }
         }
     }
     options::set(base);

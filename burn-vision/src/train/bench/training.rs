@@ -282,6 +282,9 @@ pub struct DdpCost {
     /// Milliseconds per step burn-ddp's enqueue thread spent enqueueing buckets' collectives
     /// (`BURN_DDP_ENQUEUE_THREAD=1`; 0 without it, when the device thread does that work).
     pub enqueue_thread_ms: f64,
+    /// Milliseconds per step of each part of the NCCL collectives' enqueue (timing events, the
+    /// work before and after, the NCCL group), on whichever thread enqueued them.
+    pub collective_parts: std::collections::BTreeMap<String, f64>,
 }
 
 /// Host milliseconds per step inside the spans of category `cat` (each thread's overlapping
@@ -602,6 +605,7 @@ fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::tr
     let per_step = |a: usize, b: usize| (a - b) as f64 / steps as f64;
     let (backend_threads_ms, backend_thread_spans) = span_ms(spans, steps, burn_ddp::trace::DDP_BACKEND_THREADS);
     let (enqueue_thread_ms, _) = span_ms(spans, steps, burn_ddp::trace::DDP_ENQUEUE_THREAD);
+    let (_, collective_parts) = span_ms(spans, steps, burn_ddp::trace::DDP_COLLECTIVE);
     let (host_ms, spans) = span_ms(spans, steps, burn_ddp::trace::DDP);
     DdpCost {
         world: d.world,
@@ -616,6 +620,7 @@ fn ddp_cost(d: &Distributed, before: &burn_ddp::SyncStats, spans: &[burn_ddp::tr
         backend_threads_ms,
         backend_thread_spans,
         enqueue_thread_ms,
+        collective_parts,
     }
 }
 

@@ -135,6 +135,29 @@ fn addresses(client: &ComputeClient<CudaRuntime>, cubes: &[Cube]) -> Result<(Vec
     Ok((held.iter().map(|r| r.resource().ptr).collect(), held))
 }
 
+/// A fork's [`ForkBuffers`], and what keeps them valid while held: one address per buffer,
+/// asked of cubecl once (an output written in place, `in_place[i]`, is its input's buffer).
+fn fork_addresses(
+    client: &ComputeClient<CudaRuntime>,
+    sources: &[Cube],
+    (outs, in_place): (&[Cube], &[bool]),
+    scratch: &[Cube],
+) -> Result<(ForkBuffers, Vec<impl Sized + use<>>)> {
+    let fresh: Vec<Cube> = outs.iter().zip(in_place).filter(|(_, p)| !**p).map(|(o, _)| o.clone()).collect();
+    let (inputs, mut held) = addresses(client, sources)?;
+    let (fresh_at, held_fresh) = addresses(client, &fresh)?;
+    let (scratch, held_scratch) = addresses(client, scratch)?;
+    let mut fresh_at = fresh_at.into_iter();
+    let outputs = in_place
+        .iter()
+        .zip(&inputs)
+        .map(|(&p, &at)| if p { at } else { fresh_at.next().expect("one address per fresh output") })
+        .collect();
+    held.extend(held_fresh);
+    held.extend(held_scratch);
+    Ok((ForkBuffers { inputs, outputs, scratch }, held))
+}
+
 /// One input's buffer on the fusion thread, packed, and the output buffer of the same shape:
 /// the input's own when no one else can see it (this operation is its tensor's last user and
 /// no view shares it, or it is a packed copy of ours), else a fresh one (then the input is
@@ -183,29 +206,36 @@ pub fn fork(
     let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
     let exec = move |ins: Vec<(Cube, bool)>| {
         crate::trace::span("ddp: hand a bucket over (fusion thread)", DDP_BACKEND_THREADS, || {
-            let (mut sources, mut outs, mut keep) =
-                (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new());
-            for (cube, last_user) in ins {
-                let (src, out, kept) = place(cube, last_user);
-                sources.push(src);
-                outs.push(out);
-                keep.extend(kept);
-            }
-            let scratch: Vec<Cube> =
-                scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect();
+            let (mut sources, mut outs, mut keep, mut in_place) =
+                (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new(), Vec::new());
+            span("ddp: place the buffers", || {
+                for (cube, last_user) in ins {
+                    let (src, out, kept) = place(cube, last_user);
+                    sources.push(src);
+                    outs.push(out);
+                    in_place.push(kept.is_none());
+                    keep.extend(kept);
+                }
+            });
+            let scratch: Vec<Cube> = span("ddp: scratch buffers", || {
+                scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect()
+            });
             let (work, state, side) =
                 (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
             let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
-            let (buffers, returned) = ((sources, outs.clone(), scratch), outs.clone());
+            let (buffers, returned) = ((sources, outs.clone(), in_place, scratch), outs);
             device_thread::submit(&device, move || {
-                let (sources, outs, scratch) = buffers;
+                let (sources, outs, in_place, scratch) = buffers;
                 let hand_over = || -> Result<(Fence, ForkBuffers)> {
                     // The resources are held until the addresses are taken; the cubes keep the
                     // buffers until the join.
-                    let ((inputs, _i), (outputs, _o), (scratch, _s)) =
-                        (addresses(&client, &sources)?, addresses(&client, &outs)?, addresses(&client, &scratch)?);
-                    let fence = stream_bridge::before(Channel::Side, device.index, &client, false)?;
-                    Ok((fence, ForkBuffers { inputs, outputs, scratch }))
+                    let (bufs, _held) = span("ddp: buffers' addresses", || {
+                        fork_addresses(&client, &sources, (&outs, &in_place), &scratch)
+                    })?;
+                    let fence = span("ddp: flag on burn's stream", || {
+                        stream_bridge::before(Channel::Side, device.index, &client, false)
+                    })?;
+                    Ok((fence, bufs))
                 };
                 let outcome =
                     match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, || {
@@ -215,7 +245,7 @@ pub fn fork(
                         let ticket = match enqueue_thread() {
                             Some(thread) => Some(thread.send(bufs, side, Box::new(work))),
                             None => {
-                                work(&bufs, &side)?;
+                                span("ddp: enqueue the collective", || work(&bufs, &side))?;
                                 None
                             }
                         };
@@ -235,6 +265,12 @@ pub fn fork(
         })
     };
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
+}
+
+/// A part of a fork's or a join's work on the backend's threads, timed as its own span inside
+/// theirs (`bench --ddp`'s `backend_thread_spans` lists each part).
+fn span<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    crate::trace::span(name, DDP_BACKEND_THREADS, f)
 }
 
 fn enqueue_failed(e: &Error) {

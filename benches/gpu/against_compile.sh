@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One GPU's training speed against PyTorch 2.11 eager and torch.compile (default mode), every
+# workload in one device call: synthetic 224² batches, bf16 autocast, the same batch, optimizer
+# and step count on both sides (5 warm-up and $STEPS timed steps), cudnn.benchmark on,
+# channels_last for ResNet.
+#   PART=1 (default): first the checks the newest code needs (`linear-epilogue` with the
+#     epilogue on and off, `layer-norm`, `nccl`); then, each after one warm run of ours and
+#     alternated twice, ours beside eager and torch.compile: ResNet-50 b256 SGD, ViT-B/16 b128
+#     SGD, ViT-B/16 b128 AdamW (ours FusedAdamW, PyTorch's fused=True), ViT-S/16 b256 AdamW
+#     (timm's model on PyTorch's side; ours once more with BURN_DDP_LT_EPILOGUE=0).
+#   PART=2: the tutorial's job (`train --preset tutorial`, ResNet-34 b16 f32, EPOCHS epochs,
+#     default 5, on the bundled images as a 224² JPEG folder), then PyTorch's same job scoring
+#     the very images ours held out (its `validation.txt`) with 16 loader workers; then DDP's
+#     cost inside one process (`bench --ddp --ddp-interleave`: ResNet-18 28² twice,
+#     ResNet-50 and ViT-B/16 once), the hand-over's parts timed.
+# Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
+# $OUT/against-compile-PART.log; the summary (benches/gpu/open_goals_summary.py) last.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+P=${PART:-1}
+LOG=$OUT/against-compile-$P.log; SHOW="img_per_s|RESULT check|rror|panick|^FAIL|passed"; SHOW_LINES=${SHOW_LINES:-3}
+source benches/gpu/lib.sh
+chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
+BV="$B"/burn-vision
+python3 -c 'import torch; print("torch", torch.__version__)' | tee -a "$LOG"
+# Ours and PyTorch's arguments per workload (pytorch_baseline.py synthetic MODEL BATCH SIZE
+# CHANNELS CLASSES SMALL WARMUP STEPS PRECISION LAYOUT, then MODE and OPTIMIZER).
+VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS" --optimizer adamw)
+workload() {
+  case $1 in
+    r50) OURS=("${R50[@]}"); TORCH="resnet50 256 224 3 1000 0 5 $STEPS bf16 nhwc"; OPT=sgd ;;
+    vitb16) OURS=("${VB[@]}"); TORCH="vit_b_16 128 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=sgd ;;
+    vitb16_adamw) OURS=("${VB[@]}" --optimizer adamw); TORCH="vit_b_16 128 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=adamw ;;
+    vits16_adamw) OURS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=adamw ;;
+  esac
+}
+
+if [ "$P" = 1 ]; then
+  SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
+  for w in r50 vitb16 vitb16_adamw vits16_adamw; do
+    workload $w
+    step ${w}_warm 300 "$BV" "${OURS[@]}"
+    for i in 1 2; do step ${w}_ours_$i 150 "$BV" "${OURS[@]}"; done
+    [ $w = vits16_adamw ] && step ${w}_ours_no_epilogue 150 env BURN_DDP_LT_EPILOGUE=0 "$BV" "${OURS[@]}"
+    step ${w}_eager 150 python3 benches/pytorch_baseline.py synthetic $TORCH eager $OPT
+    step ${w}_compile 300 python3 benches/pytorch_baseline.py synthetic $TORCH compile $OPT
+  done
+else
+  E=${EPOCHS:-5}
+  f=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $f/images-idx3-ubyte.gz $f/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  rm -rf /tmp/tut
+  step tut_ours 300 python3 benches/cores_busy.py "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut
+  sed "s/^/METRICS tut_ours /" /tmp/tut/metrics.jsonl >>"$LOG"; cp /tmp/tut/metrics.jsonl "$OUT/tut_ours.metrics.jsonl"
+  cp /tmp/tut/validation.txt "$OUT/tut_validation.txt"
+  step tut_torch 300 python3 benches/cores_busy.py python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16 /tmp/tut/validation.txt
+  R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
+  for i in 1 2; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
+  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+fi
+save_cache
+python3 benches/gpu/open_goals_summary.py "$LOG" | tee "$OUT/summary-$P.txt"
