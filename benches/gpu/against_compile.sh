@@ -13,6 +13,8 @@
 #     the very images ours held out (its `validation.txt`) with 16 loader workers; then DDP's
 #     cost inside one process (`bench --ddp --ddp-interleave`: ResNet-18 28² twice,
 #     ResNet-50 and ViT-B/16 once), the hand-over's parts timed.
+#   PART=3: the GPU checks of every layer but the convolutions' and the decoders' (NCCL's,
+#     SyncBatchNorm's and the same-stream path's among them), then PART=2's DDP rows.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/against-compile-PART.log; the summary (benches/gpu/open_goals_summary.py) last.
 set -uo pipefail
@@ -35,7 +37,20 @@ workload() {
   esac
 }
 
-if [ "$P" = 1 ]; then
+# DDP over a one-rank NCCL group against plain steps, inside one process.
+ddp_rows() {
+  local R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
+  for i in 1 2; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
+  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+}
+
+if [ "$P" = 3 ]; then
+  SHOW_LINES=60 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sgd adamw attention layer-norm relu bias-gelu \
+    products patch-embed linear-epilogue cross-entropy mean-over max-pool cudnn-ordering conv-bn-relu bn-add-relu \
+    batch-norm warp-fold sync-batch-norm
+  ddp_rows
+elif [ "$P" = 1 ]; then
   SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
   for w in r50 vitb16 vitb16_adamw vits16_adamw; do
     workload $w
@@ -54,10 +69,7 @@ else
   sed "s/^/METRICS tut_ours /" /tmp/tut/metrics.jsonl >>"$LOG"; cp /tmp/tut/metrics.jsonl "$OUT/tut_ours.metrics.jsonl"
   cp /tmp/tut/validation.txt "$OUT/tut_validation.txt"
   step tut_torch 300 python3 benches/cores_busy.py python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16 /tmp/tut/validation.txt
-  R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
-  for i in 1 2; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
-  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
-  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  ddp_rows
 fi
 save_cache
 python3 benches/gpu/open_goals_summary.py "$LOG" | tee "$OUT/summary-$P.txt"

@@ -34,6 +34,19 @@ fn owners() -> &'static Mutex<HashMap<usize, Owner>> {
     OWNERS.get_or_init(Default::default)
 }
 
+/// Burn's CUDA stream on `device` when the current burn stream owns the device's same-stream
+/// path (found by an earlier computation through [`order`]) and the option is on: where other
+/// work may be enqueued directly, in order with burn's kernels. `None` otherwise.
+pub(crate) fn owned(device: usize) -> Option<usize> {
+    if !crate::nn::settings::options::get().same_stream {
+        return None;
+    }
+    match owners().lock().unwrap_or_else(|p| p.into_inner()).get(&device) {
+        Some(&Owner::Found(id, stream)) if id == StreamId::current() => Some(stream),
+        _ => None,
+    }
+}
+
 /// How a computation on `device` from the current burn stream is ordered: on burn's stream
 /// when `allowed` (the option is on and the kind proven) and this stream owns the device's
 /// same-stream path; otherwise behind the fence `fenced` stores (and, the first time, with

@@ -24,6 +24,7 @@ use crate::nn::cuda::cudnn::types::fail;
 use crate::nn::cuda::runtime::device_thread;
 use crate::nn::cuda::runtime::fusion_op::{self, Cube};
 use crate::nn::cuda::runtime::launch::{Prim, empty_of};
+use crate::nn::cuda::runtime::same_stream;
 use crate::nn::cuda::runtime::stream_bridge::{self, Channel, DeviceKernels, Fence};
 use crate::trace::DDP_BACKEND_THREADS;
 use burn::tensor::{DType, Shape};
@@ -226,20 +227,18 @@ pub fn fork(
             let (buffers, returned) = ((sources, outs.clone(), in_place, scratch), outs);
             device_thread::submit(&device, move || {
                 let (sources, outs, in_place, scratch) = buffers;
-                let hand_over = || -> Result<(Fence, ForkBuffers)> {
+                let hand_over = |side: &Mutex<SideKernels>| -> Result<(Fence, ForkBuffers)> {
                     // The resources are held until the addresses are taken; the cubes keep the
                     // buffers until the join.
                     let (bufs, _held) = span("ddp: buffers' addresses", || {
                         fork_addresses(&client, &sources, (&outs, &in_place), &scratch)
                     })?;
-                    let fence = span("ddp: flag on burn's stream", || {
-                        stream_bridge::before(Channel::Side, device.index, &client, false)
-                    })?;
+                    let fence = span("ddp: flag on burn's stream", || flag_on_burn(side, device.index, &client))?;
                     Ok((fence, bufs))
                 };
                 let outcome =
                     match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, || {
-                        let (fence, bufs) = hand_over()?;
+                        let (fence, bufs) = hand_over(&side)?;
                         let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
                         let side = SideFence { fence, kernels: side };
                         let ticket = match enqueue_thread() {
@@ -265,6 +264,37 @@ pub fn fork(
         })
     };
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
+}
+
+/// A fork's step 1 (`stream_bridge`): the flag stored on burn's stream — launched by the
+/// driver on burn's own CUDA stream where the current burn stream owns the device's
+/// same-stream path (`same_stream::owned`), else through cubecl.
+fn flag_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
+    let Some(stream) = same_stream::owned(device) else {
+        return stream_bridge::before(Channel::Side, device, client, false);
+    };
+    let k = side.lock().unwrap_or_else(|p| p.into_inner());
+    k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    stream_bridge::before_direct(Channel::Side, device, client, (stream as driver::CUstream, &k.kernels))
+}
+
+/// A join's step 3: burn's stream waits for the work's signal — launched as [`flag_on_burn`]
+/// launches, falling back to cubecl's launch should the driver's fail.
+fn wait_on_burn(device: usize, fence: &Fence) {
+    let direct = same_stream::owned(device).zip(kernels(device).ok());
+    if let Some((stream, side)) = direct {
+        let k = side.lock().unwrap_or_else(|p| p.into_inner());
+        let launched = k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e)).and_then(|()| {
+            stream_bridge::after_direct(Channel::Side, device, fence, (stream as driver::CUstream, &k.kernels))
+        });
+        match launched {
+            Ok(()) => return,
+            Err(e) => {
+                log::warn!("ordering burn's stream after a collective by the driver failed ({e}); cubecl launches it")
+            }
+        }
+    }
+    stream_bridge::after(Channel::Side, device, fence);
 }
 
 /// A part of a fork's or a join's work on the backend's threads, timed as its own span inside
@@ -385,7 +415,7 @@ pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
                         if let Some(ticket) = ticket {
                             wait_for(&ticket);
                         }
-                        stream_bridge::after(Channel::Side, device.index, &fence);
+                        wait_on_burn(device.index, &fence);
                         // Burn's stream now waits for the work: its buffers may serve burn again.
                         drop(keep);
                     }
