@@ -8,6 +8,7 @@
 #     alternated twice, ours beside eager and torch.compile: ResNet-50 b256 SGD, ViT-B/16 b128
 #     SGD, ViT-B/16 b128 AdamW (ours FusedAdamW, PyTorch's fused=True), ViT-S/16 b256 AdamW
 #     (timm's model on PyTorch's side; ours once more with BURN_DDP_LT_EPILOGUE=0).
+#     WORKLOADS="r50 vits16_adamw" picks workloads; NO_CHECKS=1 leaves the checks out.
 #   PART=2: the tutorial's job (`train --preset tutorial`, ResNet-34 b16 f32, EPOCHS epochs,
 #     default 5, on the bundled images as a 224² JPEG folder), then PyTorch's same job scoring
 #     the very images ours held out (its `validation.txt`) with 16 loader workers; then DDP's
@@ -51,8 +52,8 @@ if [ "$P" = 3 ]; then
     batch-norm warp-fold sync-batch-norm
   ddp_rows
 elif [ "$P" = 1 ]; then
-  SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
-  for w in r50 vitb16 vitb16_adamw vits16_adamw; do
+  [ -n "${NO_CHECKS:-}" ] || SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
+  for w in ${WORKLOADS:-r50 vitb16 vitb16_adamw vits16_adamw}; do
     workload $w
     step ${w}_warm 300 "$BV" "${OURS[@]}"
     for i in 1 2; do step ${w}_ours_$i 150 "$BV" "${OURS[@]}"; done
