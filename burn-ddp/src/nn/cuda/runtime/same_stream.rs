@@ -35,10 +35,12 @@ fn owners() -> &'static Mutex<HashMap<usize, Owner>> {
 }
 
 /// Burn's CUDA stream on `device` when the current burn stream owns the device's same-stream
-/// path (found by an earlier computation through [`order`]) and the option is on: where other
-/// work may be enqueued directly, in order with burn's kernels. `None` otherwise.
-pub(crate) fn owned(device: usize) -> Option<usize> {
-    if !crate::nn::settings::options::get().same_stream {
+/// path (found by an earlier computation through [`order`]) and both `same_stream` and
+/// `direct_fences` are on: where the collectives' fence kernels may be enqueued directly, in
+/// order with burn's kernels. `None` otherwise.
+pub(crate) fn direct_fence_stream(device: usize) -> Option<usize> {
+    let o = crate::nn::settings::options::get();
+    if !(o.same_stream && o.direct_fences) {
         return None;
     }
     match owners().lock().unwrap_or_else(|p| p.into_inner()).get(&device) {

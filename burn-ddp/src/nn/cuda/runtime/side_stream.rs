@@ -267,10 +267,11 @@ pub fn fork(
 }
 
 /// A fork's step 1 (`stream_bridge`): the flag stored on burn's stream — launched by the
-/// driver on burn's own CUDA stream where the current burn stream owns the device's
-/// same-stream path (`same_stream::owned`), else through cubecl.
+/// driver on burn's own CUDA stream with `CudnnOptions::direct_fences` where the current burn
+/// stream owns the device's same-stream path (`same_stream::direct_fence_stream`), else
+/// through cubecl.
 fn flag_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
-    let Some(stream) = same_stream::owned(device) else {
+    let Some(stream) = same_stream::direct_fence_stream(device) else {
         return stream_bridge::before(Channel::Side, device, client, false);
     };
     let k = side.lock().unwrap_or_else(|p| p.into_inner());
@@ -281,7 +282,7 @@ fn flag_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient
 /// A join's step 3: burn's stream waits for the work's signal — launched as [`flag_on_burn`]
 /// launches, falling back to cubecl's launch should the driver's fail.
 fn wait_on_burn(device: usize, fence: &Fence) {
-    let direct = same_stream::owned(device).zip(kernels(device).ok());
+    let direct = same_stream::direct_fence_stream(device).zip(kernels(device).ok());
     if let Some((stream, side)) = direct {
         let k = side.lock().unwrap_or_else(|p| p.into_inner());
         let launched = k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e)).and_then(|()| {
