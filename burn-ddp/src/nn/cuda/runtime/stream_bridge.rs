@@ -269,9 +269,9 @@ pub fn before(channel: Channel, device: usize, client: &ComputeClient<CudaRuntim
 }
 
 /// [`before`] where the caller knows burn's CUDA stream of the current burn stream
-/// (`same_stream::direct_fence_stream`): the store is launched on `stream` by the driver with `kernels` (of
-/// the device's primary context, bound on this thread), which costs a few microseconds where
-/// a launch through cubecl costs tens. Call it on cubecl's device thread, as [`before`]:
+/// (`same_stream::direct_fence_stream`): the store is launched on `stream` by the driver with
+/// `kernels` (of the device's primary context, bound on this thread), which costs a few
+/// microseconds where a launch through cubecl costs tens. Call it on cubecl's device thread, as [`before`]:
 /// cubecl launches at once, so the store follows every kernel burn launched before.
 ///
 /// # Errors
