@@ -15,7 +15,8 @@
 #     cost inside one process (`bench --ddp --ddp-interleave`: ResNet-18 28² twice,
 #     ResNet-50 and ViT-B/16 once), the hand-over's parts timed.
 #   PART=3: the GPU checks of every layer but the convolutions' and the decoders' (NCCL's,
-#     SyncBatchNorm's and the same-stream path's among them), then PART=2's DDP rows.
+#     SyncBatchNorm's and the same-stream path's among them), those three again with
+#     BURN_DDP_DIRECT_FENCES=1 (experimental), then PART=2's DDP rows without and with it.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/against-compile-PART.log; the summary (benches/gpu/open_goals_summary.py) last.
 set -uo pipefail
@@ -38,19 +39,23 @@ workload() {
   esac
 }
 
-# DDP over a one-rank NCCL group against plain steps, inside one process.
+# DDP over a one-rank NCCL group against plain steps, inside one process; `ddp_rows direct`
+# with BURN_DDP_DIRECT_FENCES=1 (the rows named `*_direct_*`).
 ddp_rows() {
   local R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
-  for i in 1 2; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
-  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
-  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  local run=(env BURN_DDP_DIRECT_FENCES=$([ "${1:-}" = direct ] && echo 1 || echo 0) "$BV") tag=${1:+_$1}
+  for i in 1 2; do step r18s${tag}_interleaved_$i 150 "${run[@]}" "${R18B[@]}" --ddp --ddp-interleave 25; done
+  step r50${tag}_interleaved 150 "${run[@]}" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16${tag}_interleaved 150 "${run[@]}" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 }
 
 if [ "$P" = 3 ]; then
   SHOW_LINES=60 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sgd adamw attention layer-norm relu bias-gelu \
     products patch-embed linear-epilogue cross-entropy mean-over max-pool cudnn-ordering conv-bn-relu bn-add-relu \
     batch-norm warp-fold sync-batch-norm
+  SHOW_LINES=20 step checks_direct_fences 200 env BURN_DDP_DIRECT_FENCES=1 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
   ddp_rows
+  ddp_rows direct
 elif [ "$P" = 1 ]; then
   [ -n "${NO_CHECKS:-}" ] || SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
   for w in ${WORKLOADS:-r50 vitb16 vitb16_adamw vits16_adamw}; do
