@@ -223,6 +223,8 @@ def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cp
         val_idx += order[:k]
         train_idx += order[k:]
     if validation_txt:  # burn-vision's own split: the files its run held out
+        if not os.path.isfile(validation_txt):
+            sys.exit(f"{validation_txt}: no such file; give the validation.txt of a burn-vision train run (built 2026-12-05 or later)")
         held_out = {os.path.realpath(line) for line in open(validation_txt).read().split("\n") if line}
         val_idx = [i for i, (p, _) in enumerate(train_ds.samples) if os.path.realpath(p) in held_out]
         if len(val_idx) != len(held_out):

@@ -87,7 +87,7 @@ elif [ "$PART" = 7 ]; then
     rm -rf /tmp/tut-$run
     step tut_ours_$run 300 env BURN_DDP_CACHE_DIR=/tmp/kc-t "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-$run
     sed 's/^/METRICS /' /tmp/tut-$run/metrics.jsonl >>"$LOG" 2>/dev/null
-    step tut_torch_w16_$run 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
+    step tut_torch_w16_$run 300 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16 /tmp/tut-$run/validation.txt
   done
 elif [ "$PART" = 3 ]; then
   # Where the tutorial job's host time per step goes: train without weight decay, the bench

@@ -77,7 +77,7 @@ if ! skip 4; then
     rm -rf /tmp/tut-$run
     step tut_ours_$run 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut-$run
     metrics tut_ours_$run /tmp/tut-$run
-    step tut_torch_w16_$run 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
+    step tut_torch_w16_$run 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16 /tmp/tut-$run/validation.txt
   done
 fi
 
@@ -108,7 +108,7 @@ if ! skip 6; then
     step tut_ours_$decode 300 $CORES "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --decode $decode --out /tmp/tut-$decode
     metrics tut_ours_$decode /tmp/tut-$decode
   done
-  step tut_torch_w16 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16
+  step tut_torch_w16 300 $CORES python3 benches/pytorch_baseline.py tutorial /tmp/fm224 "$E" f32 nhwc 16 /tmp/tut-gpu/validation.txt
 fi
 
 save_cache
