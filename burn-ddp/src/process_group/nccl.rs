@@ -275,20 +275,16 @@ mod imp {
                 bytes += item.src.len * item.src.dtype.size();
             }
             // Each part timed as its own span, on whichever thread enqueues.
-            let span =
-                |name, f: &mut dyn FnMut() -> Result<()>| crate::trace::span(name, crate::trace::DDP_COLLECTIVE, f);
-            let mut events = None;
-            span("ddp: NCCL's timing events", &mut || Events::new().map(|e| events = Some(e)))?;
-            let events = events.expect("made above");
+            let part = crate::trace::DDP_COLLECTIVE;
+            let events = crate::trace::span("ddp: NCCL's timing events", part, Events::new)?;
             let stream = self.stream.cu_stream();
-            let (mut before, mut after) = (Some(before), Some(after));
             self.state.with(&label, |comm| {
                 self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
-                span("ddp: before the collective (wait, gather)", &mut || before.take().expect("once")(stream))?;
+                crate::trace::span("ddp: before the collective (wait, gather)", part, || before(stream))?;
                 Events::record(events.start, stream)?;
-                span("ddp: NCCL group", &mut || grouped(comm, stream, items, self.device))?;
+                crate::trace::span("ddp: NCCL group", part, || grouped(comm, stream, items, self.device))?;
                 Events::record(events.end, stream)?;
-                span("ddp: after the collective (scatter, signal)", &mut || after.take().expect("once")(stream))
+                crate::trace::span("ddp: after the collective (scatter, signal)", part, || after(stream))
             })?;
             let watchdog = self.watchdog.as_ref().expect("present until drop");
             watchdog.follow(Ticket { label, bytes, enqueued: Instant::now(), events });

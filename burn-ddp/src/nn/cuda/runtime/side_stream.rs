@@ -46,6 +46,13 @@ pub struct SideFence {
     kernels: Arc<Mutex<SideKernels>>,
 }
 
+/// `side` locked, its context bound on the calling thread: ready to launch its kernels.
+fn bound(side: &Mutex<SideKernels>) -> Result<std::sync::MutexGuard<'_, SideKernels>> {
+    let k = side.lock().unwrap_or_else(|p| p.into_inner());
+    k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    Ok(k)
+}
+
 impl SideFence {
     /// Enqueues on `stream` (of the device's primary context) a wait until burn's stream has
     /// run everything queued before the fork. Enqueue it before the computation.
@@ -53,9 +60,7 @@ impl SideFence {
     /// # Errors
     /// When the launch fails.
     pub fn wait_on(&self, stream: driver::CUstream) -> Result<()> {
-        let k = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
-        k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-        k.kernels.wait(stream, &self.fence)
+        bound(&self.kernels)?.kernels.wait(stream, &self.fence)
     }
 
     /// Enqueues on `stream` the signal [`join`] waits for. Enqueue it after the computation.
@@ -63,9 +68,7 @@ impl SideFence {
     /// # Errors
     /// When the launch fails (then [`join`] would wait forever: the caller must not join).
     pub fn signal_on(&self, stream: driver::CUstream) -> Result<()> {
-        let k = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
-        k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
-        k.kernels.signal(stream, &self.fence)
+        bound(&self.kernels)?.kernels.signal(stream, &self.fence)
     }
 }
 
@@ -274,8 +277,7 @@ fn flag_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient
     let Some(stream) = same_stream::direct_fence_stream(device) else {
         return stream_bridge::before(Channel::Side, device, client, false);
     };
-    let k = side.lock().unwrap_or_else(|p| p.into_inner());
-    k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e))?;
+    let k = bound(side)?;
     stream_bridge::before_direct(Channel::Side, device, client, (stream as driver::CUstream, &k.kernels))
 }
 
@@ -284,8 +286,7 @@ fn flag_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient
 fn wait_on_burn(device: usize, fence: &Fence) {
     let direct = same_stream::direct_fence_stream(device).zip(kernels(device).ok());
     if let Some((stream, side)) = direct {
-        let k = side.lock().unwrap_or_else(|p| p.into_inner());
-        let launched = k.ctx.bind_to_thread().map_err(|e| fail("binding the CUDA context", e)).and_then(|()| {
+        let launched = bound(&side).and_then(|k| {
             stream_bridge::after_direct(Channel::Side, device, fence, (stream as driver::CUstream, &k.kernels))
         });
         match launched {
