@@ -60,7 +60,6 @@ pub fn resolve<B: Backend>(
     if !train.is_device_plannable() {
         return cpu("the training transforms are more than RandomResizedCrop, flip, RandAugment, colour jitter and random erasing, or the data is greyscale".into());
     }
-    let augmented = !train.is_crop_and_resize();
     let first = if dataset.is_empty() { None } else { dataset.read_bytes(0) };
     let Some(first) = first else {
         return cpu("the data set has no image files to decode (IDX data is decoded already)".into());
@@ -81,7 +80,7 @@ pub fn resolve<B: Backend>(
         }
         Ok(d) => {
             if say {
-                let ops = if augmented { ", RandAugment, colour jitter, random erasing" } else { "" };
+                let ops = if train.is_crop_and_resize() { "" } else { ", RandAugment, colour jitter, random erasing" };
                 log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip{ops} and normalise on the GPU", d.name());
             }
             Ok(Some(d))
