@@ -212,16 +212,6 @@ def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cp
     train_tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), norm])
     val_tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), norm])
     train_ds, val_ds = torchvision.datasets.ImageFolder(path, train_tf), torchvision.datasets.ImageFolder(path, val_tf)
-    per_class = {}
-    for i, (_, c) in enumerate(train_ds.samples):
-        per_class.setdefault(c, []).append(i)
-    g = torch.Generator().manual_seed(0)
-    train_idx, val_idx = [], []
-    for idx in per_class.values():  # 20 % of each class held out, as burn-vision's split
-        order = [idx[j] for j in torch.randperm(len(idx), generator=g).tolist()]
-        k = round(0.2 * len(idx))
-        val_idx += order[:k]
-        train_idx += order[k:]
     if validation_txt:  # burn-vision's own split: the files its run held out
         if not os.path.isfile(validation_txt):
             sys.exit(f"{validation_txt}: no such file; give the validation.txt of a burn-vision train run (built 2026-12-05 or later)")
@@ -230,6 +220,17 @@ def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cp
         if len(val_idx) != len(held_out):
             sys.exit(f"{validation_txt} names {len(held_out)} files, {len(val_idx)} of them in {path}: give the folder that run trained on")
         train_idx = sorted(set(range(len(train_ds.samples))) - set(val_idx))
+    else:  # 20 % of each class held out, as burn-vision's split (drawn by another generator)
+        per_class = {}
+        for i, (_, c) in enumerate(train_ds.samples):
+            per_class.setdefault(c, []).append(i)
+        g = torch.Generator().manual_seed(0)
+        train_idx, val_idx = [], []
+        for idx in per_class.values():
+            order = [idx[j] for j in torch.randperm(len(idx), generator=g).tolist()]
+            k = round(0.2 * len(idx))
+            val_idx += order[:k]
+            train_idx += order[k:]
     batch = 16
     loader = dict(num_workers=workers, pin_memory=True, persistent_workers=True)
     train_dl = torch.utils.data.DataLoader(torch.utils.data.Subset(train_ds, train_idx), batch_size=batch, shuffle=True, drop_last=True, **loader)
