@@ -29,20 +29,18 @@ BV="$B"/burn-vision
 python3 -c 'import torch; print("torch", torch.__version__)' | tee -a "$LOG"
 # Ours and PyTorch's arguments per workload (pytorch_baseline.py synthetic MODEL BATCH SIZE
 # CHANNELS CLASSES SMALL WARMUP STEPS PRECISION LAYOUT, then MODE and OPTIMIZER).
-VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS" --optimizer adamw)
 workload() {
   case $1 in
     r50) OURS=("${R50[@]}"); TORCH="resnet50 256 224 3 1000 0 5 $STEPS bf16 nhwc"; OPT=sgd ;;
     vitb16) OURS=("${VB[@]}"); TORCH="vit_b_16 128 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=sgd ;;
     vitb16_adamw) OURS=("${VB[@]}" --optimizer adamw); TORCH="vit_b_16 128 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=adamw ;;
-    vits16_adamw) OURS=("${VS[@]}"); TORCH="timm:vit_small_patch16_224 256 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=adamw ;;
+    vits16_adamw) OURS=("${VS[@]}" --optimizer adamw); TORCH="timm:vit_small_patch16_224 256 224 3 1000 0 5 $STEPS bf16 nchw"; OPT=adamw ;;
   esac
 }
 
 # DDP over a one-rank NCCL group against plain steps, inside one process; `ddp_rows direct`
 # with BURN_DDP_DIRECT_FENCES=1 (the rows named `*_direct_*`).
 ddp_rows() {
-  local R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
   local run=(env BURN_DDP_DIRECT_FENCES=$([ "${1:-}" = direct ] && echo 1 || echo 0) "$BV") tag=${1:+_$1}
   for i in 1 2; do step r18s${tag}_interleaved_$i 150 "${run[@]}" "${R18B[@]}" --ddp --ddp-interleave 25; done
   step r50${tag}_interleaved 150 "${run[@]}" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
@@ -68,8 +66,7 @@ elif [ "$P" = 1 ]; then
   done
 else
   E=${EPOCHS:-5}
-  f=datasets/fashion-mnist-10k
-  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $f/images-idx3-ubyte.gz $f/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+  fm224
   rm -rf /tmp/tut
   step tut_ours 300 python3 benches/cores_busy.py "$BV" train --data /tmp/fm224 --preset tutorial --epochs "$E" --gpus 0 --quiet --out /tmp/tut
   sed "s/^/METRICS tut_ours /" /tmp/tut/metrics.jsonl >>"$LOG"; cp /tmp/tut/metrics.jsonl "$OUT/tut_ours.metrics.jsonl"

@@ -49,12 +49,6 @@ train_pair() {
   step ${name}_ddp_$i 300 "$bins"/burn-ddp launch --standalone --nproc-per-node 1 "$bins"/burn-vision "$@" --out /tmp/$name-ddp-$i
   metrics ${name}_ddp_$i /tmp/$name-ddp-$i
 }
-# The 224² JPEG class folders of the bundled images (the tutorial's data), made once.
-fm224() {
-  local d=datasets/fashion-mnist-10k
-  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $d/images-idx3-ubyte.gz $d/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
-}
-R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
 R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
 TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
 if [ "$PART" = 1 ]; then

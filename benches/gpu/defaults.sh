@@ -22,7 +22,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/defaults.log; SHOW="RESULT|img_per_s|rror|panick|FAIL|passed"; SHOW_LINES=${SHOW_LINES:-3}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
-R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {
   case $1 in

@@ -1,6 +1,6 @@
 # Shared by the GPU run scripts (source it after setting LOG and SHOW): the GPU machine's
 # library paths, the binaries (bins.tgz or bins.txz) and autotune cache carried in $B (default carry/), and
-# the workloads R50 and VB (bench arguments), and
+# the workloads R50, VB, VS and R18B (bench arguments), fm224 (the tutorial's JPEG folder), and
 # `step NAME TIMEOUT COMMAND...`, which appends the command's whole output to $LOG, shows the
 # lines matching $SHOW, and logs its exit code and wall time.
 source benches/gpu/env.sh
@@ -23,6 +23,14 @@ echo "libcupti from: ${CUPTI_DIR:-not found}" | tee -a "$LOG"
 STEPS=${STEPS:-30}
 R50=(bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 VB=(bench --gpus 0 --model vit_b16 --batch-size 128 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
+# The host-bound DDP workload: ResNet-18 on the bundled 28² images, 300 timed steps.
+R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
+# The tutorial's data: the bundled images as a 224² JPEG class folder, made once.
+fm224() {
+  local d=datasets/fashion-mnist-10k
+  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $d/images-idx3-ubyte.gz $d/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
+}
 step() {
   local name=$1 t=$2; shift 2
   echo "=== $name: $*" | tee -a "$LOG"

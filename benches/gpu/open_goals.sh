@@ -32,15 +32,10 @@ D=/tmp/photos
 skip() { [[ " ${SKIP:-} " == *" $1 "* || " ${PARTS:-1 2 3 4 5} " != *" $1 "* ]]; }
 # A training run's metrics.jsonl into the log (METRICS NAME {...}) and beside it in $OUT.
 metrics() { sed "s/^/METRICS $1 /" "$2/metrics.jsonl" >>"$LOG" 2>/dev/null; cp "$2/metrics.jsonl" "$OUT/$1.metrics.jsonl" 2>/dev/null; }
-# ViT-S/16 bf16 b256 with AdamW: ours (VS) and timm's under PyTorch (VS_TORCH MODE adamw).
-VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps 30 --optimizer adamw)
-VS_TORCH="synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw"
+# ViT-S/16 bf16 b256 with AdamW: ours (VSA) and timm's under PyTorch (VS_TORCH MODE adamw).
+VSA=("${VS[@]}" --optimizer adamw)
+VS_TORCH="synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 $STEPS bf16 nchw"
 E=${EPOCHS:-5}   # the tutorial job's epochs
-# The tutorial's data: the bundled images as a 224² JPEG class folder, made once.
-fm224() {
-  local f=datasets/fashion-mnist-10k
-  [ -d /tmp/fm224 ] || python3 benches/pytorch_baseline.py make-folder $f/images-idx3-ubyte.gz $f/labels-idx1-ubyte.gz /tmp/fm224 224 >>"$LOG" 2>&1
-}
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' | tee -a "$LOG"
 echo "host: $(nproc) cores" | tee -a "$LOG"
 step photos 300 python3 benches/make_photos.py $D/folder 1200
@@ -53,7 +48,6 @@ if ! skip 1; then
 fi
 
 if ! skip 2; then
-  R18B=(bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300)
   for i in 1 2 3; do
     step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
     step r18s_interleaved_enqueue_$i 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
@@ -65,8 +59,8 @@ if ! skip 2; then
 fi
 
 if ! skip 3; then
-  step vits_adamw_1 150 "$BV" "${VS[@]}"
-  step vits_adamw_2 150 "$BV" "${VS[@]}"
+  step vits_adamw_1 150 "$BV" "${VSA[@]}"
+  step vits_adamw_2 150 "$BV" "${VSA[@]}"
   step vits_torch_eager 150 python3 benches/pytorch_baseline.py $VS_TORCH eager adamw
   step vits_torch_compile 300 python3 benches/pytorch_baseline.py $VS_TORCH compile adamw
 fi
@@ -98,8 +92,8 @@ fi
 if ! skip 6; then
   SHOW_LINES=12 step checks_layer_norm 200 "$B"/burn-ddp-gpu-checks layer-norm linear-epilogue
   for i in 1 2; do
-    step vits_adamw_$i 150 "$BV" "${VS[@]}"
-    step vits_adamw_epilogue_$i 150 env BURN_DDP_LT_EPILOGUE=1 "$BV" "${VS[@]}"
+    step vits_adamw_$i 150 "$BV" "${VSA[@]}"
+    step vits_adamw_epilogue_$i 150 env BURN_DDP_LT_EPILOGUE=1 "$BV" "${VSA[@]}"
   done
   step vits_torch_compile 300 python3 benches/pytorch_baseline.py $VS_TORCH compile adamw
   fm224

@@ -42,14 +42,13 @@ elif [ "${PART:-1}" = 4 ]; then
   SHOW_LINES=2 step vits_torch_eager 150 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw eager adamw
   SHOW_LINES=2 step vits_torch_compile 300 python3 benches/pytorch_baseline.py synthetic timm:vit_small_patch16_224 256 224 3 1000 0 5 30 bf16 nchw compile adamw
 elif [ "${PART:-1}" = 3 ]; then
-  R18B="bench --gpus 0 --model resnet18 --batch-size 256 --image-size 28 --channels 1 --classes 10 --small-input --precision bf16 --warmup 5 --steps 300"
   for i in 1 2; do
-    SHOW_LINES=1 step "r18_plain_$i" 150 "$B"/burn-vision $R18B
-    SHOW_LINES=1 step "r18_ddp_$i" 150 "$B"/burn-vision $R18B --ddp
+    SHOW_LINES=1 step "r18_plain_$i" 150 "$B"/burn-vision "${R18B[@]}"
+    SHOW_LINES=1 step "r18_ddp_$i" 150 "$B"/burn-vision "${R18B[@]}" --ddp
   done
   for run in plain ddp; do
     extra=""; [ $run = ddp ] && extra="--ddp"
-    SHOW_LINES=1 step "r18_profiled_$run" 200 "$B"/burn-vision-host-profile $R18B $extra --host-profile "$OUT/host-profile-r18-$run"
+    SHOW_LINES=1 step "r18_profiled_$run" 200 "$B"/burn-vision-host-profile "${R18B[@]}" $extra --host-profile "$OUT/host-profile-r18-$run"
     head -c 4000 "$OUT/host-profile-r18-$run/host-profile.txt" 2>/dev/null | tee -a "$LOG"
   done
 else

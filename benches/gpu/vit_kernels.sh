@@ -31,7 +31,6 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/vit_kernels.log; SHOW="RESULT|img_per_s|rror|panick|FAIL"; SHOW_LINES=${SHOW_LINES:-12}
 source benches/gpu/lib.sh
 chmod +x "$B"/burn-vision "$B"/burn-ddp-gpu-checks 2>/dev/null
-VS=(bench --gpus 0 --model vit_s16 --batch-size 256 --image-size 224 --classes 1000 --precision bf16 --warmup 5 --steps "$STEPS")
 [ -n "${NO_CHECKS:-}" ] || step checks 300 "$B"/burn-ddp-gpu-checks bias-gelu layer-norm relu products patch-embed linear-epilogue
 # The switches of each variant (`step` runs a program under `timeout`, not a shell function).
 envs() {
