@@ -24,6 +24,11 @@
 #           300 and 600 timed steps, three runs each; ResNet-50 and ViT-B/16 once), each block
 #           timed to the device's end; each also with BURN_DDP_ENQUEUE_THREAD=1 (the NCCL
 #           enqueue off cubecl's device thread, experimental), after `nccl`'s checks with it.
+#   PART=6  collectives ordered by CUDA events (the default since 2026-12-05) against the
+#           flags and fence kernels (BURN_DDP_DIRECT_FENCES=0): the NCCL, SyncBatchNorm and
+#           same-stream checks both ways, then the interleaved rows of PART=5 (ResNet-18 28²
+#           twice, ResNet-50, ViT-B/16) each way, and ViT-B/16 with 100 MiB buckets
+#           (--bucket-cap-mb 100: 4 buckets instead of 16).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -123,6 +128,16 @@ elif [ "$PART" = 5 ]; then
   step r50_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+elif [ "$PART" = 6 ]; then
+  SHOW_LINES=20 step checks_events 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  SHOW_LINES=20 step checks_flags 300 env BURN_DDP_DIRECT_FENCES=0 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  for way in events flags; do
+    run=(env BURN_DDP_DIRECT_FENCES=$([ $way = events ] && echo 1 || echo 0) "$BV")
+    for i in 1 2; do step r18s_${way}_interleaved_$i 150 "${run[@]}" "${R18B[@]}" --ddp --ddp-interleave 25; done
+    step r50_${way}_interleaved 150 "${run[@]}" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+    step vitb16_${way}_interleaved 150 "${run[@]}" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  done
+  step vitb16_events_100mib_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10 --bucket-cap-mb 100
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

@@ -315,7 +315,7 @@ mod tests {
              --momentum 0.8 --weight-decay 0.1 --warmup-epochs 2 --min-lr-factor 0.2 --label-smoothing 0.1 \
              --val-fraction 0.3 --seed 5 --out o --resume --gpus 1,2 --image-size 64 --small-input false \
              --strict-images --prefetch 2 --shuffle-buffer 64 --max-steps-per-epoch 9 --stop-after-epochs 1 --strategy dp \
-             --sync-bn --grad-compression bf16 --precision bf16 --channels-first --pretrained w.pth \
+             --sync-bn --grad-compression bf16 --bucket-cap-mb 50 --precision bf16 --channels-first --pretrained w.pth \
              --freeze-layers --backbone-lr-scale 0.5 --clip-grad-norm 1 --checkpoint-every 3 \
              --profile-steps 2..4 --timeout-s 9 --hflip 0 --rrc-ratio 1,2 --color-jitter 0.4 \
              --random-erasing 0.2 --randaugment 2,7 --cutmix 1 --mixup-prob 0.5 --mixup-switch-prob 0.1 \
@@ -348,6 +348,7 @@ mod tests {
             strategy: crate::train::config::Strategy::Dp,
             sync_bn: true,
             grad_compression: burn_ddp::GradCompression::Bf16,
+            bucket_cap_mb: 50.0,
             precision: burn_ddp::nn::Precision::Bf16,
             channels_last: Some(false),
             pretrained: Some("w.pth".into()),

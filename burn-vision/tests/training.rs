@@ -246,8 +246,7 @@ fn one_rank_ddp_trains_exactly_like_one_process() {
     let data = folder_set();
     let (plain_dir, ddp_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let plain = run(&folder_config(plain_dir.path(), &data)).unwrap();
-    let dist =
-        burn_vision::train::distributed::Distributed::alone(None, true, burn_ddp::GradCompression::None).unwrap();
+    let dist = burn_vision::train::distributed::Distributed::alone(None, burn_ddp::DdpConfig::default()).unwrap();
     let ddp = burn_vision::train::train_with::<burn_autodiff::Autodiff<Flex>>(
         &folder_config(ddp_dir.path(), &data),
         Default::default(),

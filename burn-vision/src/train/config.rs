@@ -183,6 +183,12 @@ pub struct TrainConfig {
     #[serde(default)]
     #[arg(long, value_name = "TYPE", value_parser = parse_grad_compression, required = false)]
     pub grad_compression: GradCompression,
+    /// DDP's largest gradient bucket, in MiB (PyTorch's `bucket_cap_mb`; 25 by default): larger
+    /// buckets mean fewer collectives and less host work a step, smaller ones start earlier in
+    /// backward.
+    #[serde(default = "default_bucket_cap_mb")]
+    #[arg(long, value_name = "MIB", value_parser = parse_bucket_cap_mb, required = false)]
+    pub bucket_cap_mb: f64,
     /// Activation precision: `f32` (the default), `bf16` or `f16` (PyTorch's autocast:
     /// parameters, optimizer and BatchNorm statistics stay f32; f16 adds dynamic loss scaling,
     /// PyTorch's GradScaler).
@@ -327,6 +333,7 @@ impl Default for TrainConfig {
             strategy: Strategy::Ddp,
             sync_bn: false,
             grad_compression: GradCompression::None,
+            bucket_cap_mb: default_bucket_cap_mb(),
             precision: Precision::F32,
             channels_last: None,
             world: None,
@@ -359,6 +366,37 @@ pub fn parse_grad_compression(value: &str) -> Result<GradCompression> {
             value: value.into(),
             reason: "use none (f32), bf16 or fp16".into(),
         }),
+    }
+}
+
+/// PyTorch DDP's default bucket size, in MiB.
+pub fn default_bucket_cap_mb() -> f64 {
+    25.0
+}
+
+/// `--bucket-cap-mb`: a positive number of MiB (fractions allowed, as PyTorch's `bucket_cap_mb`).
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for anything else.
+pub fn parse_bucket_cap_mb(value: &str) -> Result<f64> {
+    match value.trim().parse::<f64>() {
+        Ok(mib) if mib.is_finite() && mib > 0.0 && mib <= 1e6 => Ok(mib),
+        _ => Err(Error::InvalidConfig {
+            name: "--bucket-cap-mb",
+            value: value.into(),
+            reason: "give the largest gradient bucket in MiB, a number above 0 (PyTorch's default: 25)".into(),
+        }),
+    }
+}
+
+/// The DDP settings a run's flags ask for: `overlap` (buckets start during backward), the
+/// gradients' wire type and the bucket size in MiB.
+pub fn ddp_config(overlap: bool, compression: GradCompression, bucket_cap_mb: f64) -> burn_ddp::DdpConfig {
+    burn_ddp::DdpConfig {
+        overlap,
+        compression,
+        bucket_bytes: (bucket_cap_mb * (1 << 20) as f64).round().max(1.0) as usize,
+        ..burn_ddp::DdpConfig::default()
     }
 }
 
@@ -561,6 +599,19 @@ mod tests {
         assert_eq!(DeviceSpec::parse_gpus("0,1, 3").unwrap(), DeviceSpec::Cuda(vec![0, 1, 3]));
         assert!(DeviceSpec::parse_gpus("0,x").unwrap_err().to_string().contains("`x` is not a GPU number"));
         assert!(DeviceSpec::parse_gpus("1,1").unwrap_err().to_string().contains("twice"));
+    }
+
+    #[test]
+    fn bucket_sizes_parse_and_reach_ddp() {
+        assert_eq!(parse_bucket_cap_mb("0.5").unwrap(), 0.5);
+        for bad in ["0", "-3", "x", "inf", "NaN"] {
+            let e = parse_bucket_cap_mb(bad).unwrap_err().to_string();
+            assert!(e.contains("--bucket-cap-mb") && e.contains("MiB"), "{bad}: {e}");
+        }
+        let d = ddp_config(false, GradCompression::Bf16, default_bucket_cap_mb());
+        assert_eq!(d.bucket_bytes, burn_ddp::DdpConfig::default().bucket_bytes);
+        assert!(!d.overlap && d.compression == GradCompression::Bf16);
+        assert_eq!(ddp_config(true, GradCompression::None, 0.5).bucket_bytes, 1 << 19);
     }
 
     #[test]

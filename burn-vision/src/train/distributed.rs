@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use burn_ddp::{
-    CommBackend as Collectives, DdpConfig, DistributedDataParallel, GradCompression, ProcessGroup, ReduceOp,
-    RendezvousConfig, init_process_groups_on,
+    CommBackend as Collectives, DdpConfig, DistributedDataParallel, ProcessGroup, ReduceOp, RendezvousConfig,
+    init_process_groups_on,
 };
 use std::sync::Arc;
 
@@ -30,21 +30,15 @@ impl Distributed {
     /// single process. `gpus`: the GPUs `--gpus` names on this node; local rank i trains on
     /// `gpus[i]`, and its NCCL group lives there too. With them, gradients travel over NCCL (set
     /// `BURN_VISION_COLLECTIVES=tcp` to send them through host memory instead); host values
-    /// always use a TCP group beside it. `overlap`: DDP all-reduces gradient buckets while
-    /// backward runs — pass it off with SyncBatchNorm, whose backward uses the same group; on
-    /// NCCL it stays on regardless (collectives are enqueued on the device in program order, so
-    /// SyncBatchNorm's and DDP's interleave alike on every rank). `timeout_s`
-    /// replaces `BURN_DDP_TIMEOUT_S` for the rendezvous and every collective; `compression`
-    /// is the type the gradients travel in.
+    /// always use a TCP group beside it. `ddp`: DDP's settings; its `overlap` (gradient buckets
+    /// all-reduced while backward runs) — pass it off with SyncBatchNorm, whose backward uses
+    /// the same group; on NCCL it stays on regardless (collectives are enqueued on the device
+    /// in program order, so SyncBatchNorm's and DDP's interleave alike on every rank).
+    /// `timeout_s` replaces `BURN_DDP_TIMEOUT_S` for the rendezvous and every collective.
     ///
     /// # Errors
     /// Rendezvous failures, NCCL set-up failures, or a local rank without a GPU in `--gpus`.
-    pub fn from_env(
-        gpus: Option<&[usize]>,
-        overlap: bool,
-        timeout_s: Option<f64>,
-        compression: GradCompression,
-    ) -> Result<Option<Self>> {
+    pub fn from_env(gpus: Option<&[usize]>, timeout_s: Option<f64>, ddp: DdpConfig) -> Result<Option<Self>> {
         if !burn_ddp::launch_env::launched(&|k| std::env::var(k).ok()) {
             return Ok(None);
         }
@@ -64,36 +58,25 @@ impl Distributed {
         }
         // This rank's GPU: the local rank's entry of --gpus (NCCL's group lives on it too).
         let device = gpus.map(|ids| ids[config.local_rank]);
-        Self::join(&config, device, overlap, compression).map(Some)
+        Self::join(&config, device, ddp).map(Some)
     }
 
     /// A world of this process alone: a one-rank group of its own on a free loopback port, so
     /// DDP runs its whole path — every bucket through the group (NCCL on `gpu`, TCP on the CPU
     /// when `None`) — with no peer to wait for: what `bench --ddp` times against plain steps.
-    /// `overlap`: buckets start during backward ([`DdpConfig::overlap`]).
+    /// `ddp`: DDP's settings, its `overlap` exactly as given.
     ///
     /// # Errors
     /// As [`Distributed::from_env`].
-    pub fn alone(gpu: Option<usize>, overlap: bool, compression: GradCompression) -> Result<Self> {
-        let d = Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu, overlap, compression)?;
+    pub fn alone(gpu: Option<usize>, ddp: DdpConfig) -> Result<Self> {
+        let d = Self::join(&RendezvousConfig::single_process(gpu.unwrap_or(0)), gpu, ddp)?;
         // `overlap` exactly as asked (the training loop keeps it on over NCCL).
-        Ok(Self {
-            ddp: DistributedDataParallel::new(
-                d.device_group.clone(),
-                DdpConfig { overlap, compression, ..DdpConfig::default() },
-            ),
-            ..d
-        })
+        Ok(Self { ddp: DistributedDataParallel::new(d.device_group.clone(), ddp), ..d })
     }
 
     /// The groups of the world `config` describes, DDP over the device group: NCCL on `gpu` when
     /// the rank trains on one, TCP otherwise.
-    fn join(
-        config: &RendezvousConfig,
-        gpu: Option<usize>,
-        overlap: bool,
-        compression: GradCompression,
-    ) -> Result<Self> {
+    fn join(config: &RendezvousConfig, gpu: Option<usize>, ddp: DdpConfig) -> Result<Self> {
         let nccl = gpu.is_some() && std::env::var("BURN_VISION_COLLECTIVES").map_or(true, |v| v != "tcp");
         let backends: &[Collectives] = if nccl { &[Collectives::Tcp, Collectives::Nccl] } else { &[Collectives::Tcp] };
         let groups =
@@ -118,10 +101,7 @@ impl Distributed {
             );
         }
         Ok(Self {
-            ddp: DistributedDataParallel::new(
-                device_group.clone(),
-                DdpConfig { overlap: overlap || nccl, compression, ..DdpConfig::default() },
-            ),
+            ddp: DistributedDataParallel::new(device_group.clone(), DdpConfig { overlap: ddp.overlap || nccl, ..ddp }),
             device_group,
             host_group,
             rank: config.rank,

@@ -63,17 +63,14 @@ fn bench_world(
     gpus: Option<&[usize]>,
 ) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
     let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
+    let ddp = config::ddp_config(!config.no_overlap, config.grad_compression, config.bucket_cap_mb);
     if config.ddp && launched {
-        let d = distributed::Distributed::from_env(gpus, !config.no_overlap, None, config.grad_compression)?
-            .expect("a launcher's world");
+        let d = distributed::Distributed::from_env(gpus, None, ddp)?.expect("a launcher's world");
         let gpu = gpus.map(|ids| ids[d.local_rank]);
         return Ok((Some(d), gpu));
     }
     let gpu = gpus.map(cuda_device).transpose()?;
-    let dist = config
-        .ddp
-        .then(|| distributed::Distributed::alone(gpu, !config.no_overlap, config.grad_compression))
-        .transpose()?;
+    let dist = config.ddp.then(|| distributed::Distributed::alone(gpu, ddp)).transpose()?;
     Ok((dist, gpu))
 }
 

@@ -71,7 +71,10 @@ pub fn train_on<B: AutodiffBackend>(config: &TrainConfig, devices: Vec<B::Device
         DeviceSpec::Cpu => None,
     };
     let dist = match config.strategy {
-        Strategy::Ddp => Distributed::from_env(gpus, !config.sync_bn, config.timeout_s, config.grad_compression)?,
+        Strategy::Ddp => {
+            let ddp = super::config::ddp_config(!config.sync_bn, config.grad_compression, config.bucket_cap_mb);
+            Distributed::from_env(gpus, config.timeout_s, ddp)?
+        }
         Strategy::Dp => None,
     };
     // The launcher's world sets the learning-rate scaling and the log, whatever --nproc said.

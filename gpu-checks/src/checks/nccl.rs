@@ -149,7 +149,9 @@ pub(crate) fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::G
     let ddp = burn_ddp::DistributedDataParallel::new(pg, config);
     let plain = ddp_steps(model.clone(), None, (&x, &g), 3).0.values();
     let again = ddp_steps(model.clone(), None, (&x, &g), 3).0.values();
+    let before = burn_ddp::nn::CudnnTimes::now();
     let with_ddp = ddp_steps(model, Some(&ddp), (&x, &g), 3).0.values();
+    let ordered = burn_ddp::nn::CudnnTimes::now().since(&before);
     // cuDNN's filter-gradient algorithms may sum in any order: plain training against itself
     // shows that noise; a bucket read before its gradients were written, or summed twice, would
     // be off by far more.
@@ -158,11 +160,13 @@ pub(crate) fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::G
     let s = ddp.stats();
     let ok = err <= 1e-4 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
     println!(
-        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} started_in_backward={} {}",
+        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} started_in_backward={} ordered_by_events={} by_flags={} {}",
         plain.len(),
         s.buckets,
         s.on_device,
         s.overlapped,
+        ordered.forks_by_events,
+        ordered.forks_by_flags,
         if ok { "ok" } else { "FAIL" }
     );
     ok

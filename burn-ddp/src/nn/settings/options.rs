@@ -23,7 +23,7 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_SAME_STREAM=0` | [`same_stream`](Self::same_stream) | on (fences where libcupti is missing) |
 /// | `BURN_DDP_COALESCED_FOLD=0` | [`coalesced_fold`](Self::coalesced_fold) | on |
 /// | `BURN_DDP_FILTER_KERNEL=0` | [`filter_kernel`](Self::filter_kernel) | on |
-/// | `BURN_DDP_DIRECT_FENCES=1` | [`direct_fences`](Self::direct_fences) | off (experimental) |
+/// | `BURN_DDP_DIRECT_FENCES=0` | [`direct_fences`](Self::direct_fences) | on (where `same_stream` owns burn's stream) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -119,12 +119,12 @@ pub struct CudnnOptions {
     /// two). On an H200 (2026-12-05): ResNet-50 bf16 b256 +0.6–1.3 % alone, GPU memory 0.06
     /// GiB lower.
     pub filter_kernel: bool,
-    /// **Experimental, not yet run on a GPU.** Where [`same_stream`](Self::same_stream) owns
-    /// burn's CUDA stream, launch the one-thread fence kernels that order a DDP bucket's or a
-    /// SyncBatchNorm exchange's collective with burn's stream (the flag's store at the fork,
-    /// the wait at the join) by the driver on that stream, instead of through cubecl's launch
-    /// path: measured on an H100 (2026-12-05), cubecl's launch costs about 42 µs each, 1.34 ms
-    /// of a ViT-B/16 bf16 b128 step's 3.41 ms of DDP work on burn's backend threads.
+    /// Where [`same_stream`](Self::same_stream) owns burn's CUDA stream, order a DDP bucket's or
+    /// a SyncBatchNorm exchange's collective with burn's stream by CUDA events recorded and
+    /// waited for on the two streams (PyTorch's way), instead of a flag stored on burn's stream
+    /// and one-thread fence kernels, launched through cubecl (`false`): no multiprocessor is
+    /// held by a spinning wait, and no cubecl launch (about 42 µs each on an H100, 2026-12-05)
+    /// is paid on burn's device thread.
     pub direct_fences: bool,
 }
 
@@ -153,7 +153,7 @@ impl Default for CudnnOptions {
             same_stream: true,
             coalesced_fold: true,
             filter_kernel: true,
-            direct_fences: false,
+            direct_fences: true,
         }
     }
 }
@@ -226,7 +226,7 @@ mod tests {
     fn defaults_match_pytorch() {
         let o = CudnnOptions::default();
         assert!(o.enabled && o.allow_tf32 && !o.deterministic && o.same_stream && o.lt_epilogue);
-        assert!(o.coalesced_fold && o.filter_kernel && !o.direct_fences);
+        assert!(o.coalesced_fold && o.filter_kernel && o.direct_fences);
         assert_eq!(o.workspace_limit, 512 << 20);
     }
 
@@ -249,7 +249,7 @@ mod tests {
             ("BURN_DDP_SAME_STREAM", "0"),
             ("BURN_DDP_COALESCED_FOLD", "off"),
             ("BURN_DDP_FILTER_KERNEL", "0"),
-            ("BURN_DDP_DIRECT_FENCES", "1"),
+            ("BURN_DDP_DIRECT_FENCES", "0"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -270,7 +270,7 @@ mod tests {
                 && !o.same_stream
                 && !o.coalesced_fold
                 && !o.filter_kernel
-                && o.direct_fences
+                && !o.direct_fences
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert!(CudnnOptions::default().cublas && CudnnOptions::default().fused_attention);

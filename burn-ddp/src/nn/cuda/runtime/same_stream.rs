@@ -36,8 +36,8 @@ fn owners() -> &'static Mutex<HashMap<usize, Owner>> {
 
 /// Burn's CUDA stream on `device` when the current burn stream owns the device's same-stream
 /// path (found by an earlier computation through [`order`]) and both `same_stream` and
-/// `direct_fences` are on: where the collectives' fence kernels may be enqueued directly, in
-/// order with burn's kernels. `None` otherwise.
+/// `direct_fences` are on: where a collective's ordering may be recorded directly (CUDA events,
+/// `side_stream`), in order with burn's kernels. `None` otherwise.
 pub(crate) fn direct_fence_stream(device: usize) -> Option<usize> {
     let o = crate::nn::settings::options::get();
     if !(o.same_stream && o.direct_fences) {

@@ -4,8 +4,9 @@
 //! thread waits for anything in between — burn keeps computing while the other stream works.
 //!
 //! [`fork`] is an operation of burn-fusion's stream (see `fusion_op`) over any number of
-//! buffers: on cubecl's device thread, in order with burn's kernels, it stores a flag on burn's
-//! stream (`stream_bridge`, its own [`Channel::Side`] flags) and hands the buffers' addresses —
+//! buffers: on cubecl's device thread, in order with burn's kernels, it records a CUDA event on
+//! burn's stream where the same-stream path knows that stream (`CudnnOptions::direct_fences`),
+//! else stores a flag on it (`stream_bridge`, its own [`Channel::Side`] flags), and hands the buffers' addresses —
 //! each input's, its output's, and scratch buffers' — and a [`SideFence`] to the caller's work,
 //! which enqueues on its stream the fence's wait, its computation and the fence's signal. An
 //! output is its input's own buffer, written in place, when nothing else can see that buffer
@@ -34,15 +35,51 @@ use cudarc::driver::{CudaContext, sys as driver};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The fence kernels of one device, for other streams of its primary context.
+/// The fence kernels of one device, for other streams of its primary context, and its spare
+/// CUDA events.
 struct SideKernels {
     ctx: Arc<CudaContext>,
     kernels: DeviceKernels,
+    events: Vec<driver::CUevent>,
 }
+
+// SAFETY: the events are plain driver handles of the primary context, used under the mutex.
+unsafe impl Send for SideKernels {}
+
+impl SideKernels {
+    /// A spare event, or a new one (no timing: the cheapest kind to record and wait for).
+    fn event(&mut self) -> Result<driver::CUevent> {
+        if let Some(e) = self.events.pop() {
+            return Ok(e);
+        }
+        let mut e = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context is bound (`bound`).
+        unsafe { driver::cuEventCreate(&mut e, driver::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
+            .result()
+            .map_err(|e| fail("creating a CUDA event", e))?;
+        Ok(e)
+    }
+}
+
+/// How a fork's work is ordered with burn's stream.
+#[derive(Clone, Copy, Debug)]
+enum Order {
+    /// `stream_bridge`'s flags: a flag stored on burn's stream that a one-thread kernel on the
+    /// work's stream waits for, and back.
+    Flags(Fence),
+    /// Where the same-stream path knows burn's CUDA stream (`same_stream::direct_fence_stream`):
+    /// `fork` recorded on burn's stream, `join` on the work's, each waited for by the other
+    /// stream's `cuStreamWaitEvent` — no kernel, so no multiprocessor held by a spinning wait
+    /// while burn's stream catches up (PyTorch's DDP orders its streams so).
+    Events { burn: driver::CUstream, fork: driver::CUevent, join: driver::CUevent },
+}
+
+// SAFETY: plain driver handles; a stream or event may be used from any thread of its context.
+unsafe impl Send for Order {}
 
 /// What the work enqueues on its stream around its computation.
 pub struct SideFence {
-    fence: Fence,
+    order: Order,
     kernels: Arc<Mutex<SideKernels>>,
 }
 
@@ -60,7 +97,14 @@ impl SideFence {
     /// # Errors
     /// When the launch fails.
     pub fn wait_on(&self, stream: driver::CUstream) -> Result<()> {
-        bound(&self.kernels)?.kernels.wait(stream, &self.fence)
+        let k = bound(&self.kernels)?;
+        match self.order {
+            Order::Flags(fence) => k.kernels.wait(stream, &fence),
+            // SAFETY: a live stream and event of the bound context.
+            Order::Events { fork, .. } => unsafe { driver::cuStreamWaitEvent(stream, fork, 0) }
+                .result()
+                .map_err(|e| fail("ordering a stream after burn's", e)),
+        }
     }
 
     /// Enqueues on `stream` the signal [`join`] waits for. Enqueue it after the computation.
@@ -68,7 +112,14 @@ impl SideFence {
     /// # Errors
     /// When the launch fails (then [`join`] would wait forever: the caller must not join).
     pub fn signal_on(&self, stream: driver::CUstream) -> Result<()> {
-        bound(&self.kernels)?.kernels.signal(stream, &self.fence)
+        let k = bound(&self.kernels)?;
+        match self.order {
+            Order::Flags(fence) => k.kernels.signal(stream, &fence),
+            // SAFETY: as `wait_on`.
+            Order::Events { join, .. } => {
+                unsafe { driver::cuEventRecord(join, stream) }.result().map_err(|e| fail("recording a CUDA event", e))
+            }
+        }
     }
 }
 
@@ -79,7 +130,7 @@ enum JoinState {
     /// says when that thread is done with it); the buffers it reads or writes that no tensor
     /// holds (sources copied from, scratch) stay allocated until the join has made burn's
     /// stream wait for it.
-    Enqueued(Fence, Vec<Cube>, Option<Ticket>),
+    Enqueued(Order, Vec<Cube>, Option<Ticket>),
     /// The work failed to enqueue: nothing to wait for.
     Failed,
 }
@@ -115,7 +166,7 @@ fn kernels(device: usize) -> Result<Arc<Mutex<SideKernels>>> {
     let kernels = DeviceKernels::load()?;
     let stream = ctx.new_stream().map_err(|e| fail("creating a CUDA stream", e))?;
     kernels.self_test(&stream)?;
-    let k = Arc::new(Mutex::new(SideKernels { ctx, kernels }));
+    let k = Arc::new(Mutex::new(SideKernels { ctx, kernels, events: Vec::new() }));
     map.insert(device, k.clone());
     Ok(k)
 }
@@ -230,20 +281,20 @@ pub fn fork(
             let (buffers, returned) = ((sources, outs.clone(), in_place, scratch), outs);
             device_thread::submit(&device, move || {
                 let (sources, outs, in_place, scratch) = buffers;
-                let hand_over = |side: &Mutex<SideKernels>| -> Result<(Fence, ForkBuffers)> {
+                let hand_over = |side: &Mutex<SideKernels>| -> Result<(Order, ForkBuffers)> {
                     // The resources are held until the addresses are taken; the cubes keep the
                     // buffers until the join.
                     let (bufs, _held) = span("ddp: buffers' addresses", || {
                         fork_addresses(&client, &sources, (&outs, &in_place), &scratch)
                     })?;
-                    let fence = span("ddp: flag on burn's stream", || flag_on_burn(side, device.index, &client))?;
-                    Ok((fence, bufs))
+                    let order = span("ddp: flag on burn's stream", || order_on_burn(side, device.index, &client))?;
+                    Ok((order, bufs))
                 };
                 let outcome =
                     match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, || {
-                        let (fence, bufs) = hand_over(&side)?;
+                        let (order, bufs) = hand_over(&side)?;
                         let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
-                        let side = SideFence { fence, kernels: side };
+                        let side = SideFence { order, kernels: side };
                         let ticket = match enqueue_thread() {
                             Some(thread) => Some(thread.send(bufs, side, Box::new(work))),
                             None => {
@@ -251,10 +302,10 @@ pub fn fork(
                                 None
                             }
                         };
-                        Ok((fence, ticket))
+                        Ok((order, ticket))
                     }) {
-                        Ok((fence, ticket)) => {
-                            JoinState::Enqueued(fence, keep.into_iter().chain(scratch).collect(), ticket)
+                        Ok((order, ticket)) => {
+                            JoinState::Enqueued(order, keep.into_iter().chain(scratch).collect(), ticket)
                         }
                         Err(e) => {
                             enqueue_failed(&e);
@@ -269,34 +320,59 @@ pub fn fork(
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
 }
 
-/// A fork's step 1 (`stream_bridge`): the flag stored on burn's stream — launched by the
-/// driver on burn's own CUDA stream with `CudnnOptions::direct_fences` where the current burn
-/// stream owns the device's same-stream path (`same_stream::direct_fence_stream`), else
-/// through cubecl.
-fn flag_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Fence> {
+/// A fork's first step, in order with burn's kernels: with `CudnnOptions::direct_fences`, where
+/// the current burn stream owns the device's same-stream path (`same_stream::direct_fence_stream`),
+/// an event recorded on burn's CUDA stream ([`Order::Events`]); else the flag stored on burn's
+/// stream through cubecl (`stream_bridge`).
+fn order_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Order> {
     let Some(stream) = same_stream::direct_fence_stream(device) else {
-        return stream_bridge::before(Channel::Side, device, client, false);
+        crate::nn::runtime::profile::count_fork(false);
+        return stream_bridge::before(Channel::Side, device, client, false).map(Order::Flags);
     };
-    let k = bound(side)?;
-    stream_bridge::before_direct(Channel::Side, device, client, (stream as driver::CUstream, &k.kernels))
-}
-
-/// A join's step 3: burn's stream waits for the work's signal — launched as [`flag_on_burn`]
-/// launches, falling back to cubecl's launch should the driver's fail.
-fn wait_on_burn(device: usize, fence: &Fence) {
-    let direct = same_stream::direct_fence_stream(device).zip(kernels(device).ok());
-    if let Some((stream, side)) = direct {
-        let launched = bound(&side).and_then(|k| {
-            stream_bridge::after_direct(Channel::Side, device, fence, (stream as driver::CUstream, &k.kernels))
-        });
-        match launched {
-            Ok(()) => return,
-            Err(e) => {
-                log::warn!("ordering burn's stream after a collective by the driver failed ({e}); cubecl launches it")
-            }
+    let burn = stream as driver::CUstream;
+    let mut k = bound(side)?;
+    let (fork, join) = (k.event()?, k.event()?);
+    // SAFETY: burn's live stream of the bound (primary) context; an event of it.
+    match unsafe { driver::cuEventRecord(fork, burn) }.result() {
+        Ok(()) => {
+            crate::nn::runtime::profile::count_fork(true);
+            Ok(Order::Events { burn, fork, join })
+        }
+        Err(e) => {
+            k.events.extend([fork, join]);
+            Err(fail("recording a CUDA event on burn's stream", e))
         }
     }
-    stream_bridge::after(Channel::Side, device, fence);
+}
+
+/// A join's last step: burn's stream waits for the work's signal, as `order` was made. Where
+/// the joining burn stream is not the one the events were recorded for (or the wait cannot be
+/// enqueued), the host waits for the work instead: slower, never unordered.
+fn wait_on_burn(device: usize, order: &Order) {
+    let Order::Events { burn, fork, join } = *order else {
+        if let Order::Flags(fence) = order {
+            stream_bridge::after(Channel::Side, device, fence);
+        }
+        return;
+    };
+    let waited = kernels(device).and_then(|side| {
+        let mut k = bound(&side)?;
+        let result = match same_stream::direct_fence_stream(device) {
+            // SAFETY: live handles of the bound context.
+            Some(s) if s as driver::CUstream == burn => unsafe { driver::cuStreamWaitEvent(burn, join, 0) }
+                .result()
+                .map_err(|e| fail("ordering burn's stream after a collective", e)),
+            _ => unsafe { driver::cuEventSynchronize(join) }
+                .result()
+                .map_err(|e| fail("waiting for a collective on the host", e)),
+        };
+        // Waits already enqueued keep the records they saw: the events may serve again.
+        k.events.extend([fork, join]);
+        result
+    });
+    if let Err(e) = waited {
+        log::error!("{e}; burn's stream may read the collective's buffers early");
+    }
 }
 
 /// A part of a fork's or a join's work on the backend's threads, timed as its own span inside
@@ -413,11 +489,11 @@ pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
                 crate::trace::span("ddp: join a bucket (device thread)", DDP_BACKEND_THREADS, || {
                     let done =
                         std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
-                    if let JoinState::Enqueued(fence, keep, ticket) = done {
+                    if let JoinState::Enqueued(order, keep, ticket) = done {
                         if let Some(ticket) = ticket {
                             wait_for(&ticket);
                         }
-                        wait_on_burn(device.index, &fence);
+                        wait_on_burn(device.index, &order);
                         // Burn's stream now waits for the work: its buffers may serve burn again.
                         drop(keep);
                     }

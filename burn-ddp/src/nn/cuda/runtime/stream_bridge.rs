@@ -226,22 +226,6 @@ impl Flags {
         Ok(Fence { wait: (self.addresses.0, self.count), signal: (self.addresses.1, self.count) })
     }
 
-    /// [`Flags::before`]'s store launched by the driver on `stream` (burn's own CUDA stream)
-    /// with `kernels`, instead of through cubecl's launch path.
-    fn before_direct(&mut self, stream: driver::CUstream, kernels: &DeviceKernels) -> Result<Fence> {
-        if self.count >= 1 << 31 {
-            return self.before(false);
-        }
-        self.count += 1;
-        kernels.signal(stream, &Fence { wait: (0, 0), signal: (self.addresses.0, self.count) })?;
-        Ok(Fence { wait: (self.addresses.0, self.count), signal: (self.addresses.1, self.count) })
-    }
-
-    /// [`Flags::after`]'s wait launched by the driver on `stream` with `kernels`.
-    fn after_direct(&self, fence: &Fence, stream: driver::CUstream, kernels: &DeviceKernels) -> Result<()> {
-        kernels.wait(stream, &Fence { wait: (self.addresses.1, fence.signal.1), signal: (0, 0) })
-    }
-
     fn after(&self, fence: &Fence) {
         // SAFETY: the handle holds one u32.
         wait_flag::launch::<CudaRuntime>(
@@ -265,46 +249,6 @@ pub fn before(channel: Channel, device: usize, client: &ComputeClient<CudaRuntim
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Flags::new(client)?),
         };
         flags.before(flush)
-    })
-}
-
-/// [`before`] where the caller knows burn's CUDA stream of the current burn stream
-/// (`same_stream::direct_fence_stream`): the store is launched on `stream` by the driver with
-/// `kernels` (of the device's primary context, bound on this thread), which costs a few
-/// microseconds where a launch through cubecl costs tens. Call it on cubecl's device thread, as [`before`]:
-/// cubecl launches at once, so the store follows every kernel burn launched before.
-///
-/// # Errors
-/// When the flags cannot be made or the launch fails.
-pub fn before_direct(
-    channel: Channel,
-    device: usize,
-    client: &ComputeClient<CudaRuntime>,
-    (stream, kernels): (driver::CUstream, &DeviceKernels),
-) -> Result<Fence> {
-    FLAGS.with(|f| {
-        let mut map = f.borrow_mut();
-        let flags = match map.entry((device, StreamId::current(), channel)) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(Flags::new(client)?),
-        };
-        flags.before_direct(stream, kernels)
-    })
-}
-
-/// [`after`] launched by the driver on burn's CUDA stream, as [`before_direct`].
-///
-/// # Errors
-/// When the launch fails (then nothing orders burn's stream after the other one's work).
-pub fn after_direct(
-    channel: Channel,
-    device: usize,
-    fence: &Fence,
-    (stream, kernels): (driver::CUstream, &DeviceKernels),
-) -> Result<()> {
-    FLAGS.with(|f| match f.borrow().get(&(device, StreamId::current(), channel)) {
-        Some(flags) => flags.after_direct(fence, stream, kernels),
-        None => Ok(()),
     })
 }
 
