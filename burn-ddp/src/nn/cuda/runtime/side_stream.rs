@@ -356,18 +356,23 @@ fn wait_on_burn(device: usize, order: &Order) {
         return;
     };
     let waited = kernels(device).and_then(|side| {
-        let mut k = bound(&side)?;
-        let result = match same_stream::direct_fence_stream(device) {
+        let on_burns = matches!(same_stream::direct_fence_stream(device), Some(s) if s as driver::CUstream == burn);
+        let result = match on_burns {
             // SAFETY: live handles of the bound context.
-            Some(s) if s as driver::CUstream == burn => unsafe { driver::cuStreamWaitEvent(burn, join, 0) }
-                .result()
-                .map_err(|e| fail("ordering burn's stream after a collective", e)),
-            _ => unsafe { driver::cuEventSynchronize(join) }
-                .result()
-                .map_err(|e| fail("waiting for a collective on the host", e)),
+            true => bound(&side).and_then(|_k| {
+                unsafe { driver::cuStreamWaitEvent(burn, join, 0) }
+                    .result()
+                    .map_err(|e| fail("ordering burn's stream after a collective", e))
+            }),
+            // Outside the lock: other forks go on meanwhile (the context stays bound).
+            false => bound(&side).map(drop).and_then(|()| {
+                unsafe { driver::cuEventSynchronize(join) }
+                    .result()
+                    .map_err(|e| fail("waiting for a collective on the host", e))
+            }),
         };
         // Waits already enqueued keep the records they saw: the events may serve again.
-        k.events.extend([fork, join]);
+        bound(&side)?.events.extend([fork, join]);
         result
     });
     if let Err(e) = waited {
