@@ -29,6 +29,8 @@
 #           same-stream checks both ways, then the interleaved rows of PART=5 (ResNet-18 28²
 #           twice, ResNet-50, ViT-B/16) each way, and ViT-B/16 with 100 MiB buckets
 #           (--bucket-cap-mb 100: 4 buckets instead of 16).
+#   PART=7  PART=1's ResNet-50 rows alone, three pairs (the spread between processes makes
+#           them the noisiest of PART=1).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -56,15 +58,15 @@ train_pair() {
 }
 R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
 TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
-if [ "$PART" = 1 ]; then
-  step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
-  for i in 1 2; do
+if [ "$PART" = 1 ] || [ "$PART" = 7 ]; then
+  [ "$PART" = 1 ] && step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
+  for i in $([ "$PART" = 7 ] && echo 1 2 3 || echo 1 2); do
     step r50_plain_$i 150 "$BV" "${R50[@]}"
     step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
     step r50_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
     step r50_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
   done
-  for i in 1 2; do
+  for i in $([ "$PART" = 7 ] || echo 1 2); do
     step vitb16_plain_$i 150 "$BV" "${VB[@]}"
     step vitb16_ddp_$i 150 "$BV" "${VB[@]}" --ddp
     step vitb16_torch_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
