@@ -16,7 +16,8 @@
 #     ResNet-50 and ViT-B/16 once), the hand-over's parts timed.
 #   PART=3: the GPU checks of every layer but the convolutions' and the decoders' (NCCL's,
 #     SyncBatchNorm's and the same-stream path's among them), those three again with
-#     BURN_DDP_DIRECT_FENCES=1 (experimental), then PART=2's DDP rows without and with it.
+#     BURN_DDP_DIRECT_FENCES=0 (collectives ordered by flags and fence kernels instead of CUDA
+#     events), then PART=2's DDP rows each way (ddp_cost.sh PART=6 is the fuller comparison).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/against-compile-PART.log; the summary (benches/gpu/open_goals_summary.py) last.
 set -uo pipefail
@@ -38,8 +39,9 @@ workload() {
   esac
 }
 
-# DDP over a one-rank NCCL group against plain steps, inside one process; `ddp_rows direct`
-# with BURN_DDP_DIRECT_FENCES=1 (the rows named `*_direct_*`).
+# DDP over a one-rank NCCL group against plain steps, inside one process, the collectives
+# ordered by flags (BURN_DDP_DIRECT_FENCES=0); `ddp_rows direct` by CUDA events, the default
+# (the rows named `*_direct_*`).
 ddp_rows() {
   local run=(env BURN_DDP_DIRECT_FENCES=$([ "${1:-}" = direct ] && echo 1 || echo 0) "$BV") tag=${1:+_$1}
   for i in 1 2; do step r18s${tag}_interleaved_$i 150 "${run[@]}" "${R18B[@]}" --ddp --ddp-interleave 25; done
@@ -51,7 +53,7 @@ if [ "$P" = 3 ]; then
   SHOW_LINES=60 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sgd adamw attention layer-norm relu bias-gelu \
     products patch-embed linear-epilogue cross-entropy mean-over max-pool cudnn-ordering conv-bn-relu bn-add-relu \
     batch-norm warp-fold sync-batch-norm
-  SHOW_LINES=20 step checks_direct_fences 200 env BURN_DDP_DIRECT_FENCES=1 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  SHOW_LINES=20 step checks_flags 200 env BURN_DDP_DIRECT_FENCES=0 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
   ddp_rows
   ddp_rows direct
 elif [ "$P" = 1 ]; then

@@ -44,6 +44,9 @@ fn bad_input_gets_one_clear_line() {
         (&["bench", "--no-overlap"], "--ddp"),
         (&["bench", "--ddp-interleave", "4"], "--ddp"),
         (&["bench", "--ddp", "--ddp-interleave", "0", "--model", "resnet10-mini"], "at least one step"),
+        (&["bench", "--bucket-cap-mb", "5"], "--ddp"),
+        (&["bench", "--ddp", "--bucket-cap-mb", "0"], "--bucket-cap-mb"),
+        (&["train", "--bucket-cap-mb", "x", "--quiet"], "--bucket-cap-mb"),
     ];
     for (args, expected) in cases {
         let out = cli(args);
@@ -722,6 +725,19 @@ fn bench_interleaves_plain_and_ddp_blocks() {
     // Every DDP step all-reduced its buckets: a whole number of buckets per DDP step.
     let buckets = r["ddp"]["buckets"].as_f64().unwrap();
     assert!(buckets >= 1.0 && buckets.fract() == 0.0, "{}", r["ddp"]);
+}
+
+/// `--bucket-cap-mb` reaches DDP: smaller buckets, more of them a step.
+#[test]
+fn bench_bucket_cap_sets_the_buckets() {
+    let buckets = |extra: &[&str]| {
+        let o = mini_bench(&[&["--steps", "1", "--ddp"], extra].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        r["ddp"]["buckets"].as_f64().unwrap()
+    };
+    let (default, small) = (buckets(&[]), buckets(&["--bucket-cap-mb", "0.01"]));
+    assert!(default >= 1.0 && small > default, "25 MiB: {default} buckets, 10 KiB: {small}");
 }
 
 /// `bench` on the CPU prints one JSON line whose first-step split adds up: the whole wait from
