@@ -345,39 +345,38 @@ fn order_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClien
     }
 }
 
-/// A join's last step: burn's stream waits for the work's signal, as `order` was made. Where
-/// the joining burn stream is not the one the events were recorded for (or the wait cannot be
-/// enqueued), the host waits for the work instead: slower, never unordered.
+/// A join's last step: burn's stream waits for the work's signal, as `order` was made.
 fn wait_on_burn(device: usize, order: &Order) {
-    let Order::Events { burn, fork, join } = *order else {
-        if let Order::Flags(fence) = order {
-            stream_bridge::after(Channel::Side, device, fence);
+    match *order {
+        Order::Flags(fence) => stream_bridge::after(Channel::Side, device, &fence),
+        Order::Events { burn, fork, join } => {
+            if let Err(e) = wait_for_event(device, burn, join) {
+                log::error!("{e}; burn's stream may read the collective's buffers early");
+            }
+            // Waits already enqueued keep the records they saw: the events may serve again.
+            if let Ok(side) = kernels(device) {
+                side.lock().unwrap_or_else(|p| p.into_inner()).events.extend([fork, join]);
+            }
         }
-        return;
-    };
-    let waited = kernels(device).and_then(|side| {
-        let on_burns = matches!(same_stream::direct_fence_stream(device), Some(s) if s as driver::CUstream == burn);
-        let result = match on_burns {
-            // SAFETY: live handles of the bound context.
-            true => bound(&side).and_then(|_k| {
-                unsafe { driver::cuStreamWaitEvent(burn, join, 0) }
-                    .result()
-                    .map_err(|e| fail("ordering burn's stream after a collective", e))
-            }),
-            // Outside the lock: other forks go on meanwhile (the context stays bound).
-            false => bound(&side).map(drop).and_then(|()| {
-                unsafe { driver::cuEventSynchronize(join) }
-                    .result()
-                    .map_err(|e| fail("waiting for a collective on the host", e))
-            }),
-        };
-        // Waits already enqueued keep the records they saw: the events may serve again.
-        bound(&side)?.events.extend([fork, join]);
-        result
-    });
-    if let Err(e) = waited {
-        log::error!("{e}; burn's stream may read the collective's buffers early");
     }
+}
+
+/// Burn's stream `burn` waits for `join` on the device. Where the joining burn stream is not
+/// the one the events were recorded for, or that wait cannot be enqueued, the host waits for
+/// the work instead: slower, never unordered.
+fn wait_for_event(device: usize, burn: driver::CUstream, join: driver::CUevent) -> Result<()> {
+    // The context stays bound on this thread once the lock is released.
+    let side = kernels(device)?;
+    drop(bound(&side)?);
+    if matches!(same_stream::direct_fence_stream(device), Some(s) if s as driver::CUstream == burn) {
+        // SAFETY: live handles of the bound context.
+        match unsafe { driver::cuStreamWaitEvent(burn, join, 0) }.result() {
+            Ok(()) => return Ok(()),
+            Err(e) => log::warn!("ordering burn's stream after a collective failed ({e:?}); the host waits for it"),
+        }
+    }
+    // SAFETY: as above.
+    unsafe { driver::cuEventSynchronize(join) }.result().map_err(|e| fail("waiting for a collective on the host", e))
 }
 
 /// A part of a fork's or a join's work on the backend's threads, timed as its own span inside
