@@ -369,9 +369,9 @@ pub fn parse_grad_compression(value: &str) -> Result<GradCompression> {
     }
 }
 
-/// PyTorch DDP's default bucket size, in MiB.
+/// DDP's default bucket size (PyTorch's: 25 MiB), in MiB.
 pub fn default_bucket_cap_mb() -> f64 {
-    25.0
+    burn_ddp::DdpConfig::default().bucket_bytes as f64 / (1 << 20) as f64
 }
 
 /// `--bucket-cap-mb`: a positive number of MiB (fractions allowed, as PyTorch's `bucket_cap_mb`).

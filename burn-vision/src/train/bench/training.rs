@@ -6,7 +6,9 @@ use crate::error::Result;
 use crate::model::classifier::Classifier;
 use crate::model::image_classifier::ImageClassifier;
 use crate::model::registry::create;
-use crate::train::config::{DeviceSpec, OptimizerKind, parse_bucket_cap_mb, parse_grad_compression};
+use crate::train::config::{
+    DeviceSpec, OptimizerKind, default_bucket_cap_mb, parse_bucket_cap_mb, parse_grad_compression,
+};
 use crate::train::distributed::Distributed;
 use burn::module::Module;
 use burn::prelude::*;
@@ -102,7 +104,7 @@ pub struct BenchConfig {
     #[arg(long, requires = "ddp")]
     pub no_overlap: bool,
     /// With --ddp, the largest gradient bucket in MiB (PyTorch's `bucket_cap_mb`).
-    #[arg(long, value_name = "MIB", requires = "ddp", default_value = "25", value_parser = parse_bucket_cap_mb)]
+    #[arg(long, value_name = "MIB", requires = "ddp", default_value_t = default_bucket_cap_mb(), value_parser = parse_bucket_cap_mb)]
     pub bucket_cap_mb: f64,
     /// With --ddp in a one-rank group: the timed steps alternate blocks of STEPS steps without
     /// DDP and through it, in this one process (the same threads, memory and device), each block
