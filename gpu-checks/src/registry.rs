@@ -97,6 +97,11 @@ pub(crate) const CHECKS: &[Check] = &[
     },
     Check { name: "relu", what: "burn-ddp's ReLU against burn's, bit for bit", run: activations::check_relu },
     Check {
+        name: "cast-packed",
+        what: "burn-ddp's packed cast of a channels-last RGB view against the host's cast, bit for bit",
+        run: activations::check_cast_packed,
+    },
+    Check {
         name: "bias-gelu",
         what: "the fused bias + GELU kernel, values and gradients, f32/bf16/f16, against f64",
         run: activations::check_bias_gelu,

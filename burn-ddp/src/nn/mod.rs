@@ -13,6 +13,7 @@
 
 pub mod batch_norm;
 mod batch_norm_nhwc;
+pub mod cast;
 pub mod conv;
 pub mod crop;
 pub mod cross_entropy;
@@ -34,6 +35,7 @@ pub mod upload;
 
 pub use batch_norm::{batch_norm, batch_norm_add_relu, conv_batch_norm, conv_batch_norm_add_relu};
 pub use batch_norm_nhwc::{batch_norm_add_relu_nhwc, batch_norm_nhwc};
+pub use cast::cast_packed;
 pub use conv::{conv2d, filter_kernel_calls};
 pub use crop::{CropResize, Normalize, Pixels};
 pub use cross_entropy::cross_entropy;

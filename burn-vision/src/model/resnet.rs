@@ -364,7 +364,8 @@ impl<B: Backend> ImageClassifier<B> for ResNet<B> {
     /// `[n, in_channels, h, w]` → `[n, num_classes]`
     fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
         let (sync, layout) = (self.sync_bn.as_ref(), self.layout);
-        let x = layout.view_from_nchw(x).cast(self.precision.dtype());
+        // Packed, so the stem convolution reads the 3-channel batch without a copy.
+        let x = burn_ddp::nn::cast_packed(layout.view_from_nchw(x), self.precision.dtype());
         let mut x = conv_norm(&self.conv1, &self.bn1, x, sync, true);
         if let Some(pool) = &self.maxpool {
             // burn's max-pool works channels-last inside: an NCHW view in, an NCHW view out.

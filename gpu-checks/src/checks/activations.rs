@@ -155,3 +155,48 @@ pub(crate) fn check_bias_gelu(device: &CudaDevice) -> bool {
     options::set(base);
     ok
 }
+
+/// `burn_ddp::nn::cast_packed` on the channels-last view of an RGB batch (rows of 3 values,
+/// which burn-cuda pitches) against the host's round-to-nearest-even cast of the same f32
+/// values, bit for bit (to bf16, to f16, and to f32: a packed copy), with and without autodiff;
+/// and a tensor that needs a gradient still gets one through it (burn's cast there).
+pub(crate) fn check_cast_packed(device: &CudaDevice) -> bool {
+    use burn::tensor::{bf16, f16};
+    let mut ok = true;
+    <Cuda as Backend>::seed(device, 7);
+    let nchw = Tensor::<Cuda, 4>::random([2, 3, 13, 11], Distribution::Normal(0.0, 3.0), device);
+    let host: Vec<f32> = nchw.clone().permute([0, 2, 3, 1]).into_data().to_vec().expect("f32");
+    let view = || nchw.clone().permute([0, 2, 3, 1]);
+    for dtype in [FloatDType::BF16, FloatDType::F16, FloatDType::F32] {
+        let expect: Vec<f32> = host
+            .iter()
+            .map(|&v| match dtype {
+                FloatDType::BF16 => bf16::from_f32(v).to_f32(),
+                FloatDType::F16 => f16::from_f32(v).to_f32(),
+                _ => v,
+            })
+            .collect();
+        let f = |t: Tensor<Cuda, 4>| t.cast(FloatDType::F32).into_data().to_vec::<f32>().expect("f32");
+        let plain = f(burn_ddp::nn::cast_packed(view(), dtype));
+        let ad = f(burn_ddp::nn::cast_packed(Tensor::<Ad, 4>::from_inner(view()), dtype).inner());
+        let same = plain == expect && ad == expect;
+        println!(
+            "RESULT check=cast_packed dtype={} elements={} bit-identical to the host's cast (plain, autodiff)={same} {}",
+            dtype_name(dtype),
+            expect.len(),
+            if same { "ok" } else { "FAIL" }
+        );
+        ok &= same;
+    }
+    let leaf = Tensor::<Ad, 4>::from_inner(view()).require_grad();
+    let y = burn_ddp::nn::cast_packed(leaf.clone(), FloatDType::BF16);
+    let grads = (y.cast(FloatDType::F32) * 2.0).sum().backward();
+    let g: Vec<f32> = leaf.grad(&grads).map(|g| g.into_data().to_vec().expect("f32")).unwrap_or_default();
+    let flows = g.len() == host.len() && g.iter().all(|&v| v == 2.0);
+    println!(
+        "RESULT check=cast_packed_gradient elements={} every gradient 2={flows} {}",
+        g.len(),
+        if flows { "ok" } else { "FAIL" }
+    );
+    ok && flows
+}

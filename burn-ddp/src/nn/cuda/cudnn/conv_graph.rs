@@ -21,8 +21,6 @@ use cudarc::driver::CudaStream;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// Engine configurations timed per plan, at most (the heuristics' first ones).
-const CANDIDATES: usize = 8;
 /// Timed runs per candidate (after one untimed run).
 const RUNS: usize = 2;
 /// What the plan promises about every buffer's address (checked on each call).
@@ -192,9 +190,9 @@ unsafe fn run(handle: sys::cudnnHandle_t, plan: &Desc, p: Pointers, workspace: u
 }
 
 /// Builds the plan for `dir` on `shape`: the fastest, on these buffers, of the first
-/// [`CANDIDATES`] engine configurations the heuristics propose (mode A, then the fallback
-/// list) that `opts` allows and whose workspace fits `workspace.1` bytes. Runs them on
-/// `stream` (the handle's) and waits for it.
+/// [`CudnnOptions::conv_candidates`] engine configurations the heuristics propose (mode A; the
+/// fallback list when none of those ran) that `opts` allows and whose workspace fits
+/// `workspace.1` bytes. Runs them on `stream` (the handle's) and waits for it.
 ///
 /// # Safety
 /// The pointers must be live device buffers of `shape`'s extents that cuDNN may overwrite
@@ -219,7 +217,7 @@ pub(crate) unsafe fn build(
     let mut tried = Vec::new();
     for mode in [sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, sys::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK]
     {
-        let Ok((_heur, cfgs)) = configs(&graph, mode, CANDIDATES) else { continue };
+        let Ok((_heur, cfgs)) = configs(&graph, mode, opts.conv_candidates) else { continue };
         for cfg in cfgs {
             if !allowed(&cfg, shape, opts).unwrap_or(false) {
                 continue;

@@ -81,13 +81,14 @@ pub(crate) fn conv2d_cuda<B: Backend>(
     }
     let (xc, wc): (Tensor<Cuda, 4>, Tensor<Cuda, 4>) = (cast(x.clone()), cast(w.clone()));
     match forward(xc.into_primitive().tensor(), wc.into_primitive().tensor(), o, layout) {
-        Ok((y, _)) => Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y)))),
+        Ok((y, _, _)) => Ok(cast(Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(y)))),
         Err(e) => Err((x, w, e)),
     }
 }
 
-/// What the backward pass needs: the input, the filter as cuDNN read it (cast, reordered,
-/// packed), and the filter parameter's own shape and type (its gradient comes back in those).
+/// What the backward pass needs: the input and the filter as cuDNN read them (the input
+/// packed, the filter cast, reordered and packed: the backward packs neither again), and the
+/// filter parameter's own shape and type (its gradient comes back in those).
 #[derive(Debug, Clone)]
 struct Saved {
     x: Prim,
@@ -138,10 +139,10 @@ fn take_grad(grads: &mut Gradients, key: AdPrim) -> Option<Prim> {
 fn autodiff_conv(x: Tensor<Ad, 4>, w: Tensor<Ad, 4>, o: &ConvOptions<2>, layout: Layout) -> Result<Tensor<Ad, 4>> {
     let (x, w) = (x.into_primitive().tensor(), w.into_primitive().tensor());
     let w_meta = (w.primitive.shape.clone(), w.primitive.dtype);
-    let (y, wk) = forward(x.primitive.clone(), w.primitive.clone(), o, layout)?;
+    let (y, wk, xk) = forward(x.primitive.clone(), w.primitive.clone(), o, layout)?;
     let out = match CudnnConv2d.prepare::<NoCheckpointing>([x.node.clone(), w.node.clone()]).compute_bound().stateful()
     {
-        OpsKind::Tracked(prep) => prep.finish(Saved { x: x.primitive, wk, w: w_meta, options: o.clone(), layout }, y),
+        OpsKind::Tracked(prep) => prep.finish(Saved { x: xk, wk, w: w_meta, options: o.clone(), layout }, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
@@ -165,21 +166,24 @@ fn shape_of(layout: Layout, nchw: [i32; 4]) -> Shape {
     Shape::from(layout.from_nchw(nchw).map(|v| v as usize).to_vec())
 }
 
-/// Queues the forward pass: `(y, the filter as cuDNN reads it)`.
-fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim, Prim)> {
+/// Queues the forward pass: `(y, the filter as cuDNN reads it, the input as cuDNN reads it)`.
+/// The last is `x`'s own buffer unless `x` had to be packed (a pitched or strided input: a
+/// 3-channel image in channels-last, whose rows burn-cuda pads to 16 bytes): the backward pass
+/// keeps that copy, not `x`, and so packs nothing again.
+fn forward(x: Prim, w: Prim, o: &ConvOptions<2>, layout: Layout) -> Result<(Prim, Prim, Prim)> {
     data_type(&w)?;
     let shape = describe(&x, &w.shape, o, layout)?;
     let dtype = x.dtype;
-    let outputs = [(shape_of(layout, shape.y), dtype), (shape_of(layout, shape.w), dtype)];
+    let outputs = [(shape_of(layout, shape.y), dtype), (shape_of(layout, shape.w), dtype), fusion_op::like(&x)];
     let o = o.clone();
     let mut out = fusion_op::queue("cudnn_conv2d", vec![x, w], &outputs, move |ins| {
         let [x, w]: [Cube; 2] = ins.try_into().expect("two inputs");
         let wk = timed(Phase::Prepare, || pack_filter(w, dtype, layout));
-        let y = forward_cubes(x, &wk, &shape, &o, layout);
-        vec![y, wk]
+        let (y, xk) = forward_cubes(x, &wk, &shape, &o, layout);
+        vec![y, wk, xk]
     });
-    let wk = out.pop().expect("two outputs");
-    Ok((out.pop().expect("two outputs"), wk))
+    let [y, wk, xk]: [Prim; 3] = std::array::from_fn(|_| out.remove(0));
+    Ok((y, wk, xk))
 }
 
 /// `w` (KCRS, any float type) in `dtype`, reordered for `layout` (KRSC for channels-last), packed:
@@ -215,14 +219,17 @@ fn from_nchw(t: Cube, layout: Layout) -> Cube {
     }
 }
 
-fn forward_cubes(x: Cube, wk: &Cube, shape: &ConvShape, o: &ConvOptions<2>, layout: Layout) -> Cube {
-    cudnn_forward(x.clone(), wk, shape).unwrap_or_else(|e| {
+/// `(y, the input as cuDNN read it)`.
+fn forward_cubes(x: Cube, wk: &Cube, shape: &ConvShape, o: &ConvOptions<2>, layout: Layout) -> (Cube, Cube) {
+    let (xc, x_strides) = input(x, shape);
+    let y = cudnn_forward(&xc, x_strides, wk, shape).unwrap_or_else(|e| {
         warn_once("cuDNN convolution forward", &e, BURN_RUNS);
         from_nchw(
-            <Inner as ModuleOps<Inner>>::conv2d(nchw(x, layout), nchw(wk.clone(), layout), None, o.clone()),
+            <Inner as ModuleOps<Inner>>::conv2d(nchw(xc.clone(), layout), nchw(wk.clone(), layout), None, o.clone()),
             layout,
         )
-    })
+    });
+    (y, xc)
 }
 
 /// Input strides cuDNN may read `x` with: its own when it is a strided NCHW buffer and
@@ -236,14 +243,13 @@ fn input(x: Cube, shape: &ConvShape) -> (Cube, [i32; 4]) {
     (timed(Phase::Prepare, || packed(x)), shape.x_strides)
 }
 
-fn cudnn_forward(x: Cube, wk: &Cube, shape: &ConvShape) -> Result<Cube> {
-    let (xc, x_strides) = input(x, shape);
-    let y = empty(&xc, &shape.layout.from_nchw(shape.y).map(|v| v as usize));
+fn cudnn_forward(xc: &Cube, x_strides: [i32; 4], wk: &Cube, shape: &ConvShape) -> Result<Cube> {
+    let y = empty(xc, &shape.layout.from_nchw(shape.y).map(|v| v as usize));
     let shape = ConvShape { x_strides, ..shape.clone() };
     let device = xc.device.index;
     // SAFETY: `launch` orders the computation after the buffers' producers and before their
     // next users; their extents match `shape` by construction.
-    launch(&[&xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe {
+    launch(&[xc, wk, &y], ("conv", Direction::Forward, shape.clone()), move |p, order| unsafe {
         cudnn::run(device, Direction::Forward, &shape, Pointers { x: p[0], w: p[1], y: p[2] }, order)
     })?;
     Ok(y)
