@@ -12,8 +12,9 @@
 #   PART=2: the tutorial's job (`train --preset tutorial`, ResNet-34 b16 f32, EPOCHS epochs,
 #     default 5, on the bundled images as a 224² JPEG folder), then PyTorch's same job scoring
 #     the very images ours held out (its `validation.txt`) with 16 loader workers; then DDP's
-#     cost inside one process (`bench --ddp --ddp-interleave`: ResNet-18 28² twice,
-#     ResNet-50 and ViT-B/16 once), the hand-over's parts timed.
+#     cost inside one process on the defaults (`bench --ddp --ddp-interleave`: ResNet-18 28²
+#     twice, ResNet-50 and ViT-B/16 once), the hand-over's parts timed. (Until 2026-12-05,
+#     evening, these rows ran with BURN_DDP_DIRECT_FENCES=0: the flags, no longer the default.)
 #   PART=3: the GPU checks of every layer but the convolutions' and the decoders' (NCCL's,
 #     SyncBatchNorm's and the same-stream path's among them), those three again with
 #     BURN_DDP_DIRECT_FENCES=0 (collectives ordered by flags and fence kernels instead of CUDA
@@ -40,10 +41,10 @@ workload() {
 }
 
 # DDP over a one-rank NCCL group against plain steps, inside one process, the collectives
-# ordered by flags (BURN_DDP_DIRECT_FENCES=0); `ddp_rows direct` by CUDA events, the default
-# (the rows named `*_direct_*`).
+# ordered by CUDA events (the default); `ddp_rows flags` by flags and fence kernels
+# (BURN_DDP_DIRECT_FENCES=0; the rows named `*_flags_*`).
 ddp_rows() {
-  local run=(env BURN_DDP_DIRECT_FENCES=$([ "${1:-}" = direct ] && echo 1 || echo 0) "$BV") tag=${1:+_$1}
+  local run=(env BURN_DDP_DIRECT_FENCES=$([ "${1:-}" = flags ] && echo 0 || echo 1) "$BV") tag=${1:+_$1}
   for i in 1 2; do step r18s${tag}_interleaved_$i 150 "${run[@]}" "${R18B[@]}" --ddp --ddp-interleave 25; done
   step r50${tag}_interleaved 150 "${run[@]}" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16${tag}_interleaved 150 "${run[@]}" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
@@ -54,8 +55,8 @@ if [ "$P" = 3 ]; then
     products patch-embed linear-epilogue cross-entropy mean-over max-pool cudnn-ordering conv-bn-relu bn-add-relu \
     batch-norm warp-fold sync-batch-norm
   SHOW_LINES=20 step checks_flags 200 env BURN_DDP_DIRECT_FENCES=0 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  ddp_rows flags
   ddp_rows
-  ddp_rows direct
 elif [ "$P" = 1 ]; then
   [ -n "${NO_CHECKS:-}" ] || SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
   for w in ${WORKLOADS:-r50 vitb16 vitb16_adamw vits16_adamw}; do
