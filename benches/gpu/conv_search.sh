@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # ResNet-50 bf16 b256 (synthetic 224², SGD, 5 warm-up and $STEPS timed steps) with the
-# convolutions' plan search timing N of cuDNN's candidates (`BURN_DDP_CONV_CANDIDATES=N`:
-# its heuristics' list, then its fallback list; the median of three runs each), the runs
-# alternated, beside PyTorch eager and torch.compile in the same call. First the GPU checks of
-# the code this touches (`cast-packed`, the convolutions, max-pool). With a build from before
-# in $B/before/bins.txz (burn-vision alone), its runs alternate with the others as `before`.
-# CANDIDATES="8 16 32" picks the settings. Raw log $OUT/conv-search.log; the summary last.
+# convolutions' plan search timing N of cuDNN's heuristics' candidates
+# (`BURN_DDP_CONV_CANDIDATES=N`), the runs alternated, beside PyTorch eager and torch.compile
+# in the same call. First the GPU checks of the code this touches (`cast-packed`, the
+# convolutions, max-pool). With a build from before in $B/before/bins.txz (burn-vision
+# alone), its runs alternate with the others as `before`. CANDIDATES="8 16 32" picks the
+# settings. Raw log $OUT/conv-search.log; the summary, then each run's first step, last.
+# (Its run of 2026-12-05 timed a search that also took cuDNN's fallback list and the median
+# of three runs: benches/results/2026-12-05-h100-packed-input/.)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/conv-search.log; SHOW="img_per_s|RESULT check|rror|panick|^FAIL|passed"; SHOW_LINES=${SHOW_LINES:-3}
@@ -34,14 +36,14 @@ step r50_compile 300 python3 benches/pytorch_baseline.py synthetic $TORCH compil
 save_cache
 python3 benches/gpu/open_goals_summary.py "$LOG" | tee "$OUT/summary.txt"
 # The first step's plan searches: cuDNN's share of each run's first step.
-grep -E "^=== r50_ours|\"first_step\"" "$LOG" | python3 -c '
-import json, re, sys
+python3 - "$LOG" <<'PY' | tee -a "$OUT/summary.txt"
+import json, sys
 name = None
-for line in sys.stdin:
-    if line.startswith("=== "):
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("=== ") and line.split()[1].endswith(":"):
         name = line.split()[1].rstrip(":")
-    elif name and "{" in line:
+    elif name and name.startswith("r50_ours") and '"first_step"' in line:
         r = json.loads(line[line.index("{"):])
-        fs = r.get("first_step", {})
-        print(f"FIRST {name}: first step {fs.get(\"step_s\", 0):.2f} s, of it cuDNN {fs.get(\"cudnn_s\", 0):.2f} s; {r[\"img_per_s\"]:.0f} img/s")
-' | tee -a "$OUT/summary.txt"
+        fs = r["first_step"]
+        print(f"FIRST {name}: first step {fs['step_s']:.2f} s, of it cuDNN {fs['cudnn_s']:.2f} s; {r['img_per_s']:.0f} img/s")
+PY
