@@ -15,6 +15,7 @@
 #     cost inside one process on the defaults (`bench --ddp --ddp-interleave`: ResNet-18 28²
 #     twice, ResNet-50 and ViT-B/16 once), the hand-over's parts timed. (Until 2026-12-05,
 #     evening, these rows ran with BURN_DDP_DIRECT_FENCES=0: the flags, no longer the default.)
+#   PART=4: PART=2's DDP rows alone.
 #   PART=3: the GPU checks of every layer but the convolutions' and the decoders' (NCCL's,
 #     SyncBatchNorm's and the same-stream path's among them), those three again with
 #     BURN_DDP_DIRECT_FENCES=0 (collectives ordered by flags and fence kernels instead of CUDA
@@ -56,6 +57,8 @@ if [ "$P" = 3 ]; then
     batch-norm warp-fold sync-batch-norm
   SHOW_LINES=20 step checks_flags 200 env BURN_DDP_DIRECT_FENCES=0 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
   ddp_rows flags
+  ddp_rows
+elif [ "$P" = 4 ]; then
   ddp_rows
 elif [ "$P" = 1 ]; then
   [ -n "${NO_CHECKS:-}" ] || SHOW_LINES=40 step checks 300 "$B"/burn-ddp-gpu-checks linear-epilogue layer-norm nccl
