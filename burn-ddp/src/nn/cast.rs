@@ -35,7 +35,7 @@ mod cuda {
     use burn::tensor::{DType, FloatDType, TensorPrimitive};
     use burn_cuda::Cuda;
 
-    /// [`super::cast_packed`] on burn-cuda, queued on burn-fusion's stream.
+    /// The packed cast on burn-cuda, queued on burn-fusion's stream.
     pub(super) fn cast_packed<const D: usize>(x: Tensor<Cuda, D>, dtype: FloatDType) -> Tensor<Cuda, D> {
         let x = x.into_primitive().tensor();
         let dtype: DType = dtype.into();
@@ -45,5 +45,31 @@ mod cuda {
             vec![cast_packed::run(x, dtype)]
         });
         Tensor::from_primitive(TensorPrimitive::Float(out.pop().expect("one output")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn_autodiff::Autodiff;
+    use burn_flex::Flex;
+
+    type B = Autodiff<Flex>;
+
+    /// Off burn-cuda it is burn's cast: the permuted view's values in their order, and a
+    /// gradient through it for a tensor that needs one.
+    #[test]
+    fn elsewhere_it_is_burns_cast_and_carries_the_gradient() {
+        let device = Default::default();
+        let values: Vec<f32> = (0..24).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let x = Tensor::<B, 1>::from_floats(values.as_slice(), &device).reshape([1, 2, 3, 4]).require_grad();
+        let view = x.clone().permute([0, 2, 3, 1]);
+        let y = cast_packed(view.clone(), FloatDType::F32);
+        assert_eq!(y.dims(), [1, 3, 4, 2]);
+        let expect: Vec<f32> = view.into_data().to_vec().expect("f32");
+        assert_eq!(y.clone().into_data().to_vec::<f32>().expect("f32"), expect);
+        let grads = (y * 3.0).sum().backward();
+        let g: Vec<f32> = x.grad(&grads).expect("a gradient").into_data().to_vec().expect("f32");
+        assert_eq!(g, vec![3.0; 24]);
     }
 }

@@ -9,9 +9,6 @@ use burn::tensor::DType;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 
-/// Threads per block.
-const BLOCK: u32 = 256;
-
 /// `output[i] = input[at(i)]`, cast from `I` to `O`: `output` packed row-major, `input` of the
 /// same shape with any strides. One thread per output element, so the writes are coalesced.
 #[cube(launch)]
@@ -47,11 +44,11 @@ pub(crate) fn run(x: Cube, dtype: DType) -> Cube {
     if elements == 0 {
         return output;
     }
-    let blocks = elements.div_ceil(BLOCK as usize) as u32;
+    let (count, dim) = super::one_thread_per_element(elements);
     cast_to_packed::launch::<CudaRuntime>(
         &x.client,
-        CubeCount::Static(blocks, 1, 1),
-        CubeDim::new_1d(BLOCK),
+        count,
+        dim,
         x.clone().into_tensor_arg(),
         output.clone().into_tensor_arg(),
         [x.dtype.into(), dtype.into()],

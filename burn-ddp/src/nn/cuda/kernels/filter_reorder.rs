@@ -15,9 +15,6 @@ use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Threads per block.
-const BLOCK: u32 = 256;
-
 static CALLS: AtomicUsize = AtomicUsize::new(0);
 
 /// How many filters (or filter gradients) this kernel has reordered in this process (the GPU
@@ -75,11 +72,11 @@ fn run(input: Cube, dtype: DType, dims: &[usize; 4], channels: usize, positions:
     let input = packed(input);
     let output = empty_of(&input, dims, dtype);
     let elements: usize = dims.iter().product();
-    let blocks = elements.div_ceil(BLOCK as usize) as u32;
+    let (count, dim) = super::one_thread_per_element(elements);
     reorder_filter::launch::<CudaRuntime>(
         &input.client,
-        CubeCount::Static(blocks, 1, 1),
-        CubeDim::new_1d(BLOCK),
+        count,
+        dim,
         input.clone().into_tensor_arg(),
         output.clone().into_tensor_arg(),
         channels as u32,

@@ -10,3 +10,11 @@ pub(crate) mod crop_resize;
 pub(crate) mod filter_reorder;
 pub(crate) mod nvrtc;
 pub(crate) mod pixel_ops;
+
+/// The launch shape of a cubecl kernel with one thread per element of `elements` (at least
+/// one block): blocks of 256 threads along x.
+pub(crate) fn one_thread_per_element(elements: usize) -> (cubecl::prelude::CubeCount, cubecl::prelude::CubeDim) {
+    const BLOCK: u32 = 256;
+    let blocks = elements.div_ceil(BLOCK as usize).max(1) as u32;
+    (cubecl::prelude::CubeCount::Static(blocks, 1, 1), cubecl::prelude::CubeDim::new_1d(BLOCK))
+}
