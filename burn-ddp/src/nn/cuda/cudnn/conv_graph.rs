@@ -120,9 +120,8 @@ fn graph(handle: sys::cudnnHandle_t, dir: Direction, shape: &ConvShape) -> Resul
     Ok((operation_graph(handle, &[&op])?, vec![x, w, y, conv, op]))
 }
 
-/// Whether `cfg`'s engine may run under `opts` for `shape`: no TF32 tensor cores for f32 when
-/// they are forbidden, nothing nondeterministic in deterministic mode.
-fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
+/// The engine of configuration `cfg`.
+fn engine_of(cfg: &Desc) -> Result<Desc> {
     let engine = Desc::new(D::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     let (mut n, mut raw) = (0i64, engine.0);
     // SAFETY: one pre-created engine descriptor for cuDNN to fill in.
@@ -138,6 +137,34 @@ fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
     }
     .result()
     .map_err(|e| fail("engine of a configuration", e))?;
+    Ok(engine)
+}
+
+/// cuDNN's global index of `cfg`'s engine (what its API log names), for the debug log.
+fn engine_index(cfg: &Desc) -> Option<i64> {
+    let engine = engine_of(cfg).ok()?;
+    let (mut n, mut index) = (0i64, 0i64);
+    // SAFETY: one 64-bit integer for cuDNN to fill in.
+    unsafe {
+        sys::cudnnBackendGetAttribute(
+            engine.0,
+            A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+            T::CUDNN_TYPE_INT64,
+            1,
+            &mut n,
+            &mut index as *mut i64 as *mut c_void,
+        )
+    }
+    .result()
+    .ok()?;
+    (n == 1).then_some(index)
+}
+
+/// Whether `cfg`'s engine may run under `opts` for `shape`: no TF32 tensor cores for f32 when
+/// they are forbidden, nothing nondeterministic in deterministic mode.
+fn allowed(cfg: &Desc, shape: &ConvShape, opts: &CudnnOptions) -> Result<bool> {
+    let engine = engine_of(cfg)?;
+    let mut n = 0i64;
     let mut notes = [0u32; 16];
     // SAFETY: room for 16 notes (cuDNN 9 defines 10), each a 32-bit enum.
     unsafe {
@@ -253,7 +280,10 @@ pub(crate) unsafe fn build(
     stream.synchronize().map_err(|e| fail("cuDNN's stream after choosing a plan", e))?;
     let (plan, workspace, ms, cfg) = best
         .ok_or_else(|| fail("choosing a graph plan", format!("no engine ran {dir:?} {shape:?} (tried: {tried:?})")))?;
-    log::debug!("cuDNN graph {dir:?} {shape:?}: {ms:.3} ms, workspace {workspace} B");
+    log::debug!(
+        "cuDNN graph {dir:?} {shape:?}: engine {}, {ms:.3} ms, workspace {workspace} B",
+        engine_index(&cfg).map_or("?".to_string(), |i| i.to_string())
+    );
     parts.extend([graph, cfg]);
     Ok(GraphPlan { plan, workspace, _parts: parts })
 }
