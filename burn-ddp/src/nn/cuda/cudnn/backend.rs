@@ -51,6 +51,25 @@ impl Desc {
         unsafe { self.set(name, T::CUDNN_TYPE_INT64, values) }
     }
 
+    /// The value of one-integer attribute `name` (an INT64).
+    pub(crate) fn get_i64(&self, name: A) -> Result<i64> {
+        let (mut n, mut value) = (0i64, 0i64);
+        // SAFETY: room for one INT64.
+        unsafe {
+            sys::cudnnBackendGetAttribute(
+                self.0,
+                name,
+                T::CUDNN_TYPE_INT64,
+                1,
+                &mut n,
+                &mut value as *mut i64 as *mut c_void,
+            )
+        }
+        .result()
+        .map_err(|e| fail("cudnnBackendGetAttribute", format!("{name:?}: {e:?}")))?;
+        Ok(value)
+    }
+
     pub(crate) fn descs(&self, name: A, values: &[&Desc]) -> Result<()> {
         let raw: Vec<sys::cudnnBackendDescriptor_t> = values.iter().map(|d| d.0).collect();
         // SAFETY: BACKEND_DESCRIPTOR attributes read descriptor handles.
@@ -136,21 +155,7 @@ pub(crate) fn plan(handle: sys::cudnnHandle_t, cfg: &Desc) -> Result<(Desc, usiz
 }
 
 fn workspace_size(plan: &Desc) -> Result<usize> {
-    let (mut n, mut bytes) = (0i64, 0i64);
-    // SAFETY: one INT64.
-    unsafe {
-        sys::cudnnBackendGetAttribute(
-            plan.0,
-            A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-            T::CUDNN_TYPE_INT64,
-            1,
-            &mut n,
-            &mut bytes as *mut i64 as *mut c_void,
-        )
-    }
-    .result()
-    .map_err(|e| fail("plan workspace size", e))?;
-    Ok(bytes.max(0) as usize)
+    Ok(plan.get_i64(A::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?.max(0) as usize)
 }
 
 /// A finalized plan's serialized form (cuDNN's JSON, which carries a runtime-compiled engine's

@@ -142,22 +142,7 @@ fn engine_of(cfg: &Desc) -> Result<Desc> {
 
 /// cuDNN's global index of `cfg`'s engine (what its API log names), for the debug log.
 fn engine_index(cfg: &Desc) -> Option<i64> {
-    let engine = engine_of(cfg).ok()?;
-    let (mut n, mut index) = (0i64, 0i64);
-    // SAFETY: one 64-bit integer for cuDNN to fill in.
-    unsafe {
-        sys::cudnnBackendGetAttribute(
-            engine.0,
-            A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-            T::CUDNN_TYPE_INT64,
-            1,
-            &mut n,
-            &mut index as *mut i64 as *mut c_void,
-        )
-    }
-    .result()
-    .ok()?;
-    (n == 1).then_some(index)
+    engine_of(cfg).and_then(|e| e.get_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX)).ok()
 }
 
 /// Whether `cfg`'s engine may run under `opts` for `shape`: no TF32 tensor cores for f32 when
