@@ -31,6 +31,9 @@
 #           (--bucket-cap-mb 100: 4 buckets instead of 16).
 #   PART=7  PART=1's ResNet-50 rows alone, three pairs (the spread between processes makes
 #           them the noisiest of PART=1).
+#   PART=8  the host-bound goals on one build: the NCCL, SyncBatchNorm and same-stream checks,
+#           the ResNet-18 28² interleaved row three times, the tutorial preset plain / under
+#           the launcher twice, then ResNet-50's and ViT-B/16's interleaved rows once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -140,6 +143,13 @@ elif [ "$PART" = 6 ]; then
     step vitb16_${way}_interleaved 150 "${run[@]}" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
   done
   step vitb16_events_100mib_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10 --bucket-cap-mb 100
+elif [ "$PART" = 8 ]; then
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  for i in 1 2 3; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
+  fm224
+  for i in 1 2; do train_pair tut $i "$B" "${TUT[@]}"; done
+  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

@@ -106,7 +106,8 @@ pub struct SyncStats {
     /// waited for none of them).
     pub on_device: usize,
     /// burn tensor operations the reduction itself enqueued, summed over steps (on the
-    /// device two per bucket, plus one per sum of a parameter read more than once).
+    /// device one per bucket and one per step, plus one per sum of a parameter read more than
+    /// once).
     pub operations: usize,
 }
 
@@ -160,6 +161,28 @@ impl<B: Backend> ModuleVisitor<B> for Params<B> {
         if value.is_require_grad() {
             self.device.get_or_insert_with(|| value.device());
             self.list.push((param.id, value.dims().to_vec()));
+        }
+    }
+}
+
+/// Whether a module's trained parameters are still those `expect` lists (ids and shapes, in
+/// order), and the device of the first: the per-step check of the plan in force, one visit
+/// that allocates nothing.
+struct SameParams<'a, B: Backend> {
+    expect: &'a [(ParamId, Vec<usize>)],
+    seen: usize,
+    same: bool,
+    device: Option<B::Device>,
+}
+
+impl<B: Backend> ModuleVisitor<B> for SameParams<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        if value.is_require_grad() {
+            self.device.get_or_insert_with(|| value.device());
+            let dims = value.dims();
+            self.same &= self.expect.get(self.seen).is_some_and(|(id, s)| *id == param.id && s[..] == dims[..]);
+            self.seen += 1;
         }
     }
 }
@@ -345,12 +368,9 @@ impl DistributedDataParallel {
         module: &M,
         overlap: bool,
     ) -> Result<Arc<StepReducer<B::InnerBackend>>> {
-        let mut params = Params::<B> { list: Vec::new(), device: None };
-        module.visit(&mut params);
-        let device = params
-            .device
-            .ok_or_else(|| Error::Unsupported { what: "DDP on a module without trained parameters".into() })?;
-        let plan = self.plan_for(params.list);
+        let (plan, device) = self.plan_for(module);
+        let device =
+            device.ok_or_else(|| Error::Unsupported { what: "DDP on a module without trained parameters".into() })?;
         let route = if tensor::orders_on_device::<B::InnerBackend>(&*self.pg, &device) {
             Route::Device { overlap }
         } else if overlap && self.pg.memory() == MemoryKind::Host {
@@ -363,14 +383,23 @@ impl DistributedDataParallel {
         Ok(Arc::new(StepReducer::new(plan, self.pg.clone(), route, settings, device)))
     }
 
-    /// The plan of the model last stepped when `params` are still its parameters; else a new
-    /// one, its buckets in reverse registration order until an overlapped step fixes theirs.
-    fn plan_for(&self, params: Vec<(ParamId, Vec<usize>)>) -> Arc<Plan> {
+    /// The plan of the model last stepped when `module`'s trained parameters are still its
+    /// parameters; else a new one, its buckets in reverse registration order until an
+    /// overlapped step fixes theirs. With the device of the first trained parameter (none when
+    /// there is none).
+    fn plan_for<B: Backend, M: Module<B>>(&self, module: &M) -> (Arc<Plan>, Option<B::Device>) {
         let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
-        match plan.as_ref().filter(|p| p.params == params) {
-            Some(p) => p.clone(),
-            None => plan.insert(Arc::new(Plan::new(params, self.config.bucket_bytes, None))).clone(),
+        if let Some(p) = plan.as_ref() {
+            let mut check = SameParams::<B> { expect: &p.params, seen: 0, same: true, device: None };
+            module.visit(&mut check);
+            if check.same && check.seen == p.params.len() {
+                return (p.clone(), check.device);
+            }
         }
+        let mut params = Params::<B> { list: Vec::new(), device: None };
+        module.visit(&mut params);
+        let built = Arc::new(Plan::new(params.list, self.config.bucket_bytes, None));
+        (plan.insert(built).clone(), params.device)
     }
 
     /// Hands the rest of this rank's gradients to `reducer`, waits for every bucket and

@@ -4,11 +4,11 @@
 //! bucket (and of the buckets before it) is final — during backward when the layers report them
 //! ([`crate::grad_ready`]), else all at once after it.
 //!
-//! Two routes. On the device ([`Route::Device`]: burn-cuda on NCCL) a bucket costs burn two
-//! operations whatever its size — one that hands its gradients to NCCL's stream (one NCCL group:
+//! Two routes. On the device ([`Route::Device`]: burn-cuda on NCCL) a bucket costs burn one
+//! operation whatever its size, which hands its gradients to NCCL's stream (one NCCL group:
 //! the large gradients summed in their own buffers, the small ones packed by a kernel into one
-//! flat buffer and back: `cuda_tensor::all_reduce_bucket`) and one where burn's stream waits for
-//! that — and nobody waits on the host. On host-memory groups (tcp) the bucket is flattened
+//! flat buffer and back: `cuda_tensor::all_reduce_bucket`), and a step one more, where burn's
+//! stream waits for all of its buckets — and nobody waits on the host. On host-memory groups (tcp) the bucket is flattened
 //! with burn's operations and summed on the communication thread.
 //!
 //! Presence counts (one per parameter: 1 where this rank has the gradient, 0 where not) travel
@@ -267,7 +267,7 @@ impl<B: Backend> StepReducer<B> {
         let label = format!("all-reduce bucket {b}");
         let pending = match &self.route {
             Route::Device { .. } => {
-                s.operations += 2;
+                s.operations += 1;
                 match tensor::all_reduce_bucket_on_device(
                     self.pg.clone(),
                     grads,
@@ -394,7 +394,7 @@ impl<B: Backend> StepReducer<B> {
         // NCCL may still write them.
         let reduced: Vec<Result<Reduced<B>>> =
             crate::trace::span("ddp: wait for / join the buckets (host)", crate::trace::DDP, || {
-                pending.into_iter().enumerate().map(|(b, p)| self.wait(&mut s, b, p)).collect()
+                self.wait_all(&mut s, pending)
             });
         drop(s);
         if let Some(nccl) = self.pg.as_nccl() {
@@ -406,21 +406,35 @@ impl<B: Backend> StepReducer<B> {
         self.averages(reduced, counts)
     }
 
-    /// Bucket `b`'s result, once its sum is done (host routes) or joined (the device).
-    fn wait(&self, s: &mut StepState<B>, b: usize, pending: Pending<B>) -> Result<Reduced<B>> {
-        match pending {
-            Pending::Host(rx) => {
-                let sums = rx
-                    .recv()
-                    .map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })??;
-                Ok(self.unflatten(s, b, sums))
-            }
-            Pending::Device(bucket) => {
-                let (grads, presence) = tensor::join_bucket_on_device(bucket);
-                Ok(Reduced { grads, presence: presence.map(|p| Tensor::from_primitive(TensorPrimitive::Float(p))) })
-            }
-            Pending::Failed(e) => Err(e),
+    /// Each bucket's result, once its sum is done (host routes) or joined (the device: every
+    /// bucket in one operation, `tensor::join_buckets_on_device`).
+    fn wait_all(&self, s: &mut StepState<B>, pending: Vec<Pending<B>>) -> Vec<Result<Reduced<B>>> {
+        let mut on_device = Vec::new();
+        let mut reduced: Vec<Option<Result<Reduced<B>>>> = pending
+            .into_iter()
+            .enumerate()
+            .map(|(b, p)| match p {
+                Pending::Host(rx) => Some(
+                    rx.recv()
+                        .map_err(|_| Error::Unsupported { what: "DDP's communication thread stopped".into() })
+                        .and_then(|sums| sums.map(|sums| self.unflatten(s, b, sums))),
+                ),
+                Pending::Device(bucket) => {
+                    on_device.push((b, bucket));
+                    None
+                }
+                Pending::Failed(e) => Some(Err(e)),
+            })
+            .collect();
+        let (at, buckets): (Vec<usize>, Vec<_>) = on_device.into_iter().unzip();
+        if !buckets.is_empty() {
+            s.operations += 1;
         }
+        for (b, (grads, presence)) in at.into_iter().zip(tensor::join_buckets_on_device(buckets)) {
+            let presence = presence.map(|p| Tensor::from_primitive(TensorPrimitive::Float(p)));
+            reduced[b] = Some(Ok(Reduced { grads, presence }));
+        }
+        reduced.into_iter().map(|r| r.expect("every bucket waited for or joined")).collect()
     }
 
     /// Per bucket and member: how many ranks had its gradient, from the summed presence counts

@@ -258,26 +258,32 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
     Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
 }
 
-/// A bucket's averaged gradients and summed presence counts, readable: burn's stream waits for
-/// the collective on the device (one operation for the bucket).
-pub(crate) fn join_bucket_on_device<B: Backend>(
-    bucket: DeviceBucket<B>,
-) -> (Vec<FloatTensor<B>>, Option<FloatTensor<B>>) {
+/// Each bucket's averaged gradients and summed presence counts, readable: burn's stream waits
+/// for the buckets' collectives on the device (one operation for all of them).
+pub(crate) fn join_buckets_on_device<B: Backend>(
+    buckets: Vec<DeviceBucket<B>>,
+) -> Vec<(Vec<FloatTensor<B>>, Option<FloatTensor<B>>)> {
     #[cfg(feature = "cuda")]
-    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
-        let n = bucket.grads.len();
+    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() && !buckets.is_empty() {
         let to = |t: FloatTensor<B>| {
             cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
         };
-        let all: Vec<_> = bucket.grads.into_iter().chain(bucket.presence).map(to).collect();
-        let mut joined: Vec<FloatTensor<B>> = crate::nn::cuda::runtime::side_stream::join(all, &bucket.join.0)
+        // (gradients, presence counts) per bucket, to cut the joined list back into buckets.
+        let counts: Vec<(usize, bool)> = buckets.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
+        let joins: Vec<_> = buckets.iter().map(|b| b.join.0.clone()).collect();
+        let all: Vec<_> = buckets.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).map(to).collect();
+        let mut joined = crate::nn::cuda::runtime::side_stream::join_all(all, &joins)
             .into_iter()
-            .map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda")))
+            .map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda")));
+        return counts
+            .into_iter()
+            .map(|(n, presence)| {
+                let grads: Vec<FloatTensor<B>> = joined.by_ref().take(n).collect();
+                (grads, if presence { joined.next() } else { None })
+            })
             .collect();
-        let presence = (joined.len() > n).then(|| joined.pop().expect("the presence counts"));
-        return (joined, presence);
     }
-    (bucket.grads, bucket.presence)
+    buckets.into_iter().map(|b| (b.grads, b.presence)).collect()
 }
 
 /// `from` as `To` when they are the same type, else `from` back.

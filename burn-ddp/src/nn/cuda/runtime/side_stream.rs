@@ -484,22 +484,33 @@ fn enqueue_thread() -> Option<&'static EnqueueThread> {
 /// `outputs` (a [`fork`]'s) once burn's stream has waited for the work's signal: what burn
 /// launches after this reads the work's results. The host does not wait.
 pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
-    let state = join.0.clone();
+    join_all(outputs, std::slice::from_ref(join))
+}
+
+/// [`join`] for the outputs of several forks at once (in any order), as one operation of
+/// burn-fusion's stream: burn's stream waits for every fork's signal, in the order given.
+///
+/// # Panics
+/// When `outputs` is empty.
+pub fn join_all(outputs: Vec<Prim>, joins: &[Join]) -> Vec<Prim> {
+    let states: Vec<Arc<Mutex<JoinState>>> = joins.iter().map(|j| j.0.clone()).collect();
     let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
     let exec = move |inputs: Vec<Cube>| {
-        crate::trace::span("ddp: join a bucket (fusion thread)", DDP_BACKEND_THREADS, || {
-            let (device, state) = (inputs[0].device.clone(), state.clone());
+        crate::trace::span("ddp: join buckets (fusion thread)", DDP_BACKEND_THREADS, || {
+            let (device, states) = (inputs[0].device.clone(), states.clone());
             device_thread::submit(&device, move || {
-                crate::trace::span("ddp: join a bucket (device thread)", DDP_BACKEND_THREADS, || {
-                    let done =
-                        std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
-                    if let JoinState::Enqueued(order, keep, ticket) = done {
-                        if let Some(ticket) = ticket {
-                            wait_for(&ticket);
+                crate::trace::span("ddp: join buckets (device thread)", DDP_BACKEND_THREADS, || {
+                    for state in &states {
+                        let done =
+                            std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
+                        if let JoinState::Enqueued(order, keep, ticket) = done {
+                            if let Some(ticket) = ticket {
+                                wait_for(&ticket);
+                            }
+                            wait_on_burn(device.index, &order);
+                            // Burn's stream now waits for the work: its buffers may serve burn again.
+                            drop(keep);
                         }
-                        wait_on_burn(device.index, &order);
-                        // Burn's stream now waits for the work: its buffers may serve burn again.
-                        drop(keep);
                     }
                 })
             });
