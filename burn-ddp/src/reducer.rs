@@ -307,21 +307,19 @@ impl<B: Backend> StepReducer<B> {
         label: String,
     ) -> Receiver<Result<Vec<Tensor<B, 1>>>> {
         s.operations += grads.len() + 1;
-        let flat = Tensor::cat(
-            grads
-                .into_iter()
-                .map(|g| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flatten::<B>(g))))
-                .collect(),
-            0,
-        );
+        let mut parts: Vec<Tensor<B, 1>> = grads
+            .into_iter()
+            .map(|g| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flatten::<B>(g))))
+            .collect();
         let payloads = match (self.settings.wire, presence) {
-            (DType::F32, Some(p)) => {
-                s.operations += 1;
-                vec![Tensor::cat(vec![flat, p], 0)]
+            // f32: the presence counts ride at the tail of the one flat copy.
+            (DType::F32, p) => {
+                parts.extend(p);
+                vec![Tensor::cat(parts, 0)]
             }
-            (DType::F32, None) => vec![flat],
             (wire, p) => {
                 s.operations += 2;
+                let flat = Tensor::cat(parts, 0);
                 std::iter::once(flat.mul_scalar(1.0 / self.pg.world_size() as f64).cast(wire)).chain(p).collect()
             }
         };

@@ -258,11 +258,12 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
     Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
 }
 
+/// A joined bucket: its averaged gradients, and its summed presence counts when they travelled.
+pub(crate) type JoinedBucket<B> = (Vec<FloatTensor<B>>, Option<FloatTensor<B>>);
+
 /// Each bucket's averaged gradients and summed presence counts, readable: burn's stream waits
 /// for the buckets' collectives on the device (one operation for all of them).
-pub(crate) fn join_buckets_on_device<B: Backend>(
-    buckets: Vec<DeviceBucket<B>>,
-) -> Vec<(Vec<FloatTensor<B>>, Option<FloatTensor<B>>)> {
+pub(crate) fn join_buckets_on_device<B: Backend>(buckets: Vec<DeviceBucket<B>>) -> Vec<JoinedBucket<B>> {
     #[cfg(feature = "cuda")]
     if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() && !buckets.is_empty() {
         let to = |t: FloatTensor<B>| {
