@@ -8,8 +8,9 @@
 //! operation whatever its size, which hands its gradients to NCCL's stream (one NCCL group:
 //! the large gradients summed in their own buffers, the small ones packed by a kernel into one
 //! flat buffer and back: `cuda_tensor::all_reduce_bucket`), and a step one more, where burn's
-//! stream waits for all of its buckets — and nobody waits on the host. On host-memory groups (tcp) the bucket is flattened
-//! with burn's operations and summed on the communication thread.
+//! stream waits for all of its buckets — and nobody waits on the host. On host-memory groups
+//! (tcp) the bucket is flattened with burn's operations (one copy, the presence counts at its
+//! tail) and summed on the communication thread.
 //!
 //! Presence counts (one per parameter: 1 where this rank has the gradient, 0 where not) travel
 //! with a bucket's sum where ranks must agree on missing gradients: always on host-memory
