@@ -13,7 +13,7 @@ Modes (each prints one JSON line prefixed with RESULT):
              RandomResizedCrop(224)+flip, DataLoader with WORKERS workers (default 8), pinned
              memory: real decoding and augmentation (fp32 by default, bf16 autocast; nhwc: model
              and batches channels_last). SGD(lr 0.01, momentum 0.9).
-  tutorial   DIR EPOCHS [f32|bf16] [nchw|nhwc] [WORKERS] [VALIDATION_TXT]  the tutorial's whole job, as
+  tutorial   DIR EPOCHS [f32|bf16] [nchw|nhwc] [WORKERS] [VALIDATION_TXT] [ddp]  the tutorial's whole job, as
              `burn-vision train --preset tutorial --epochs EPOCHS` runs it on one GPU: ResNet-34,
              batch 16, SGD(lr 1e-3, momentum 0.9, weight decay 5e-3), cosine to 0.1x per step,
              20 % of each class held out (seed 0; or, given VALIDATION_TXT — the `validation.txt`
@@ -22,7 +22,9 @@ Modes (each prints one JSON line prefixed with RESULT):
              Resize(256)+CenterCrop(224), every epoch validated; DataLoader with WORKERS workers
              (default: one per core, at most 16 — with 8 the job is input-bound on a 16-core host), pinned memory, persistent workers. Prints one RESULT line per epoch (seconds,
              steady img/s after the epoch's first two steps, validation top-1) and one for the job
-             (wall seconds from before `import torch`).
+             (wall seconds from before `import torch`). ddp (the last word): the model with
+             SyncBatchNorm under DistributedDataParallel over a one-rank NCCL group, as `burn-ddp
+             launch --nproc-per-node 1 burn-vision train --preset tutorial` trains it.
   loader     DIR BATCH STEPS WORKERS [plain|vit]  the DataLoader alone, each batch copied to the GPU
              (pinned memory, non-blocking, then synchronised): img/s after one untimed batch —
              what `burn-vision bench-data --gpus 0 --decode cpu [--preset vit]` measures. plain:
@@ -204,7 +206,8 @@ def loader(path, batch, steps, workers, recipe="plain"):
                                       img_per_s=ips)), flush=True)
 
 
-def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8), validation_txt=None):
+def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cpu_count() or 8), validation_txt=None,
+             ddp=False):
     import torchvision.transforms as T
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -237,6 +240,8 @@ def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cp
     val_dl = torch.utils.data.DataLoader(torch.utils.data.Subset(val_ds, val_idx), batch_size=batch, **loader)
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
     model = resnet("resnet34", len(train_ds.classes), 3, False).to(dev).to(memory_format=fmt)
+    if ddp:  # the tutorial's own recipe: SyncBatchNorm (plain batch norm in a world of one) under DDP
+        model = one_rank_ddp(nn.SyncBatchNorm.convert_sync_batchnorm(model))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(train_dl), eta_min=1e-4)
     amp = {"f32": None, "bf16": torch.bfloat16}[precision]
@@ -267,11 +272,11 @@ def tutorial(path, epochs, precision="f32", layout="nchw", workers=min(16, os.cp
                 correct += (model(x).argmax(1) == y).sum().item()
                 total += y.shape[0]
         t1 = time.perf_counter()
-        print("RESULT " + json.dumps(dict(framework="pytorch", mode="tutorial", epoch=epoch, precision=precision, layout=layout,
+        print("RESULT " + json.dumps(dict(framework="pytorch", mode="tutorial", ddp=ddp, epoch=epoch, precision=precision, layout=layout,
                                           workers=workers, seconds=t1 - t0, train_s=t_train - t0, val_s=t1 - t_train,
                                           steady_img_per_s=(n - n_steady) / (t_train - t_steady), val_acc=correct / total,
                                           since_start_s=t1 - T_START)), flush=True)
-    print("RESULT " + json.dumps(dict(framework="pytorch", mode="tutorial_job", epochs=epochs, precision=precision, layout=layout,
+    print("RESULT " + json.dumps(dict(framework="pytorch", mode="tutorial_job", ddp=ddp, epochs=epochs, precision=precision, layout=layout,
                                       wall_s=time.perf_counter() - T_START, train_images=len(train_idx), val_images=len(val_idx),
                                       device_used_gib=device_used_gib(), peak_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
                                       torch=torch.__version__)), flush=True)
@@ -298,7 +303,9 @@ if __name__ == "__main__":
     elif mode == "folder":
         folder(args[0], int(args[1]), int(args[2]), *args[3:5], *[int(w) for w in args[5:6]])
     elif mode == "tutorial":
-        tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]], *args[5:6])
+        ddp = args[-1:] == ["ddp"]
+        args = args[:-1] if ddp else args
+        tutorial(args[0], int(args[1]), *args[2:4], *[int(w) for w in args[4:5]], *args[5:6], ddp=ddp)
     elif mode == "loader":
         loader(args[0], int(args[1]), int(args[2]), int(args[3]), *args[4:5])
     elif mode == "make-folder":

@@ -34,6 +34,13 @@
 #   PART=8  the host-bound goals on one build: the NCCL, SyncBatchNorm and same-stream checks,
 #           the ResNet-18 28² interleaved row three times, the tutorial preset plain / under
 #           the launcher twice, then ResNet-50's and ViT-B/16's interleaved rows once.
+#   PART=9  every goal of the DDP cost in one call, PyTorch beside each row: the NCCL,
+#           SyncBatchNorm and same-stream checks; twice, ResNet-50 bf16 b256 and ViT-B/16 bf16
+#           b128 (synthetic 224²) and ResNet-18 on 28² b256 (host-bound), each ours plain, ours
+#           `bench --ddp`, PyTorch eager, PyTorch DDP; the tutorial preset (1 epoch) plain and
+#           under `burn-ddp launch --nproc-per-node 1`, and PyTorch's tutorial plain and under
+#           DDP with SyncBatchNorm (f32 channels-last, 16 loader workers); then the in-process
+#           rows (`--ddp-interleave`) of ResNet-18 28² twice, ResNet-50 and ViT-B/16.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -148,6 +155,30 @@ elif [ "$PART" = 8 ]; then
   for i in 1 2 3; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
   fm224
   for i in 1 2; do train_pair tut $i "$B" "${TUT[@]}"; done
+  step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+elif [ "$PART" = 9 ]; then
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  fm224
+  R18T=(synthetic resnet18 256 28 1 10 1 5 300 bf16 nhwc)
+  for i in 1 2; do
+    step r50_plain_$i 150 "$BV" "${R50[@]}"
+    step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
+    step r50_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
+    step r50_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
+    step vitb16_plain_$i 150 "$BV" "${VB[@]}"
+    step vitb16_ddp_$i 150 "$BV" "${VB[@]}" --ddp
+    step vitb16_torch_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
+    step vitb16_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
+    step r18s_plain_$i 150 "$BV" "${R18B[@]}"
+    step r18s_ddp_$i 150 "$BV" "${R18B[@]}" --ddp
+    step r18s_torch_$i 120 python3 benches/pytorch_baseline.py "${R18T[@]}" eager
+    step r18s_torch_ddp_$i 120 python3 benches/pytorch_baseline.py "${R18T[@]}" ddp
+    train_pair tut $i "$B" "${TUT[@]}"
+  done
+  step tut_torch_plain_1 200 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 1 f32 nhwc 16
+  step tut_torch_ddp_1 200 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 1 f32 nhwc 16 ddp
+  for i in 1 2; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 fi

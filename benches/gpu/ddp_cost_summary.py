@@ -39,6 +39,12 @@ def result(lines):
     return None
 
 
+def tutorial_epochs(lines):
+    """PyTorch's tutorial job: its per-epoch RESULT records."""
+    out = [json.loads(line.strip()[len("RESULT "):]) for line in lines if line.strip().startswith("RESULT {")]
+    return [r for r in out if r.get("mode") == "tutorial"]
+
+
 def steady(records, skip_first=True):
     """Mean steady img/s over the epochs (the first epoch's warm-up left out when there are more)."""
     vals = [r.get("steady_img_per_s") for r in records if r.get("steady_img_per_s")]
@@ -106,6 +112,12 @@ def main(path):
                 rows.append((f"{base} train pair {i}", steady(p), steady(d),
                              "val top-1 by epoch " + " ".join(f"{a['val_acc']:.4f}/{b['val_acc']:.4f}" for a, b in zip(p, d))
                              + "; train loss " + " ".join(f"{a['train_loss']:.4f}/{b['train_loss']:.4f}" for a, b in zip(p, d))))
+    # PyTorch's tutorial job plain and under DDP (benches/pytorch_baseline.py tutorial ... [ddp]).
+    for i in range(1, 4):
+        p, d = (tutorial_epochs(runs.get(f"tut_torch_{way}_{i}", [])) for way in ("plain", "ddp"))
+        if p and d:
+            rows.append((f"tut PyTorch pair {i}", steady(p), steady(d),
+                         "val top-1 by epoch " + " ".join(f"{a['val_acc']:.4f}/{b['val_acc']:.4f}" for a, b in zip(p, d))))
     # `bench --ddp --ddp-interleave N`: plain and DDP blocks of one process.
     for name, lines in runs.items():
         r = result(lines) if "interleaved" in name else None
