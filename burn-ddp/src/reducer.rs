@@ -10,7 +10,8 @@
 //! flat buffer and back: `cuda_tensor::all_reduce_bucket`), and a step one more, where burn's
 //! stream waits for all of its buckets — and nobody waits on the host. On host-memory groups
 //! (tcp) the bucket is flattened with burn's operations (one copy, the presence counts at its
-//! tail) and summed on the communication thread.
+//! tail) and averaged on the communication thread, where the collective divides its sum by the
+//! world (the mean of `ReduceOp::Mean`): its members are then slices of the result.
 //!
 //! Presence counts (one per parameter: 1 where this rank has the gradient, 0 where not) travel
 //! with a bucket's sum where ranks must agree on missing gradients: always on host-memory
@@ -295,10 +296,12 @@ impl<B: Backend> StepReducer<B> {
         Tensor::cat(present.iter().map(|&p| Tensor::full([1], if p { 1.0 } else { 0.0 }, &self.device)).collect(), 0)
     }
 
-    /// Flattens `grads` (and `presence`) with burn's operations and sums them with blocking
-    /// collectives, on the communication thread when there is one. f32 gradients travel as
-    /// their sum (averaged after), compressed ones pre-divided by the world and converted, with
-    /// the presence counts in a collective of their own (they must stay exact).
+    /// Flattens `grads` (and `presence`) with burn's operations and averages them with blocking
+    /// collectives, on the communication thread when there is one. f32 gradients travel as one
+    /// flat copy averaged where it is summed (the collective's mean: no operation per gradient
+    /// after it), the presence counts at its tail; compressed ones pre-divided by the world and
+    /// converted, with the presence counts in a summing collective of their own (they must stay
+    /// exact).
     fn launch_blocking(
         &self,
         s: &mut StepState<B>,
@@ -312,16 +315,17 @@ impl<B: Backend> StepReducer<B> {
             .into_iter()
             .map(|g| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(flatten::<B>(g))))
             .collect();
-        let payloads = match (self.settings.wire, presence) {
-            // f32: the presence counts ride at the tail of the one flat copy.
+        let payloads: Vec<(Tensor<B, 1>, ReduceOp)> = match (self.settings.wire, presence) {
+            // f32: the presence counts ride at the tail of the one flat copy, averaged with it.
             (DType::F32, p) => {
                 parts.extend(p);
-                vec![Tensor::cat(parts, 0)]
+                vec![(Tensor::cat(parts, 0), ReduceOp::Mean)]
             }
             (wire, p) => {
                 s.operations += 2;
                 let flat = Tensor::cat(parts, 0);
-                std::iter::once(flat.mul_scalar(1.0 / self.pg.world_size() as f64).cast(wire)).chain(p).collect()
+                let scaled = flat.mul_scalar(1.0 / self.pg.world_size() as f64).cast(wire);
+                std::iter::once(scaled).chain(p).map(|t| (t, ReduceOp::Sum)).collect()
             }
         };
         let (tx, rx) = channel();
@@ -329,9 +333,8 @@ impl<B: Backend> StepReducer<B> {
         let (params, queued) = (self.plan.buckets[b].len(), std::time::Instant::now());
         let job = move || {
             let started = std::time::Instant::now();
-            let bytes: usize = payloads.iter().map(|t| t.shape().num_elements() * t.dtype().size()).sum();
-            let sums: Result<Vec<_>> =
-                payloads.into_iter().map(|t| tensor::all_reduce(&*pg, t, ReduceOp::Sum)).collect();
+            let bytes: usize = payloads.iter().map(|(t, _)| t.shape().num_elements() * t.dtype().size()).sum();
+            let sums: Result<Vec<_>> = payloads.into_iter().map(|(t, op)| tensor::all_reduce(&*pg, t, op)).collect();
             // Recorded before the result is handed over: the caller may stop the trace next.
             if crate::trace::enabled() {
                 let args = serde_json::json!({ "bytes": bytes, "params": params, "queued_us": (started - queued).as_secs_f64() * 1e6, "backend": pg.backend() });
@@ -346,10 +349,9 @@ impl<B: Backend> StepReducer<B> {
         rx
     }
 
-    /// Bucket `b`'s result from the flat sums a host route returned: each member's slice,
-    /// averaged (f32) or converted back (compressed), in its shape.
+    /// Bucket `b`'s result from the flat averages a host route returned: each member's slice
+    /// (converted back to f32 when compressed) in its shape, and the summed presence counts.
     fn unflatten(&self, s: &mut StepState<B>, b: usize, mut sums: Vec<Tensor<B, 1>>) -> Reduced<B> {
-        let world = self.pg.world_size() as f64;
         let compressed = self.settings.wire != DType::F32;
         let mut flat = sums.remove(0);
         if compressed {
@@ -363,15 +365,18 @@ impl<B: Backend> StepReducer<B> {
                 let shape = &self.plan.slots[i].shape;
                 let n = shape.iter().product::<usize>();
                 let part = flat.clone().slice([offset..offset + n]);
-                let part = if compressed { part } else { part.div_scalar(world) };
-                s.operations += 3 - usize::from(compressed);
+                s.operations += 2;
                 offset += n;
                 B::float_reshape(part.into_primitive().tensor(), shape.clone().into())
             })
             .collect();
         let presence = match compressed {
             true => sums.pop(),
-            false => self.sends_presence().then(|| flat.clone().slice([offset..flat.dims()[0]])),
+            // Averaged with the bucket: the world times that is their sum.
+            false => self.sends_presence().then(|| {
+                s.operations += 2;
+                flat.clone().slice([offset..flat.dims()[0]]).mul_scalar(self.pg.world_size() as f64)
+            }),
         };
         Reduced { grads, presence }
     }
