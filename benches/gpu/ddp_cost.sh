@@ -41,6 +41,7 @@
 #           under `burn-ddp launch --nproc-per-node 1`, and PyTorch's tutorial plain and under
 #           DDP with SyncBatchNorm (f32 channels-last, 16 loader workers); then the in-process
 #           rows (`--ddp-interleave`) of ResNet-18 28² twice, ResNet-50 and ViT-B/16.
+#           REPS=1: each between-process pair once (about half the time).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -161,7 +162,7 @@ elif [ "$PART" = 9 ]; then
   SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
   fm224
   R18T=(synthetic resnet18 256 28 1 10 1 5 300 bf16 nhwc)
-  for i in 1 2; do
+  for i in $(seq 1 "${REPS:-2}"); do
     step r50_plain_$i 150 "$BV" "${R50[@]}"
     step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
     step r50_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
