@@ -33,7 +33,8 @@
 #           them the noisiest of PART=1).
 #   PART=8  the host-bound goals on one build: the NCCL, SyncBatchNorm and same-stream checks,
 #           the ResNet-18 28² interleaved row three times, the tutorial preset plain / under
-#           the launcher twice, then ResNet-50's and ViT-B/16's interleaved rows once.
+#           the launcher twice (SKIP_TUT=1 leaves them out), then ResNet-50's and ViT-B/16's
+#           interleaved rows once.
 #   PART=9  every goal of the DDP cost in one call, PyTorch beside each row: the NCCL,
 #           SyncBatchNorm and same-stream checks; twice, ResNet-50 bf16 b256 and ViT-B/16 bf16
 #           b128 (synthetic 224²) and ResNet-18 on 28² b256 (host-bound), each ours plain, ours
@@ -154,8 +155,10 @@ elif [ "$PART" = 6 ]; then
 elif [ "$PART" = 8 ]; then
   SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
   for i in 1 2 3; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
-  fm224
-  for i in 1 2; do train_pair tut $i "$B" "${TUT[@]}"; done
+  if [ "${SKIP_TUT:-0}" != 1 ]; then
+    fm224
+    for i in 1 2; do train_pair tut $i "$B" "${TUT[@]}"; done
+  fi
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 elif [ "$PART" = 9 ]; then
