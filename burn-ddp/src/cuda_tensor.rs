@@ -288,10 +288,9 @@ pub(crate) fn all_reduce_bucket(
 /// device-side ordering available there, and `BURN_DDP_NCCL_HOST_SYNC` not set to `1` (which
 /// keeps the older path: drain burn's stream, then a blocking collective).
 pub(crate) fn orders_on_device(pg: &dyn ProcessGroup, device: usize) -> bool {
-    // Read once: DDP asks every step.
-    static HOST_SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let host_sync = *HOST_SYNC.get_or_init(|| std::env::var("BURN_DDP_NCCL_HOST_SYNC").is_ok_and(|v| v == "1"));
-    if pg.as_nccl().is_none() || host_sync {
+    // Read at every step (a fraction of a microsecond): the GPU check `nccl`'s benchmark
+    // switches it between runs in one process.
+    if pg.as_nccl().is_none() || std::env::var("BURN_DDP_NCCL_HOST_SYNC").is_ok_and(|v| v == "1") {
         return false;
     }
     if !bucket_copy::available() {
