@@ -68,22 +68,24 @@ train_pair() {
   step ${name}_ddp_$i 300 "$bins"/burn-ddp launch --standalone --nproc-per-node 1 "$bins"/burn-vision "$@" --out /tmp/$name-ddp-$i
   metrics ${name}_ddp_$i /tmp/$name-ddp-$i
 }
+# `ddp_pair NAME I OURS TORCH...`: our `burn-vision` with the arguments of the array named OURS
+# plain (NAME_plain_I) and with `--ddp` (NAME_ddp_I), then `pytorch_baseline.py TORCH...` eager
+# (NAME_torch_I) and under DDP (NAME_torch_ddp_I).
+ddp_pair() {
+  local name=$1 i=$2; local -n ours=$3; shift 3
+  step ${name}_plain_$i 150 "$BV" "${ours[@]}"
+  step ${name}_ddp_$i 150 "$BV" "${ours[@]}" --ddp
+  step ${name}_torch_$i 120 python3 benches/pytorch_baseline.py "$@" eager
+  step ${name}_torch_ddp_$i 120 python3 benches/pytorch_baseline.py "$@" ddp
+}
+R50T=(synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc)
+VBT=(synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw)
 R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
 TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
 if [ "$PART" = 1 ] || [ "$PART" = 7 ]; then
   [ "$PART" = 1 ] && step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
-  for i in $([ "$PART" = 7 ] && echo 1 2 3 || echo 1 2); do
-    step r50_plain_$i 150 "$BV" "${R50[@]}"
-    step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
-    step r50_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
-    step r50_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
-  done
-  for i in $([ "$PART" = 7 ] || echo 1 2); do
-    step vitb16_plain_$i 150 "$BV" "${VB[@]}"
-    step vitb16_ddp_$i 150 "$BV" "${VB[@]}" --ddp
-    step vitb16_torch_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
-    step vitb16_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
-  done
+  for i in $([ "$PART" = 7 ] && echo 1 2 3 || echo 1 2); do ddp_pair r50 $i R50 "${R50T[@]}"; done
+  for i in $([ "$PART" = 7 ] || echo 1 2); do ddp_pair vitb16 $i VB "${VBT[@]}"; done
 elif [ "$PART" = 2 ]; then
   for i in 1 2; do
     step r18s_plain_$i 150 "$BV" "${R18B[@]}"
@@ -166,18 +168,9 @@ elif [ "$PART" = 9 ]; then
   fm224
   R18T=(synthetic resnet18 256 28 1 10 1 5 300 bf16 nhwc)
   for i in $(seq 1 "${REPS:-2}"); do
-    step r50_plain_$i 150 "$BV" "${R50[@]}"
-    step r50_ddp_$i 150 "$BV" "${R50[@]}" --ddp
-    step r50_torch_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc eager
-    step r50_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc ddp
-    step vitb16_plain_$i 150 "$BV" "${VB[@]}"
-    step vitb16_ddp_$i 150 "$BV" "${VB[@]}" --ddp
-    step vitb16_torch_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw eager
-    step vitb16_torch_ddp_$i 120 python3 benches/pytorch_baseline.py synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw ddp
-    step r18s_plain_$i 150 "$BV" "${R18B[@]}"
-    step r18s_ddp_$i 150 "$BV" "${R18B[@]}" --ddp
-    step r18s_torch_$i 120 python3 benches/pytorch_baseline.py "${R18T[@]}" eager
-    step r18s_torch_ddp_$i 120 python3 benches/pytorch_baseline.py "${R18T[@]}" ddp
+    ddp_pair r50 $i R50 "${R50T[@]}"
+    ddp_pair vitb16 $i VB "${VBT[@]}"
+    ddp_pair r18s $i R18B "${R18T[@]}"
     train_pair tut $i "$B" "${TUT[@]}"
   done
   step tut_torch_plain_1 200 python3 benches/pytorch_baseline.py tutorial /tmp/fm224 1 f32 nhwc 16
