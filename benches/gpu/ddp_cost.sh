@@ -41,7 +41,8 @@
 #           `bench --ddp`, PyTorch eager, PyTorch DDP; the tutorial preset (1 epoch) plain and
 #           under `burn-ddp launch --nproc-per-node 1`, and PyTorch's tutorial plain and under
 #           DDP with SyncBatchNorm (f32 channels-last, 16 loader workers); then the in-process
-#           rows (`--ddp-interleave`) of ResNet-18 28² twice, ResNet-50 and ViT-B/16.
+#           rows (`--ddp-interleave`) of ResNet-18 28² twice, ResNet-50, ViT-B/16 and the
+#           tutorial's model alone (ResNet-34 b16 224² f32, synthetic).
 #           REPS=1: each between-process pair once (about half the time).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
@@ -178,6 +179,10 @@ elif [ "$PART" = 9 ]; then
   for i in 1 2; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
+  # The tutorial's model and batch (ResNet-34 b16 224², f32) without its data pipeline or the
+  # launcher: whether the tutorial's DDP cost is DDP's or the processes' around it.
+  step tut_model_interleaved 150 "$BV" bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 \
+    --classes 10 --warmup 5 --steps 500 --ddp --ddp-interleave 25
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"
