@@ -44,6 +44,10 @@
 #           rows (`--ddp-interleave`) of ResNet-18 28² twice, ResNet-50, ViT-B/16 and the
 #           tutorial's model alone (ResNet-34 b16 224² f32, synthetic).
 #           REPS=1: each between-process pair once (about half the time).
+#   PART=10 where the host-bound rows' DDP cost lies, inside one process (`--ddp-interleave 25`),
+#           twice: the tutorial's model (ResNet-34 b16 224² f32) and ResNet-18 28² b256 (600
+#           steps), each with DDP's defaults, in one bucket (`--bucket-cap-mb 100`: per-bucket
+#           work) and without overlap (`--no-overlap`: no gradient hooks, buckets after backward).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -183,6 +187,16 @@ elif [ "$PART" = 9 ]; then
   # launcher: whether the tutorial's DDP cost is DDP's or the processes' around it.
   step tut_model_interleaved 150 "$BV" bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 \
     --classes 10 --warmup 5 --steps 500 --ddp --ddp-interleave 25
+elif [ "$PART" = 10 ]; then
+  TUTM=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 10 --warmup 5 --steps 500)
+  for i in 1 2; do
+    step tut_model_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25
+    step tut_model_one_bucket_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
+    step tut_model_no_overlap_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --no-overlap
+    step r18s_interleaved_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25
+    step r18s_one_bucket_interleaved_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
+    step r18s_no_overlap_interleaved_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25 --no-overlap
+  done
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

@@ -73,6 +73,15 @@ def backend_spans(cost):
     return text
 
 
+def phase_split(inter):
+    """The training thread's ms per step by phase, plain steps against DDP steps (builds from
+    2026-12-06 on)."""
+    if "plain_host_ms" not in inter:
+        return ""
+    ms = lambda v: "/".join(f"{x:.2f}" for x in v)
+    return f"; per step fwd/bwd/opt ms plain {ms(inter['plain_host_ms'])}, DDP {ms(inter['ddp_host_ms'])}"
+
+
 def main(path):
     runs, metrics = sections(path)
     for name, lines in runs.items():
@@ -130,7 +139,8 @@ def main(path):
                          f"median pair {inter['median_pair_ratio']:.3f}; pairs {pairs}; DDP host {f(cost.get('host_ms'), '{:.2f}')} ms/step, "
                          f"backend threads {f(cost.get('backend_threads_ms'), '{:.2f}')} ms/step ({backend_spans(cost)}), "
                          f"enqueue thread {f(cost.get('enqueue_thread_ms'), '{:.2f}')} ms/step, "
-                         f"exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; host fwd/bwd/opt s {host(r)}"))
+                         f"exposed {f(cost.get('exposed_ms'), '{:.2f}')} ms; host fwd/bwd/opt s {host(r)}"
+                         + phase_split(inter)))
     comp = result(runs.get("r50_ddp_bf16", []))
     if comp:
         rows.append(("r50 ours --ddp --grad-compression bf16 (vs pair 3's DDP)", (result(runs.get("r50_ddp_3", [])) or {}).get("img_per_s"), comp["img_per_s"], ""))

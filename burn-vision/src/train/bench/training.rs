@@ -226,11 +226,17 @@ pub struct Interleaved {
     /// Each DDP block's speed over the plain block before it, in order, and their median.
     pub pair_ratios: Vec<f64>,
     pub median_pair_ratio: f64,
+    /// The training thread's milliseconds per step in forward, backward (with DDP's hand-over
+    /// and wait) and the optimizer, over the plain steps and over the DDP steps: which phase
+    /// DDP's cost lands in.
+    pub plain_host_ms: [f64; 3],
+    pub ddp_host_ms: [f64; 3],
 }
 
 impl Interleaved {
-    /// From each block's `(through DDP, steps, seconds)`, in the order they ran.
-    fn from_blocks(block_steps: usize, batch: usize, blocks: &[(bool, usize, f64)]) -> Self {
+    /// From each block's `(through DDP, steps, seconds)`, in the order they ran, and the host
+    /// phase seconds summed over the plain steps and over the DDP steps.
+    fn from_blocks(block_steps: usize, batch: usize, blocks: &[(bool, usize, f64)], host_s: [[f64; 3]; 2]) -> Self {
         let speed = |ddp: bool| {
             let (n, s) = blocks.iter().filter(|b| b.0 == ddp).fold((0, 0.0), |(n, s), b| (n + b.1, s + b.2));
             (n * batch) as f64 / s
@@ -246,6 +252,10 @@ impl Interleaved {
             n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
         };
         let (plain, ddp) = (speed(false), speed(true));
+        let per_step_ms = |ddp: bool| {
+            let steps: usize = blocks.iter().filter(|b| b.0 == ddp).map(|b| b.1).sum();
+            host_s[usize::from(ddp)].map(|s| s * 1e3 / steps.max(1) as f64)
+        };
         Self {
             block_steps,
             plain_img_per_s: plain,
@@ -253,6 +263,8 @@ impl Interleaved {
             ratio: ddp / plain,
             pair_ratios,
             median_pair_ratio,
+            plain_host_ms: per_step_ms(false),
+            ddp_host_ms: per_step_ms(true),
         }
     }
 }
@@ -435,7 +447,8 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let y = Tensor::<B, 1, Int>::random([config.batch_size], Distribution::Uniform(0.0, config.classes as f64), device);
     let host = config.host_input.then(|| host_batches(&x));
     let upload_s = std::cell::Cell::new(0.0);
-    let host_s = std::cell::Cell::new([0.0f64; 3]);
+    // Host phase seconds (forward, backward, optimizer) of the plain and of the DDP steps.
+    let host_s = std::cell::Cell::new([[0.0f64; 3]; 2]);
     let interleave = interleave_blocks(config, dist)?;
     // `through_ddp`: this step goes through `dist`'s DDP (a plain step otherwise).
     let mut step = |model: Classifier<B>, through_ddp: bool| -> Result<(Classifier<B>, Tensor<B, 1>)> {
@@ -463,8 +476,10 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
             }
         };
         let model = optim.step(model, grads);
-        let h = host_s.get();
-        host_s.set([h[0] + t_fwd, h[1] + t_bwd - t_fwd, h[2] + t.elapsed().as_secs_f64() - t_bwd]);
+        let mut h = host_s.get();
+        let phases = &mut h[usize::from(through_ddp)];
+        *phases = [phases[0] + t_fwd, phases[1] + t_bwd - t_fwd, phases[2] + t.elapsed().as_secs_f64() - t_bwd];
+        host_s.set(h);
         Ok((model, loss))
     };
     let first_step_profile = config.host_profile.as_deref().filter(|_| config.host_profile_first_step);
@@ -492,7 +507,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     if let Some(gpu) = config.gpu {
         cuda_profiler_range(true, gpu);
     }
-    host_s.set([0.0; 3]);
+    host_s.set([[0.0; 3]; 2]);
     let cache_before = burn_ddp::nn::runtime::kernel_cache::usage();
     let gelu_before = burn_ddp::nn::linear::gelu_kernel_calls();
     let ln_before = burn_ddp::nn::layer_norm::kernel_forward_calls();
@@ -522,7 +537,9 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     let ddp_steps = blocks.iter().filter(|b| b.0).map(|b| b.1).sum::<usize>();
     let ddp_steps = if interleave.is_some() { ddp_steps } else { config.steps };
     let ddp = dist.zip(ddp_before).map(|(d, before)| ddp_cost(d, &before, &burn_ddp::trace::stop(), ddp_steps));
-    let interleaved = interleave.map(|n| Interleaved::from_blocks(n, config.batch_size, &blocks));
+    let interleaved = interleave.map(|n| Interleaved::from_blocks(n, config.batch_size, &blocks, host_s.get()));
+    let host_s = host_s.get();
+    let host_s: [f64; 3] = std::array::from_fn(|i| host_s[0][i] + host_s[1][i]);
     let kernel_cache = cache_before.zip(burn_ddp::nn::runtime::kernel_cache::usage()).map(|(a, b)| [a, b]);
     let gelu_kernel_passes = burn_ddp::nn::linear::gelu_kernel_calls() - gelu_before;
     let layer_norm_kernel_passes = burn_ddp::nn::layer_norm::kernel_forward_calls() - ln_before;
@@ -556,12 +573,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
         last_loss,
         cudnn,
         upload_s,
-        host: HostTimes {
-            enqueued_s,
-            forward_s: host_s.get()[0],
-            backward_s: host_s.get()[1],
-            optimizer_s: host_s.get()[2],
-        },
+        host: HostTimes { enqueued_s, forward_s: host_s[0], backward_s: host_s[1], optimizer_s: host_s[2] },
         threads,
         ddp,
         kernel_cache,
@@ -672,13 +684,20 @@ mod tests {
     #[test]
     fn interleaved_speeds_and_pair_ratios() {
         let blocks = [(false, 2, 1.0), (true, 2, 2.0), (false, 2, 0.5), (true, 2, 1.0)];
-        let r = Interleaved::from_blocks(2, 10, &blocks);
+        // Host phases: 4 plain steps and 4 DDP steps.
+        let r = Interleaved::from_blocks(2, 10, &blocks, [[4.0, 8.0, 12.0], [4.0, 16.0, 12.0]]);
         assert!((r.plain_img_per_s - 40.0 / 1.5).abs() < 1e-12);
         assert!((r.ddp_img_per_s - 40.0 / 3.0).abs() < 1e-12);
         assert!((r.ratio - 0.5).abs() < 1e-12);
         assert_eq!(r.pair_ratios, vec![0.5, 0.5]);
         assert_eq!(r.median_pair_ratio, 0.5);
-        let odd = Interleaved::from_blocks(1, 1, &[(false, 1, 1.0), (true, 1, 2.0), (false, 1, 1.0), (true, 1, 1.0)]);
+        assert_eq!((r.plain_host_ms, r.ddp_host_ms), ([1e3, 2e3, 3e3], [1e3, 4e3, 3e3]));
+        let odd = Interleaved::from_blocks(
+            1,
+            1,
+            &[(false, 1, 1.0), (true, 1, 2.0), (false, 1, 1.0), (true, 1, 1.0)],
+            [[0.0; 3]; 2],
+        );
         assert_eq!((odd.pair_ratios.clone(), odd.median_pair_ratio), (vec![0.5, 1.0], 0.75));
     }
 }
