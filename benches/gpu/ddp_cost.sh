@@ -48,6 +48,7 @@
 #           twice: the tutorial's model (ResNet-34 b16 224² f32) and ResNet-18 28² b256 (600
 #           steps), each with DDP's defaults, in one bucket (`--bucket-cap-mb 100`: per-bucket
 #           work) and without overlap (`--no-overlap`: no gradient hooks, buckets after backward).
+#           REPS=1: once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -189,7 +190,7 @@ elif [ "$PART" = 9 ]; then
     --classes 10 --warmup 5 --steps 500 --ddp --ddp-interleave 25
 elif [ "$PART" = 10 ]; then
   TUTM=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 10 --warmup 5 --steps 500)
-  for i in 1 2; do
+  for i in $(seq 1 "${REPS:-2}"); do
     step tut_model_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25
     step tut_model_one_bucket_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
     step tut_model_no_overlap_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --no-overlap
