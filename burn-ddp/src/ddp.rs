@@ -157,7 +157,8 @@ struct Params<B: Backend> {
 impl<B: Backend> ModuleVisitor<B> for Params<B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         // Buffers (BatchNorm running statistics) are not trained: they have no gradient to sync.
-        let value = param.val();
+        // Read through the reference (`Deref`): no clone of the tensor.
+        let value: &Tensor<B, D> = param;
         if value.is_require_grad() {
             self.device.get_or_insert_with(|| value.device());
             self.list.push((param.id, value.dims().to_vec()));
@@ -167,7 +168,7 @@ impl<B: Backend> ModuleVisitor<B> for Params<B> {
 
 /// Whether a module's trained parameters are still those `expect` lists (ids and shapes, in
 /// order), and the device of the first: the per-step check of the plan in force, one visit
-/// that allocates nothing.
+/// that allocates nothing and clones no tensor.
 struct SameParams<'a, B: Backend> {
     expect: &'a [(ParamId, Vec<usize>)],
     seen: usize,
@@ -177,7 +178,7 @@ struct SameParams<'a, B: Backend> {
 
 impl<B: Backend> ModuleVisitor<B> for SameParams<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let value = param.val();
+        let value: &Tensor<B, D> = param;
         if value.is_require_grad() {
             self.device.get_or_insert_with(|| value.device());
             let dims = value.dims();
@@ -473,4 +474,55 @@ fn register<B: Backend>(out: &mut GradientsParams, id: ParamId, grad: FloatTenso
         };
     }
     reg!(1, 2, 3, 4, 5, 6);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rendezvous::{CommBackend, RendezvousConfig, init_process_group};
+    use burn_autodiff::Autodiff;
+    use burn_flex::Flex;
+    use burn_nn::{Linear, LinearConfig};
+
+    type B = Autodiff<Flex>;
+
+    #[derive(Module, Debug)]
+    struct Two<B: Backend> {
+        a: Linear<B>,
+        b: Linear<B>,
+    }
+
+    /// The plan in force serves every step while the module's trained parameters are the ones
+    /// it was built for (ids and shapes, in order), and is rebuilt when they are not: another
+    /// model, a parameter no longer trained, a parameter of another shape. (Trained: a
+    /// parameter that requires a gradient, so only on an autodiff backend.)
+    #[test]
+    fn the_plan_is_kept_while_the_trained_parameters_are_the_same() {
+        let device = Default::default();
+        let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::single_process(0)).unwrap();
+        let ddp = DistributedDataParallel::new(pg, DdpConfig::default());
+        let two = |d_in| Two::<B> {
+            a: LinearConfig::new(d_in, 3).init(&device),
+            b: LinearConfig::new(3, 2).with_bias(false).init(&device),
+        };
+        let model = two(4);
+        let (first, dev) = ddp.plan_for(&model);
+        assert_eq!(dev, Some(device));
+        let shapes: Vec<Vec<usize>> = first.params.iter().map(|(_, s)| s.clone()).collect();
+        assert_eq!(shapes, [vec![4, 3], vec![3], vec![3, 2]]);
+        assert!(Arc::ptr_eq(&first, &ddp.plan_for(&model).0), "the same parameters keep the plan");
+        let other = two(4);
+        let second = ddp.plan_for(&other).0;
+        assert!(!Arc::ptr_eq(&first, &second), "other parameter ids: a new plan");
+        let mut frozen = other.clone();
+        frozen.a.bias = frozen.a.bias.map(|p| p.set_require_grad(false));
+        let third = ddp.plan_for(&frozen).0;
+        assert_eq!(third.params.len(), 2, "a parameter no longer trained leaves the plan");
+        assert!(Arc::ptr_eq(&third, &ddp.plan_for(&frozen).0));
+        let mut reshaped = frozen.clone();
+        reshaped.a.weight = Param::initialized(frozen.a.weight.id, Tensor::zeros([5, 3], &device).require_grad());
+        let fourth = ddp.plan_for(&reshaped).0;
+        assert!(!Arc::ptr_eq(&third, &fourth), "the same id with another shape: a new plan");
+        assert_eq!(fourth.params[0].1, [5, 3]);
+    }
 }
