@@ -118,20 +118,21 @@ pub fn param_val<B: Backend, const D: usize, const DA: usize>(
         return value;
     }
     // Outside a scope (inference, or training without DDP's overlap) the value goes back as is.
-    let hooked = ACTIVE.with(|a| {
+    let found = ACTIVE.with(|a| {
         let a = a.borrow();
         let active = a.as_ref()?;
-        let (slot, hook) = (*active.slots.get(&param.id)?, active.hook.downcast_ref::<HookFn<B>>()?);
+        let (slot, hook) = (*active.slots.get(&param.id)?, *active.hook.downcast_ref::<HookFn<B>>()?);
         active.uses.lock().unwrap_or_else(|p| p.into_inner())[slot] += 1;
-        Some(hook(
-            value.clone().into_primitive().tensor(),
-            anchor.clone().into_primitive().tensor(),
-            &active.sink,
-            slot,
-        ))
+        Some((slot, hook, active.sink.clone()))
     });
-    match hooked {
-        Some(out) => Tensor::from_primitive(TensorPrimitive::Float(out)),
+    match found {
+        // The value moves into the hook: one clone of the parameter per read, as outside a scope.
+        Some((slot, hook, sink)) => Tensor::from_primitive(TensorPrimitive::Float(hook(
+            value.into_primitive().tensor(),
+            anchor.clone().into_primitive().tensor(),
+            &sink,
+            slot,
+        ))),
         None => value,
     }
 }
@@ -173,9 +174,9 @@ fn hook_autodiff<B: Backend, C: CheckpointStrategy>(
     slot: usize,
 ) -> FloatTensor<Autodiff<B, C>> {
     let sink = sink.downcast_ref::<Arc<dyn GradSink<B>>>().expect("the scope's sink is for this backend").clone();
-    match HookBackward.prepare::<C>([param.node.clone(), anchor.node.clone()]).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(HookState { sink, slot }, param.primitive.clone()),
-        OpsKind::UnTracked(prep) => prep.finish(param.primitive.clone()),
+    match HookBackward.prepare::<C>([param.node.clone(), anchor.node]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(HookState { sink, slot }, param.primitive),
+        OpsKind::UnTracked(prep) => prep.finish(param.primitive),
     }
 }
 
