@@ -486,12 +486,6 @@ mod tests {
 
     type B = Autodiff<Flex>;
 
-    #[derive(Module, Debug)]
-    struct Two<B: Backend> {
-        a: Linear<B>,
-        b: Linear<B>,
-    }
-
     /// The plan in force serves every step while the module's trained parameters are the ones
     /// it was built for (ids and shapes, in order), and is rebuilt when they are not: another
     /// model, a parameter no longer trained, a parameter of another shape. (Trained: a
@@ -501,9 +495,8 @@ mod tests {
         let device = Default::default();
         let pg = init_process_group(CommBackend::Tcp, &RendezvousConfig::single_process(0)).unwrap();
         let ddp = DistributedDataParallel::new(pg, DdpConfig::default());
-        let two = |d_in| Two::<B> {
-            a: LinearConfig::new(d_in, 3).init(&device),
-            b: LinearConfig::new(3, 2).with_bias(false).init(&device),
+        let two = |d_in| -> Vec<Linear<B>> {
+            vec![LinearConfig::new(d_in, 3).init(&device), LinearConfig::new(3, 2).with_bias(false).init(&device)]
         };
         let model = two(4);
         let (first, dev) = ddp.plan_for(&model);
@@ -515,12 +508,12 @@ mod tests {
         let second = ddp.plan_for(&other).0;
         assert!(!Arc::ptr_eq(&first, &second), "other parameter ids: a new plan");
         let mut frozen = other.clone();
-        frozen.a.bias = frozen.a.bias.map(|p| p.set_require_grad(false));
+        frozen[0].bias = frozen[0].bias.take().map(|p| p.set_require_grad(false));
         let third = ddp.plan_for(&frozen).0;
         assert_eq!(third.params.len(), 2, "a parameter no longer trained leaves the plan");
         assert!(Arc::ptr_eq(&third, &ddp.plan_for(&frozen).0));
         let mut reshaped = frozen.clone();
-        reshaped.a.weight = Param::initialized(frozen.a.weight.id, Tensor::zeros([5, 3], &device).require_grad());
+        reshaped[0].weight = Param::initialized(frozen[0].weight.id, Tensor::zeros([5, 3], &device).require_grad());
         let fourth = ddp.plan_for(&reshaped).0;
         assert!(!Arc::ptr_eq(&third, &fourth), "the same id with another shape: a new plan");
         assert_eq!(fourth.params[0].1, [5, 3]);
