@@ -88,6 +88,9 @@ R50T=(synthetic resnet50 256 224 3 1000 0 5 "$STEPS" bf16 nhwc)
 VBT=(synthetic vit_b_16 128 224 3 1000 0 5 "$STEPS" bf16 nchw)
 R18=(train --model resnet18 --batch-size 256 --epochs 6 --optimizer sgd --precision bf16 --gpus 0 --quiet)
 TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
+# The tutorial's model and batch alone (ResNet-34 b16 224², f32, synthetic): no data pipeline,
+# no launcher.
+TUTM=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 10 --warmup 5 --steps 500)
 if [ "$PART" = 1 ] || [ "$PART" = 7 ]; then
   [ "$PART" = 1 ] && step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
   for i in $([ "$PART" = 7 ] && echo 1 2 3 || echo 1 2); do ddp_pair r50 $i R50 "${R50T[@]}"; done
@@ -144,7 +147,7 @@ elif [ "$PART" = 5 ]; then
   for i in 1 2 3; do
     step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
     step r18s_interleaved_enqueue_$i 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25
-    step r18s_interleaved_long_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25
+    step r18s_interleaved_long_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25
   done
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step r50_interleaved_enqueue 150 env BURN_DDP_ENQUEUE_THREAD=1 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
@@ -186,17 +189,16 @@ elif [ "$PART" = 9 ]; then
   step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
   # The tutorial's model and batch (ResNet-34 b16 224², f32) without its data pipeline or the
   # launcher: whether the tutorial's DDP cost is DDP's or the processes' around it.
-  step tut_model_interleaved 150 "$BV" bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 \
-    --classes 10 --warmup 5 --steps 500 --ddp --ddp-interleave 25
+  step tut_model_interleaved 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25
 elif [ "$PART" = 10 ]; then
-  TUTM=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 10 --warmup 5 --steps 500)
+  R18L=("${R18B[@]/300/600}")
   for i in $(seq 1 "${REPS:-2}"); do
     step tut_model_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25
     step tut_model_one_bucket_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
     step tut_model_no_overlap_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --no-overlap
-    step r18s_interleaved_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25
-    step r18s_one_bucket_interleaved_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
-    step r18s_no_overlap_interleaved_$i 150 "$BV" "${R18B[@]/300/600}" --ddp --ddp-interleave 25 --no-overlap
+    step r18s_interleaved_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25
+    step r18s_one_bucket_interleaved_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
+    step r18s_no_overlap_interleaved_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25 --no-overlap
   done
 fi
 save_cache

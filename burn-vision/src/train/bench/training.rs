@@ -237,8 +237,10 @@ impl Interleaved {
     /// From each block's `(through DDP, steps, seconds)`, in the order they ran, and the host
     /// phase seconds summed over the plain steps and over the DDP steps.
     fn from_blocks(block_steps: usize, batch: usize, blocks: &[(bool, usize, f64)], host_s: [[f64; 3]; 2]) -> Self {
+        // Steps and seconds over the plain blocks (false) or the DDP blocks (true).
+        let totals = |ddp: bool| blocks.iter().filter(|b| b.0 == ddp).fold((0, 0.0), |(n, s), b| (n + b.1, s + b.2));
         let speed = |ddp: bool| {
-            let (n, s) = blocks.iter().filter(|b| b.0 == ddp).fold((0, 0.0), |(n, s), b| (n + b.1, s + b.2));
+            let (n, s) = totals(ddp);
             (n * batch) as f64 / s
         };
         let per_block = |b: &(bool, usize, f64)| b.1 as f64 / b.2;
@@ -252,10 +254,7 @@ impl Interleaved {
             n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
         };
         let (plain, ddp) = (speed(false), speed(true));
-        let per_step_ms = |ddp: bool| {
-            let steps: usize = blocks.iter().filter(|b| b.0 == ddp).map(|b| b.1).sum();
-            host_s[usize::from(ddp)].map(|s| s * 1e3 / steps.max(1) as f64)
-        };
+        let per_step_ms = |ddp: bool| host_s[usize::from(ddp)].map(|s| s * 1e3 / totals(ddp).0.max(1) as f64);
         Self {
             block_steps,
             plain_img_per_s: plain,
