@@ -49,6 +49,11 @@
 #           steps), each with DDP's defaults, in one bucket (`--bucket-cap-mb 100`: per-bucket
 #           work) and without overlap (`--no-overlap`: no gradient hooks, buckets after backward).
 #           REPS=1: once.
+#   PART=11 DDP's parts timed apart, inside one process (`--ddp-interleave 25`), twice: the
+#           tutorial's model and ResNet-18 28² b256 (600 steps), each whole, without NCCL's
+#           all-reduce (BURN_DDP_DIAGNOSE=no-collective: the bucket hand-over, fences and copies
+#           only) and without any bucket operation (BURN_DDP_DIAGNOSE=no-device-ops: the plan,
+#           the gradient hooks and the hand-over only), after `nccl`'s checks. REPS=1: once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -200,6 +205,20 @@ elif [ "$PART" = 10 ]; then
     step r18s_one_bucket_interleaved_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
     step r18s_no_overlap_interleaved_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25 --no-overlap
   done
+elif [ "$PART" = 11 ]; then
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks nccl
+  R18L=("${R18B[@]/300/600}")
+  for i in $(seq 1 "${REPS:-2}"); do
+    for w in TUTM R18L; do
+      local_name=$([ $w = TUTM ] && echo tut_model || echo r18s)
+      declare -n args=$w
+      step ${local_name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      step ${local_name}_no_collective_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-collective "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      step ${local_name}_no_device_ops_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-device-ops "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      unset -n args
+    done
+  done
+  for t in perf nsys; do echo "$t: $(command -v $t || echo not found)" | tee -a "$LOG"; done
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

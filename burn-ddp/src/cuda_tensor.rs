@@ -195,7 +195,9 @@ impl BucketLayout {
 /// times `1 / world`, into one flat buffer, summed there and copied back out. With `flat` bf16
 /// or f16 every gradient travels packed in that type (half the bytes sent) and comes back as
 /// f32. `presence` (f32 counts) is summed as is, in the same group. Neither the host nor burn's
-/// stream waits.
+/// stream waits. `(label, sum)`: the bucket's name, and `false` to leave out every all-reduce
+/// that writes in place (a world of one's diagnosis: fences and copies only; a sum into a fresh
+/// buffer still runs, so that every output is written).
 ///
 /// # Errors
 /// A group other than NCCL, or one that failed; gradients that are not f32; no device-side
@@ -205,7 +207,7 @@ pub(crate) fn all_reduce_bucket(
     grads: Vec<FloatTensor<Cuda>>,
     presence: Option<FloatTensor<Cuda>>,
     flat: burn::tensor::DType,
-    label: String,
+    (label, sum): (String, bool),
 ) -> Result<BucketInFlight> {
     let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda {
         op: label.clone(),
@@ -258,6 +260,9 @@ pub(crate) fn all_reduce_bucket(
                 dst: bufs.outputs[at],
                 scale: None,
             });
+        }
+        if !sum {
+            items.retain(|item| matches!(item.src.memory, Memory::Cuda { ptr, .. } if ptr != item.dst));
         }
         nccl.all_reduce_async(
             &items,

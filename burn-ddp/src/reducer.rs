@@ -145,6 +145,8 @@ enum Pending<B: Backend> {
     Host(Receiver<Result<Vec<Tensor<B, 1>>>>),
     /// On the device (NCCL after burn's stream): join before reading.
     Device(tensor::DeviceBucket<B>),
+    /// Left as backward made them (`BURN_DDP_DIAGNOSE=no-device-ops`, a world of one).
+    Kept(Vec<FloatTensor<B>>),
     /// Could not be started.
     Failed(Error),
 }
@@ -170,6 +172,43 @@ pub(crate) enum Route {
     /// On the device, each as soon as it is ready: NCCL ordered after burn's stream; nobody
     /// waits (`tensor::all_reduce_bucket_on_device`).
     Device { overlap: bool },
+}
+
+/// What `BURN_DDP_DIAGNOSE` leaves out of each step's buckets on the device, so that DDP's
+/// parts can be timed apart (`burn-vision bench --ddp`). Read once; honoured in a world of one
+/// only, where what it leaves out changes no value, and ignored with a warning elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Diagnose {
+    /// Unset: everything runs.
+    Nothing,
+    /// `no-collective`: each bucket is handed to NCCL's stream and joined as usual (the fences,
+    /// the bucket copies) without NCCL's all-reduce.
+    NoCollective,
+    /// `no-device-ops`: no bucket operation at all; each gradient is returned as backward
+    /// left it (the plan, the gradient hooks and the hand-over still run).
+    NoDeviceOps,
+}
+
+impl Diagnose {
+    /// The setting for a group of `world` ranks.
+    fn get(world: usize) -> Self {
+        static SET: std::sync::OnceLock<Diagnose> = std::sync::OnceLock::new();
+        let set = *SET.get_or_init(|| match std::env::var("BURN_DDP_DIAGNOSE").as_deref() {
+            Err(_) | Ok("") => Self::Nothing,
+            Ok("no-collective") => Self::NoCollective,
+            Ok("no-device-ops") => Self::NoDeviceOps,
+            Ok(other) => {
+                log::warn!("BURN_DDP_DIAGNOSE={other} ignored: it takes no-collective or no-device-ops");
+                Self::Nothing
+            }
+        });
+        if set != Self::Nothing && world > 1 {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| log::warn!("BURN_DDP_DIAGNOSE ignored: it applies to a world of one rank only"));
+            return Self::Nothing;
+        }
+        set
+    }
 }
 
 /// What a step's reduction does with the gradients.
@@ -267,21 +306,22 @@ impl<B: Backend> StepReducer<B> {
             self.presence(&present)
         });
         let label = format!("all-reduce bucket {b}");
-        let pending = match &self.route {
-            Route::Device { .. } => {
+        let pending = match (&self.route, Diagnose::get(self.pg.world_size())) {
+            (Route::Device { .. }, Diagnose::NoDeviceOps) if presence.is_none() => Pending::Kept(grads),
+            (Route::Device { .. }, diagnose) => {
                 s.operations += 1;
                 match tensor::all_reduce_bucket_on_device(
                     self.pg.clone(),
                     grads,
                     presence.map(|p| p.into_primitive().tensor()),
                     self.settings.wire,
-                    label,
+                    (label, diagnose != Diagnose::NoCollective),
                 ) {
                     Ok(bucket) => Pending::Device(bucket),
                     Err(e) => Pending::Failed(e),
                 }
             }
-            Route::Inline | Route::Thread(_) => Pending::Host(self.launch_blocking(s, b, grads, presence, label)),
+            (Route::Inline | Route::Thread(_), _) => Pending::Host(self.launch_blocking(s, b, grads, presence, label)),
         };
         s.results.push((pending, present));
         s.launched += 1;
@@ -427,6 +467,7 @@ impl<B: Backend> StepReducer<B> {
                     on_device.push((b, bucket));
                     None
                 }
+                Pending::Kept(grads) => Some(Ok(Reduced { grads, presence: None })),
                 Pending::Failed(e) => Some(Err(e)),
             })
             .collect();
