@@ -52,7 +52,8 @@
 #   PART=11 DDP's parts timed apart, inside one process (`--ddp-interleave 25`), twice: the
 #           tutorial's model and ResNet-18 28² b256 (600 steps), each whole, without NCCL's
 #           all-reduce (BURN_DDP_DIAGNOSE=no-collective: the bucket hand-over, fences and copies
-#           only) and without any bucket operation (BURN_DDP_DIAGNOSE=no-device-ops: the plan,
+#           only), without anything on NCCL's stream (no-stream-work: burn-fusion's bucket and
+#           join operations only) and without any bucket operation (no-device-ops: the plan,
 #           the gradient hooks and the hand-over only), after `nccl`'s checks. REPS=1: once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
@@ -214,6 +215,7 @@ elif [ "$PART" = 11 ]; then
       declare -n args=$w
       step ${local_name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
       step ${local_name}_no_collective_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-collective "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      step ${local_name}_no_stream_work_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-stream-work "$BV" "${args[@]}" --ddp --ddp-interleave 25
       step ${local_name}_no_device_ops_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-device-ops "$BV" "${args[@]}" --ddp --ddp-interleave 25
       unset -n args
     done

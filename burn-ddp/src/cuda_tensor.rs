@@ -17,6 +17,7 @@ use crate::nn::cuda::runtime::side_stream;
 use crate::process_group::buffer::{Buffer, DType, Memory};
 use crate::process_group::nccl::DeviceReduction;
 use crate::process_group::{AllReduceOptions, BroadcastOptions, ProcessGroup};
+use crate::diagnose::Diagnose;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensor;
@@ -195,9 +196,10 @@ impl BucketLayout {
 /// times `1 / world`, into one flat buffer, summed there and copied back out. With `flat` bf16
 /// or f16 every gradient travels packed in that type (half the bytes sent) and comes back as
 /// f32. `presence` (f32 counts) is summed as is, in the same group. Neither the host nor burn's
-/// stream waits. `(label, sum)`: the bucket's name, and `false` to leave out every all-reduce
-/// that writes in place (a world of one's diagnosis: fences and copies only; a sum into a fresh
-/// buffer still runs, so that every output is written).
+/// stream waits. `(label, diagnose)`: the bucket's name, and what a world of one's diagnosis
+/// leaves out (`Diagnose::NoCollective`: every all-reduce that writes in place — a sum into a
+/// fresh buffer still runs, so that every output is written; `NoStreamWork`: everything but
+/// burn-fusion's operation, `side_stream::pass_through`).
 ///
 /// # Errors
 /// A group other than NCCL, or one that failed; gradients that are not f32; no device-side
@@ -207,7 +209,7 @@ pub(crate) fn all_reduce_bucket(
     grads: Vec<FloatTensor<Cuda>>,
     presence: Option<FloatTensor<Cuda>>,
     flat: burn::tensor::DType,
-    (label, sum): (String, bool),
+    (label, diagnose): (String, Diagnose),
 ) -> Result<BucketInFlight> {
     let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda {
         op: label.clone(),
@@ -234,6 +236,12 @@ pub(crate) fn all_reduce_bucket(
     let scratch =
         if layout.flat_len > 0 { vec![(burn::tensor::Shape::new([layout.flat_len]), flat)] } else { Vec::new() };
     let inputs: Vec<FloatTensor<Cuda>> = grads.into_iter().chain(presence).collect();
+    if diagnose == Diagnose::NoStreamWork {
+        let (mut outs, join) = side_stream::pass_through(inputs);
+        let presence = counts.map(|_| outs.pop().expect("the presence counts' output"));
+        return Ok(BucketInFlight { grads: outs, presence, join });
+    }
+    let sum = diagnose != Diagnose::NoCollective;
     let (mut outs, join) = side_stream::fork(inputs, scratch, move |bufs, fence| {
         let nccl = pg.as_nccl().expect("checked above");
         let scale = 1.0 / world as f32;

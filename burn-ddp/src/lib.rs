@@ -4,6 +4,8 @@
 //! batch norms on burn-cuda.
 
 mod collective_time;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod diagnose;
 #[cfg(feature = "cuda")]
 pub mod cuda_tensor;
 pub mod data_parallel;

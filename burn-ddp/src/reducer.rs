@@ -21,6 +21,7 @@
 //! them, on the device, a rank that lacks a gradient stops with that error after starting its
 //! collectives, and its peers learn of it from the group.
 
+use crate::diagnose::Diagnose;
 use crate::error::{Error, Result};
 use crate::grad_ready::GradSink;
 use crate::process_group::ProcessGroup;
@@ -174,43 +175,6 @@ pub(crate) enum Route {
     Device { overlap: bool },
 }
 
-/// What `BURN_DDP_DIAGNOSE` leaves out of each step's buckets on the device, so that DDP's
-/// parts can be timed apart (`burn-vision bench --ddp`). Read once; honoured in a world of one
-/// only, where what it leaves out changes no value, and ignored with a warning elsewhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Diagnose {
-    /// Unset: everything runs.
-    Nothing,
-    /// `no-collective`: each bucket is handed to NCCL's stream and joined as usual (the fences,
-    /// the bucket copies) without NCCL's all-reduce.
-    NoCollective,
-    /// `no-device-ops`: no bucket operation at all; each gradient is returned as backward
-    /// left it (the plan, the gradient hooks and the hand-over still run).
-    NoDeviceOps,
-}
-
-impl Diagnose {
-    /// The setting for a group of `world` ranks.
-    fn get(world: usize) -> Self {
-        static SET: std::sync::OnceLock<Diagnose> = std::sync::OnceLock::new();
-        let set = *SET.get_or_init(|| match std::env::var("BURN_DDP_DIAGNOSE").as_deref() {
-            Err(_) | Ok("") => Self::Nothing,
-            Ok("no-collective") => Self::NoCollective,
-            Ok("no-device-ops") => Self::NoDeviceOps,
-            Ok(other) => {
-                log::warn!("BURN_DDP_DIAGNOSE={other} ignored: it takes no-collective or no-device-ops");
-                Self::Nothing
-            }
-        });
-        if set != Self::Nothing && world > 1 {
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| log::warn!("BURN_DDP_DIAGNOSE ignored: it applies to a world of one rank only"));
-            return Self::Nothing;
-        }
-        set
-    }
-}
-
 /// What a step's reduction does with the gradients.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
@@ -315,7 +279,7 @@ impl<B: Backend> StepReducer<B> {
                     grads,
                     presence.map(|p| p.into_primitive().tensor()),
                     self.settings.wire,
-                    (label, diagnose != Diagnose::NoCollective),
+                    (label, diagnose),
                 ) {
                     Ok(bucket) => Pending::Device(bucket),
                     Err(e) => Pending::Failed(e),

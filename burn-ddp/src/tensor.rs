@@ -221,9 +221,9 @@ pub(crate) struct DeviceBucket<B: Backend> {
 
 /// Starts averaging `grads` (f32, any shapes) over the ranks on the device, as one collective
 /// over a flat buffer of `flat` (f32, bf16 or f16), with `presence` (f32 counts) summed beside
-/// them; returns at once (see `cuda_tensor::all_reduce_bucket`). `(label, sum)`: the bucket's
-/// name, and `false` to leave NCCL's all-reduce out (a world of one's diagnosis: the values
-/// stay this rank's). Only where [`orders_on_device`].
+/// them; returns at once (see `cuda_tensor::all_reduce_bucket`). `(label, diagnose)`: the
+/// bucket's name, and what a world of one's diagnosis leaves out. Only where
+/// [`orders_on_device`].
 ///
 /// # Errors
 /// As `cuda_tensor::all_reduce_bucket`; [`Error::Unsupported`] elsewhere.
@@ -232,7 +232,7 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
     grads: Vec<FloatTensor<B>>,
     presence: Option<FloatTensor<B>>,
     flat: BurnDType,
-    (label, sum): (String, bool),
+    (label, diagnose): (String, crate::diagnose::Diagnose),
 ) -> Result<DeviceBucket<B>> {
     #[cfg(feature = "cuda")]
     if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
@@ -247,7 +247,7 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
             grads.into_iter().map(to).collect(),
             presence.map(to),
             flat,
-            (label, sum),
+            (label, diagnose),
         )?;
         return Ok(DeviceBucket {
             grads: b.grads.into_iter().map(from).collect(),
@@ -255,7 +255,7 @@ pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
             join: DeviceJoin(b.join),
         });
     }
-    let _ = (pg, grads, presence, flat, sum);
+    let _ = (pg, grads, presence, flat, diagnose);
     Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
 }
 

@@ -320,6 +320,19 @@ pub fn fork(
     Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
 }
 
+/// A [`fork`] that hands nothing to another stream: one operation of burn-fusion's stream whose
+/// outputs are its inputs' buffers, and a [`Join`] that waits for nothing — what a fork and
+/// its join cost burn-fusion alone (`BURN_DDP_DIAGNOSE=no-stream-work`, a world of one).
+///
+/// # Panics
+/// When `inputs` is empty.
+pub fn pass_through(inputs: Vec<Prim>) -> (Vec<Prim>, Join) {
+    let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
+    let exec = |ins: Vec<(Cube, bool)>| ins.into_iter().map(|(cube, _)| cube).collect();
+    let join = Join(Arc::new(Mutex::new(JoinState::Failed)));
+    (fusion_op::queue_owned("side-stream pass-through", inputs, &outputs, exec), join)
+}
+
 /// A fork's first step, in order with burn's kernels: with `CudnnOptions::direct_fences`, where
 /// the current burn stream owns the device's same-stream path (`same_stream::direct_fence_stream`),
 /// an event recorded on burn's CUDA stream ([`Order::Events`]); else the flag stored on burn's

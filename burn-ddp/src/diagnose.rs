@@ -1,0 +1,47 @@
+//! `BURN_DDP_DIAGNOSE`: parts of DDP's step on the device left out, in a world of one, so that
+//! each part's cost can be timed (`burn-vision bench --ddp --ddp-interleave`). Imports nothing
+//! of ours: the reducer reads it, and the device route below it (`cuda_tensor`) obeys it.
+
+/// What `BURN_DDP_DIAGNOSE` leaves out of each step's buckets on the device, so that DDP's
+/// parts can be timed apart (`burn-vision bench --ddp`). Read once; honoured in a world of one
+/// only, where what it leaves out changes no value, and ignored with a warning elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Diagnose {
+    /// Unset: everything runs.
+    Nothing,
+    /// `no-collective`: each bucket is handed to NCCL's stream and joined as usual (the fences,
+    /// the bucket copies) without NCCL's all-reduce.
+    NoCollective,
+    /// `no-stream-work`: each bucket's operation and the join run on burn-fusion's stream, but
+    /// hand nothing to NCCL's stream (no fences, copies or all-reduce; the join waits for
+    /// nothing).
+    NoStreamWork,
+    /// `no-device-ops`: no bucket operation at all; each gradient is returned as backward
+    /// left it (the plan, the gradient hooks and the hand-over still run).
+    NoDeviceOps,
+}
+
+impl Diagnose {
+    /// The setting for a group of `world` ranks.
+    pub(crate) fn get(world: usize) -> Self {
+        static SET: std::sync::OnceLock<Diagnose> = std::sync::OnceLock::new();
+        let set = *SET.get_or_init(|| match std::env::var("BURN_DDP_DIAGNOSE").as_deref() {
+            Err(_) | Ok("") => Self::Nothing,
+            Ok("no-collective") => Self::NoCollective,
+            Ok("no-stream-work") => Self::NoStreamWork,
+            Ok("no-device-ops") => Self::NoDeviceOps,
+            Ok(other) => {
+                log::warn!(
+                    "BURN_DDP_DIAGNOSE={other} ignored: it takes no-collective, no-stream-work or no-device-ops"
+                );
+                Self::Nothing
+            }
+        });
+        if set != Self::Nothing && world > 1 {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| log::warn!("BURN_DDP_DIAGNOSE ignored: it applies to a world of one rank only"));
+            return Self::Nothing;
+        }
+        set
+    }
+}
