@@ -50,11 +50,15 @@
 #           work) and without overlap (`--no-overlap`: no gradient hooks, buckets after backward).
 #           REPS=1: once.
 #   PART=11 DDP's parts timed apart, inside one process (`--ddp-interleave 25`), twice: the
-#           tutorial's model and ResNet-18 28² b256 (600 steps), each whole, without NCCL's
-#           all-reduce (BURN_DDP_DIAGNOSE=no-collective: the bucket hand-over, fences and copies
-#           only), without anything on NCCL's stream (no-stream-work: burn-fusion's bucket and
-#           join operations only) and without any bucket operation (no-device-ops: the plan,
-#           the gradient hooks and the hand-over only), after `nccl`'s checks. REPS=1: once.
+#           tutorial's model and ResNet-18 28² b256 (600 steps), each whole, then leaving out
+#           (BURN_DDP_DIAGNOSE, a world of one only) in turn: NCCL's all-reduce
+#           (no-collective), all but the fences (fences-only: NCCL's stream ordered after
+#           burn's and back, nothing in between), everything on NCCL's stream (no-stream-work:
+#           burn-fusion's bucket and join operations only), every bucket operation
+#           (no-device-ops: the plan, the gradient hooks and the hand-over only) — the levels
+#           in DIAGNOSE, by default all but no-collective — and whole with each bucket's work
+#           on burn's own stream (BURN_DDP_NCCL_STREAM=burn, experimental), after the NCCL and
+#           SyncBatchNorm checks both ways. REPS=1: once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -207,16 +211,18 @@ elif [ "$PART" = 10 ]; then
     step r18s_no_overlap_interleaved_$i 150 "$BV" "${R18L[@]}" --ddp --ddp-interleave 25 --no-overlap
   done
 elif [ "$PART" = 11 ]; then
-  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks nccl
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks nccl sync-batch-norm
+  SHOW_LINES=20 step checks_nccl_stream_burn 300 env BURN_DDP_NCCL_STREAM=burn "$B"/burn-ddp-gpu-checks nccl sync-batch-norm
   R18L=("${R18B[@]/300/600}")
   for i in $(seq 1 "${REPS:-2}"); do
     for w in TUTM R18L; do
-      local_name=$([ $w = TUTM ] && echo tut_model || echo r18s)
+      name=$([ $w = TUTM ] && echo tut_model || echo r18s)
       declare -n args=$w
-      step ${local_name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      step ${local_name}_no_collective_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-collective "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      step ${local_name}_no_stream_work_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-stream-work "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      step ${local_name}_no_device_ops_interleaved_$i 150 env BURN_DDP_DIAGNOSE=no-device-ops "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      for d in ${DIAGNOSE:-fences-only no-stream-work no-device-ops}; do
+        step ${name}_${d//-/_}_interleaved_$i 150 env BURN_DDP_DIAGNOSE=$d "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      done
+      step ${name}_nccl_stream_burn_interleaved_$i 150 env BURN_DDP_NCCL_STREAM=burn "$BV" "${args[@]}" --ddp --ddp-interleave 25
       unset -n args
     done
   done

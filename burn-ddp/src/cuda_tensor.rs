@@ -11,13 +11,13 @@
 //! summed, and the host waits for neither.
 
 use crate::ReduceOp;
+use crate::diagnose::Diagnose;
 use crate::error::{Error, Result};
 use crate::nn::cuda::kernels::bucket_copy;
 use crate::nn::cuda::runtime::side_stream;
 use crate::process_group::buffer::{Buffer, DType, Memory};
 use crate::process_group::nccl::DeviceReduction;
 use crate::process_group::{AllReduceOptions, BroadcastOptions, ProcessGroup};
-use crate::diagnose::Diagnose;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::ops::FloatTensor;
@@ -131,7 +131,7 @@ pub(crate) fn all_reduce_ordered(
             dst: bufs.outputs[0],
             scale,
         };
-        nccl.all_reduce_async(&[item], label, |s| fence.wait_on(s), |s| fence.signal_on(s))
+        nccl.all_reduce_async_on(fence.stream(), &[item], label, |s| fence.wait_on(s), |s| fence.signal_on(s))
     })?;
     Ok((Tensor::from_primitive(TensorPrimitive::Float(out.remove(0))), join))
 }
@@ -198,7 +198,8 @@ impl BucketLayout {
 /// f32. `presence` (f32 counts) is summed as is, in the same group. Neither the host nor burn's
 /// stream waits. `(label, diagnose)`: the bucket's name, and what a world of one's diagnosis
 /// leaves out (`Diagnose::NoCollective`: every all-reduce that writes in place — a sum into a
-/// fresh buffer still runs, so that every output is written; `NoStreamWork`: everything but
+/// fresh buffer still runs, so that every output is written; `FencesOnly`: everything but the
+/// fences where every output is its input's buffer; `NoStreamWork`: everything but
 /// burn-fusion's operation, `side_stream::pass_through`).
 ///
 /// # Errors
@@ -241,7 +242,7 @@ pub(crate) fn all_reduce_bucket(
         let presence = counts.map(|_| outs.pop().expect("the presence counts' output"));
         return Ok(BucketInFlight { grads: outs, presence, join });
     }
-    let sum = diagnose != Diagnose::NoCollective;
+    let sum = !matches!(diagnose, Diagnose::NoCollective | Diagnose::FencesOnly);
     let (mut outs, join) = side_stream::fork(inputs, scratch, move |bufs, fence| {
         let nccl = pg.as_nccl().expect("checked above");
         let scale = 1.0 / world as f32;
@@ -269,10 +270,14 @@ pub(crate) fn all_reduce_bucket(
                 scale: None,
             });
         }
+        if diagnose == Diagnose::FencesOnly && bufs.inputs == bufs.outputs {
+            return nccl.on_stream(|s| fence.wait_on(s).and_then(|()| fence.signal_on(s)));
+        }
         if !sum {
             items.retain(|item| matches!(item.src.memory, Memory::Cuda { ptr, .. } if ptr != item.dst));
         }
-        nccl.all_reduce_async(
+        nccl.all_reduce_async_on(
+            fence.stream(),
             &items,
             label,
             |s| {

@@ -12,6 +12,10 @@ pub(crate) enum Diagnose {
     /// `no-collective`: each bucket is handed to NCCL's stream and joined as usual (the fences,
     /// the bucket copies) without NCCL's all-reduce.
     NoCollective,
+    /// `fences-only`: each bucket's operation orders NCCL's stream after burn's and burn's
+    /// after it (the events, the join) with nothing in between: no copies, no collective, no
+    /// timing events (where every gradient is summed in place; elsewhere as `no-collective`).
+    FencesOnly,
     /// `no-stream-work`: each bucket's operation and the join run on burn-fusion's stream, but
     /// hand nothing to NCCL's stream (no fences, copies or all-reduce; the join waits for
     /// nothing).
@@ -28,11 +32,12 @@ impl Diagnose {
         let set = *SET.get_or_init(|| match std::env::var("BURN_DDP_DIAGNOSE").as_deref() {
             Err(_) | Ok("") => Self::Nothing,
             Ok("no-collective") => Self::NoCollective,
+            Ok("fences-only") => Self::FencesOnly,
             Ok("no-stream-work") => Self::NoStreamWork,
             Ok("no-device-ops") => Self::NoDeviceOps,
             Ok(other) => {
                 log::warn!(
-                    "BURN_DDP_DIAGNOSE={other} ignored: it takes no-collective, no-stream-work or no-device-ops"
+                    "BURN_DDP_DIAGNOSE={other} ignored: it takes no-collective, fences-only, no-stream-work or no-device-ops"
                 );
                 Self::Nothing
             }

@@ -4,13 +4,12 @@
 //! batch norms on burn-cuda.
 
 mod collective_time;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-mod diagnose;
 #[cfg(feature = "cuda")]
 pub mod cuda_tensor;
 pub mod data_parallel;
 pub mod ddp;
 pub mod device;
+mod diagnose;
 pub mod doctor;
 pub mod error;
 pub mod grad_ready;

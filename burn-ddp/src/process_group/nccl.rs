@@ -243,6 +243,18 @@ mod imp {
             self.device
         }
 
+        /// Runs `f` with the group's stream, the device's context bound: work ordered on NCCL's
+        /// stream that is no collective (`BURN_DDP_DIAGNOSE=fences-only`).
+        ///
+        /// # Errors
+        /// A failed group, or `f`'s error.
+        pub(crate) fn on_stream(&self, f: impl FnOnce(driver::CUstream) -> Result<()>) -> Result<()> {
+            self.state.with("NCCL stream", |_| {
+                self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
+                f(self.stream.cu_stream())
+            })
+        }
+
         /// Sums each of `items` over the ranks as one NCCL group (`ncclGroupStart`/`End`: one
         /// launch for them all) on the group's stream, and returns at once: each item's values
         /// (first multiplied by its `scale` when given — NCCL's pre-multiplied sum: `1 / world`
@@ -263,6 +275,22 @@ mod imp {
             before: impl FnOnce(driver::CUstream) -> Result<()>,
             after: impl FnOnce(driver::CUstream) -> Result<()>,
         ) -> Result<()> {
+            self.all_reduce_async_on(None, items, label, before, after)
+        }
+
+        /// [`all_reduce_async`](Self::all_reduce_async) on `stream` when given (burn's own:
+        /// `BURN_DDP_NCCL_STREAM=burn`), else on the group's.
+        ///
+        /// # Errors
+        /// As `all_reduce_async`.
+        pub(crate) fn all_reduce_async_on(
+            &self,
+            stream: Option<driver::CUstream>,
+            items: &[DeviceReduction<'_>],
+            label: String,
+            before: impl FnOnce(driver::CUstream) -> Result<()>,
+            after: impl FnOnce(driver::CUstream) -> Result<()>,
+        ) -> Result<()> {
             let mut bytes = 0;
             for item in items {
                 device_ptr(&item.src, self.device)?;
@@ -277,7 +305,7 @@ mod imp {
             // Each part timed as its own span, on whichever thread enqueues.
             let part = crate::trace::DDP_COLLECTIVE;
             let events = crate::trace::span("ddp: NCCL's timing events", part, Events::new)?;
-            let stream = self.stream.cu_stream();
+            let stream = stream.unwrap_or_else(|| self.stream.cu_stream());
             self.state.with(&label, |comm| {
                 self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
                 crate::trace::span("ddp: before the collective (wait, gather)", part, || before(stream))?;
