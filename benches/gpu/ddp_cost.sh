@@ -56,9 +56,8 @@
 #           burn's and back, nothing in between), everything on NCCL's stream (no-stream-work:
 #           burn-fusion's bucket and join operations only), every bucket operation
 #           (no-device-ops: the plan, the gradient hooks and the hand-over only) — the levels
-#           in DIAGNOSE, by default all but no-collective — and whole with each bucket's work
-#           on burn's own stream (BURN_DDP_NCCL_STREAM=burn, experimental), after the NCCL and
-#           SyncBatchNorm checks both ways. REPS=1: once.
+#           in DIAGNOSE, by default all but no-collective — after the NCCL and SyncBatchNorm
+#           checks. REPS=1: once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -212,7 +211,6 @@ elif [ "$PART" = 10 ]; then
   done
 elif [ "$PART" = 11 ]; then
   SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks nccl sync-batch-norm
-  SHOW_LINES=20 step checks_nccl_stream_burn 300 env BURN_DDP_NCCL_STREAM=burn "$B"/burn-ddp-gpu-checks nccl sync-batch-norm
   R18L=("${R18B[@]/300/600}")
   for i in $(seq 1 "${REPS:-2}"); do
     for w in TUTM R18L; do
@@ -222,7 +220,6 @@ elif [ "$PART" = 11 ]; then
       for d in ${DIAGNOSE:-fences-only no-stream-work no-device-ops}; do
         step ${name}_${d//-/_}_interleaved_$i 150 env BURN_DDP_DIAGNOSE=$d "$BV" "${args[@]}" --ddp --ddp-interleave 25
       done
-      step ${name}_nccl_stream_burn_interleaved_$i 150 env BURN_DDP_NCCL_STREAM=burn "$BV" "${args[@]}" --ddp --ddp-interleave 25
       unset -n args
     done
   done

@@ -131,7 +131,7 @@ pub(crate) fn all_reduce_ordered(
             dst: bufs.outputs[0],
             scale,
         };
-        nccl.all_reduce_async_on(fence.stream(), &[item], label, |s| fence.wait_on(s), |s| fence.signal_on(s))
+        nccl.all_reduce_async(&[item], label, |s| fence.wait_on(s), |s| fence.signal_on(s))
     })?;
     Ok((Tensor::from_primitive(TensorPrimitive::Float(out.remove(0))), join))
 }
@@ -276,8 +276,7 @@ pub(crate) fn all_reduce_bucket(
         if !sum {
             items.retain(|item| matches!(item.src.memory, Memory::Cuda { ptr, .. } if ptr != item.dst));
         }
-        nccl.all_reduce_async_on(
-            fence.stream(),
+        nccl.all_reduce_async(
             &items,
             label,
             |s| {

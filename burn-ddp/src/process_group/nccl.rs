@@ -275,22 +275,6 @@ mod imp {
             before: impl FnOnce(driver::CUstream) -> Result<()>,
             after: impl FnOnce(driver::CUstream) -> Result<()>,
         ) -> Result<()> {
-            self.all_reduce_async_on(None, items, label, before, after)
-        }
-
-        /// [`all_reduce_async`](Self::all_reduce_async) on `stream` when given (burn's own:
-        /// `BURN_DDP_NCCL_STREAM=burn`), else on the group's.
-        ///
-        /// # Errors
-        /// As `all_reduce_async`.
-        pub(crate) fn all_reduce_async_on(
-            &self,
-            stream: Option<driver::CUstream>,
-            items: &[DeviceReduction<'_>],
-            label: String,
-            before: impl FnOnce(driver::CUstream) -> Result<()>,
-            after: impl FnOnce(driver::CUstream) -> Result<()>,
-        ) -> Result<()> {
             let mut bytes = 0;
             for item in items {
                 device_ptr(&item.src, self.device)?;
@@ -305,7 +289,7 @@ mod imp {
             // Each part timed as its own span, on whichever thread enqueues.
             let part = crate::trace::DDP_COLLECTIVE;
             let events = crate::trace::span("ddp: NCCL's timing events", part, Events::new)?;
-            let stream = stream.unwrap_or_else(|| self.stream.cu_stream());
+            let stream = self.stream.cu_stream();
             self.state.with(&label, |comm| {
                 self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
                 crate::trace::span("ddp: before the collective (wait, gather)", part, || before(stream))?;

@@ -72,10 +72,6 @@ enum Order {
     /// stream's `cuStreamWaitEvent` — no kernel, so no multiprocessor held by a spinning wait
     /// while burn's stream catches up (PyTorch's DDP orders its streams so).
     Events { burn: driver::CUstream, fork: driver::CUevent, join: driver::CUevent },
-    /// `BURN_DDP_NCCL_STREAM=burn` (experimental), where the same-stream path knows burn's CUDA
-    /// stream: the work runs on burn's stream itself ([`SideFence::stream`]), in order with its
-    /// kernels — nothing to fence, and nothing overlaps it there.
-    Same { burn: driver::CUstream },
 }
 
 // SAFETY: plain driver handles; a stream or event may be used from any thread of its context.
@@ -95,15 +91,6 @@ fn bound(side: &Mutex<SideKernels>) -> Result<std::sync::MutexGuard<'_, SideKern
 }
 
 impl SideFence {
-    /// The stream the work must run on instead of its own: burn's, when the fork was ordered
-    /// by running there (`BURN_DDP_NCCL_STREAM=burn`).
-    pub fn stream(&self) -> Option<driver::CUstream> {
-        match self.order {
-            Order::Same { burn } => Some(burn),
-            _ => None,
-        }
-    }
-
     /// Enqueues on `stream` (of the device's primary context) a wait until burn's stream has
     /// run everything queued before the fork. Enqueue it before the computation.
     ///
@@ -112,7 +99,6 @@ impl SideFence {
     pub fn wait_on(&self, stream: driver::CUstream) -> Result<()> {
         let k = bound(&self.kernels)?;
         match self.order {
-            Order::Same { .. } => Ok(()),
             Order::Flags(fence) => k.kernels.wait(stream, &fence),
             // SAFETY: a live stream and event of the bound context.
             Order::Events { fork, .. } => unsafe { driver::cuStreamWaitEvent(stream, fork, 0) }
@@ -128,7 +114,6 @@ impl SideFence {
     pub fn signal_on(&self, stream: driver::CUstream) -> Result<()> {
         let k = bound(&self.kernels)?;
         match self.order {
-            Order::Same { .. } => Ok(()),
             Order::Flags(fence) => k.kernels.signal(stream, &fence),
             // SAFETY: as `wait_on`.
             Order::Events { join, .. } => {
@@ -358,9 +343,6 @@ fn order_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClien
         return stream_bridge::before(Channel::Side, device, client, false).map(Order::Flags);
     };
     let burn = stream as driver::CUstream;
-    if on_burns_stream() {
-        return Ok(Order::Same { burn });
-    }
     let mut k = bound(side)?;
     let (fork, join) = (k.event()?, k.event()?);
     // SAFETY: burn's live stream of the bound (primary) context; an event of it.
@@ -376,17 +358,9 @@ fn order_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClien
     }
 }
 
-/// Whether forks run their work on burn's own stream (`BURN_DDP_NCCL_STREAM=burn`, read once;
-/// experimental, off by default).
-fn on_burns_stream() -> bool {
-    static SET: OnceLock<bool> = OnceLock::new();
-    *SET.get_or_init(|| std::env::var("BURN_DDP_NCCL_STREAM").is_ok_and(|v| v == "burn"))
-}
-
 /// A join's last step: burn's stream waits for the work's signal, as `order` was made.
 fn wait_on_burn(device: usize, order: &Order) {
     match *order {
-        Order::Same { .. } => {}
         Order::Flags(fence) => stream_bridge::after(Channel::Side, device, &fence),
         Order::Events { burn, fork, join } => {
             if let Err(e) = wait_for_event(device, burn, join) {
