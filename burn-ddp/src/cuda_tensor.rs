@@ -189,6 +189,25 @@ impl BucketLayout {
     }
 }
 
+/// A joined bucket: its averaged gradients, and its summed presence counts when they travelled.
+pub(crate) type Joined = (Vec<FloatTensor<Cuda>>, Option<FloatTensor<Cuda>>);
+
+/// What follows a bucket's hand-over to NCCL's stream in the same operation of burn-fusion's
+/// stream: nothing (its join comes later, with the step's other buckets), or the join of the
+/// step's earlier buckets and its own (the last bucket of a step: one operation less).
+pub(crate) enum Then {
+    Later,
+    JoinWith(Vec<BucketInFlight>),
+}
+
+/// A bucket's collective once handed over: in flight, or (`Then::JoinWith`) joined with the
+/// earlier buckets — each bucket's averaged gradients and summed presence counts, earlier
+/// buckets first.
+pub(crate) enum Started {
+    InFlight(BucketInFlight),
+    Joined(Vec<Joined>),
+}
+
 /// Starts averaging a bucket of f32 gradients over `pg`'s ranks on NCCL's stream, ordered on
 /// the device after their producers, as one NCCL group: the large gradients summed in their own
 /// buffers (each rank's values times `1 / world` by NCCL's pre-multiplied sum; into the
@@ -196,55 +215,159 @@ impl BucketLayout {
 /// times `1 / world`, into one flat buffer, summed there and copied back out. With `flat` bf16
 /// or f16 every gradient travels packed in that type (half the bytes sent) and comes back as
 /// f32. `presence` (f32 counts) is summed as is, in the same group. Neither the host nor burn's
-/// stream waits. `(label, diagnose)`: the bucket's name, and what a world of one's diagnosis
-/// leaves out (`Diagnose::NoCollective`: every all-reduce that writes in place — a sum into a
-/// fresh buffer still runs, so that every output is written; `FencesOnly`: everything but the
-/// fences where every output is its input's buffer; `NoStreamWork`: everything but
-/// burn-fusion's operation, `side_stream::pass_through`).
+/// stream waits; with `Then::JoinWith`, burn's stream waits for this bucket and the earlier
+/// ones at the end of the same operation. `(label, diagnose)`: the bucket's name, and what a
+/// world of one's diagnosis leaves out (see [`BucketJob::run`]; `NoStreamWork`: everything
+/// but burn-fusion's operations, `side_stream::pass_through`).
 ///
 /// # Errors
 /// A group other than NCCL, or one that failed; gradients that are not f32; no device-side
-/// ordering on this GPU.
+/// ordering on this GPU. The earlier buckets of `Then::JoinWith` are joined all the same.
 pub(crate) fn all_reduce_bucket(
     pg: Arc<dyn ProcessGroup>,
-    grads: Vec<FloatTensor<Cuda>>,
-    presence: Option<FloatTensor<Cuda>>,
+    (grads, presence): (Vec<FloatTensor<Cuda>>, Option<FloatTensor<Cuda>>),
     flat: burn::tensor::DType,
     (label, diagnose): (String, Diagnose),
-) -> Result<BucketInFlight> {
-    let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda {
-        op: label.clone(),
-        reason: "only an NCCL group sums on the device without the host waiting".into(),
-    })?;
-    nccl.check()?;
-    if let Some(g) = grads.iter().find(|g| g.dtype != burn::tensor::DType::F32) {
-        return Err(Error::Cuda { op: label, reason: format!("DDP averages f32 gradients, got one of {:?}", g.dtype) });
-    }
-    let flat_type = match flat {
-        burn::tensor::DType::F32 => DType::F32,
-        burn::tensor::DType::BF16 => DType::BF16,
-        burn::tensor::DType::F16 => DType::F16,
-        other => {
-            return Err(Error::Cuda {
-                op: label,
-                reason: format!("gradients travel as f32, bf16 or f16, not {other:?}"),
-            });
+    then: Then,
+) -> Result<Started> {
+    let job = match BucketJob::new(pg, &grads, presence.as_ref(), flat, (label, diagnose)) {
+        Ok(job) => job,
+        Err(e) => {
+            if let Then::JoinWith(earlier) = then {
+                drop(join_in_flight(earlier));
+            }
+            return Err(e);
         }
     };
-    let (device, world) = (nccl.device(), pg.world_size());
-    let layout = BucketLayout::new(grads.iter().map(|g| g.shape.num_elements()).collect(), flat_type != DType::F32);
-    let counts = presence.as_ref().map(|p| p.shape.num_elements());
-    let scratch =
-        if layout.flat_len > 0 { vec![(burn::tensor::Shape::new([layout.flat_len]), flat)] } else { Vec::new() };
+    let scratch = match job.layout.flat_len {
+        0 => Vec::new(),
+        n => vec![(burn::tensor::Shape::new([n]), flat)],
+    };
+    let counts = job.counts;
     let inputs: Vec<FloatTensor<Cuda>> = grads.into_iter().chain(presence).collect();
-    if diagnose == Diagnose::NoStreamWork {
-        let (mut outs, join) = side_stream::pass_through(inputs);
+    let split = |mut outs: Vec<FloatTensor<Cuda>>| {
         let presence = counts.map(|_| outs.pop().expect("the presence counts' output"));
-        return Ok(BucketInFlight { grads: outs, presence, join });
+        (outs, presence)
+    };
+    let (outs, join) = match (diagnose, then) {
+        (Diagnose::NoStreamWork, then) => {
+            let (outs, join) = side_stream::pass_through(inputs);
+            let (grads, presence) = split(outs);
+            let bucket = BucketInFlight { grads, presence, join };
+            return Ok(match then {
+                Then::Later => Started::InFlight(bucket),
+                Then::JoinWith(mut earlier) => {
+                    earlier.push(bucket);
+                    Started::Joined(join_in_flight(earlier))
+                }
+            });
+        }
+        (_, Then::Later) => side_stream::fork(inputs, scratch, move |bufs, fence| job.run(bufs, fence))?,
+        (_, Then::JoinWith(earlier)) => {
+            let joins: Vec<side_stream::Join> = earlier.iter().map(|b| b.join.clone()).collect();
+            let shape: Vec<(usize, bool)> = earlier.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
+            let flat_earlier: Vec<FloatTensor<Cuda>> =
+                earlier.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).collect();
+            let work = move |bufs: &side_stream::ForkBuffers, fence: &side_stream::SideFence| job.run(bufs, fence);
+            match side_stream::fork_and_join(inputs, scratch, work, (flat_earlier, &joins)) {
+                Ok((outs, earlier)) => {
+                    let mut joined = regroup(earlier, &shape);
+                    joined.push(split(outs));
+                    return Ok(Started::Joined(joined));
+                }
+                Err((e, unjoined)) => {
+                    if !unjoined.is_empty() {
+                        drop(side_stream::join_all(unjoined, &joins));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
+    let (grads, presence) = split(outs);
+    Ok(Started::InFlight(BucketInFlight { grads, presence, join }))
+}
+
+/// Every bucket's averaged gradients and presence counts, readable (one join operation).
+pub(crate) fn join_in_flight(buckets: Vec<BucketInFlight>) -> Vec<Joined> {
+    if buckets.is_empty() {
+        return Vec::new();
     }
-    let sum = !matches!(diagnose, Diagnose::NoCollective | Diagnose::FencesOnly);
-    let (mut outs, join) = side_stream::fork(inputs, scratch, move |bufs, fence| {
-        let nccl = pg.as_nccl().expect("checked above");
+    let joins: Vec<side_stream::Join> = buckets.iter().map(|b| b.join.clone()).collect();
+    let shape: Vec<(usize, bool)> = buckets.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
+    let all: Vec<FloatTensor<Cuda>> = buckets.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).collect();
+    regroup(side_stream::join_all(all, &joins), &shape)
+}
+
+/// Tensors of several buckets in one list, cut back into each bucket's gradients and
+/// presence counts (`shape`: per bucket, its gradients and whether counts follow them).
+fn regroup(all: Vec<FloatTensor<Cuda>>, shape: &[(usize, bool)]) -> Vec<Joined> {
+    let mut all = all.into_iter();
+    shape
+        .iter()
+        .map(|&(n, presence)| {
+            let grads: Vec<FloatTensor<Cuda>> = all.by_ref().take(n).collect();
+            (grads, if presence { all.next() } else { None })
+        })
+        .collect()
+}
+
+/// One bucket's collective as its fork's work enqueues it on NCCL's stream.
+struct BucketJob {
+    pg: Arc<dyn ProcessGroup>,
+    layout: BucketLayout,
+    counts: Option<usize>,
+    flat: (burn::tensor::DType, DType),
+    label: String,
+    diagnose: Diagnose,
+}
+
+impl BucketJob {
+    /// The job for `grads` (f32) and `presence` travelling as `flat`, after checking the group
+    /// and the types.
+    fn new(
+        pg: Arc<dyn ProcessGroup>,
+        grads: &[FloatTensor<Cuda>],
+        presence: Option<&FloatTensor<Cuda>>,
+        flat: burn::tensor::DType,
+        (label, diagnose): (String, Diagnose),
+    ) -> Result<Self> {
+        let nccl = pg.as_nccl().ok_or_else(|| Error::Cuda {
+            op: label.clone(),
+            reason: "only an NCCL group sums on the device without the host waiting".into(),
+        })?;
+        nccl.check()?;
+        if let Some(g) = grads.iter().find(|g| g.dtype != burn::tensor::DType::F32) {
+            return Err(Error::Cuda {
+                op: label,
+                reason: format!("DDP averages f32 gradients, got one of {:?}", g.dtype),
+            });
+        }
+        let flat_type = match flat {
+            burn::tensor::DType::F32 => DType::F32,
+            burn::tensor::DType::BF16 => DType::BF16,
+            burn::tensor::DType::F16 => DType::F16,
+            other => {
+                return Err(Error::Cuda {
+                    op: label,
+                    reason: format!("gradients travel as f32, bf16 or f16, not {other:?}"),
+                });
+            }
+        };
+        let layout = BucketLayout::new(grads.iter().map(|g| g.shape.num_elements()).collect(), flat_type != DType::F32);
+        let counts = presence.map(|p| p.shape.num_elements());
+        Ok(Self { pg, layout, counts, flat: (flat, flat_type), label, diagnose })
+    }
+
+    /// Enqueues the bucket's NCCL group on NCCL's stream between `fence`'s wait and signal:
+    /// the gather of the packed gradients, the group, the scatter back. A world of one's
+    /// diagnosis leaves out every all-reduce that writes in place (`Diagnose::NoCollective`; a
+    /// sum into a fresh buffer still runs, so that every output is written), or everything but
+    /// the fences where every output is its input's buffer (`FencesOnly`).
+    fn run(self, bufs: &side_stream::ForkBuffers, fence: &side_stream::SideFence) -> Result<()> {
+        let Self { pg, layout, counts, flat: (flat, flat_type), label, diagnose } = self;
+        let nccl = pg.as_nccl().expect("checked when the job was made");
+        let (device, world) = (nccl.device(), pg.world_size());
         let scale = 1.0 / world as f32;
         let (ins, outs, flat_at) =
             (layout.parts(&bufs.inputs, scale), layout.parts(&bufs.outputs, scale), bufs.scratch.first().copied());
@@ -256,11 +379,8 @@ pub(crate) fn all_reduce_bucket(
         for (i, &len) in layout.lens.iter().enumerate().filter(|&(i, _)| layout.offsets[i].is_none()) {
             // In a world of one the sum is the values themselves: no pre-multiplier (NCCL then
             // has nothing to compute for an in-place sum).
-            items.push(DeviceReduction {
-                src: buffer(DType::F32, len, bufs.inputs[i]),
-                dst: bufs.outputs[i],
-                scale: (world > 1).then_some(scale),
-            });
+            let scale = (world > 1).then_some(scale);
+            items.push(DeviceReduction { src: buffer(DType::F32, len, bufs.inputs[i]), dst: bufs.outputs[i], scale });
         }
         if let Some(k) = counts {
             let at = layout.lens.len();
@@ -273,32 +393,27 @@ pub(crate) fn all_reduce_bucket(
         if diagnose == Diagnose::FencesOnly && bufs.inputs == bufs.outputs {
             return nccl.on_stream(|s| fence.wait_on(s).and_then(|()| fence.signal_on(s)));
         }
-        if !sum {
+        if matches!(diagnose, Diagnose::NoCollective | Diagnose::FencesOnly) {
             items.retain(|item| matches!(item.src.memory, Memory::Cuda { ptr, .. } if ptr != item.dst));
         }
-        nccl.all_reduce_async(
-            &items,
-            label,
-            |s| {
-                fence.wait_on(s)?;
-                match flat_at {
-                    // SAFETY: the gradients and the flat buffer are live buffers of this device
-                    // (held by the fork until its join); nothing of burn's writes them until then.
-                    Some(at) => unsafe { bucket_copy::gather(device, s, &ins, at, flat) },
-                    None => Ok(()),
-                }
-            },
-            |s| {
-                if let Some(at) = flat_at {
-                    // SAFETY: as above.
-                    unsafe { bucket_copy::scatter(device, s, &outs, at, flat) }?;
-                }
-                fence.signal_on(s)
-            },
-        )
-    })?;
-    let presence = counts.map(|_| outs.pop().expect("the presence counts' output"));
-    Ok(BucketInFlight { grads: outs, presence, join })
+        let before = |s| {
+            fence.wait_on(s)?;
+            match flat_at {
+                // SAFETY: the gradients and the flat buffer are live buffers of this device (held
+                // by the fork until its join); nothing of burn's writes them until then.
+                Some(at) => unsafe { bucket_copy::gather(device, s, &ins, at, flat) },
+                None => Ok(()),
+            }
+        };
+        let after = |s| {
+            if let Some(at) = flat_at {
+                // SAFETY: as above.
+                unsafe { bucket_copy::scatter(device, s, &outs, at, flat) }?;
+            }
+            fence.signal_on(s)
+        };
+        nccl.all_reduce_async(&items, label, before, after)
+    }
 }
 
 /// Whether `pg` can sum burn-cuda tensors on `device` without the host waiting: an NCCL group,

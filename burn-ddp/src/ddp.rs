@@ -106,8 +106,8 @@ pub struct SyncStats {
     /// waited for none of them).
     pub on_device: usize,
     /// burn tensor operations the reduction itself enqueued, summed over steps (on the
-    /// device one per bucket and one per step, plus one per sum of a parameter read more than
-    /// once).
+    /// device one per bucket — the last also joins them all — plus one per sum of a parameter
+    /// read more than once).
     pub operations: usize,
 }
 

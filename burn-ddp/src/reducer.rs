@@ -7,8 +7,9 @@
 //! Two routes. On the device ([`Route::Device`]: burn-cuda on NCCL) a bucket costs burn one
 //! operation whatever its size, which hands its gradients to NCCL's stream (one NCCL group:
 //! the large gradients summed in their own buffers, the small ones packed by a kernel into one
-//! flat buffer and back: `cuda_tensor::all_reduce_bucket`), and a step one more, where burn's
-//! stream waits for all of its buckets — and nobody waits on the host. On host-memory groups
+//! flat buffer and back: `cuda_tensor::all_reduce_bucket`); the step's last bucket, started
+//! after backward, also makes burn's stream wait for all of the step's buckets in that same
+//! operation (nothing of burn's would run between them) — and nobody waits on the host. On host-memory groups
 //! (tcp) the bucket is flattened with burn's operations (one copy, the presence counts at its
 //! tail) and averaged on the communication thread, where the collective divides its sum by the
 //! world (the mean of `ReduceOp::Mean`): its members are then slices of the result.
@@ -148,6 +149,8 @@ enum Pending<B: Backend> {
     Device(tensor::DeviceBucket<B>),
     /// Left as backward made them (`BURN_DDP_DIAGNOSE=no-device-ops`, a world of one).
     Kept(Vec<FloatTensor<B>>),
+    /// Summed on the device and joined (by the step's last bucket's operation).
+    Joined(Reduced<B>),
     /// Could not be started.
     Failed(Error),
 }
@@ -158,6 +161,9 @@ struct Reduced<B: Backend> {
     grads: Vec<FloatTensor<B>>,
     presence: Option<Tensor<B, 1>>,
 }
+
+/// A bucket's gradients, whether this rank had each, and its presence counts where they travel.
+type BucketInputs<B> = (Vec<FloatTensor<B>>, Vec<bool>, Option<Tensor<B, 1>>);
 
 /// A step's result: each parameter's averaged gradient (slot, value in the parameter's shape),
 /// in bucket order, and the bytes averaged.
@@ -237,11 +243,11 @@ impl<B: Backend> StepReducer<B> {
         s.expected[slot] > 0 && s.reported[slot] == s.expected[slot]
     }
 
-    /// Launches, in order, every bucket whose gradients are all final.
+    /// Launches, in order, every bucket whose gradients are all final — on the device all but
+    /// the step's last, which [`finish`](Self::finish) starts together with the join.
     fn launch_ready(&self, s: &mut StepState<B>) {
-        while s.launched < self.plan.buckets.len()
-            && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i))
-        {
+        let early = self.plan.buckets.len().saturating_sub(usize::from(self.on_device()));
+        while s.launched < early && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", crate::trace::DDP, || self.launch(s, b));
         }
@@ -252,9 +258,9 @@ impl<B: Backend> StepReducer<B> {
         !matches!(self.route, Route::Device { .. }) || self.settings.find_unused
     }
 
-    /// Starts bucket `b`'s sum over the ranks (zeros for gradients this rank lacks), with its
-    /// presence counts where they travel.
-    fn launch(&self, s: &mut StepState<B>, b: usize) {
+    /// Bucket `b`'s gradients (zeros for those this rank lacks), whether this rank had each,
+    /// and its presence counts where they travel.
+    fn bucket_inputs(&self, s: &mut StepState<B>, b: usize) -> BucketInputs<B> {
         let members = &self.plan.buckets[b];
         let mut present = Vec::with_capacity(members.len());
         let mut grads = Vec::with_capacity(members.len());
@@ -269,25 +275,92 @@ impl<B: Backend> StepReducer<B> {
             s.operations += 1 + usize::from(!present.iter().all(|&p| p)) * present.len();
             self.presence(&present)
         });
+        (grads, present, presence)
+    }
+
+    /// Starts bucket `b`'s sum over the ranks, with its presence counts where they travel.
+    fn launch(&self, s: &mut StepState<B>, b: usize) {
+        let (grads, present, presence) = self.bucket_inputs(s, b);
         let label = format!("all-reduce bucket {b}");
         let pending = match (&self.route, Diagnose::get(self.pg.world_size())) {
             (Route::Device { .. }, Diagnose::NoDeviceOps) if presence.is_none() => Pending::Kept(grads),
             (Route::Device { .. }, diagnose) => {
                 s.operations += 1;
+                let bucket = (grads, presence.map(|p| p.into_primitive().tensor()));
                 match tensor::all_reduce_bucket_on_device(
                     self.pg.clone(),
-                    grads,
-                    presence.map(|p| p.into_primitive().tensor()),
+                    bucket,
                     self.settings.wire,
                     (label, diagnose),
+                    None,
                 ) {
-                    Ok(bucket) => Pending::Device(bucket),
+                    Ok(tensor::Started::InFlight(bucket)) => Pending::Device(bucket),
+                    Ok(tensor::Started::Joined(_)) => unreachable!("a bucket joins others only when given them"),
                     Err(e) => Pending::Failed(e),
                 }
             }
             (Route::Inline | Route::Thread(_), _) => Pending::Host(self.launch_blocking(s, b, grads, presence, label)),
         };
         s.results.push((pending, present));
+        s.launched += 1;
+    }
+
+    /// Starts the step's last bucket on the device and, in the same operation, joins it and
+    /// every bucket still in flight: the step's buckets then cost burn one operation each and
+    /// no join of their own. Every bucket in flight is joined, also when the last one fails to
+    /// start (then each reports that failure).
+    fn launch_last_and_join(&self, s: &mut StepState<B>) {
+        let b = s.launched;
+        let (grads, present, presence) = self.bucket_inputs(s, b);
+        let diagnose = Diagnose::get(self.pg.world_size());
+        if diagnose == Diagnose::NoDeviceOps && presence.is_none() {
+            s.results.push((Pending::Kept(grads), present));
+            s.launched += 1;
+            return;
+        }
+        let mut earlier = Vec::new();
+        let results: Vec<(Option<Pending<B>>, Vec<bool>)> = std::mem::take(&mut s.results)
+            .into_iter()
+            .map(|(p, had)| match p {
+                Pending::Device(bucket) => {
+                    earlier.push(bucket);
+                    (None, had)
+                }
+                other => (Some(other), had),
+            })
+            .collect();
+        s.operations += 1;
+        let (label, bucket) =
+            (format!("all-reduce bucket {b}"), (grads, presence.map(|p| p.into_primitive().tensor())));
+        let joined = tensor::all_reduce_bucket_on_device(
+            self.pg.clone(),
+            bucket,
+            self.settings.wire,
+            (label, diagnose),
+            Some(earlier),
+        );
+        let mut joined = match joined {
+            Ok(tensor::Started::Joined(all)) => Ok(all.into_iter()),
+            Ok(tensor::Started::InFlight(_)) => unreachable!("a bucket given others to join comes back joined"),
+            Err(e) => Err(Some(e)),
+        };
+        let mut next = || -> Pending<B> {
+            match &mut joined {
+                Ok(all) => {
+                    let (grads, presence) = all.next().expect("one joined bucket per bucket in flight");
+                    Pending::Joined(Reduced {
+                        grads,
+                        presence: presence.map(|p| Tensor::from_primitive(TensorPrimitive::Float(p))),
+                    })
+                }
+                // The first bucket reports why; the others that it failed.
+                Err(e) => Pending::Failed(e.take().unwrap_or_else(|| Error::Unsupported {
+                    what: format!("DDP: the step's last bucket ({b}) failed to start, so this bucket was not averaged"),
+                })),
+            }
+        };
+        s.results = results.into_iter().map(|(p, had)| (p.unwrap_or_else(&mut next), had)).collect();
+        s.results.push((next(), present));
         s.launched += 1;
     }
 
@@ -393,9 +466,15 @@ impl<B: Backend> StepReducer<B> {
     /// [`Error::UnusedParameter`] (without `find_unused`), and collective errors.
     pub fn finish(&self) -> Result<Averaged<B>> {
         let mut s = self.lock();
-        while s.launched < self.plan.buckets.len() {
+        let last = self.plan.buckets.len().saturating_sub(usize::from(self.on_device()));
+        while s.launched < last {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", crate::trace::DDP, || self.launch(&mut s, b));
+        }
+        if s.launched < self.plan.buckets.len() {
+            crate::trace::span("ddp: start the last bucket and join (host)", crate::trace::DDP, || {
+                self.launch_last_and_join(&mut s)
+            });
         }
         let (pending, present): (Vec<_>, Vec<_>) = std::mem::take(&mut s.results).into_iter().unzip();
         // Every bucket is joined, failed or not: its buffers must not serve burn again while
@@ -432,6 +511,7 @@ impl<B: Backend> StepReducer<B> {
                     None
                 }
                 Pending::Kept(grads) => Some(Ok(Reduced { grads, presence: None })),
+                Pending::Joined(r) => Some(Ok(r)),
                 Pending::Failed(e) => Some(Err(e)),
             })
             .collect();

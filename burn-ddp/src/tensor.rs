@@ -211,7 +211,7 @@ pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<
 }
 
 /// A DDP bucket summed on the device (from [`all_reduce_bucket_on_device`]): read it only
-/// through [`join_bucket_on_device`].
+/// through [`join_buckets_on_device`] or a later bucket's [`Started::Joined`].
 pub(crate) struct DeviceBucket<B: Backend> {
     grads: Vec<FloatTensor<B>>,
     presence: Option<FloatTensor<B>>,
@@ -219,73 +219,90 @@ pub(crate) struct DeviceBucket<B: Backend> {
     join: DeviceJoin,
 }
 
+/// A joined bucket: its averaged gradients, and its summed presence counts when they travelled.
+pub(crate) type JoinedBucket<B> = (Vec<FloatTensor<B>>, Option<FloatTensor<B>>);
+
+/// A bucket's sum once started on the device: in flight, or — when it was given the step's
+/// earlier buckets to join (its step's last) — every one of them joined, earlier ones first.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) enum Started<B: Backend> {
+    InFlight(DeviceBucket<B>),
+    Joined(Vec<JoinedBucket<B>>),
+}
+
 /// Starts averaging `grads` (f32, any shapes) over the ranks on the device, as one collective
 /// over a flat buffer of `flat` (f32, bf16 or f16), with `presence` (f32 counts) summed beside
 /// them; returns at once (see `cuda_tensor::all_reduce_bucket`). `(label, diagnose)`: the
-/// bucket's name, and what a world of one's diagnosis leaves out. Only where
-/// [`orders_on_device`].
+/// bucket's name, and what a world of one's diagnosis leaves out. `join_with`: the step's
+/// earlier buckets, to be joined with this one in the same operation (the step's last bucket:
+/// [`Started::Joined`]). Only where [`orders_on_device`].
 ///
 /// # Errors
-/// As `cuda_tensor::all_reduce_bucket`; [`Error::Unsupported`] elsewhere.
+/// As `cuda_tensor::all_reduce_bucket` (the buckets of `join_with` are joined all the same);
+/// [`Error::Unsupported`] elsewhere.
 pub(crate) fn all_reduce_bucket_on_device<B: Backend>(
     pg: std::sync::Arc<dyn ProcessGroup>,
-    grads: Vec<FloatTensor<B>>,
-    presence: Option<FloatTensor<B>>,
+    (grads, presence): (Vec<FloatTensor<B>>, Option<FloatTensor<B>>),
     flat: BurnDType,
     (label, diagnose): (String, crate::diagnose::Diagnose),
-) -> Result<DeviceBucket<B>> {
+    join_with: Option<Vec<DeviceBucket<B>>>,
+) -> Result<Started<B>> {
     #[cfg(feature = "cuda")]
     if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
-        let to = |t: FloatTensor<B>| {
-            cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
-        };
-        let from = |t: FloatTensor<burn_cuda::Cuda>| {
-            cast::<_, FloatTensor<B>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
-        };
-        let b = crate::cuda_tensor::all_reduce_bucket(
-            pg,
-            grads.into_iter().map(to).collect(),
-            presence.map(to),
-            flat,
-            (label, diagnose),
-        )?;
-        return Ok(DeviceBucket {
-            grads: b.grads.into_iter().map(from).collect(),
-            presence: b.presence.map(from),
-            join: DeviceJoin(b.join),
+        use crate::cuda_tensor::{self as ct, Then};
+        let then = join_with.map_or(Then::Later, |b| Then::JoinWith(b.into_iter().map(to_cuda::<B>).collect()));
+        let bucket = (grads.into_iter().map(to_cuda_tensor::<B>).collect(), presence.map(to_cuda_tensor::<B>));
+        return Ok(match ct::all_reduce_bucket(pg, bucket, flat, (label, diagnose), then)? {
+            ct::Started::InFlight(b) => Started::InFlight(from_cuda::<B>(b)),
+            ct::Started::Joined(all) => Started::Joined(all.into_iter().map(joined_from_cuda::<B>).collect()),
         });
     }
-    let _ = (pg, grads, presence, flat, diagnose);
+    let _ = (pg, grads, presence, flat, diagnose, join_with);
     Err(Error::Unsupported { what: format!("{label}: summing on the device needs burn-cuda tensors on an NCCL group") })
 }
-
-/// A joined bucket: its averaged gradients, and its summed presence counts when they travelled.
-pub(crate) type JoinedBucket<B> = (Vec<FloatTensor<B>>, Option<FloatTensor<B>>);
 
 /// Each bucket's averaged gradients and summed presence counts, readable: burn's stream waits
 /// for the buckets' collectives on the device (one operation for all of them).
 pub(crate) fn join_buckets_on_device<B: Backend>(buckets: Vec<DeviceBucket<B>>) -> Vec<JoinedBucket<B>> {
     #[cfg(feature = "cuda")]
-    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() && !buckets.is_empty() {
-        let to = |t: FloatTensor<B>| {
-            cast::<_, FloatTensor<burn_cuda::Cuda>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
-        };
-        // (gradients, presence counts) per bucket, to cut the joined list back into buckets.
-        let counts: Vec<(usize, bool)> = buckets.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
-        let joins: Vec<_> = buckets.iter().map(|b| b.join.0.clone()).collect();
-        let all: Vec<_> = buckets.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).map(to).collect();
-        let mut joined = crate::nn::cuda::runtime::side_stream::join_all(all, &joins)
-            .into_iter()
-            .map(|t| cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda")));
-        return counts
-            .into_iter()
-            .map(|(n, presence)| {
-                let grads: Vec<FloatTensor<B>> = joined.by_ref().take(n).collect();
-                (grads, if presence { joined.next() } else { None })
-            })
-            .collect();
+    if std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn_cuda::Cuda>() {
+        let all = crate::cuda_tensor::join_in_flight(buckets.into_iter().map(to_cuda::<B>).collect());
+        return all.into_iter().map(joined_from_cuda::<B>).collect();
     }
     buckets.into_iter().map(|b| (b.grads, b.presence)).collect()
+}
+
+/// `B`'s tensor as burn-cuda's (`B` is burn-cuda).
+#[cfg(feature = "cuda")]
+fn to_cuda_tensor<B: Backend>(t: FloatTensor<B>) -> FloatTensor<burn_cuda::Cuda> {
+    cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
+}
+
+/// A bucket of `B` as burn-cuda's (`B` is burn-cuda).
+#[cfg(feature = "cuda")]
+fn to_cuda<B: Backend>(b: DeviceBucket<B>) -> crate::cuda_tensor::BucketInFlight {
+    crate::cuda_tensor::BucketInFlight {
+        grads: b.grads.into_iter().map(to_cuda_tensor::<B>).collect(),
+        presence: b.presence.map(to_cuda_tensor::<B>),
+        join: b.join.0,
+    }
+}
+
+/// A burn-cuda bucket as `B`'s (`B` is burn-cuda).
+#[cfg(feature = "cuda")]
+fn from_cuda<B: Backend>(b: crate::cuda_tensor::BucketInFlight) -> DeviceBucket<B> {
+    let (grads, presence) = joined_from_cuda::<B>((b.grads, b.presence));
+    DeviceBucket { grads, presence, join: DeviceJoin(b.join) }
+}
+
+/// A joined burn-cuda bucket as `B`'s (`B` is burn-cuda).
+#[cfg(feature = "cuda")]
+fn joined_from_cuda<B: Backend>(
+    (grads, presence): (Vec<FloatTensor<burn_cuda::Cuda>>, Option<FloatTensor<burn_cuda::Cuda>>),
+) -> JoinedBucket<B> {
+    let from =
+        |t| cast::<FloatTensor<burn_cuda::Cuda>, FloatTensor<B>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+    (grads.into_iter().map(from).collect(), presence.map(from))
 }
 
 /// `from` as `To` when they are the same type, else `from` back.

@@ -251,73 +251,146 @@ pub fn fork(
     scratch: Vec<(Shape, DType)>,
     work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
 ) -> Result<(Vec<Prim>, Join)> {
+    let side = fork_checks(&inputs)?;
+    let (outputs, _, join) = fork_joining(side, inputs, scratch, work, None);
+    Ok((outputs, join))
+}
+
+/// [`fork`], and in the same operation of burn-fusion's stream right after it [`join_all`] of
+/// this fork and of `joins` (earlier forks' work, `earlier` their outputs): DDP's last bucket
+/// and its step's join as one operation, where nothing of burn's runs between them anyway.
+/// Returns this fork's outputs and `earlier`, both readable.
+///
+/// # Errors
+/// As [`fork`]; then nothing was queued, and `earlier` still needs its join.
+///
+/// # Panics
+/// When `inputs` is empty.
+pub fn fork_and_join(
+    inputs: Vec<Prim>,
+    scratch: Vec<(Shape, DType)>,
+    work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
+    (earlier, joins): (Vec<Prim>, &[Join]),
+) -> std::result::Result<(Vec<Prim>, Vec<Prim>), Unjoined> {
+    let side = match fork_checks(&inputs) {
+        Ok(side) => side,
+        Err(e) => return Err((e, earlier)),
+    };
+    let (outputs, earlier, _) = fork_joining(side, inputs, scratch, work, Some((earlier, joins)));
+    Ok((outputs, earlier))
+}
+
+/// A failed [`fork_and_join`]'s error, and the earlier outputs it was given, still to be joined.
+pub type Unjoined = (Error, Vec<Prim>);
+
+/// What every fork checks first: no earlier work failed to enqueue, and the inputs' device
+/// orders other streams ([`ready`]). Returns that device's fence kernels.
+fn fork_checks(inputs: &[Prim]) -> Result<Arc<Mutex<SideKernels>>> {
     if let Some(e) = failure().lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Err(Error::Cuda { op: "work on another CUDA stream".into(), reason: e.clone() });
     }
-    let side = kernels(inputs.first().expect("a fork has inputs").client.device().index)?;
+    kernels(inputs.first().expect("a fork has inputs").client.device().index)
+}
+
+/// [`fork`] once checked (`side`: the device's fence kernels), joined in the same operation
+/// with `then_join`'s earlier forks when given ([`fork_and_join`]); returns this fork's
+/// outputs, the earlier outputs and this fork's join.
+fn fork_joining(
+    side: Arc<Mutex<SideKernels>>,
+    inputs: Vec<Prim>,
+    scratch: Vec<(Shape, DType)>,
+    work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
+    then_join: Option<(Vec<Prim>, &[Join])>,
+) -> (Vec<Prim>, Vec<Prim>, Join) {
     let join = Join(Arc::new(Mutex::new(JoinState::Pending)));
     let state = join.0.clone();
+    let (earlier, joins) = then_join.map_or((Vec::new(), None), |(e, j)| (e, Some(j)));
+    // The joins this operation ends with: the earlier forks' and its own, when it joins.
+    let states: Vec<Arc<Mutex<JoinState>>> =
+        joins.map(|j| j.iter().map(|j| j.0.clone()).chain([state.clone()]).collect()).unwrap_or_default();
+    let mine = inputs.len();
     let work = Mutex::new(Some(work));
-    let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
-    let exec = move |ins: Vec<(Cube, bool)>| {
-        crate::trace::span("ddp: hand a bucket over (fusion thread)", DDP_BACKEND_THREADS, || {
-            let (mut sources, mut outs, mut keep, mut in_place) =
-                (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new(), Vec::new());
-            span("ddp: place the buffers", || {
-                for (cube, last_user) in ins {
-                    let (src, out, kept) = place(cube, last_user);
-                    sources.push(src);
-                    outs.push(out);
-                    in_place.push(kept.is_none());
-                    keep.extend(kept);
-                }
-            });
-            let scratch: Vec<Cube> = span("ddp: scratch buffers", || {
-                scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect()
-            });
-            let (work, state, side) =
-                (work.lock().unwrap_or_else(|p| p.into_inner()).take(), state.clone(), side.clone());
-            let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
-            let (buffers, returned) = ((sources, outs.clone(), in_place, scratch), outs);
-            device_thread::submit(&device, move || {
-                let (sources, outs, in_place, scratch) = buffers;
-                let hand_over = |side: &Mutex<SideKernels>| -> Result<(Order, ForkBuffers)> {
-                    // The resources are held until the addresses are taken; the cubes keep the
-                    // buffers until the join.
-                    let (bufs, _held) = span("ddp: buffers' addresses", || {
-                        fork_addresses(&client, &sources, (&outs, &in_place), &scratch)
-                    })?;
-                    let order = span("ddp: flag on burn's stream", || order_on_burn(side, device.index, &client))?;
-                    Ok((order, bufs))
-                };
-                let outcome =
-                    match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, || {
-                        let (order, bufs) = hand_over(&side)?;
-                        let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
-                        let side = SideFence { order, kernels: side };
-                        let ticket = match enqueue_thread() {
-                            Some(thread) => Some(thread.send(bufs, side, Box::new(work))),
-                            None => {
-                                span("ddp: enqueue the collective", || work(&bufs, &side))?;
-                                None
-                            }
-                        };
-                        Ok((order, ticket))
-                    }) {
-                        Ok((order, ticket)) => {
-                            JoinState::Enqueued(order, keep.into_iter().chain(scratch).collect(), ticket)
-                        }
-                        Err(e) => {
-                            enqueue_failed(&e);
-                            JoinState::Failed
+    let outputs: Vec<(Shape, DType)> = inputs.iter().chain(&earlier).map(fusion_op::like).collect();
+    let exec = move |mut ins: Vec<(Cube, bool)>| {
+        let rest = ins.split_off(mine);
+        let work = work.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut outs = hand_over(ins, &scratch, work, (state.clone(), side.clone()));
+        if !states.is_empty() {
+            submit_joins(&outs[0], states.clone());
+        }
+        outs.extend(rest.into_iter().map(|(cube, _)| cube));
+        outs
+    };
+    let name = if joins.is_some() { "side-stream fork and join" } else { "side-stream fork" };
+    let inputs: Vec<Prim> = inputs.into_iter().chain(earlier).collect();
+    let mut outs = fusion_op::queue_owned(name, inputs, &outputs, exec);
+    let earlier = outs.split_off(mine);
+    (outs, earlier, join)
+}
+
+/// A fork's work on the fusion thread: places `ins`' buffers and the scratch buffers, and
+/// submits to cubecl's device thread the hand-over (addresses, the fence on burn's stream) and
+/// `work` (or its hand-over to the enqueue thread), which sets `state`. Returns the outputs.
+fn hand_over(
+    ins: Vec<(Cube, bool)>,
+    scratch: &[(Shape, DType)],
+    work: Option<impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static>,
+    (state, side): (Arc<Mutex<JoinState>>, Arc<Mutex<SideKernels>>),
+) -> Vec<Cube> {
+    crate::trace::span("ddp: hand a bucket over (fusion thread)", DDP_BACKEND_THREADS, || {
+        let (mut sources, mut outs, mut keep, mut in_place) =
+            (Vec::with_capacity(ins.len()), Vec::with_capacity(ins.len()), Vec::new(), Vec::new());
+        span("ddp: place the buffers", || {
+            for (cube, last_user) in ins {
+                let (src, out, kept) = place(cube, last_user);
+                sources.push(src);
+                outs.push(out);
+                in_place.push(kept.is_none());
+                keep.extend(kept);
+            }
+        });
+        let scratch: Vec<Cube> = span("ddp: scratch buffers", || {
+            scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect()
+        });
+        let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
+        let (buffers, returned) = ((sources, outs.clone(), in_place, scratch), outs);
+        device_thread::submit(&device, move || {
+            let (sources, outs, in_place, scratch) = buffers;
+            let hand_over = |side: &Mutex<SideKernels>| -> Result<(Order, ForkBuffers)> {
+                // The resources are held until the addresses are taken; the cubes keep the
+                // buffers until the join.
+                let (bufs, _held) = span("ddp: buffers' addresses", || {
+                    fork_addresses(&client, &sources, (&outs, &in_place), &scratch)
+                })?;
+                let order = span("ddp: flag on burn's stream", || order_on_burn(side, device.index, &client))?;
+                Ok((order, bufs))
+            };
+            let outcome =
+                match crate::trace::span("ddp: hand a bucket over (device thread)", DDP_BACKEND_THREADS, || {
+                    let (order, bufs) = hand_over(&side)?;
+                    let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
+                    let side = SideFence { order, kernels: side };
+                    let ticket = match enqueue_thread() {
+                        Some(thread) => Some(thread.send(bufs, side, Box::new(work))),
+                        None => {
+                            span("ddp: enqueue the collective", || work(&bufs, &side))?;
+                            None
                         }
                     };
-                *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
-            });
-            returned
-        })
-    };
-    Ok((fusion_op::queue_owned("side-stream fork", inputs, &outputs, exec), join))
+                    Ok((order, ticket))
+                }) {
+                    Ok((order, ticket)) => {
+                        JoinState::Enqueued(order, keep.into_iter().chain(scratch).collect(), ticket)
+                    }
+                    Err(e) => {
+                        enqueue_failed(&e);
+                        JoinState::Failed
+                    }
+                };
+            *state.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+        });
+        returned
+    })
 }
 
 /// A [`fork`] that hands nothing to another stream: one operation of burn-fusion's stream whose
@@ -510,25 +583,30 @@ pub fn join_all(outputs: Vec<Prim>, joins: &[Join]) -> Vec<Prim> {
     let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
     let exec = move |inputs: Vec<Cube>| {
         crate::trace::span("ddp: join buckets (fusion thread)", DDP_BACKEND_THREADS, || {
-            let (device, states) = (inputs[0].device.clone(), states.clone());
-            device_thread::submit(&device, move || {
-                crate::trace::span("ddp: join buckets (device thread)", DDP_BACKEND_THREADS, || {
-                    for state in &states {
-                        let done =
-                            std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
-                        if let JoinState::Enqueued(order, keep, ticket) = done {
-                            if let Some(ticket) = ticket {
-                                wait_for(&ticket);
-                            }
-                            wait_on_burn(device.index, &order);
-                            // Burn's stream now waits for the work: its buffers may serve burn again.
-                            drop(keep);
-                        }
-                    }
-                })
-            });
+            submit_joins(&inputs[0], states.clone());
             inputs
         })
     };
     fusion_op::queue("side-stream join", outputs, &shapes, exec)
+}
+
+/// Submits to cubecl's device thread of `like`'s device: burn's stream waits for each of
+/// `states`' work, in order; then their buffers may serve burn again.
+fn submit_joins(like: &Cube, states: Vec<Arc<Mutex<JoinState>>>) {
+    let device = like.device.clone();
+    device_thread::submit(&like.device, move || {
+        crate::trace::span("ddp: join buckets (device thread)", DDP_BACKEND_THREADS, || {
+            for state in &states {
+                let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
+                if let JoinState::Enqueued(order, keep, ticket) = done {
+                    if let Some(ticket) = ticket {
+                        wait_for(&ticket);
+                    }
+                    wait_on_burn(device.index, &order);
+                    // Burn's stream now waits for the work: its buffers may serve burn again.
+                    drop(keep);
+                }
+            }
+        })
+    });
 }
