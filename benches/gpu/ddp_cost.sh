@@ -58,6 +58,10 @@
 #           (no-device-ops: the plan, the gradient hooks and the hand-over only) — the levels
 #           in DIAGNOSE, by default all but no-collective — after the NCCL and SyncBatchNorm
 #           checks. REPS=1: once.
+#   PART=12 the host-bound rows inside one process (`--ddp-interleave 25`), twice: the
+#           tutorial's model and ResNet-18 28² b256 (600 steps), each with DIR's binaries first
+#           when OLD=DIR is given (bins.txz there is unpacked), then with these; after the
+#           same-stream, NCCL and SyncBatchNorm checks. REPS=1: once.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -224,6 +228,19 @@ elif [ "$PART" = 11 ]; then
     done
   done
   for t in perf nsys; do echo "$t: $(command -v $t || echo not found)" | tee -a "$LOG"; done
+elif [ "$PART" = 12 ]; then
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  R18L=("${R18B[@]/300/600}")
+  [ -n "${OLD:-}" ] && { [ -f "$OLD"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$OLD"/bins.txz "$OLD"; chmod +x "$OLD"/burn-vision; }
+  for i in $(seq 1 "${REPS:-2}"); do
+    for w in TUTM R18L; do
+      name=$([ $w = TUTM ] && echo tut_model || echo r18s)
+      declare -n args=$w
+      [ -n "${OLD:-}" ] && step old_${name}_interleaved_$i 150 "$OLD"/burn-vision "${args[@]}" --ddp --ddp-interleave 25
+      step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      unset -n args
+    done
+  done
 fi
 save_cache
 python3 benches/gpu/ddp_cost_summary.py "$LOG" | tee -a "$LOG"

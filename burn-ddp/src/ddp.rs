@@ -40,8 +40,9 @@ pub struct DdpConfig {
     /// is enqueued on NCCL's stream behind a device-side fence on the kernels that produce it,
     /// and burn's stream waits for it only where the averaged gradients are read — the host
     /// waits for neither (`BURN_DDP_NCCL_HOST_SYNC=1` restores blocking collectives after
-    /// backward, for comparison). There the collectives are issued in program order, so
-    /// SyncBatchNorm may share the group. On host-memory groups the communication thread runs
+    /// backward, for comparison); the step's last bucket, whose gradients are the last that
+    /// backward finishes, starts after it, in the operation that joins the step's buckets.
+    /// There the collectives are issued in program order, so SyncBatchNorm may share the group. On host-memory groups the communication thread runs
     /// them: nothing else may use the group while backward runs, so turn overlap off with
     /// SyncBatchNorm on the same group (its backward exchanges statistics).
     pub overlap: bool,
