@@ -9,10 +9,11 @@
 //! the large gradients summed in their own buffers, the small ones packed by a kernel into one
 //! flat buffer and back: `cuda_tensor::all_reduce_bucket`); the step's last bucket, started
 //! after backward, also makes burn's stream wait for all of the step's buckets in that same
-//! operation (nothing of burn's would run between them) — and nobody waits on the host. On host-memory groups
-//! (tcp) the bucket is flattened with burn's operations (one copy, the presence counts at its
-//! tail) and averaged on the communication thread, where the collective divides its sum by the
-//! world (the mean of `ReduceOp::Mean`): its members are then slices of the result.
+//! operation (nothing of burn's would run between them) — and nobody waits on the host. On
+//! host-memory groups (tcp) the bucket is flattened with burn's operations (one copy, the
+//! presence counts at its tail) and averaged on the communication thread, where the collective
+//! divides its sum by the world (the mean of `ReduceOp::Mean`): its members are then slices of
+//! the result.
 //!
 //! Presence counts (one per parameter: 1 where this rank has the gradient, 0 where not) travel
 //! with a bucket's sum where ranks must agree on missing gradients: always on host-memory
