@@ -264,10 +264,7 @@ pub(crate) fn all_reduce_bucket(
         }
         (_, Then::Later) => side_stream::fork(inputs, scratch, move |bufs, fence| job.run(bufs, fence))?,
         (_, Then::JoinWith(earlier)) => {
-            let joins: Vec<side_stream::Join> = earlier.iter().map(|b| b.join.clone()).collect();
-            let shape: Vec<(usize, bool)> = earlier.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
-            let flat_earlier: Vec<FloatTensor<Cuda>> =
-                earlier.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).collect();
+            let (flat_earlier, joins, shape) = in_one_list(earlier);
             let work = move |bufs: &side_stream::ForkBuffers, fence: &side_stream::SideFence| job.run(bufs, fence);
             match side_stream::fork_and_join(inputs, scratch, work, (flat_earlier, &joins)) {
                 Ok((outs, earlier)) => {
@@ -293,10 +290,21 @@ pub(crate) fn join_in_flight(buckets: Vec<BucketInFlight>) -> Vec<Joined> {
     if buckets.is_empty() {
         return Vec::new();
     }
-    let joins: Vec<side_stream::Join> = buckets.iter().map(|b| b.join.clone()).collect();
-    let shape: Vec<(usize, bool)> = buckets.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
-    let all: Vec<FloatTensor<Cuda>> = buckets.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).collect();
+    let (all, joins, shape) = in_one_list(buckets);
     regroup(side_stream::join_all(all, &joins), &shape)
+}
+
+/// [`in_one_list`]'s tensors, joins and bucket shapes.
+type OneList = (Vec<FloatTensor<Cuda>>, Vec<side_stream::Join>, Vec<(usize, bool)>);
+
+/// Buckets in flight as one list of tensors (each bucket's gradients, then its presence
+/// counts), their joins, and per bucket its gradients and whether counts follow them — what
+/// [`regroup`] cuts the joined list back with.
+fn in_one_list(buckets: Vec<BucketInFlight>) -> OneList {
+    let joins = buckets.iter().map(|b| b.join.clone()).collect();
+    let shape = buckets.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
+    let all = buckets.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).collect();
+    (all, joins, shape)
 }
 
 /// Tensors of several buckets in one list, cut back into each bucket's gradients and

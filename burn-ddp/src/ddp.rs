@@ -42,9 +42,10 @@ pub struct DdpConfig {
     /// waits for neither (`BURN_DDP_NCCL_HOST_SYNC=1` restores blocking collectives after
     /// backward, for comparison); the step's last bucket, whose gradients are the last that
     /// backward finishes, starts after it, in the operation that joins the step's buckets.
-    /// There the collectives are issued in program order, so SyncBatchNorm may share the group. On host-memory groups the communication thread runs
-    /// them: nothing else may use the group while backward runs, so turn overlap off with
-    /// SyncBatchNorm on the same group (its backward exchanges statistics).
+    /// There the collectives are issued in program order, so SyncBatchNorm may share the
+    /// group. On host-memory groups the communication thread runs them: nothing else may use
+    /// the group while backward runs, so turn overlap off with SyncBatchNorm on the same group
+    /// (its backward exchanges statistics).
     pub overlap: bool,
     /// The type gradients travel in (PyTorch's `bf16_compress_hook` / `fp16_compress_hook`):
     /// each rank's f32 gradients, divided by the world size, are sent as bf16 or f16 — half
