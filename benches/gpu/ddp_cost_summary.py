@@ -92,7 +92,7 @@ def main(path):
     rows = []
     ratios = {}
     for base in ["r50", "vitb16", "r18s", "r18s_pinned"]:
-        for i in range(1, 7):
+        for i in range(1, 13):
             plain, ddp = result(runs.get(f"{base}_plain_{i}", [])), result(runs.get(f"{base}_ddp_{i}", []))
             no_overlap = result(runs.get(f"{base}_ddp_no_overlap_{i}", []))
             if plain and no_overlap:

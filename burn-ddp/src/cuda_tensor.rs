@@ -136,13 +136,13 @@ pub(crate) fn all_reduce_ordered(
     Ok((Tensor::from_primitive(TensorPrimitive::Float(out.remove(0))), join))
 }
 
-/// A bucket's summed gradients, in flight on NCCL's stream: give them to `side_stream::join`
-/// before reading them.
+/// A bucket's sum in flight on NCCL's stream (`side_stream::fork_held`): its token goes to the
+/// join, which hands back the averaged gradients and summed presence counts.
 pub(crate) struct BucketInFlight {
-    /// One per gradient, of its shape: the average over the ranks.
-    pub grads: Vec<FloatTensor<Cuda>>,
-    /// The presence counts summed over the ranks, when they were sent.
-    pub presence: Option<FloatTensor<Cuda>>,
+    /// What the join is given: the first gradient's output (the others are held by the fork).
+    pub token: FloatTensor<Cuda>,
+    /// The bucket's gradients, and whether presence counts follow them.
+    pub shape: (usize, bool),
     pub join: side_stream::Join,
 }
 
@@ -243,46 +243,42 @@ pub(crate) fn all_reduce_bucket(
         0 => Vec::new(),
         n => vec![(burn::tensor::Shape::new([n]), flat)],
     };
-    let counts = job.counts;
+    let shape = (grads.len(), job.counts.is_some());
     let inputs: Vec<FloatTensor<Cuda>> = grads.into_iter().chain(presence).collect();
-    let split = |mut outs: Vec<FloatTensor<Cuda>>| {
-        let presence = counts.map(|_| outs.pop().expect("the presence counts' output"));
-        (outs, presence)
-    };
-    let (outs, join) = match (diagnose, then) {
+    let work = move |bufs: &side_stream::ForkBuffers, fence: &side_stream::SideFence| job.run(bufs, fence);
+    match (diagnose, then) {
         (Diagnose::NoStreamWork, then) => {
-            let (outs, join) = side_stream::pass_through(inputs);
-            let (grads, presence) = split(outs);
-            let bucket = BucketInFlight { grads, presence, join };
-            return Ok(match then {
+            let (token, join) = side_stream::pass_through(inputs);
+            let bucket = BucketInFlight { token, shape, join };
+            Ok(match then {
                 Then::Later => Started::InFlight(bucket),
                 Then::JoinWith(mut earlier) => {
                     earlier.push(bucket);
                     Started::Joined(join_in_flight(earlier))
                 }
-            });
+            })
         }
-        (_, Then::Later) => side_stream::fork(inputs, scratch, move |bufs, fence| job.run(bufs, fence))?,
+        (_, Then::Later) => {
+            let (token, join) = side_stream::fork_held(inputs, scratch, work)?;
+            Ok(Started::InFlight(BucketInFlight { token, shape, join }))
+        }
         (_, Then::JoinWith(earlier)) => {
-            let (flat_earlier, joins, shape) = in_one_list(earlier);
-            let work = move |bufs: &side_stream::ForkBuffers, fence: &side_stream::SideFence| job.run(bufs, fence);
-            match side_stream::fork_and_join(inputs, scratch, work, (flat_earlier, &joins)) {
+            let (tokens, joins, shapes) = in_one_list(earlier);
+            match side_stream::fork_and_join(inputs, scratch, work, (tokens, &joins)) {
                 Ok((outs, earlier)) => {
-                    let mut joined = regroup(earlier, &shape);
-                    joined.push(split(outs));
-                    return Ok(Started::Joined(joined));
+                    let mut joined = regroup(earlier, &shapes);
+                    joined.extend(regroup(outs, &[shape]));
+                    Ok(Started::Joined(joined))
                 }
                 Err((e, unjoined)) => {
                     if !unjoined.is_empty() {
-                        drop(side_stream::join_all(unjoined, &joins));
+                        drop(side_stream::join_held(unjoined, &joins));
                     }
-                    return Err(e);
+                    Err(e)
                 }
             }
         }
-    };
-    let (grads, presence) = split(outs);
-    Ok(Started::InFlight(BucketInFlight { grads, presence, join }))
+    }
 }
 
 /// Every bucket's averaged gradients and presence counts, readable (one join operation).
@@ -290,21 +286,21 @@ pub(crate) fn join_in_flight(buckets: Vec<BucketInFlight>) -> Vec<Joined> {
     if buckets.is_empty() {
         return Vec::new();
     }
-    let (all, joins, shape) = in_one_list(buckets);
-    regroup(side_stream::join_all(all, &joins), &shape)
+    let (tokens, joins, shape) = in_one_list(buckets);
+    regroup(side_stream::join_held(tokens, &joins), &shape)
 }
 
-/// [`in_one_list`]'s tensors, joins and bucket shapes.
+/// [`in_one_list`]'s tokens, joins and bucket shapes.
 type OneList = (Vec<FloatTensor<Cuda>>, Vec<side_stream::Join>, Vec<(usize, bool)>);
 
-/// Buckets in flight as one list of tensors (each bucket's gradients, then its presence
-/// counts), their joins, and per bucket its gradients and whether counts follow them — what
-/// [`regroup`] cuts the joined list back with.
+/// Buckets in flight as one list of tokens, their joins, and per bucket its gradients and
+/// whether counts follow them — what [`regroup`] cuts the joined list back with (a join hands
+/// back per bucket its gradients, then its presence counts).
 fn in_one_list(buckets: Vec<BucketInFlight>) -> OneList {
     let joins = buckets.iter().map(|b| b.join.clone()).collect();
-    let shape = buckets.iter().map(|b| (b.grads.len(), b.presence.is_some())).collect();
-    let all = buckets.into_iter().flat_map(|b| b.grads.into_iter().chain(b.presence)).collect();
-    (all, joins, shape)
+    let shape = buckets.iter().map(|b| b.shape).collect();
+    let tokens = buckets.into_iter().map(|b| b.token).collect();
+    (tokens, joins, shape)
 }
 
 /// Tensors of several buckets in one list, cut back into each bucket's gradients and

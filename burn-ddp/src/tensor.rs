@@ -212,10 +212,12 @@ pub fn join_on_device<B: Backend>(t: Tensor<B, 1>, join: &DeviceJoin) -> Tensor<
 
 /// A DDP bucket summed on the device (from [`all_reduce_bucket_on_device`]): read it only
 /// through [`join_buckets_on_device`] or a later bucket's [`Started::Joined`].
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct DeviceBucket<B: Backend> {
-    grads: Vec<FloatTensor<B>>,
-    presence: Option<FloatTensor<B>>,
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// What the join is given; the other gradients are held by the bucket's operation.
+    token: FloatTensor<B>,
+    /// The bucket's gradients, and whether presence counts follow them.
+    shape: (usize, bool),
     join: DeviceJoin,
 }
 
@@ -269,7 +271,8 @@ pub(crate) fn join_buckets_on_device<B: Backend>(buckets: Vec<DeviceBucket<B>>) 
         let all = crate::cuda_tensor::join_in_flight(buckets.into_iter().map(to_cuda::<B>).collect());
         return all.into_iter().map(joined_from_cuda::<B>).collect();
     }
-    buckets.into_iter().map(|b| (b.grads, b.presence)).collect()
+    assert!(buckets.is_empty(), "buckets are summed on the device only on burn-cuda");
+    Vec::new()
 }
 
 /// `B`'s tensor as burn-cuda's (`B` is burn-cuda).
@@ -281,18 +284,14 @@ fn to_cuda_tensor<B: Backend>(t: FloatTensor<B>) -> FloatTensor<burn_cuda::Cuda>
 /// A bucket of `B` as burn-cuda's (`B` is burn-cuda).
 #[cfg(feature = "cuda")]
 fn to_cuda<B: Backend>(b: DeviceBucket<B>) -> crate::cuda_tensor::BucketInFlight {
-    crate::cuda_tensor::BucketInFlight {
-        grads: b.grads.into_iter().map(to_cuda_tensor::<B>).collect(),
-        presence: b.presence.map(to_cuda_tensor::<B>),
-        join: b.join.0,
-    }
+    crate::cuda_tensor::BucketInFlight { token: to_cuda_tensor::<B>(b.token), shape: b.shape, join: b.join.0 }
 }
 
 /// A burn-cuda bucket as `B`'s (`B` is burn-cuda).
 #[cfg(feature = "cuda")]
 fn from_cuda<B: Backend>(b: crate::cuda_tensor::BucketInFlight) -> DeviceBucket<B> {
-    let (grads, presence) = joined_from_cuda::<B>((b.grads, b.presence));
-    DeviceBucket { grads, presence, join: DeviceJoin(b.join) }
+    let token = cast(b.token).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
+    DeviceBucket { token, shape: b.shape, join: DeviceJoin(b.join) }
 }
 
 /// A joined burn-cuda bucket as `B`'s (`B` is burn-cuda).

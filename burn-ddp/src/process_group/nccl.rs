@@ -288,7 +288,8 @@ mod imp {
             }
             // Each part timed as its own span, on whichever thread enqueues.
             let part = crate::trace::DDP_COLLECTIVE;
-            let events = crate::trace::span("ddp: NCCL's timing events", part, Events::new)?;
+            let watchdog = self.watchdog.as_ref().expect("present until drop");
+            let events = crate::trace::span("ddp: NCCL's timing events", part, || watchdog.events())?;
             let stream = self.stream.cu_stream();
             self.state.with(&label, |comm| {
                 self.ctx.bind_to_thread().map_err(|e| cuda_err("bind context", e))?;
@@ -298,7 +299,6 @@ mod imp {
                 Events::record(events.end, stream)?;
                 crate::trace::span("ddp: after the collective (scatter, signal)", part, || after(stream))
             })?;
-            let watchdog = self.watchdog.as_ref().expect("present until drop");
             watchdog.follow(Ticket { label, bytes, enqueued: Instant::now(), events });
             Ok(())
         }

@@ -170,7 +170,19 @@ struct Shared {
     queue: Mutex<VecDeque<Ticket>>,
     wake: Condvar,
     stop: AtomicBool,
+    /// Event pairs of collectives that have ended, for the next ones (creating and destroying
+    /// two CUDA events per bucket is driver work on the enqueueing thread every step).
+    spare: Mutex<Vec<Events>>,
 }
+
+/// Spare event pairs kept per group, at most.
+const SPARE_EVENTS: usize = 64;
+
+/// How long the watchdog sleeps between looks at a collective still running. Its time-out is
+/// minutes and its device times are read once it has ended, so it looks rarely: each look is
+/// a driver call beside the threads that launch burn's kernels (PyTorch's watchdog looks every
+/// 100 ms).
+const POLL: Duration = Duration::from_millis(1);
 
 /// The watchdog thread of one group.
 pub(super) struct Watchdog {
@@ -190,14 +202,29 @@ pub(super) struct Watched {
 
 impl Watchdog {
     pub fn spawn(watched: Watched) -> Self {
-        let shared =
-            Arc::new(Shared { queue: Mutex::new(VecDeque::new()), wake: Condvar::new(), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            spare: Mutex::new(Vec::new()),
+        });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("NCCL stream GPU {} (device time)", watched.device))
             .spawn(move || watch(&s, &watched))
             .expect("spawning the NCCL watchdog thread");
         Self { shared, thread: Some(thread) }
+    }
+
+    /// A pair of events for the next collective: a spare one, or new.
+    ///
+    /// # Errors
+    /// When the driver cannot create them.
+    pub fn events(&self) -> Result<Events> {
+        match self.shared.spare.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            Some(events) => Ok(events),
+            None => Events::new(),
+        }
     }
 
     /// Follows `ticket` (enqueued after every ticket handed over before).
@@ -234,18 +261,27 @@ fn watch(shared: &Shared, w: &Watched) {
             q.pop_front()
         };
         let Some(ticket) = front else { continue };
-        follow_one(&ticket, w);
+        if follow_one(&ticket, w) {
+            let mut spare = shared.spare.lock().unwrap_or_else(|p| p.into_inner());
+            if spare.len() < SPARE_EVENTS {
+                spare.push(ticket.events);
+            }
+        }
     }
 }
 
 /// Waits for `t` to end: its device time is counted, or the communicator is aborted after the
 /// time-out or NCCL's asynchronous error (and, should the aborted collective still not end,
 /// the process exits: burn's stream waits for it, so nothing else could make progress).
-fn follow_one(t: &Ticket, w: &Watched) {
+/// Returns whether it ended normally (its events may serve again).
+fn follow_one(t: &Ticket, w: &Watched) -> bool {
     let mut aborted: Option<Instant> = None;
     loop {
         match t.events.done() {
-            Some(true) => return count(t, w),
+            Some(true) => {
+                count(t, w);
+                return aborted.is_none();
+            }
             Some(false) => {}
             None => w.state.abort(format!("{}: the CUDA event after it failed", t.label)),
         }
@@ -259,8 +295,7 @@ fn follow_one(t: &Ticket, w: &Watched) {
             eprintln!("burn-ddp: {}", w.state.failure(&t.label));
             std::process::exit(1);
         }
-        // A bucket's collective waits for its backward first: poll gently.
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(POLL);
     }
 }
 

@@ -16,6 +16,10 @@
 //! until then. Between the two, burn's stream runs on (a DDP backward keeps computing the next
 //! buckets' gradients).
 //!
+//! [`fork_held`] keeps all outputs but the first (its token) out of burn-fusion's sight until
+//! [`join_held`] (or the last bucket's [`fork_and_join`]) is given the token and hands them all
+//! back: a DDP bucket's gradients then pass through burn-fusion once rather than twice.
+//!
 //! Should the work fail to enqueue, it is logged, [`join`] does not wait (nothing would signal),
 //! and the next [`fork`] returns the error: the caller's own checks (the process group's
 //! error) report what the values are worth.
@@ -135,9 +139,35 @@ enum JoinState {
     Failed,
 }
 
-/// What [`join`] waits for: the signal of one [`fork`]'s work.
+/// What [`join`] waits for: the signal of one [`fork`]'s work; for a [`fork_held`], also the
+/// outputs it keeps back until joined.
 #[derive(Clone)]
-pub struct Join(Arc<Mutex<JoinState>>);
+pub struct Join(Arc<Mutex<JoinState>>, Option<Arc<Held>>);
+
+/// A [`fork_held`]'s outputs after its token, which no operation of burn-fusion's stream sees
+/// until the join hands them over: their shapes and types (known when the fork is queued) and
+/// their buffers (set when it runs on the fusion thread, always before its join runs there).
+struct Held {
+    like: Vec<(Shape, DType)>,
+    cubes: Mutex<Vec<Cube>>,
+}
+
+impl Join {
+    fn new(hold: Option<Vec<(Shape, DType)>>) -> Self {
+        let held = hold.map(|like| Arc::new(Held { like, cubes: Mutex::new(Vec::new()) }));
+        Self(Arc::new(Mutex::new(JoinState::Pending)), held)
+    }
+
+    /// The outputs a join of this fork's token makes readable: the token's, then the held ones.
+    fn expanded(&self, token: (Shape, DType)) -> impl Iterator<Item = (Shape, DType)> + '_ {
+        std::iter::once(token).chain(self.1.iter().flat_map(|h| h.like.iter().cloned()))
+    }
+
+    /// The held outputs' buffers, taken (on the fusion thread, in the join's operation).
+    fn take_held(&self) -> Vec<Cube> {
+        self.1.as_ref().map(|h| std::mem::take(&mut *h.cubes.lock().unwrap_or_else(|p| p.into_inner()))).unwrap_or_default()
+    }
+}
 
 /// The device addresses a [`fork`]'s work reads and writes: per input its buffer (packed,
 /// row-major in its dims' order) and the output's (the same address where the output is the
@@ -252,35 +282,56 @@ pub fn fork(
     work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
 ) -> Result<(Vec<Prim>, Join)> {
     let side = fork_checks(&inputs)?;
-    let (outputs, _, join) = fork_joining(side, inputs, scratch, work, None);
+    let (outputs, _, join) = fork_joining(side, (inputs, false), scratch, work, None);
     Ok((outputs, join))
 }
 
-/// [`fork`], and in the same operation of burn-fusion's stream right after it [`join_all`] of
-/// this fork and of `joins` (earlier forks' work, `earlier` their outputs): DDP's last bucket
-/// and its step's join as one operation, where nothing of burn's runs between them anyway.
-/// Returns this fork's outputs and `earlier`, both readable.
+/// [`fork`] whose outputs after the first stay out of burn-fusion's sight until joined: the
+/// operation has one output, the first input's (its token), and [`join_held`] or
+/// [`fork_and_join`] given that token make every output readable. Burn-fusion handles one
+/// tensor less per output kept back — what a DDP bucket of many gradients costs its stream.
 ///
 /// # Errors
-/// As [`fork`]; then nothing was queued, and `earlier` still needs its join.
+/// As [`fork`].
 ///
 /// # Panics
 /// When `inputs` is empty.
+pub fn fork_held(
+    inputs: Vec<Prim>,
+    scratch: Vec<(Shape, DType)>,
+    work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
+) -> Result<(Prim, Join)> {
+    let side = fork_checks(&inputs)?;
+    let (mut token, _, join) = fork_joining(side, (inputs, true), scratch, work, None);
+    Ok((token.remove(0), join))
+}
+
+/// [`fork`], and in the same operation of burn-fusion's stream right after it [`join_held`] of
+/// this fork and of `joins` (earlier [`fork_held`]s, `tokens` their tokens, one each, in the
+/// same order): DDP's last bucket and its step's join as one operation, where nothing of
+/// burn's runs between them anyway. Returns this fork's outputs and every earlier fork's, all
+/// readable.
+///
+/// # Errors
+/// As [`fork`]; then nothing was queued, and the tokens still need their join.
+///
+/// # Panics
+/// When `inputs` is empty, or `tokens` and `joins` differ in length.
 pub fn fork_and_join(
     inputs: Vec<Prim>,
     scratch: Vec<(Shape, DType)>,
     work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
-    (earlier, joins): (Vec<Prim>, &[Join]),
+    (tokens, joins): (Vec<Prim>, &[Join]),
 ) -> std::result::Result<(Vec<Prim>, Vec<Prim>), Unjoined> {
     let side = match fork_checks(&inputs) {
         Ok(side) => side,
-        Err(e) => return Err((e, earlier)),
+        Err(e) => return Err((e, tokens)),
     };
-    let (outputs, earlier, _) = fork_joining(side, inputs, scratch, work, Some((earlier, joins)));
+    let (outputs, earlier, _) = fork_joining(side, (inputs, false), scratch, work, Some((tokens, joins)));
     Ok((outputs, earlier))
 }
 
-/// A failed [`fork_and_join`]'s error, and the earlier outputs it was given, still to be joined.
+/// A failed [`fork_and_join`]'s error, and the earlier tokens it was given, still to be joined.
 pub type Unjoined = (Error, Vec<Prim>);
 
 /// What every fork checks first: no earlier work failed to enqueue, and the inputs' device
@@ -292,40 +343,61 @@ fn fork_checks(inputs: &[Prim]) -> Result<Arc<Mutex<SideKernels>>> {
     kernels(inputs.first().expect("a fork has inputs").client.device().index)
 }
 
-/// [`fork`] once checked (`side`: the device's fence kernels), joined in the same operation
-/// with `then_join`'s earlier forks when given ([`fork_and_join`]); returns this fork's
-/// outputs, the earlier outputs and this fork's join.
+/// [`fork`] once checked (`side`: the device's fence kernels), its outputs after the first
+/// kept back when `hold` ([`fork_held`]), joined in the same operation with `then_join`'s
+/// earlier held forks when given ([`fork_and_join`]); returns this fork's outputs (its token
+/// alone when held), every earlier fork's outputs and this fork's join.
 fn fork_joining(
     side: Arc<Mutex<SideKernels>>,
-    inputs: Vec<Prim>,
+    (inputs, hold): (Vec<Prim>, bool),
     scratch: Vec<(Shape, DType)>,
     work: impl FnOnce(&ForkBuffers, &SideFence) -> Result<()> + Send + 'static,
     then_join: Option<(Vec<Prim>, &[Join])>,
 ) -> (Vec<Prim>, Vec<Prim>, Join) {
-    let join = Join(Arc::new(Mutex::new(JoinState::Pending)));
-    let state = join.0.clone();
-    let (earlier, joins) = then_join.map_or((Vec::new(), None), |(e, j)| (e, Some(j)));
+    let like: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
+    let join = Join::new(hold.then(|| like[1..].to_vec()));
+    let (state, held) = (join.0.clone(), join.clone());
+    let (tokens, joins) = then_join.map_or((Vec::new(), None), |(t, j)| (t, Some(j.to_vec())));
     // The joins this operation ends with: the earlier forks' and its own, when it joins.
     let states: Vec<Arc<Mutex<JoinState>>> =
-        joins.map(|j| j.iter().map(|j| j.0.clone()).chain([state.clone()]).collect()).unwrap_or_default();
-    let mine = inputs.len();
+        joins.iter().flatten().map(|j| j.0.clone()).chain(joins.as_ref().map(|_| state.clone())).collect();
+    let mine = if hold { 1 } else { inputs.len() };
+    let mut outputs: Vec<(Shape, DType)> = like.into_iter().take(mine).collect();
+    outputs.extend(expanded(&tokens, joins.as_deref().unwrap_or_default()));
     let work = Mutex::new(Some(work));
-    let outputs: Vec<(Shape, DType)> = inputs.iter().chain(&earlier).map(fusion_op::like).collect();
+    let (n_in, earlier_joins) = (inputs.len(), joins.clone().unwrap_or_default());
     let exec = move |mut ins: Vec<(Cube, bool)>| {
-        let rest = ins.split_off(mine);
+        let tokens = ins.split_off(n_in);
         let work = work.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut outs = hand_over(ins, &scratch, work, (state.clone(), side.clone()));
+        if hold {
+            *held.1.as_ref().expect("a held fork keeps its outputs").cubes.lock().unwrap_or_else(|p| p.into_inner()) =
+                outs.split_off(1);
+        }
         if !states.is_empty() {
             submit_joins(&outs[0], states.clone());
         }
-        outs.extend(rest.into_iter().map(|(cube, _)| cube));
+        outs.extend(hand_back(tokens.into_iter().map(|(cube, _)| cube), &earlier_joins));
         outs
     };
     let name = if joins.is_some() { "side-stream fork and join" } else { "side-stream fork" };
-    let inputs: Vec<Prim> = inputs.into_iter().chain(earlier).collect();
+    let inputs: Vec<Prim> = inputs.into_iter().chain(tokens).collect();
     let mut outs = fusion_op::queue_owned(name, inputs, &outputs, exec);
     let earlier = outs.split_off(mine);
     (outs, earlier, join)
+}
+
+/// The shapes and types of what joining held forks makes readable: per fork its token's and
+/// its held outputs'.
+fn expanded(tokens: &[Prim], joins: &[Join]) -> Vec<(Shape, DType)> {
+    assert_eq!(tokens.len(), joins.len(), "one token per held fork");
+    tokens.iter().zip(joins).flat_map(|(t, j)| j.expanded(fusion_op::like(t)).collect::<Vec<_>>()).collect()
+}
+
+/// The buffers of held forks once joined (on the fusion thread): per fork its token's, then
+/// its held outputs'.
+fn hand_back(tokens: impl Iterator<Item = Cube>, joins: &[Join]) -> Vec<Cube> {
+    tokens.zip(joins).flat_map(|(t, j)| std::iter::once(t).chain(j.take_held())).collect()
 }
 
 /// A fork's work on the fusion thread: places `ins`' buffers and the scratch buffers, and
@@ -393,17 +465,24 @@ fn hand_over(
     })
 }
 
-/// A [`fork`] that hands nothing to another stream: one operation of burn-fusion's stream whose
-/// outputs are its inputs' buffers, and a [`Join`] that waits for nothing — what a fork and
-/// its join cost burn-fusion alone (`BURN_DDP_DIAGNOSE=no-stream-work`, a world of one).
+/// A [`fork_held`] that hands nothing to another stream: one operation of burn-fusion's stream
+/// whose outputs are its inputs' buffers (the first as its token, the rest held), and a
+/// [`Join`] that waits for nothing — what a fork and its join cost burn-fusion alone
+/// (`BURN_DDP_DIAGNOSE=no-stream-work`, a world of one).
 ///
 /// # Panics
 /// When `inputs` is empty.
-pub fn pass_through(inputs: Vec<Prim>) -> (Vec<Prim>, Join) {
-    let outputs: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
-    let exec = |ins: Vec<(Cube, bool)>| ins.into_iter().map(|(cube, _)| cube).collect();
-    let join = Join(Arc::new(Mutex::new(JoinState::Failed)));
-    (fusion_op::queue_owned("side-stream pass-through", inputs, &outputs, exec), join)
+pub fn pass_through(inputs: Vec<Prim>) -> (Prim, Join) {
+    let like: Vec<(Shape, DType)> = inputs.iter().map(fusion_op::like).collect();
+    let join = Join::new(Some(like[1..].to_vec()));
+    *join.0.lock().unwrap_or_else(|p| p.into_inner()) = JoinState::Failed;
+    let held = join.clone();
+    let exec = move |ins: Vec<(Cube, bool)>| {
+        let mut outs: Vec<Cube> = ins.into_iter().map(|(cube, _)| cube).collect();
+        *held.1.as_ref().expect("held").cubes.lock().unwrap_or_else(|p| p.into_inner()) = outs.split_off(1);
+        outs
+    };
+    (fusion_op::queue_owned("side-stream pass-through", inputs, &like[..1], exec).remove(0), join)
 }
 
 /// A fork's first step, in order with burn's kernels: with `CudnnOptions::direct_fences`, where
@@ -568,26 +647,38 @@ fn enqueue_thread() -> Option<&'static EnqueueThread> {
 }
 
 /// `outputs` (a [`fork`]'s) once burn's stream has waited for the work's signal: what burn
-/// launches after this reads the work's results. The host does not wait.
-pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
-    join_all(outputs, std::slice::from_ref(join))
-}
-
-/// [`join`] for the outputs of several forks at once (in any order), as one operation of
-/// burn-fusion's stream: burn's stream waits for every fork's signal, in the order given.
+/// launches after this reads the work's results, as one operation of burn-fusion's stream.
+/// The host does not wait.
 ///
 /// # Panics
 /// When `outputs` is empty.
-pub fn join_all(outputs: Vec<Prim>, joins: &[Join]) -> Vec<Prim> {
-    let states: Vec<Arc<Mutex<JoinState>>> = joins.iter().map(|j| j.0.clone()).collect();
+pub fn join(outputs: Vec<Prim>, join: &Join) -> Vec<Prim> {
+    let state = vec![join.0.clone()];
     let shapes: Vec<(Shape, DType)> = outputs.iter().map(fusion_op::like).collect();
     let exec = move |inputs: Vec<Cube>| {
-        crate::trace::span("ddp: join buckets (fusion thread)", DDP_BACKEND_THREADS, || {
-            submit_joins(&inputs[0], states.clone());
-            inputs
-        })
+        submit_joins(&inputs[0], state.clone());
+        inputs
     };
     fusion_op::queue("side-stream join", outputs, &shapes, exec)
+}
+
+/// Every output of held forks ([`fork_held`]: `tokens` their tokens, one each, in the order of
+/// `joins`), readable once burn's stream has waited for each fork's signal, as one operation
+/// of burn-fusion's stream: per fork its token, then its held outputs. The host does not wait.
+///
+/// # Panics
+/// When `tokens` is empty, or `tokens` and `joins` differ in length.
+pub fn join_held(tokens: Vec<Prim>, joins: &[Join]) -> Vec<Prim> {
+    let outputs = expanded(&tokens, joins);
+    let (states, joins): (Vec<Arc<Mutex<JoinState>>>, Vec<Join>) =
+        (joins.iter().map(|j| j.0.clone()).collect(), joins.to_vec());
+    let exec = move |tokens: Vec<Cube>| {
+        crate::trace::span("ddp: join buckets (fusion thread)", DDP_BACKEND_THREADS, || {
+            submit_joins(&tokens[0], states.clone());
+            hand_back(tokens.into_iter(), &joins)
+        })
+    };
+    fusion_op::queue("side-stream join", tokens, &outputs, exec)
 }
 
 /// Submits to cubecl's device thread of `like`'s device: burn's stream waits for each of
