@@ -165,7 +165,10 @@ impl Join {
 
     /// The held outputs' buffers, taken (on the fusion thread, in the join's operation).
     fn take_held(&self) -> Vec<Cube> {
-        self.1.as_ref().map(|h| std::mem::take(&mut *h.cubes.lock().unwrap_or_else(|p| p.into_inner()))).unwrap_or_default()
+        self.1
+            .as_ref()
+            .map(|h| std::mem::take(&mut *h.cubes.lock().unwrap_or_else(|p| p.into_inner())))
+            .unwrap_or_default()
     }
 }
 
