@@ -330,7 +330,9 @@ pub(crate) fn check_pixel_ops(device: &CudaDevice) -> bool {
 /// starts them, one of them dropped unread, made into tensors in order by this thread, all
 /// before the first is read back: every image of every batch against the host twin on the
 /// `image` crate's decode (PSNR ≥ 40 dB), and no batch waiting for a decode slot that only a
-/// later synchronisation would free.
+/// later synchronisation would free. Both threads fill fresh host memory after each batch, as
+/// a loader reading the next files does: a batch whose encoded bytes were freed before its
+/// decode had read them decodes other bytes.
 pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
     let decoder = match DeviceDecoder::for_device::<Cuda>(device) {
         Ok(d) => d,
@@ -369,6 +371,7 @@ pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
     let producer = std::thread::spawn(move || {
         for (i, images) in jobs.into_iter().enumerate() {
             let started = decoder.start(images, hw, UNIT).map_err(|e| e.to_string());
+            scribble();
             if i == DROPPED {
                 continue; // started and dropped unread: its slot must come free
             }
@@ -383,7 +386,11 @@ pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
     // device meanwhile, as in `bench-data`): each must free its slot for the producer.
     let tensors: Vec<(usize, Result<burn::tensor::Tensor<Cuda, 4>, String>)> = rx
         .iter()
-        .map(|(i, started)| (i, started.and_then(|d| d.to_device::<Cuda>(device).map_err(|e| e.to_string()))))
+        .map(|(i, started)| {
+            let tensor = started.and_then(|d| d.to_device::<Cuda>(device).map_err(|e| e.to_string()));
+            scribble();
+            (i, tensor)
+        })
         .collect();
     for (i, tensor) in tensors {
         let values = tensor.map(|t| t.into_data().into_vec::<f32>().expect("f32 values"));
@@ -411,4 +418,11 @@ pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
         if ok { "ok" } else { "FAIL" }
     );
     ok
+}
+
+/// Allocates, fills and frees host memory of a JPEG's size many times: what freed encoded
+/// bytes would be overwritten with.
+fn scribble() {
+    let noise: Vec<Vec<u8>> = (0..64).map(|i| vec![0xA5 ^ i as u8; 3 << 12]).collect();
+    std::hint::black_box(&noise);
 }

@@ -7,6 +7,14 @@
 //! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
 //! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
 //! (by the data loader's thread) while the training stream still reads the previous one.
+//!
+//! One decode is in flight at a time: a submission first waits (on the submitting thread) for
+//! the previous one to end, and the encoded bytes of a batch are kept until its decode has
+//! ended. nvJPEG may read a batch's bytes, and stage them in buffers of its handle that both
+//! slots share, after its call has returned; on a host fast enough to submit the next batch
+//! before the engines had read the last one, training read other images than it was given and
+//! did not learn (one epoch of the tutorial preset at chance, 2026-12-06), which the GPU
+//! checks' single batches never showed.
 
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
@@ -134,6 +142,8 @@ struct Slot {
     used: bool,
     /// The decoded images: an address and its size in bytes (0: none yet).
     scratch: (u64, usize),
+    /// The encoded bytes of the slot's last decode, which nvJPEG may read until it has ended.
+    held: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// nvJPEG's handle, the slots' states and memory, and the decoder's own stream: used by one
@@ -143,6 +153,8 @@ struct Decoder {
     backend: Backend,
     slots: [Slot; SLOTS],
     next: usize,
+    /// The slot of the last submission, whose decode may still run.
+    last: Option<usize>,
     stream: Arc<CudaStream>,
 }
 
@@ -256,9 +268,9 @@ impl Decoder {
             let mut state = std::ptr::null_mut();
             // SAFETY: a live handle; an out-pointer to a local.
             check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut state) })?;
-            Ok(Slot { state, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0) })
+            Ok(Slot { state, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0), held: None })
         };
-        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, last: None, stream })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -269,6 +281,14 @@ impl Decoder {
     /// The device's context is bound on this thread; the slot is this caller's (acquired).
     unsafe fn decode_into(&mut self, index: usize, inputs: &[Input<'_>]) -> Result<(Vec<Plane>, usize)> {
         let cu = self.stream.cu_stream();
+        if let Some(last) = self.last.take() {
+            // SAFETY: a live event of the bound context (recorded by the last submission). Its
+            // decode must have ended before nvJPEG stages another batch, and its bytes may go.
+            unsafe { driver::cuEventSynchronize(self.slots[last].decoded) }
+                .result()
+                .map_err(|e| driver_fail("waiting for the last decode", e))?;
+            self.slots[last].held = None;
+        }
         let slot = &mut self.slots[index];
         if slot.used {
             // SAFETY: live events of the bound context. The slot's previous decode must be done
@@ -321,6 +341,7 @@ impl Decoder {
             .result()
             .map_err(|e| driver_fail("recording an event", e))?;
         slot.used = true;
+        self.last = Some(index);
         Ok((planes, failed))
     }
 }
@@ -331,22 +352,30 @@ impl DeviceJpeg {
         self.backend
     }
 
-    /// Decodes (or copies) `inputs` into device memory on the decoder's stream, into the next
-    /// slot: first waits, on this thread, until the batch that slot held was read (or dropped).
+    /// Decodes (or copies) the images `inputs` makes of `encoded` into device memory on the
+    /// decoder's stream, into the next slot: first waits, on this thread, until the batch that
+    /// slot held was read (or dropped) and the last submission's decode has ended. `encoded`
+    /// is kept until this decode has ended.
     ///
     /// # Errors
     /// nvJPEG or the driver failing, or no slot freed within [`SLOT_WAIT`].
     ///
     /// # Safety
     /// The device's context is bound on this thread.
-    pub(crate) unsafe fn submit(self: &Arc<Self>, inputs: &[Input<'_>]) -> Result<Submitted> {
+    pub(crate) unsafe fn submit<T: Send + 'static>(
+        self: &Arc<Self>,
+        encoded: T,
+        inputs: impl FnOnce(&T) -> Vec<Input<'_>>,
+    ) -> Result<Submitted> {
         let mut decoder = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
         let index = decoder.next;
         self.gate.acquire(index, SLOT_WAIT)?;
         decoder.next = (index + 1) % SLOTS;
         let events = (decoder.slots[index].decoded, decoder.slots[index].consumed);
         // SAFETY: the context is bound (the caller's contract) and the slot acquired above.
-        match unsafe { decoder.decode_into(index, inputs) } {
+        let decoded = unsafe { decoder.decode_into(index, &inputs(&encoded)) };
+        decoder.slots[index].held = Some(Box::new(encoded));
+        match decoded {
             Ok((planes, failed)) => {
                 Ok(Submitted { jpeg: self.clone(), slot: index, planes, failed, decoded: events.0, consumed: events.1 })
             }

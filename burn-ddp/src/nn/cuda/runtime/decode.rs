@@ -56,8 +56,8 @@ pub(crate) struct Started {
     crops: Vec<Crop>,
     out_hw: [usize; 2],
     norm: Normalize,
-    /// The encoded bytes, kept until the batch is read (nvJPEG reads them during submission),
-    /// and each image's pixel operations.
+    /// Each image's crop and pixel operations (its encoded bytes are with the decoder, which
+    /// keeps them until their decode has ended).
     images: Vec<CropResize>,
 }
 
@@ -66,18 +66,24 @@ pub(crate) struct Started {
 pub(crate) fn start(device: usize, images: Vec<CropResize>, out_hw: [usize; 2], norm: Normalize) -> Result<Started> {
     cudnn::context(device)?.bind_to_thread().map_err(|e| cudnn::fail("binding the CUDA context", e))?;
     let jpeg = nvjpeg::device_jpeg(device)?;
-    let inputs: Vec<Input<'_>> = images
-        .iter()
-        .map(|c| Input {
-            jpeg: matches!(c.pixels, Pixels::Jpeg(_)),
-            bytes: c.pixels.bytes(),
-            width: c.size[0],
-            height: c.size[1],
-        })
-        .collect();
+    // The encoded bytes go to the decoder, which keeps them until their decode has ended.
+    let mut images = images;
+    let encoded: Vec<(Pixels, [u32; 2])> =
+        images.iter_mut().map(|c| (std::mem::replace(&mut c.pixels, Pixels::Rgb(Vec::new())), c.size)).collect();
+    let jpegs = encoded.iter().filter(|(p, _)| matches!(p, Pixels::Jpeg(_))).count() as u64;
+    fn inputs(encoded: &Vec<(Pixels, [u32; 2])>) -> Vec<Input<'_>> {
+        encoded
+            .iter()
+            .map(|(p, size)| Input {
+                jpeg: matches!(p, Pixels::Jpeg(_)),
+                bytes: p.bytes(),
+                width: size[0],
+                height: size[1],
+            })
+            .collect()
+    }
     // SAFETY: the device's context is bound above.
-    let submitted = unsafe { jpeg.submit(&inputs) }?;
-    let jpegs = inputs.iter().filter(|i| i.jpeg).count() as u64;
+    let submitted = unsafe { jpeg.submit(encoded, inputs) }?;
     let failed = submitted.failed as u64;
     DECODED.fetch_add(jpegs - failed, Ordering::Relaxed);
     if failed > 0 {
