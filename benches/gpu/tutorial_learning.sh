@@ -30,14 +30,22 @@ run() {
   step "$name" 300 "${pre[@]}" "$bin" "${TUT[@]}" "$@" --out /tmp/tl-$name
   sed "s/^/METRICS $name /" /tmp/tl-$name/metrics.jsonl >>"$LOG" 2>/dev/null
 }
-run defaults "$B"/burn-vision
-run cpu_decode "$B"/burn-vision --decode cpu
-run cold_caches env BURN_DDP_CACHE_DIR=/tmp/tl-cold-cache "$B"/burn-vision
-run step_sync env BURN_VISION_STEP_SYNC=1 "$B"/burn-vision
-run fenced env BURN_DDP_SAME_STREAM=0 "$B"/burn-vision
+# VARIANTS picks some (default: all but the decode waits).
+want() { [[ " ${VARIANTS:-defaults cpu_decode cold_caches step_sync fenced defaults_after_bench} " == *" $1 "* ]]; }
+want defaults && run defaults "$B"/burn-vision
+want cpu_decode && run cpu_decode "$B"/burn-vision --decode cpu
+want cold_caches && run cold_caches env BURN_DDP_CACHE_DIR=/tmp/tl-cold-cache "$B"/burn-vision
+want step_sync && run step_sync env BURN_VISION_STEP_SYNC=1 "$B"/burn-vision
+want fenced && run fenced env BURN_DDP_SAME_STREAM=0 "$B"/burn-vision
+# The loader's thread waits after each decode it submits: for the decoder's stream, or for
+# everything on the device (BURN_DDP_DECODE_SYNC, a diagnosis).
+want decode_waits_stream && run decode_waits_stream env BURN_DDP_DECODE_SYNC=stream "$B"/burn-vision
+want decode_waits_device && run decode_waits_device env BURN_DDP_DECODE_SYNC=device "$B"/burn-vision
 # As in the DDP-cost goals' call, where it did not learn: right after the host-bound bench.
-step r18s_bench 150 "$B"/burn-vision "${R18B[@]}"
-run defaults_after_bench "$B"/burn-vision
+if want defaults_after_bench; then
+  step r18s_bench 150 "$B"/burn-vision "${R18B[@]}"
+  run defaults_after_bench "$B"/burn-vision
+fi
 if [ -n "${OLD:-}" ]; then
   [ -f "$OLD"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$OLD"/bins.txz "$OLD"
   chmod +x "$OLD"/burn-vision

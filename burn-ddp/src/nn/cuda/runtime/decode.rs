@@ -71,7 +71,7 @@ pub(crate) fn start(device: usize, images: Vec<CropResize>, out_hw: [usize; 2], 
     let encoded: Vec<(Pixels, [u32; 2])> =
         images.iter_mut().map(|c| (std::mem::replace(&mut c.pixels, Pixels::Rgb(Vec::new())), c.size)).collect();
     let jpegs = encoded.iter().filter(|(p, _)| matches!(p, Pixels::Jpeg(_))).count() as u64;
-    fn inputs(encoded: &Vec<(Pixels, [u32; 2])>) -> Vec<Input<'_>> {
+    fn inputs(encoded: &[(Pixels, [u32; 2])]) -> Vec<Input<'_>> {
         encoded
             .iter()
             .map(|(p, size)| Input {
@@ -83,7 +83,7 @@ pub(crate) fn start(device: usize, images: Vec<CropResize>, out_hw: [usize; 2], 
             .collect()
     }
     // SAFETY: the device's context is bound above.
-    let submitted = unsafe { jpeg.submit(encoded, inputs) }?;
+    let submitted = unsafe { jpeg.submit(encoded, |e| inputs(e)) }?;
     let failed = submitted.failed as u64;
     DECODED.fetch_add(jpegs - failed, Ordering::Relaxed);
     if failed > 0 {
