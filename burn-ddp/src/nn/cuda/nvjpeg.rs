@@ -8,13 +8,8 @@
 //! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
 //! (by the data loader's thread) while the training stream still reads the previous one.
 //!
-//! One decode is in flight at a time: a submission first waits (on the submitting thread) for
-//! the previous one to end, and the encoded bytes of a batch are kept until its decode has
-//! ended. nvJPEG may read a batch's bytes, and stage them in buffers of its handle that both
-//! slots share, after its call has returned; on a host fast enough to submit the next batch
-//! before the engines had read the last one, training read other images than it was given and
-//! did not learn (one epoch of the tutorial preset at chance, 2026-12-06), which the GPU
-//! checks' single batches never showed.
+//! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
+//! one to end: nvJPEG does not promise to have read them when its call returns.
 
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
@@ -153,8 +148,6 @@ struct Decoder {
     backend: Backend,
     slots: [Slot; SLOTS],
     next: usize,
-    /// The slot of the last submission, whose decode may still run.
-    last: Option<usize>,
     stream: Arc<CudaStream>,
 }
 
@@ -288,7 +281,7 @@ impl Decoder {
             check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut state) })?;
             Ok(Slot { state, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0), held: None })
         };
-        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, last: None, stream })
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -299,14 +292,6 @@ impl Decoder {
     /// The device's context is bound on this thread; the slot is this caller's (acquired).
     unsafe fn decode_into(&mut self, index: usize, inputs: &[Input<'_>]) -> Result<(Vec<Plane>, usize)> {
         let cu = self.stream.cu_stream();
-        if let Some(last) = self.last.take() {
-            // SAFETY: a live event of the bound context (recorded by the last submission). Its
-            // decode must have ended before nvJPEG stages another batch, and its bytes may go.
-            unsafe { driver::cuEventSynchronize(self.slots[last].decoded) }
-                .result()
-                .map_err(|e| driver_fail("waiting for the last decode", e))?;
-            self.slots[last].held = None;
-        }
         let slot = &mut self.slots[index];
         if slot.used {
             // SAFETY: live events of the bound context. The slot's previous decode must be done
@@ -359,7 +344,6 @@ impl Decoder {
             .result()
             .map_err(|e| driver_fail("recording an event", e))?;
         slot.used = true;
-        self.last = Some(index);
         // SAFETY: the bound context and its decoder's stream.
         unsafe { diagnostic_wait(cu) }?;
         Ok((planes, failed))
@@ -374,8 +358,7 @@ impl DeviceJpeg {
 
     /// Decodes (or copies) the images `inputs` makes of `encoded` into device memory on the
     /// decoder's stream, into the next slot: first waits, on this thread, until the batch that
-    /// slot held was read (or dropped) and the last submission's decode has ended. `encoded`
-    /// is kept until this decode has ended.
+    /// slot held was read (or dropped). `encoded` is kept until this decode has ended.
     ///
     /// # Errors
     /// nvJPEG or the driver failing, or no slot freed within [`SLOT_WAIT`].

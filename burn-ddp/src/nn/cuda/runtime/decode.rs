@@ -12,7 +12,7 @@ use crate::nn::cuda::cudnn::convolution as cudnn;
 use crate::nn::cuda::kernels::crop_resize::{self, Crop, Target};
 use crate::nn::cuda::kernels::pixel_ops;
 use crate::nn::cuda::nvjpeg::{self, Input};
-use crate::nn::cuda::runtime::launch::{Ad, Inner, Prim, cast, cuda_backend, launch_fenced, register};
+use crate::nn::cuda::runtime::launch::{Ad, Inner, Prim, cast, cuda_backend, launch, register};
 use burn::prelude::*;
 use burn::tensor::{DType, TensorPrimitive};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -148,12 +148,9 @@ pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Res
     let mut tensors = vec![&out];
     tensors.extend(scratch.iter().flat_map(|(crops, programs)| [crops, programs]));
     let (n, hw) = (shape[0], [h as u32, w as u32]);
-    // SAFETY: `launch_fenced` orders the work after burn's last use of the outputs' memory and
-    // before their first reader; the decoder's memory is reused only after the stream is past
-    // this batch. Fenced, as the host-decoded batches' upload is: on burn's own stream, hosts
-    // fast enough to read the batch right after this call read it before it was written (the
-    // tutorial preset at chance after an epoch, 2026-12-06, on H100 hosts only).
-    launch_fenced(&tensors, ("decode", n, augmented), move |p, order| unsafe {
+    // SAFETY: `launch` orders the work after burn's last use of the outputs' memory and before
+    // their first reader; the decoder's memory is reused only after the stream is past this batch.
+    launch(&tensors, ("decode", n, augmented), move |p, order| unsafe {
         cudnn::with_handle(index, order, |s| {
             let cu = s.cu_stream();
             let Started { submitted, crops, norm, .. } = started;
