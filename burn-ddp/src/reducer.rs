@@ -247,11 +247,16 @@ impl<B: Backend> StepReducer<B> {
     /// Launches, in order, every bucket whose gradients are all final — on the device all but
     /// the step's last, which [`finish`](Self::finish) starts together with the join.
     fn launch_ready(&self, s: &mut StepState<B>) {
-        let early = self.plan.buckets.len().saturating_sub(usize::from(self.on_device()));
-        while s.launched < early && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
+        while s.launched < self.early_buckets() && self.plan.buckets[s.launched].iter().all(|&i| Self::complete(s, i)) {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", crate::trace::DDP, || self.launch(s, b));
         }
+    }
+
+    /// The buckets that start on their own: all of them, or on the device all but the step's
+    /// last (started with the join, [`launch_last_and_join`](Self::launch_last_and_join)).
+    fn early_buckets(&self) -> usize {
+        self.plan.buckets.len().saturating_sub(usize::from(self.on_device()))
     }
 
     /// Whether presence counts travel with the buckets (see the module docs).
@@ -282,25 +287,16 @@ impl<B: Backend> StepReducer<B> {
     /// Starts bucket `b`'s sum over the ranks, with its presence counts where they travel.
     fn launch(&self, s: &mut StepState<B>, b: usize) {
         let (grads, present, presence) = self.bucket_inputs(s, b);
-        let label = format!("all-reduce bucket {b}");
         let pending = match (&self.route, Diagnose::get(self.pg.world_size())) {
             (Route::Device { .. }, Diagnose::NoDeviceOps) if presence.is_none() => Pending::Kept(grads),
-            (Route::Device { .. }, diagnose) => {
-                s.operations += 1;
-                let bucket = (grads, presence.map(|p| p.into_primitive().tensor()));
-                match tensor::all_reduce_bucket_on_device(
-                    self.pg.clone(),
-                    bucket,
-                    self.settings.wire,
-                    (label, diagnose),
-                    None,
-                ) {
-                    Ok(tensor::Started::InFlight(bucket)) => Pending::Device(bucket),
-                    Ok(tensor::Started::Joined(_)) => unreachable!("a bucket joins others only when given them"),
-                    Err(e) => Pending::Failed(e),
-                }
+            (Route::Device { .. }, diagnose) => match self.start_on_device(s, (b, diagnose), (grads, presence), None) {
+                Ok(tensor::Started::InFlight(bucket)) => Pending::Device(bucket),
+                Ok(tensor::Started::Joined(_)) => unreachable!("a bucket joins others only when given them"),
+                Err(e) => Pending::Failed(e),
+            },
+            (Route::Inline | Route::Thread(_), _) => {
+                Pending::Host(self.launch_blocking(s, b, grads, presence, format!("all-reduce bucket {b}")))
             }
-            (Route::Inline | Route::Thread(_), _) => Pending::Host(self.launch_blocking(s, b, grads, presence, label)),
         };
         s.results.push((pending, present));
         s.launched += 1;
@@ -330,17 +326,7 @@ impl<B: Backend> StepReducer<B> {
                 other => (Some(other), had),
             })
             .collect();
-        s.operations += 1;
-        let (label, bucket) =
-            (format!("all-reduce bucket {b}"), (grads, presence.map(|p| p.into_primitive().tensor())));
-        let joined = tensor::all_reduce_bucket_on_device(
-            self.pg.clone(),
-            bucket,
-            self.settings.wire,
-            (label, diagnose),
-            Some(earlier),
-        );
-        let mut joined = match joined {
+        let mut joined = match self.start_on_device(s, (b, diagnose), (grads, presence), Some(earlier)) {
             Ok(tensor::Started::Joined(all)) => Ok(all.into_iter()),
             Ok(tensor::Started::InFlight(_)) => unreachable!("a bucket given others to join comes back joined"),
             Err(e) => Err(Some(e)),
@@ -363,6 +349,25 @@ impl<B: Backend> StepReducer<B> {
         s.results = results.into_iter().map(|(p, had)| (p.unwrap_or_else(&mut next), had)).collect();
         s.results.push((next(), present));
         s.launched += 1;
+    }
+
+    /// Starts bucket `b`'s sum on the device (one operation of burn's), joined with `join_with`'s
+    /// buckets in the same operation when given.
+    fn start_on_device(
+        &self,
+        s: &mut StepState<B>,
+        (b, diagnose): (usize, Diagnose),
+        (grads, presence): (Vec<FloatTensor<B>>, Option<Tensor<B, 1>>),
+        join_with: Option<Vec<tensor::DeviceBucket<B>>>,
+    ) -> Result<tensor::Started<B>> {
+        s.operations += 1;
+        tensor::all_reduce_bucket_on_device(
+            self.pg.clone(),
+            (grads, presence.map(|p| p.into_primitive().tensor())),
+            self.settings.wire,
+            (format!("all-reduce bucket {b}"), diagnose),
+            join_with,
+        )
     }
 
     /// This rank's presence counts (1 where it has the gradient), filled on the device: a
@@ -467,8 +472,7 @@ impl<B: Backend> StepReducer<B> {
     /// [`Error::UnusedParameter`] (without `find_unused`), and collective errors.
     pub fn finish(&self) -> Result<Averaged<B>> {
         let mut s = self.lock();
-        let last = self.plan.buckets.len().saturating_sub(usize::from(self.on_device()));
-        while s.launched < last {
+        while s.launched < self.early_buckets() {
             let b = s.launched;
             crate::trace::span("ddp: start a bucket (host)", crate::trace::DDP, || self.launch(&mut s, b));
         }

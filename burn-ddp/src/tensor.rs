@@ -290,8 +290,7 @@ fn to_cuda<B: Backend>(b: DeviceBucket<B>) -> crate::cuda_tensor::BucketInFlight
 /// A burn-cuda bucket as `B`'s (`B` is burn-cuda).
 #[cfg(feature = "cuda")]
 fn from_cuda<B: Backend>(b: crate::cuda_tensor::BucketInFlight) -> DeviceBucket<B> {
-    let token = cast(b.token).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
-    DeviceBucket { token, shape: b.shape, join: DeviceJoin(b.join) }
+    DeviceBucket { token: from_cuda_tensor::<B>(b.token), shape: b.shape, join: DeviceJoin(b.join) }
 }
 
 /// A joined burn-cuda bucket as `B`'s (`B` is burn-cuda).
@@ -299,9 +298,13 @@ fn from_cuda<B: Backend>(b: crate::cuda_tensor::BucketInFlight) -> DeviceBucket<
 fn joined_from_cuda<B: Backend>(
     (grads, presence): (Vec<FloatTensor<burn_cuda::Cuda>>, Option<FloatTensor<burn_cuda::Cuda>>),
 ) -> JoinedBucket<B> {
-    let from =
-        |t| cast::<FloatTensor<burn_cuda::Cuda>, FloatTensor<B>>(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"));
-    (grads.into_iter().map(from).collect(), presence.map(from))
+    (grads.into_iter().map(from_cuda_tensor::<B>).collect(), presence.map(from_cuda_tensor::<B>))
+}
+
+/// A burn-cuda tensor as `B`'s (`B` is burn-cuda).
+#[cfg(feature = "cuda")]
+fn from_cuda_tensor<B: Backend>(t: FloatTensor<burn_cuda::Cuda>) -> FloatTensor<B> {
+    cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
 }
 
 /// `from` as `To` when they are the same type, else `from` back.

@@ -83,9 +83,6 @@ pub fn resolve<B: Backend>(
     }
     match DeviceDecoder::for_device::<B>(device) {
         Err(reason) => cpu(format!("no GPU decoder ({reason})")),
-        Ok(d) if choice == Decode::Auto && !d.is_hardware() => {
-            cpu(format!("the GPU has no hardware JPEG decoder ({} would run; --decode gpu chooses it)", d.name()))
-        }
         Ok(d) => {
             if say {
                 let ops = if train.is_crop_and_resize() { "" } else { ", RandAugment, colour jitter, random erasing" };
