@@ -71,6 +71,11 @@ pub(crate) const CHECKS: &[Check] = &[
         run: decode::check_decode_ahead,
     },
     Check {
+        name: "decode-behind-busy-stream",
+        what: "decode-ahead with every crop kernel queued behind ~60 ms of products: no batch holds another's images",
+        run: decode::check_decode_behind_busy_stream,
+    },
+    Check {
         name: "products",
         what: "cuBLAS matmul and linear, values and gradients, against f64",
         run: products::check_gemm,

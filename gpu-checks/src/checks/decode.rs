@@ -334,19 +334,59 @@ pub(crate) fn check_pixel_ops(device: &CudaDevice) -> bool {
 /// a loader reading the next files does: a batch whose encoded bytes were freed before its
 /// decode had read them decodes other bytes.
 pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
-    let decoder = match DeviceDecoder::for_device::<Cuda>(device) {
-        Ok(d) => d,
-        Err(reason) => {
-            println!("RESULT check=decode-ahead no decoder: {reason} FAIL");
-            return false;
+    decode_ahead("decode-ahead", device, None)
+}
+
+/// `decode-ahead` with burn's stream kept busy: before each batch is made into a tensor, this
+/// thread queues about 60 ms of matrix products, so every crop kernel waits on the GPU behind
+/// them while the producer decodes the batches after it — as in training on a host that runs
+/// far ahead of the GPU. A batch whose slot was decoded into again before its crop kernel ran
+/// holds another batch's images (the check says which).
+pub(crate) fn check_decode_behind_busy_stream(device: &CudaDevice) -> bool {
+    let busy = Busy::new(device);
+    println!(
+        "RESULT check=decode-behind-busy-stream products_per_batch={} queued_ms_per_batch={:.1}",
+        busy.count,
+        busy.count as f64 * busy.product_ms
+    );
+    decode_ahead("decode-behind-busy-stream", device, Some(&busy))
+}
+
+/// Work queued on burn's stream and never waited for: `count` products of two 4096² matrices
+/// (cuBLAS, each about `product_ms`).
+struct Busy {
+    a: burn::tensor::Tensor<Cuda, 2>,
+    count: usize,
+    product_ms: f64,
+}
+
+impl Busy {
+    /// Enough products for about 60 ms, timed here.
+    fn new(device: &CudaDevice) -> Self {
+        use burn::tensor::backend::Backend;
+        let a = burn::tensor::Tensor::<Cuda, 2>::full([4096, 4096], 1e-4, device);
+        let once = || drop(burn_ddp::nn::matmul(a.clone(), a.clone()));
+        once();
+        <Cuda as Backend>::sync(device).expect("synchronising the device");
+        let t = std::time::Instant::now();
+        for _ in 0..10 {
+            once();
         }
-    };
-    let hw = [96, 128];
-    let sources: Vec<(Vec<u8>, image::RgbImage)> = jpegs()
-        .into_iter()
-        .filter_map(|(_, bytes)| image::load_from_memory(&bytes).ok().map(|img| (bytes, img.into_rgb8())))
-        .collect();
-    let batches: Vec<Vec<(CropResize, usize)>> = (0..7u64)
+        <Cuda as Backend>::sync(device).expect("synchronising the device");
+        let product_ms = t.elapsed().as_secs_f64() * 100.0;
+        Self { a, count: (60.0 / product_ms).ceil().clamp(1.0, 1000.0) as usize, product_ms }
+    }
+
+    fn queue(&self) {
+        for _ in 0..self.count {
+            drop(burn_ddp::nn::matmul(self.a.clone(), self.a.clone()));
+        }
+    }
+}
+
+/// Seven batches of 12 random crops (some mirrored) of `sources`, each with its source's index.
+fn ahead_batches(sources: &[(Vec<u8>, image::RgbImage)]) -> Vec<Vec<(CropResize, usize)>> {
+    (0..7u64)
         .map(|b| {
             let mut rng = ChaCha8Rng::seed_from_u64(100 + b);
             (0..12)
@@ -364,13 +404,30 @@ pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
                 })
                 .collect()
         })
+        .collect()
+}
+
+const AHEAD_HW: [usize; 2] = [96, 128];
+
+fn decode_ahead(check: &str, device: &CudaDevice, busy: Option<&Busy>) -> bool {
+    let decoder = match DeviceDecoder::for_device::<Cuda>(device) {
+        Ok(d) => d,
+        Err(reason) => {
+            println!("RESULT check={check} no decoder: {reason} FAIL");
+            return false;
+        }
+    };
+    let sources: Vec<(Vec<u8>, image::RgbImage)> = jpegs()
+        .into_iter()
+        .filter_map(|(_, bytes)| image::load_from_memory(&bytes).ok().map(|img| (bytes, img.into_rgb8())))
         .collect();
+    let batches = ahead_batches(&sources);
     const DROPPED: usize = 3;
     let (tx, rx) = std::sync::mpsc::sync_channel(2);
     let jobs: Vec<Vec<CropResize>> = batches.iter().map(|b| b.iter().map(|(c, _)| c.clone()).collect()).collect();
     let producer = std::thread::spawn(move || {
         for (i, images) in jobs.into_iter().enumerate() {
-            let started = decoder.start(images, hw, UNIT).map_err(|e| e.to_string());
+            let started = decoder.start(images, AHEAD_HW, UNIT).map_err(|e| e.to_string());
             scribble();
             if i == DROPPED {
                 continue; // started and dropped unread: its slot must come free
@@ -380,44 +437,76 @@ pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
             }
         }
     });
-    let per = 3 * hw[0] * hw[1];
-    let mut ok = true;
     // Every batch made into a tensor before any is read back (nothing else synchronises the
     // device meanwhile, as in `bench-data`): each must free its slot for the producer.
     let tensors: Vec<(usize, Result<burn::tensor::Tensor<Cuda, 4>, String>)> = rx
         .iter()
         .map(|(i, started)| {
+            if let Some(busy) = busy {
+                busy.queue();
+            }
             let tensor = started.and_then(|d| d.to_device::<Cuda>(device).map_err(|e| e.to_string()));
             scribble();
             (i, tensor)
         })
         .collect();
+    let references: Vec<Vec<Vec<f32>>> = batches
+        .iter()
+        .map(|b| {
+            b.iter()
+                .map(|(c, k)| {
+                    let mut reference = vec![0.0; 3 * AHEAD_HW[0] * AHEAD_HW[1]];
+                    crop_resize_on_host(sources[*k].1.as_raw(), c, AHEAD_HW, &UNIT, &mut reference);
+                    reference
+                })
+                .collect()
+        })
+        .collect();
+    let mut ok = producer.join().is_ok();
     for (i, tensor) in tensors {
-        let values = tensor.map(|t| t.into_data().into_vec::<f32>().expect("f32 values"));
-        let values = match values {
-            Ok(v) => v,
-            Err(e) => {
-                println!("RESULT check=decode-ahead batch={i} error: {e} FAIL");
-                ok = false;
-                continue;
-            }
-        };
-        let worst = batches[i].iter().enumerate().fold(f64::INFINITY, |worst, (j, (c, k))| {
-            let mut reference = vec![0.0; per];
-            crop_resize_on_host(sources[*k].1.as_raw(), c, hw, &UNIT, &mut reference);
-            worst.min(psnr(&values[j * per..(j + 1) * per], &reference))
-        });
-        let pass = worst >= MIN_PSNR_DB;
-        println!("RESULT check=decode-ahead batch={i} lowest psnr_db={worst:.2} {}", if pass { "ok" } else { "FAIL" });
-        ok &= pass;
+        ok &= ahead_batch_matches(check, i, tensor, &references);
     }
-    ok &= producer.join().is_ok();
     println!(
-        "RESULT check=decode-ahead batches={} (batch {DROPPED} dropped unread) {}",
+        "RESULT check={check} batches={} (batch {DROPPED} dropped unread) {}",
         batches.len(),
         if ok { "ok" } else { "FAIL" }
     );
     ok
+}
+
+/// Batch `i` read back against its images' host twins; when it fails, which batch's images it
+/// holds instead (the one whose twins it is closest to).
+fn ahead_batch_matches(
+    check: &str,
+    i: usize,
+    tensor: Result<burn::tensor::Tensor<Cuda, 4>, String>,
+    references: &[Vec<Vec<f32>>],
+) -> bool {
+    let values = match tensor.map(|t| t.into_data().into_vec::<f32>().expect("f32 values")) {
+        Ok(v) => v,
+        Err(e) => {
+            println!("RESULT check={check} batch={i} error: {e} FAIL");
+            return false;
+        }
+    };
+    let per = 3 * AHEAD_HW[0] * AHEAD_HW[1];
+    let against = |b: &[Vec<f32>], f: fn(f64, f64) -> f64, start: f64| {
+        b.iter().enumerate().fold(start, |acc, (j, r)| f(acc, psnr(&values[j * per..(j + 1) * per], r)))
+    };
+    let worst = against(&references[i], f64::min, f64::INFINITY);
+    if worst >= MIN_PSNR_DB {
+        println!("RESULT check={check} batch={i} lowest psnr_db={worst:.2} ok");
+        return true;
+    }
+    let closest = (0..references.len())
+        .map(|j| (j, against(&references[j], |a, b| a + b.min(99.0), 0.0) / references[j].len() as f64))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("at least one batch");
+    println!(
+        "RESULT check={check} batch={i} lowest psnr_db={worst:.2}; closest to batch {}'s images (mean psnr_db={:.2}) FAIL",
+        closest.0, closest.1
+    );
+    false
 }
 
 /// Allocates, fills and frees host memory of a JPEG's size many times: what freed encoded

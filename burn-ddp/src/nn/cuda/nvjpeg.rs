@@ -246,6 +246,13 @@ unsafe fn diagnostic_wait(cu: driver::CUstream) -> Result<()> {
     waited.result().map_err(|e| driver_fail("waiting after a decode (BURN_DDP_DECODE_SYNC)", e))
 }
 
+/// Whether a slot's next decode waits on the host for the reads of its last batch (the
+/// default); `BURN_DDP_DECODE_REUSE=device` (a diagnosis) orders it on the decoder's stream only.
+fn reuse_waits_on_host() -> bool {
+    static HOST: OnceLock<bool> = OnceLock::new();
+    *HOST.get_or_init(|| std::env::var("BURN_DDP_DECODE_REUSE").map_or(true, |v| v != "device"))
+}
+
 fn driver_fail(what: &str, e: cudarc::driver::DriverError) -> Error {
     Error::Kernel { op: "nvJPEG", reason: format!("{what}: {e:?}") }
 }
@@ -295,12 +302,19 @@ impl Decoder {
         let slot = &mut self.slots[index];
         if slot.used {
             // SAFETY: live events of the bound context. The slot's previous decode must be done
-            // before its nvJPEG state is reused (this thread waits: it is not the training's),
-            // and its images read before they are overwritten (the decoder's stream waits).
+            // before its nvJPEG state is reused, and its images read before they are
+            // overwritten. This thread waits for both (it is not the training's): an order on
+            // the decoder's stream alone is not enough, as the JPEG engines wrote a slot whose
+            // reader the stream still waited for.
             unsafe {
                 driver::cuEventSynchronize(slot.decoded)
                     .result()
                     .map_err(|e| driver_fail("waiting for a decode", e))?;
+                if reuse_waits_on_host() {
+                    driver::cuEventSynchronize(slot.consumed)
+                        .result()
+                        .map_err(|e| driver_fail("waiting for a batch's reads", e))?;
+                }
                 driver::cuStreamWaitEvent(cu, slot.consumed, 0)
                     .result()
                     .map_err(|e| driver_fail("ordering a decode", e))?;
