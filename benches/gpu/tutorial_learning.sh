@@ -83,5 +83,7 @@ for line in open(sys.argv[1]):
     if line.startswith("METRICS "):
         _, name, rec = line.split(" ", 2)
         r = json.loads(rec)
-        print(f"| {name} | {r['train_loss']:.3f} | {100 * r['train_acc']:.2f} % | {100 * r['val_acc']:.2f} % | {r.get('steady_img_per_s', 0):.0f} |")
+        loss = r.get('train_loss')
+        loss = "NaN (null)" if loss is None else f"{loss:.3f}"
+        print(f"| {name} | {loss} | {100 * r['train_acc']:.2f} % | {100 * r['val_acc']:.2f} % | {r.get('steady_img_per_s', 0):.0f} |")
 PY
