@@ -11,22 +11,17 @@ use crate::error::{Error, Result};
 use burn::prelude::*;
 use burn_ddp::nn::decode::DeviceDecoder;
 
-/// Why `--decode auto` decodes on the CPU for now, in one line.
-const KNOWN_RACE: &str = "the GPU decode is opt-in (--decode gpu) until a race is found: on some H100 hosts a GPU-decoded tutorial run trained at chance (benchmarks: \"JPEGs decoded on the GPU\")";
-
 /// `--decode`: where images are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Decode {
-    /// On the CPU, for now: on some fast hosts GPU-decoded training read other images than its
-    /// labels' (the tutorial preset at chance after an epoch, 2026-12-06), a race not found yet.
-    /// Once found: on the GPU when the model trains on one that has a hardware JPEG decoder,
-    /// the data set's first file is a baseline JPEG and the transforms are crop, resize and
-    /// flip, with or without RandAugment, colour jitter and random erasing.
+    /// On the GPU when the model trains on one that has a hardware JPEG decoder, the data set's
+    /// first file is a baseline JPEG and the transforms are crop, resize and flip, with or
+    /// without RandAugment, colour jitter and random erasing; on the CPU otherwise.
     #[default]
     Auto,
     /// On the GPU (nvJPEG), with RandAugment, colour jitter and random erasing there too, or an
-    /// error saying why it cannot; with a warning while the race `Auto` avoids is not found.
+    /// error saying why it cannot.
     Gpu,
     /// On the CPU.
     Cpu,
@@ -78,16 +73,15 @@ pub fn resolve<B: Backend>(
             dataset.describe(0)
         ));
     }
-    if choice == Decode::Auto {
-        return cpu(KNOWN_RACE.into());
-    }
     match DeviceDecoder::for_device::<B>(device) {
         Err(reason) => cpu(format!("no GPU decoder ({reason})")),
+        Ok(d) if choice == Decode::Auto && !d.is_hardware() => {
+            cpu(format!("the GPU has no hardware JPEG decoder ({} would run; --decode gpu chooses it)", d.name()))
+        }
         Ok(d) => {
             if say {
                 let ops = if train.is_crop_and_resize() { "" } else { ", RandAugment, colour jitter, random erasing" };
                 log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip{ops} and normalise on the GPU", d.name());
-                log::warn!("--decode gpu: {KNOWN_RACE}; check that the training accuracy rises");
             }
             Ok(Some(d))
         }

@@ -341,7 +341,9 @@ pub(crate) fn check_decode_ahead(device: &CudaDevice) -> bool {
 /// thread queues about 60 ms of matrix products, so every crop kernel waits on the GPU behind
 /// them while the producer decodes the batches after it — as in training on a host that runs
 /// far ahead of the GPU. A batch whose slot was decoded into again before its crop kernel ran
-/// holds another batch's images (the check says which).
+/// holds another batch's images (the check says which). (It also passed with the slot's reuse
+/// ordered on the decoder's stream only, the order under which tutorial runs did not learn on
+/// fast hosts: it guards the order, the training runs of `tutorial_learning.sh` show the fix.)
 pub(crate) fn check_decode_behind_busy_stream(device: &CudaDevice) -> bool {
     let busy = Busy::new(device);
     println!(

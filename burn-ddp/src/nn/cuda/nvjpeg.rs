@@ -119,13 +119,8 @@ impl std::fmt::Display for Backend {
 }
 
 /// Decode slots per device: the batch being read by the training stream and the next one,
-/// decoded ahead; `BURN_DDP_DECODE_SLOTS` (a diagnosis) sets another count, up to 256.
-fn slot_count() -> usize {
-    static COUNT: OnceLock<usize> = OnceLock::new();
-    *COUNT.get_or_init(|| {
-        std::env::var("BURN_DDP_DECODE_SLOTS").ok().and_then(|v| v.parse().ok()).unwrap_or(2usize).clamp(1, 256)
-    })
-}
+/// decoded ahead.
+const SLOTS: usize = 2;
 
 /// How long a submission waits for a slot before it reports the decoder stuck (a batch taken
 /// and never handed to the device, by a consumer that stopped without dropping it).
@@ -151,7 +146,7 @@ struct Slot {
 struct Decoder {
     handle: RawHandle,
     backend: Backend,
-    slots: Vec<Slot>,
+    slots: [Slot; SLOTS],
     next: usize,
     stream: Arc<CudaStream>,
 }
@@ -172,16 +167,13 @@ pub(crate) struct DeviceJpeg {
 }
 
 /// Which slots hold a batch not yet read (or dropped), and the wait for one to come free.
+#[derive(Default)]
 struct SlotGate {
-    busy: Mutex<Vec<bool>>,
+    busy: Mutex<[bool; SLOTS]>,
     freed: Condvar,
 }
 
 impl SlotGate {
-    fn new(slots: usize) -> Self {
-        Self { busy: Mutex::new(vec![false; slots]), freed: Condvar::new() }
-    }
-
     /// Takes slot `index`, waiting up to `wait` for its batch to be read or dropped.
     fn acquire(&self, index: usize, wait: std::time::Duration) -> Result<()> {
         let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
@@ -215,7 +207,7 @@ pub(crate) fn device_jpeg(device: usize) -> Result<Arc<DeviceJpeg>> {
     }
     let decoder = Decoder::new(device)?;
     let made =
-        Arc::new(DeviceJpeg { backend: decoder.backend, gate: SlotGate::new(decoder.slots.len()), decoder: Mutex::new(decoder) });
+        Arc::new(DeviceJpeg { backend: decoder.backend, decoder: Mutex::new(decoder), gate: SlotGate::default() });
     map.insert(device, made.clone());
     Ok(made)
 }
@@ -296,7 +288,7 @@ impl Decoder {
             check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut state) })?;
             Ok(Slot { state, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0), held: None })
         };
-        Ok(Self { handle, backend, slots: (0..slot_count()).map(|_| slot()).collect::<Result<_>>()?, next: 0, stream })
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -395,7 +387,7 @@ impl DeviceJpeg {
         let mut decoder = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
         let index = decoder.next;
         self.gate.acquire(index, SLOT_WAIT)?;
-        decoder.next = (index + 1) % decoder.slots.len();
+        decoder.next = (index + 1) % SLOTS;
         let events = (decoder.slots[index].decoded, decoder.slots[index].consumed);
         // SAFETY: the context is bound (the caller's contract) and the slot acquired above.
         let decoded = unsafe { decoder.decode_into(index, &inputs(&encoded)) };
@@ -540,7 +532,7 @@ mod tests {
     /// released by another thread, and reports a slot never released in one line.
     #[test]
     fn a_slot_waits_for_its_release_and_reports_one_never_released() {
-        let gate = std::sync::Arc::new(SlotGate::new(2));
+        let gate = std::sync::Arc::new(SlotGate::default());
         let short = std::time::Duration::from_millis(30);
         gate.acquire(0, short).unwrap();
         gate.acquire(1, short).unwrap();

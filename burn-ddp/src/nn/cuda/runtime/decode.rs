@@ -48,14 +48,6 @@ pub(crate) fn backend<B: Backend>(device: &B::Device) -> Result<(usize, nvjpeg::
     Ok((index, nvjpeg::backend(index)?))
 }
 
-/// `BURN_DDP_DECODE_PROBE=nan` (a diagnosis): each batch's memory is filled with NaN by burn
-/// before its crop kernel is queued, so a step that read it before the kernel wrote it would
-/// train on NaN rather than on stale values.
-fn nan_filled() -> bool {
-    static NAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *NAN.get_or_init(|| std::env::var("BURN_DDP_DECODE_PROBE").is_ok_and(|v| v == "nan"))
-}
-
 /// A batch whose decode was submitted to a device's decoder, to be cropped into a tensor by
 /// [`to_device`].
 pub(crate) struct Started {
@@ -128,15 +120,12 @@ pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Res
     let [h, w] = started.out_hw;
     let shape = [started.crops.len(), 3, h, w];
     let client = CudaRuntime::client(&device);
-    let fusion = burn_fusion::get_client::<Inner>(&device);
-    let out = if nan_filled() {
-        // Filled by burn before the crop is queued: a step that reads the batch before the
-        // crop kernel wrote it reads NaN.
-        let t = Tensor::<Cuda, 4>::full(shape, f32::NAN, &device);
-        fusion.resolve_tensor_float::<Inner>(t.into_primitive().tensor())
-    } else {
-        empty_device_contiguous_dtype::<CudaRuntime>(client.clone(), device.clone(), Shape::from(shape.to_vec()), DType::F32)
-    };
+    let out = empty_device_contiguous_dtype::<CudaRuntime>(
+        client.clone(),
+        device.clone(),
+        Shape::from(shape.to_vec()),
+        DType::F32,
+    );
     let index = device.index;
     let augmented = started.images.iter().any(|c| !c.ops.is_empty());
     if augmented && !pixel_ops::available() {
@@ -191,6 +180,7 @@ pub(crate) fn to_device<B: Backend>(started: Started, device: &B::Device) -> Res
     // the slot it frees, could wait for work that only comes after the next batch — which the
     // loader's thread cannot start before the slot is free.
     crate::nn::cuda::runtime::device_thread::flush(&device);
+    let fusion = burn_fusion::get_client::<Inner>(&device);
     let prim: Prim = register(&fusion, out);
     let t = Tensor::<Cuda, 4>::from_primitive(TensorPrimitive::Float(prim));
     Ok(if ad { cast(Tensor::<Ad, 4>::from_inner(t)) } else { cast(t) })
