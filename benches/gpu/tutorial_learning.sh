@@ -48,10 +48,6 @@ variant() {
     cold_caches) run $n env BURN_DDP_CACHE_DIR=/tmp/tl-cold-cache-$n "$B"/burn-vision "${GPU[@]}" ;;
     step_sync) run $n env BURN_VISION_STEP_SYNC=1 "$B"/burn-vision "${GPU[@]}" ;;
     fenced) run $n env BURN_DDP_SAME_STREAM=0 "$B"/burn-vision "${GPU[@]}" ;;
-    # The loader's thread waits after each decode it submits: for the decoder's stream, or for
-    # everything on the device (BURN_DDP_DECODE_SYNC, a diagnosis).
-    decode_waits_stream) run $n env BURN_DDP_DECODE_SYNC=stream "$B"/burn-vision "${GPU[@]}" ;;
-    decode_waits_device) run $n env BURN_DDP_DECODE_SYNC=device "$B"/burn-vision "${GPU[@]}" ;;
     # As in the DDP-cost goals' call, where it did not learn: right after the host-bound bench.
     gpu_after_bench) step r18s_bench$2 150 "$B"/burn-vision "${R18B[@]}"; run $n "$B"/burn-vision "${GPU[@]}" ;;
     old_build)

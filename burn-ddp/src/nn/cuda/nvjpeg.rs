@@ -228,24 +228,6 @@ pub(crate) struct Input<'a> {
     pub height: u32,
 }
 
-/// `BURN_DDP_DECODE_SYNC` (a diagnosis, unset by default): after each submission the
-/// submitting thread waits for the decoder's stream (`stream`) or for everything on the device
-/// (`device`) — which of the two makes a decoded batch safe to read.
-///
-/// # Safety
-/// The device's context is bound on this thread; `cu` is the decoder's stream.
-unsafe fn diagnostic_wait(cu: driver::CUstream) -> Result<()> {
-    static MODE: OnceLock<String> = OnceLock::new();
-    let mode = MODE.get_or_init(|| std::env::var("BURN_DDP_DECODE_SYNC").unwrap_or_default());
-    // SAFETY: the caller's contract.
-    let waited = match mode.as_str() {
-        "stream" => unsafe { driver::cuStreamSynchronize(cu) },
-        "device" => unsafe { driver::cuCtxSynchronize() },
-        _ => return Ok(()),
-    };
-    waited.result().map_err(|e| driver_fail("waiting after a decode (BURN_DDP_DECODE_SYNC)", e))
-}
-
 /// Whether a slot's next decode waits on the host for the reads of its last batch (the
 /// default); `BURN_DDP_DECODE_REUSE=device` (a diagnosis) orders it on the decoder's stream only.
 fn reuse_waits_on_host() -> bool {
@@ -358,8 +340,6 @@ impl Decoder {
             .result()
             .map_err(|e| driver_fail("recording an event", e))?;
         slot.used = true;
-        // SAFETY: the bound context and its decoder's stream.
-        unsafe { diagnostic_wait(cu) }?;
         Ok((planes, failed))
     }
 }
