@@ -296,10 +296,11 @@ impl Decoder {
                     driver::cuEventSynchronize(slot.consumed)
                         .result()
                         .map_err(|e| driver_fail("waiting for a batch's reads", e))?;
+                } else {
+                    driver::cuStreamWaitEvent(cu, slot.consumed, 0)
+                        .result()
+                        .map_err(|e| driver_fail("ordering a decode", e))?;
                 }
-                driver::cuStreamWaitEvent(cu, slot.consumed, 0)
-                    .result()
-                    .map_err(|e| driver_fail("ordering a decode", e))?;
             }
         }
         let layout = layout(inputs);

@@ -63,11 +63,15 @@ pub(crate) struct Started {
 
 /// Submits `images`' decode on `device`'s decoder (its own stream) from this thread, after the
 /// batch two submissions back was read: called by a data loader's thread, ahead of the step.
-pub(crate) fn start(device: usize, images: Vec<CropResize>, out_hw: [usize; 2], norm: Normalize) -> Result<Started> {
+pub(crate) fn start(
+    device: usize,
+    mut images: Vec<CropResize>,
+    out_hw: [usize; 2],
+    norm: Normalize,
+) -> Result<Started> {
     cudnn::context(device)?.bind_to_thread().map_err(|e| cudnn::fail("binding the CUDA context", e))?;
     let jpeg = nvjpeg::device_jpeg(device)?;
     // The encoded bytes go to the decoder, which keeps them until their decode has ended.
-    let mut images = images;
     let encoded: Vec<(Pixels, [u32; 2])> =
         images.iter_mut().map(|c| (std::mem::replace(&mut c.pixels, Pixels::Rgb(Vec::new())), c.size)).collect();
     let jpegs = encoded.iter().filter(|(p, _)| matches!(p, Pixels::Jpeg(_))).count() as u64;
