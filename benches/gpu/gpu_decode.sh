@@ -11,6 +11,9 @@
 #   PyTorch 2.11: the same model on the same folder, DataLoader(16 workers), bf16 autocast,
 #     channels_last, SGD (benches/pytorch_baseline.py folder), and on synthetic batches
 #   ResNet-18 bf16 b128, 3 epochs, --decode gpu and cpu: validation accuracy on either path
+# In PART=6, `BURN_DDP_DECODE_OUTPUT=rgb` runs beside the default: nvJPEG's own colour conversion
+# to RGB against the default's Y, Cb, Cr planes converted in the crop kernel (decode check,
+# training, bench-data).
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
 # small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
@@ -95,10 +98,12 @@ if [ "${PART:-1}" = 7 ]; then
 fi
 if [ "${PART:-1}" = 6 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
+  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=rgb SHOW_LINES=4 step checks_rgb_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
   step r50_synthetic_1 200 "$B"/burn-vision $S
   step train_gpu_decode_1 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu
+  step train_gpu_decode_rgb 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-rgb
   step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
   step train_gpu_decode_2 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-2
   step r50_synthetic_2 200 "$B"/burn-vision $S
@@ -107,6 +112,7 @@ if [ "${PART:-1}" = 6 ]; then
   for i in 1 2; do
     SHOW_LINES=2 step "data_gpu_$i" 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   done
+  SHOW_LINES=2 step data_gpu_rgb 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   SHOW_LINES=2 step data_cpu 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
   SHOW="top-1|rror|decoding|images" step eval_gpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode gpu
   SHOW="top-1|rror|decoding|images" step eval_cpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode cpu

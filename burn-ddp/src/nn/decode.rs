@@ -294,8 +294,8 @@ pub fn crop_resize_on_host(rgb: &[u8], c: &CropResize, out_hw: [usize; 2], norm:
 }
 
 /// The region of `c` resampled to `out_hw` with the antialiased triangle filter: HWC values
-/// in 0–255, unrounded.
-fn resampled(rgb: &[u8], c: &CropResize, out_hw: [usize; 2]) -> Vec<f64> {
+/// in 0–255 (for bytes), unrounded.
+fn resampled<T: Copy + Into<f64>>(rgb: &[T], c: &CropResize, out_hw: [usize; 2]) -> Vec<f64> {
     let [w, h] = [c.size[0] as i64, c.size[1] as i64];
     let [x0, y0, bw, bh] = c.region.map(f64::from);
     let (ow, oh) = (out_hw[1], out_hw[0]);
@@ -320,7 +320,7 @@ fn resampled(rgb: &[u8], c: &CropResize, out_hw: [usize; 2]) -> Vec<f64> {
                 for (i, wx) in wx.iter().enumerate() {
                     let px = row + (xa as usize + i) * 3;
                     for (ch, a) in acc.iter_mut().enumerate() {
-                        *a += wy * wx * f64::from(rgb[px + ch]);
+                        *a += wy * wx * rgb[px + ch].into();
                     }
                 }
             }
@@ -386,6 +386,110 @@ mod tests {
         let rows = |y: usize| f64::from(rgb[(y * 8 + 2) * 3]);
         assert_eq!(rows(0), rows(1), "the red channel is the same on both rows");
         assert!((f64::from(half[1]) - want).abs() < 1e-6, "{} vs {want}", half[1]);
+    }
+
+    fn tool_runs(program: &str) -> bool {
+        std::process::Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success())
+    }
+
+    /// A JPEG's planes as the GPU decoder leaves them: Y at `w × h`, Cb and Cr halved across
+    /// and down by `shift`, rows packed; smooth ramps with some ripple, Cb and Cr far from grey.
+    fn planes(w: u32, h: u32, shift: [u32; 2], seed: u32) -> [Vec<u8>; 3] {
+        let (cw, ch) = (w.div_ceil(1 << shift[0]), h.div_ceil(1 << shift[1]));
+        let wave = |x: u32, y: u32, k: u32| {
+            let t = f64::from(x * (3 + k) + y * (5 + seed)) * 0.37 + f64::from(seed);
+            (128.0 + 90.0 * t.sin() * (f64::from(y + k) * 0.11).cos()).round() as u8
+        };
+        let plane = |pw: u32, ph: u32, k: u32| (0..ph).flat_map(|y| (0..pw).map(move |x| wave(x, y, k))).collect();
+        [plane(w, h, 0), plane(cw, ch, 1), plane(cw, ch, 2)]
+    }
+
+    /// What the decoders make of `planes` before any resize: chroma enlarged to the luma grid by
+    /// bilinear interpolation (samples centred on the luma samples they cover, edges repeated),
+    /// then JFIF's YCbCr → RGB, unclamped and unrounded: HWC values.
+    fn upsampled_rgb(planes: &[Vec<u8>; 3], w: u32, h: u32, shift: [u32; 2]) -> Vec<f64> {
+        let (cw, ch) = (w.div_ceil(1 << shift[0]) as i64, h.div_ceil(1 << shift[1]) as i64);
+        let at = |p: &[u8], i: i64, j: i64| f64::from(p[(j.clamp(0, ch - 1) * cw + i.clamp(0, cw - 1)) as usize]);
+        let mut rgb = Vec::with_capacity((w * h * 3) as usize);
+        for y in 0..h {
+            let v = (f64::from(y) + 0.5) / f64::from(1 << shift[1]) - 0.5;
+            let (j, fv) = (v.floor() as i64, v - v.floor());
+            for x in 0..w {
+                let u = (f64::from(x) + 0.5) / f64::from(1 << shift[0]) - 0.5;
+                let (i, fu) = (u.floor() as i64, u - u.floor());
+                let chroma = |p: &[u8]| {
+                    let row = |j: i64| (1.0 - fu) * at(p, i, j) + fu * at(p, i + 1, j);
+                    (1.0 - fv) * row(j) + fv * row(j + 1) - 128.0
+                };
+                let (luma, cb, cr) =
+                    (f64::from(planes[0][(y * w + x) as usize]), chroma(&planes[1]), chroma(&planes[2]));
+                rgb.extend([luma + 1.402 * cr, luma - 0.344136 * cb - 0.714136 * cr, luma + 1.772 * cb]);
+            }
+        }
+        rgb
+    }
+
+    /// The crop kernel's source run on the CPU (`benches/emulate_crop_resize.py`) on a JPEG's
+    /// planes — 4:4:4, 4:2:2, 4:4:0 and 4:2:0, odd sizes, shrinking, enlarging, fractional
+    /// regions and flips — against the reference that enlarges chroma and converts first, then
+    /// filters (f64): the kernel's one pass over the chroma samples with combined weights is
+    /// the same filter.
+    #[test]
+    fn planes_give_what_upsampling_first_gives() {
+        if !tool_runs("python3") || !tool_runs("g++") {
+            eprintln!("SKIPPED: emulating the crop kernel needs python3 and g++ (C++20)");
+            return;
+        }
+        let out_hw = [24usize, 20];
+        let cases: Vec<(u32, u32, [u32; 2], [f32; 4], bool)> = vec![
+            (61, 45, [1, 1], [0.0, 0.0, 61.0, 45.0], false),
+            (61, 45, [1, 1], [7.25, 3.5, 30.5, 20.0], true),
+            (50, 37, [1, 0], [2.0, 1.0, 44.0, 30.0], false),
+            (50, 37, [0, 1], [0.0, 0.0, 50.0, 37.0], true),
+            (33, 29, [0, 0], [3.0, 4.0, 25.0, 20.0], false),
+            (17, 9, [1, 1], [1.5, 0.5, 9.0, 6.0], false),
+            (131, 97, [1, 1], [10.0, 5.0, 120.0, 90.0], true),
+        ];
+        let mut input: Vec<u8> =
+            [cases.len() as u32, out_hw[0] as u32, out_hw[1] as u32].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut want = Vec::new();
+        for (k, &(w, h, shift, region, flip)) in cases.iter().enumerate() {
+            let p = planes(w, h, shift, k as u32);
+            let format = 1 | shift[0] << 1 | shift[1] << 2;
+            input.extend([w, h, format, flip as u32].iter().flat_map(|v| v.to_le_bytes()));
+            input.extend(region.iter().flat_map(|v| v.to_le_bytes()));
+            input.extend(p.iter().flatten());
+            let c = CropResize { pixels: Pixels::Rgb(Vec::new()), size: [w, h], region, flip, ops: Default::default() };
+            let levels = resampled(&upsampled_rgb(&p, w, h, shift), &c, out_hw);
+            let plane = out_hw[0] * out_hw[1];
+            let mut chw = vec![0.0f64; 3 * plane];
+            for (i, px) in levels.chunks_exact(3).enumerate() {
+                for ch in 0..3 {
+                    chw[ch * plane + i] = px[ch].clamp(0.0, 255.0) / 255.0;
+                }
+            }
+            want.extend(chw);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (in_path, out_path) = (dir.path().join("in"), dir.path().join("out"));
+        std::fs::write(&in_path, input).unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/emulate_crop_resize.py");
+        let run = std::process::Command::new("python3").arg(script).arg(&in_path).arg(&out_path).output().unwrap();
+        assert!(
+            run.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let got: Vec<f32> = std::fs::read(&out_path)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        let worst = got.iter().zip(&want).map(|(g, w)| (f64::from(*g) - w).abs() * 255.0).fold(0.0, f64::max);
+        // f32 sums of a few dozen taps against f64, in levels of 0–255.
+        assert!(worst < 2e-3, "the kernel is {worst:.2e} levels from upsampling first");
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn check_crop_batch(crops: Vec<(CropResize, Vec<u8>)>, device: &CudaDevice) -> b
 }
 
 /// The crop-and-resize kernel on decoded RGB images (shrinking, enlarging, fractional regions,
-/// flips; a batch longer than one launch's 64 images) against its f64 host twin.
+/// flips; a batch longer than one launch's 48 images) against its f64 host twin.
 pub(crate) fn check_crop_resize(device: &CudaDevice) -> bool {
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let hw = [56, 40];

@@ -1,5 +1,10 @@
 //! nvJPEG, loaded at run time like cuDNN: one batched decoder per device, decoding a batch's
-//! JPEGs straight into device memory on a stream of the caller's, as interleaved RGB bytes.
+//! JPEGs straight into device memory on a stream of the caller's. A batch of colour JPEGs
+//! (three components, chroma at full or half resolution each way) is decoded to their Y, Cb and
+//! Cr planes as they are coded, and the crop kernel converts to RGB as it samples them: nvJPEG's
+//! own conversion kernel, and its full-size RGB copy of every image, are skipped. A batch with
+//! any other JPEG (greyscale, CMYK, other chroma factors) is decoded to interleaved RGB bytes;
+//! `BURN_DDP_DECODE_OUTPUT=rgb` (a diagnosis) asks for RGB always.
 //!
 //! The decoder takes the hardware backend (the JPEG engines of A100, H100 and H200: Huffman
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
@@ -33,6 +38,8 @@ struct Image {
 /// `nvjpegBackend_t` values.
 const BACKEND_DEFAULT: c_int = 0;
 const BACKEND_HARDWARE: c_int = 3;
+/// `NVJPEG_OUTPUT_YUV`: the Y, Cb and Cr planes at their coded sizes.
+const OUTPUT_YUV: c_int = 1;
 /// `NVJPEG_OUTPUT_RGBI`: one plane of interleaved R, G, B bytes.
 const OUTPUT_RGBI: c_int = 5;
 
@@ -41,6 +48,8 @@ type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
 type BatchedInitialize = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int;
 type DecodeBatched =
     unsafe extern "C" fn(RawHandle, RawState, *const *const u8, *const usize, *mut Image, driver::CUstream) -> c_int;
+type GetImageInfo =
+    unsafe extern "C" fn(RawHandle, *const u8, usize, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int;
 
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
@@ -48,6 +57,7 @@ struct Api {
     state_create: StateCreate,
     batched_initialize: BatchedInitialize,
     decode_batched: DecodeBatched,
+    get_image_info: GetImageInfo,
     /// Kept loaded for the process's lifetime (the handles live as long).
     _lib: Library,
 }
@@ -72,6 +82,7 @@ fn api() -> std::result::Result<&'static Api, String> {
                     .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
                     .map_err(missing)?,
                 decode_batched: *lib.get::<DecodeBatched>(b"nvjpegDecodeBatched\0").map_err(missing)?,
+                get_image_info: *lib.get::<GetImageInfo>(b"nvjpegGetImageInfo\0").map_err(missing)?,
                 _lib: lib,
             })
         }
@@ -212,11 +223,25 @@ pub(crate) fn device_jpeg(device: usize) -> Result<Arc<DeviceJpeg>> {
     Ok(made)
 }
 
-/// Where one image of a batch is decoded to: the address of its first byte and its row pitch.
+/// Where one image of a batch is decoded to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Plane {
-    pub at: u64,
-    pub pitch: u32,
+pub(crate) enum Decoded {
+    /// Interleaved R, G, B bytes: the first byte's address and the row pitch.
+    Rgb { at: u64, pitch: u32 },
+    /// JPEG's Y, Cb and Cr planes (addresses), the row pitches of Y and of both chroma planes,
+    /// and how far chroma is halved across and down (0 or 1 each: 4:4:4, 4:2:2, 4:4:0, 4:2:0).
+    YCbCr { planes: [u64; 3], pitch: [u32; 2], shift: [u8; 2] },
+}
+
+impl Decoded {
+    fn offset(self, base: u64) -> Self {
+        match self {
+            Decoded::Rgb { at, pitch } => Decoded::Rgb { at: at + base, pitch },
+            Decoded::YCbCr { planes, pitch, shift } => {
+                Decoded::YCbCr { planes: planes.map(|p| p + base), pitch, shift }
+            }
+        }
+    }
 }
 
 /// One image of a batch: compressed JPEG bytes for nvJPEG, or RGB bytes decoded elsewhere
@@ -233,6 +258,13 @@ pub(crate) struct Input<'a> {
 fn reuse_waits_on_host() -> bool {
     static HOST: OnceLock<bool> = OnceLock::new();
     *HOST.get_or_init(|| std::env::var("BURN_DDP_DECODE_REUSE").map_or(true, |v| v != "device"))
+}
+
+/// Whether batches are decoded to interleaved RGB always (`BURN_DDP_DECODE_OUTPUT=rgb`, a
+/// diagnosis: nvJPEG's colour conversion instead of the crop kernel's).
+fn rgb_only() -> bool {
+    static RGB: OnceLock<bool> = OnceLock::new();
+    *RGB.get_or_init(|| std::env::var("BURN_DDP_DECODE_OUTPUT").is_ok_and(|v| v == "rgb"))
 }
 
 fn driver_fail(what: &str, e: cudarc::driver::DriverError) -> Error {
@@ -279,7 +311,7 @@ impl Decoder {
     ///
     /// # Safety
     /// The device's context is bound on this thread; the slot is this caller's (acquired).
-    unsafe fn decode_into(&mut self, index: usize, inputs: &[Input<'_>]) -> Result<(Vec<Plane>, usize)> {
+    unsafe fn decode_into(&mut self, index: usize, inputs: &[Input<'_>]) -> Result<(Vec<Decoded>, usize)> {
         let cu = self.stream.cu_stream();
         let slot = &mut self.slots[index];
         if slot.used {
@@ -303,8 +335,11 @@ impl Decoder {
                 }
             }
         }
-        let layout = layout(inputs);
-        let total = layout.last().map_or(0, |&(at, pitch, h)| at + pitch as usize * h);
+        let shifts = match rgb_only() {
+            true => None,
+            false => planar_shifts(self.handle, inputs),
+        };
+        let (layout, total) = layout(inputs, shifts.as_deref());
         if slot.scratch.1 < total {
             // Room to grow: a later batch of slightly larger images reuses it. The old memory
             // is freed in stream order, after its last reader.
@@ -321,21 +356,21 @@ impl Decoder {
                 slot.scratch = (at, bytes);
             }
         }
-        let planes: Vec<Plane> =
-            layout.iter().map(|&(at, pitch, _)| Plane { at: slot.scratch.0 + at as u64, pitch }).collect();
+        let planes: Vec<Decoded> = layout.iter().map(|d| d.offset(slot.scratch.0)).collect();
         for (input, plane) in inputs.iter().zip(&planes).filter(|(i, _)| !i.jpeg) {
+            let Decoded::Rgb { at, .. } = *plane else { unreachable!("decoded pixels are laid out as RGB") };
             // SAFETY: the plane holds width·3·height bytes; the host bytes are read before this
             // returns (pageable memory: the driver stages them).
-            unsafe {
-                driver::cuMemcpyHtoDAsync_v2(plane.at, input.bytes.as_ptr() as *const c_void, input.bytes.len(), cu)
-            }
-            .result()
-            .map_err(|e| driver_fail("copying decoded pixels", e))?;
+            unsafe { driver::cuMemcpyHtoDAsync_v2(at, input.bytes.as_ptr() as *const c_void, input.bytes.len(), cu) }
+                .result()
+                .map_err(|e| driver_fail("copying decoded pixels", e))?;
         }
         let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
         let (handle, state) = (self.handle, slot.state);
+        let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
         // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
-        let failed = if jpegs.is_empty() { 0 } else { unsafe { decode_jpegs((handle, state), cu, &jpegs, &planes) }? };
+        let failed =
+            if jpegs.is_empty() { 0 } else { unsafe { decode_jpegs((handle, state), cu, &jpegs, &planes, output) }? };
         // SAFETY: a live event and stream of the bound context.
         unsafe { driver::cuEventRecord(slot.decoded, cu) }
             .result()
@@ -392,7 +427,7 @@ pub(crate) struct Submitted {
     jpeg: Arc<DeviceJpeg>,
     slot: usize,
     /// Where each image of the batch lies, in order.
-    pub planes: Vec<Plane>,
+    pub planes: Vec<Decoded>,
     /// JPEGs nvJPEG could not decode (their pixels are zero).
     pub failed: usize,
     decoded: driver::CUevent,
@@ -434,32 +469,29 @@ impl Drop for Submitted {
     }
 }
 
-/// Decodes the JPEGs of a batch into their planes in one batched call; when nvJPEG refuses the
-/// batch, image by image, zeroing the planes of the ones it refuses. Returns how many it refused.
+/// Decodes the JPEGs of a batch into their planes in one batched call, as `output`
+/// (`OUTPUT_YUV` or `OUTPUT_RGBI`); when nvJPEG refuses the batch, image by image, blanking the
+/// planes of the ones it refuses (black). Returns how many it refused.
 ///
 /// # Safety
-/// A live handle and state; planes of the bound context's memory, written on `cu`.
+/// A live handle and state; planes of the bound context's memory, written on `cu`, laid out
+/// for `output`.
 unsafe fn decode_jpegs(
     (handle, state): (RawHandle, RawState),
     cu: driver::CUstream,
     jpegs: &[(usize, &Input<'_>)],
-    planes: &[Plane],
+    planes: &[Decoded],
+    output: c_int,
 ) -> Result<usize> {
     let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
     let run = |items: &[(usize, &Input<'_>)]| -> c_int {
         let data: Vec<*const u8> = items.iter().map(|(_, i)| i.bytes.as_ptr()).collect();
         let lengths: Vec<usize> = items.iter().map(|(_, i)| i.bytes.len()).collect();
-        let mut out: Vec<Image> = items
-            .iter()
-            .map(|&(k, _)| Image {
-                channel: [planes[k].at as *mut u8, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()],
-                pitch: [planes[k].pitch as usize, 0, 0, 0],
-            })
-            .collect();
+        let mut out: Vec<Image> = items.iter().map(|&(k, _)| image(planes[k])).collect();
         // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for each
-        // image's RGB bytes; a stream of the bound context.
+        // image in `output`'s form; a stream of the bound context.
         unsafe {
-            let status = (api.batched_initialize)(handle, state, items.len() as c_int, 1, OUTPUT_RGBI);
+            let status = (api.batched_initialize)(handle, state, items.len() as c_int, 1, output);
             if status != 0 {
                 return status;
             }
@@ -471,32 +503,124 @@ unsafe fn decode_jpegs(
         for one in jpegs {
             if run(std::slice::from_ref(one)) != 0 {
                 failed += 1;
-                let (plane, input) = (planes[one.0], one.1);
-                // SAFETY: the plane's bytes, on the stream.
-                unsafe { driver::cuMemsetD8Async(plane.at, 0, plane.pitch as usize * input.height as usize, cu) }
-                    .result()
-                    .map_err(|e| driver_fail("clearing a failed image", e))?;
+                // SAFETY: the image's planes, on the stream.
+                unsafe { blank(planes[one.0], one.1.height, cu) }?;
             }
         }
     }
     Ok(failed)
 }
 
-/// Each image's byte offset in the scratch memory, row pitch and height: rows of `width·3`
-/// bytes rounded up to 256, heights rounded up to 16 rows (nvJPEG may write whole MCUs), each
-/// image starting on a 256-byte boundary.
-fn layout(inputs: &[Input<'_>]) -> Vec<(usize, u32, usize)> {
-    let mut at = 0usize;
-    inputs
+/// nvJPEG's description of where to write an image.
+fn image(plane: Decoded) -> Image {
+    let none = std::ptr::null_mut();
+    match plane {
+        Decoded::Rgb { at, pitch } => {
+            Image { channel: [at as *mut u8, none, none, none], pitch: [pitch as usize, 0, 0, 0] }
+        }
+        Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], .. } => Image {
+            channel: [y as *mut u8, cb as *mut u8, cr as *mut u8, none],
+            pitch: [py as usize, pc as usize, pc as usize, 0],
+        },
+    }
+}
+
+/// Makes an image of `height` rows black: RGB bytes 0, or Y 0 and chroma 128.
+///
+/// # Safety
+/// The planes are live memory of the bound context, written on `cu`.
+unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()> {
+    let fill = |at: u64, value: u8, bytes: usize| {
+        // SAFETY: the caller's planes, on the stream.
+        unsafe { driver::cuMemsetD8Async(at, value, bytes, cu) }
+            .result()
+            .map_err(|e| driver_fail("clearing a failed image", e))
+    };
+    match plane {
+        Decoded::Rgb { at, pitch } => fill(at, 0, pitch as usize * height as usize),
+        Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], shift } => {
+            let chroma_rows = height.div_ceil(1 << shift[1]) as usize;
+            fill(y, 0, py as usize * height as usize)?;
+            fill(cb, 128, pc as usize * chroma_rows)?;
+            fill(cr, 128, pc as usize * chroma_rows)
+        }
+    }
+}
+
+/// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (three
+/// components, chroma halved or not each way, the size the loader read), each image's chroma
+/// shifts (`None` for decoded pixels); `None` when any JPEG is another kind (the batch is then
+/// decoded to RGB) or there is none. Reads the headers on this thread (`nvjpegGetImageInfo`).
+fn planar_shifts(handle: RawHandle, inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
+    let api = api().ok()?;
+    let mut any = false;
+    let shifts = inputs
         .iter()
         .map(|i| {
-            let pitch = if i.jpeg { (i.width * 3).next_multiple_of(256) } else { i.width * 3 };
-            let rows = (i.height as usize).next_multiple_of(16);
-            let this = (at, pitch, rows);
-            at = (at + pitch as usize * rows).next_multiple_of(256);
-            this
+            if !i.jpeg {
+                return Some(None);
+            }
+            any = true;
+            let (mut components, mut subsampling) = (0, 0);
+            let (mut widths, mut heights) = ([0 as c_int; 4], [0 as c_int; 4]);
+            // SAFETY: a live handle, the image's bytes, out-pointers to locals (four entries each).
+            let status = unsafe {
+                (api.get_image_info)(
+                    handle,
+                    i.bytes.as_ptr(),
+                    i.bytes.len(),
+                    &mut components,
+                    &mut subsampling,
+                    widths.as_mut_ptr(),
+                    heights.as_mut_ptr(),
+                )
+            };
+            (status == 0 && components == 3 && [widths[0], heights[0]] == [i.width as c_int, i.height as c_int])
+                .then(|| chroma_shift(widths[..3].try_into().ok()?, heights[..3].try_into().ok()?))
+                .flatten()
+                .map(Some)
         })
-        .collect()
+        .collect::<Option<Vec<_>>>()?;
+    any.then_some(shifts)
+}
+
+/// How far chroma is halved across and down, from the three components' sizes: 0 or 1 each way,
+/// both chroma planes alike; `None` for any other sampling.
+fn chroma_shift(widths: [c_int; 3], heights: [c_int; 3]) -> Option<[u8; 2]> {
+    let shift = |full: c_int, chroma: [c_int; 2]| -> Option<u8> {
+        (0..=1u8).find(|&s| chroma[0] == chroma[1] && chroma[0] == (full + (1 << s) - 1) >> s)
+    };
+    Some([shift(widths[0], [widths[1], widths[2]])?, shift(heights[0], [heights[1], heights[2]])?])
+}
+
+/// Each image's place in the scratch memory, relative to its start, and the bytes they all take.
+/// Rows are rounded up to 256 bytes, heights to 16 rows (nvJPEG may write whole MCUs), and each
+/// plane starts on a 256-byte boundary. An image with `shifts` is laid out as Y, Cb and Cr
+/// planes; the others as interleaved RGB (rows of exactly `width·3` bytes for decoded pixels).
+fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>) -> (Vec<Decoded>, usize) {
+    let mut at = 0usize;
+    let mut take = |pitch: u32, rows: u32| {
+        let this = at;
+        at = (at + pitch as usize * rows.next_multiple_of(16) as usize).next_multiple_of(256);
+        this as u64
+    };
+    let placed = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, i)| match shifts.and_then(|s| s[k]) {
+            Some(shift) => {
+                let (cw, ch) = (i.width.div_ceil(1 << shift[0]), i.height.div_ceil(1 << shift[1]));
+                let pitch = [i.width.next_multiple_of(256), cw.next_multiple_of(256)];
+                let planes = [take(pitch[0], i.height), take(pitch[1], ch), take(pitch[1], ch)];
+                Decoded::YCbCr { planes, pitch, shift }
+            }
+            None => {
+                let pitch = if i.jpeg { (i.width * 3).next_multiple_of(256) } else { i.width * 3 };
+                Decoded::Rgb { at: take(pitch, i.height), pitch }
+            }
+        })
+        .collect();
+    (placed, at)
 }
 
 /// Whether libnvjpeg loads here, and which backend the device's decoder takes (created now,
@@ -541,10 +665,47 @@ mod tests {
             Input { jpeg: false, bytes: &[], width: 7, height: 5 },
             Input { jpeg: true, bytes: &[], width: 1, height: 1 },
         ];
-        let l = layout(&inputs);
-        assert_eq!(l[0], (0, 1536, 384));
-        assert_eq!(l[1], (1536 * 384, 21, 16));
-        assert_eq!(l[2].0, (1536 * 384 + 21 * 16usize).next_multiple_of(256));
-        assert_eq!(l[2].1, 256);
+        let (l, total) = layout(&inputs, None);
+        assert_eq!(l[0], Decoded::Rgb { at: 0, pitch: 1536 });
+        assert_eq!(l[1], Decoded::Rgb { at: 1536 * 384, pitch: 21 });
+        let third = (1536 * 384 + 21 * 16u64).next_multiple_of(256);
+        assert_eq!(l[2], Decoded::Rgb { at: third, pitch: 256 });
+        assert_eq!(total as u64, third + 256 * 16);
+    }
+
+    /// A 4:2:0 JPEG's planes: Y at full size, Cb and Cr at half each way (rounded up), each
+    /// plane's rows rounded to 256 bytes and 16 rows; a 4:2:2 one beside it; decoded pixels
+    /// stay RGB.
+    #[test]
+    fn planar_images_get_a_plane_per_component() {
+        let inputs = [
+            Input { jpeg: true, bytes: &[], width: 500, height: 375 },
+            Input { jpeg: false, bytes: &[], width: 7, height: 5 },
+            Input { jpeg: true, bytes: &[], width: 33, height: 17 },
+        ];
+        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), None, Some([1, 0])]));
+        let y = 512 * 384u64;
+        let chroma = 256 * 192u64;
+        assert_eq!(l[0], Decoded::YCbCr { planes: [0, y, y + chroma], pitch: [512, 256], shift: [1, 1] });
+        let rgb = y + 2 * chroma;
+        assert_eq!(l[1], Decoded::Rgb { at: rgb, pitch: 21 });
+        let next = (rgb + 21 * 16).next_multiple_of(256);
+        assert_eq!(
+            l[2],
+            Decoded::YCbCr { planes: [next, next + 256 * 32, next + 2 * 256 * 32], pitch: [256, 256], shift: [1, 0] }
+        );
+        assert_eq!(total as u64, next + 3 * 256 * 32);
+    }
+
+    /// nvJPEG's component sizes to chroma shifts: 4:4:4, 4:2:2, 4:4:0 and 4:2:0 (odd sizes
+    /// rounded up), and nothing for quarter-width chroma or chroma planes of different sizes.
+    #[test]
+    fn chroma_shifts_follow_the_component_sizes() {
+        assert_eq!(chroma_shift([500, 500, 500], [375, 375, 375]), Some([0, 0]));
+        assert_eq!(chroma_shift([500, 250, 250], [375, 375, 375]), Some([1, 0]));
+        assert_eq!(chroma_shift([500, 500, 500], [375, 188, 188]), Some([0, 1]));
+        assert_eq!(chroma_shift([33, 17, 17], [17, 9, 9]), Some([1, 1]));
+        assert_eq!(chroma_shift([500, 125, 125], [375, 375, 375]), None);
+        assert_eq!(chroma_shift([500, 250, 500], [375, 375, 375]), None);
     }
 }

@@ -1,52 +1,126 @@
-//! From decoded RGB bytes to a training batch in one kernel: each image's region resized to the
+//! From decoded images to a training batch in one kernel: each image's region resized to the
 //! output size with an antialiased bilinear (triangle) filter — the filter widened by the
 //! shrink factor, as Pillow, torchvision's antialiased resize and `fast_image_resize`'s bilinear
 //! convolution do — mirrored when asked, scaled to `[0, 1]`, normalised per channel and stored
-//! as NCHW f32. The host twin of the arithmetic is `nn::decode::crop_resize_on_host`.
+//! as NCHW f32. The host twin of the arithmetic on RGB bytes is `nn::decode::crop_resize_on_host`.
+//!
+//! An image comes as interleaved RGB bytes or as a JPEG's Y, Cb and Cr planes (chroma at full
+//! or half resolution each way). From planes, Y takes the filter RGB would; chroma takes the
+//! same filter as if it had first been enlarged to the luma grid by bilinear interpolation
+//! (samples centred on the luma samples they cover, as JFIF sites them — the decoders' "fancy"
+//! upsampling), summed directly over the chroma samples with the combined weights; the filtered
+//! values are converted to RGB with JFIF's full-range BT.601 matrix and clamped to 0–255. The
+//! colour conversion nvJPEG would run on every pixel of the whole image runs here on the crop's
+//! output pixels only; what differs from converting first is rounding and the clamp's place.
 //!
 //! The kernel is CUDA C compiled by NVRTC once per process ([`crate::nn::cuda::kernels::nvrtc`]).
 
 use crate::error::{Error, Result};
 use crate::nn::cuda::kernels::nvrtc::{Kernels, launch_256};
+use crate::nn::cuda::nvjpeg::Decoded;
 use cudarc::driver::sys as driver;
 use std::ffi::c_void;
 
-/// Images per launch: their descriptions fill 3 KiB of the 4 KiB kernel-argument space.
-const IMAGES: usize = 64;
+/// Images per launch: their descriptions fill 3.4 KiB of the 4 KiB kernel-argument space.
+const IMAGES: usize = 48;
+const _: () = assert!(IMAGES * std::mem::size_of::<ImgArg>() + 8 + 4 + 4 + 24 <= 4096);
 
 const KERNEL: &str = r#"
-struct Img { unsigned long long src; unsigned int pitch, w, h, flip; float x0, y0, bw, bh; unsigned int index, pad; };
-struct Imgs { Img i[64]; };
+// format: 0 interleaved RGB in plane[0]; else 1 | chroma shift across << 1 | shift down << 2,
+// with Y, Cb, Cr in plane[0..3] (Y rows pitch[0] apart, chroma rows pitch[1]).
+struct Img { unsigned long long plane[3]; unsigned int pitch[2]; unsigned int w, h, flip, format; float x0, y0, bw, bh; unsigned int index, pad; };
+struct Imgs { Img i[48]; };
 struct Norm { float mean[3]; float inv_std[3]; };
+__device__ float tent(float d, float f) { return fmaxf(0.f, 1.f - fabsf(d / f)); }
+// The taps of one axis: source indices [*a, *b] of a plane `len` long around centre c, support f.
+__device__ void taps(float c, float f, int len, int* a, int* b) {
+    *a = max((int)floorf(c - f), 0);
+    *b = min((int)ceilf(c + f), len - 1);
+}
+// A w × h plane of N interleaved bytes, rows `pitch` apart, filtered at (cx, cy) with supports
+// (fx, fy): out[c] in 0–255.
+template <int N>
+__device__ void filter(const unsigned char* src, unsigned int pitch, int w, int h, float cx, float cy, float fx, float fy, float* out) {
+    int xa, xb, ya, yb;
+    taps(cx, fx, w, &xa, &xb);
+    taps(cy, fy, h, &ya, &yb);
+    float acc[N], wsum_x = 0.f, wsum_y = 0.f;
+    for (int c = 0; c < N; ++c) acc[c] = 0.f;
+    for (int x = xa; x <= xb; ++x) wsum_x += tent(x + 0.5f - cx, fx);
+    for (int y = ya; y <= yb; ++y) {
+        const float wy = tent(y + 0.5f - cy, fy);
+        if (wy == 0.f) continue;
+        wsum_y += wy;
+        const unsigned char* row = src + (unsigned long long)y * pitch;
+        float r[N];
+        for (int c = 0; c < N; ++c) r[c] = 0.f;
+        for (int x = xa; x <= xb; ++x) {
+            const float wx = tent(x + 0.5f - cx, fx);
+            for (int c = 0; c < N; ++c) r[c] += wx * row[N * x + c];
+        }
+        for (int c = 0; c < N; ++c) acc[c] += wy * r[c];
+    }
+    const float scale = 1.f / (wsum_x * wsum_y);
+    for (int c = 0; c < N; ++c) out[c] = acc[c] * scale;
+}
+// What chroma sample i (an index past an edge stands for the edge sample) weighs in the filter
+// over luma taps [a, b] (centre c, support f) once chroma is enlarged to the luma grid by
+// bilinear interpolation (k chroma samples per luma sample, samples centred on what they cover).
+__device__ float chroma_weight(int i, int a, int b, float c, float f, float k) {
+    float w = 0.f;
+    for (int x = a; x <= b; ++x) w += tent(x + 0.5f - c, f) * fmaxf(0.f, 1.f - fabsf((x + 0.5f) * k - 0.5f - i));
+    return w;
+}
+// Cb and Cr (0–255) as the luma filter at (cx, cy) sees them after that enlargement: the
+// decoders' "fancy" upsampling and the filter in one pass over the chroma samples.
+__device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, float* cbcr) {
+    const int hx = (im.format >> 1) & 1, vy = (im.format >> 2) & 1;
+    const int cw = (im.w + hx) >> hx, ch = (im.h + vy) >> vy;
+    const float kx = 1.f / (1 << hx), ky = 1.f / (1 << vy);
+    int xa, xb, ya, yb;
+    taps(cx, fx, im.w, &xa, &xb);
+    taps(cy, fy, im.h, &ya, &yb);
+    const int ia = (int)floorf((xa + 0.5f) * kx - 0.5f), ib = (int)floorf((xb + 0.5f) * kx - 0.5f) + 1;
+    const int ja = (int)floorf((ya + 0.5f) * ky - 0.5f), jb = (int)floorf((yb + 0.5f) * ky - 0.5f) + 1;
+    const unsigned char* cb = (const unsigned char*)im.plane[1];
+    const unsigned char* cr = (const unsigned char*)im.plane[2];
+    float acc_b = 0.f, acc_r = 0.f, wsum = 0.f;
+    for (int j = ja; j <= jb; ++j) {
+        const float wy = chroma_weight(j, ya, yb, cy, fy, ky);
+        if (wy == 0.f) continue;
+        const unsigned long long row = (unsigned long long)min(max(j, 0), ch - 1) * im.pitch[1];
+        for (int i = ia; i <= ib; ++i) {
+            const float w = wy * chroma_weight(i, xa, xb, cx, fx, kx);
+            const int at = min(max(i, 0), cw - 1);
+            acc_b += w * cb[row + at];
+            acc_r += w * cr[row + at];
+            wsum += w;
+        }
+    }
+    cbcr[0] = acc_b / wsum;
+    cbcr[1] = acc_r / wsum;
+}
 // Image im's region resampled at output pixel (ox, oy) of out_w × out_h: its R, G, B in 0–255.
-__device__ void resample(const Img im, int ox, int oy, int out_h, int out_w, float* rgb) {
-    const unsigned char* src = (const unsigned char*)im.src;
+__device__ void resample(const Img& im, int ox, int oy, int out_h, int out_w, float* rgb) {
     const float sx = im.bw / out_w, sy = im.bh / out_h;
     const float fx = fmaxf(sx, 1.0f), fy = fmaxf(sy, 1.0f);
     const int sox = im.flip ? out_w - 1 - ox : ox;
     const float cx = im.x0 + (sox + 0.5f) * sx, cy = im.y0 + (oy + 0.5f) * sy;
-    const int xa = max((int)floorf(cx - fx), 0), xb = min((int)ceilf(cx + fx), (int)im.w - 1);
-    const int ya = max((int)floorf(cy - fy), 0), yb = min((int)ceilf(cy + fy), (int)im.h - 1);
-    float r = 0.f, g = 0.f, bl = 0.f, wsum_x = 0.f, wsum_y = 0.f;
-    for (int x = xa; x <= xb; ++x) wsum_x += fmaxf(0.f, 1.f - fabsf((x + 0.5f - cx) / fx));
-    for (int y = ya; y <= yb; ++y) {
-        const float wy = fmaxf(0.f, 1.f - fabsf((y + 0.5f - cy) / fy));
-        if (wy == 0.f) continue;
-        wsum_y += wy;
-        const unsigned char* row = src + (unsigned long long)y * im.pitch;
-        float rr = 0.f, gg = 0.f, bb = 0.f;
-        for (int x = xa; x <= xb; ++x) {
-            const float wx = fmaxf(0.f, 1.f - fabsf((x + 0.5f - cx) / fx));
-            rr += wx * row[3 * x]; gg += wx * row[3 * x + 1]; bb += wx * row[3 * x + 2];
-        }
-        r += wy * rr; g += wy * gg; bl += wy * bb;
+    if (im.format == 0) {
+        filter<3>((const unsigned char*)im.plane[0], im.pitch[0], im.w, im.h, cx, cy, fx, fy, rgb);
+        return;
     }
-    const float scale = 1.f / (wsum_x * wsum_y);
-    rgb[0] = r * scale; rgb[1] = g * scale; rgb[2] = bl * scale;
+    float y, c[2];
+    filter<1>((const unsigned char*)im.plane[0], im.pitch[0], im.w, im.h, cx, cy, fx, fy, &y);
+    chroma(im, cx, cy, fx, fy, c);
+    const float cb = c[0] - 128.f, cr = c[1] - 128.f;
+    rgb[0] = fminf(fmaxf(y + 1.402f * cr, 0.f), 255.f);
+    rgb[1] = fminf(fmaxf(y - 0.344136f * cb - 0.714136f * cr, 0.f), 255.f);
+    rgb[2] = fminf(fmaxf(y + 1.772f * cb, 0.f), 255.f);
 }
 // Block row y is image y of the launch; threads stride over its output pixels.
 extern "C" __global__ void crop_resize(const Imgs b, float* out, int out_h, int out_w, const Norm n) {
-    const Img im = b.i[blockIdx.y];
+    const Img& im = b.i[blockIdx.y];
     const int plane = out_h * out_w;
     float* dst = out + (unsigned long long)im.index * 3 * plane;
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < plane; p += gridDim.x * blockDim.x) {
@@ -59,7 +133,7 @@ extern "C" __global__ void crop_resize(const Imgs b, float* out, int out_h, int 
 // The same crops as 8-bit RGB rows (h · w · 3 bytes an image), rounded half away from zero:
 // the input of the pixel operations (`pixel_ops`).
 extern "C" __global__ void crop_resize_bytes(const Imgs b, unsigned char* out, int out_h, int out_w) {
-    const Img im = b.i[blockIdx.y];
+    const Img& im = b.i[blockIdx.y];
     const int plane = out_h * out_w;
     unsigned char* dst = out + (unsigned long long)im.index * 3 * plane;
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < plane; p += gridDim.x * blockDim.x) {
@@ -73,12 +147,11 @@ extern "C" __global__ void crop_resize_bytes(const Imgs b, unsigned char* out, i
 
 static KERNELS: Kernels = Kernels::new("crop and resize", KERNEL);
 
-/// One image to crop and resize: its RGB bytes at `at` (rows `pitch` bytes apart), its size,
-/// the region `[x, y, width, height]` (pixels, fractional allowed) and whether to mirror.
+/// One image to crop and resize: where its decoded pixels lie, its size, the region
+/// `[x, y, width, height]` (pixels, fractional allowed) and whether to mirror.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Crop {
-    pub at: u64,
-    pub pitch: u32,
+    pub pixels: Decoded,
     pub size: [u32; 2],
     pub region: [f32; 4],
     pub flip: bool,
@@ -88,14 +161,28 @@ pub(crate) struct Crop {
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct ImgArg {
-    src: u64,
-    pitch: u32,
+    plane: [u64; 3],
+    pitch: [u32; 2],
     w: u32,
     h: u32,
     flip: u32,
+    format: u32,
     region: [f32; 4],
     index: u32,
     pad: u32,
+}
+
+impl ImgArg {
+    fn new(c: &Crop, index: usize) -> Self {
+        let (plane, pitch, format) = match c.pixels {
+            Decoded::Rgb { at, pitch } => ([at, 0, 0], [pitch, 0], 0),
+            Decoded::YCbCr { planes, pitch, shift } => {
+                (planes, pitch, 1 | u32::from(shift[0]) << 1 | u32::from(shift[1]) << 2)
+            }
+        };
+        let [w, h] = c.size;
+        Self { plane, pitch, w, h, flip: c.flip as u32, format, region: c.region, index: index as u32, pad: 0 }
+    }
 }
 
 /// The kernel's `Norm`: channel means and reciprocal standard deviations.
@@ -124,8 +211,8 @@ pub(crate) enum Target {
 /// form, on `stream`.
 ///
 /// # Safety
-/// Every crop's bytes are live device memory of `device` holding its size in RGB rows of its
-/// pitch; `out` holds `crops.len() · 3 · h · w` f32 (normalised) or bytes; the device's
+/// Every crop's planes are live device memory of `device` holding its size as they say; `out`
+/// holds `crops.len() · 3 · h · w` f32 (normalised) or bytes; the device's
 /// context is bound.
 pub(crate) unsafe fn crop_resize(
     device: usize,
@@ -148,16 +235,7 @@ pub(crate) unsafe fn crop_resize(
     for (batch, chunk) in crops.chunks(IMAGES).enumerate() {
         let mut args = [ImgArg::default(); IMAGES];
         for (k, (arg, c)) in args.iter_mut().zip(chunk).enumerate() {
-            *arg = ImgArg {
-                src: c.at,
-                pitch: c.pitch,
-                w: c.size[0],
-                h: c.size[1],
-                flip: c.flip as u32,
-                region: c.region,
-                index: (batch * IMAGES + k) as u32,
-                pad: 0,
-            };
+            *arg = ImgArg::new(c, batch * IMAGES + k);
         }
         let mut out = out;
         let mut params = vec![
@@ -169,7 +247,7 @@ pub(crate) unsafe fn crop_resize(
         if let Target::Normalized { .. } = target {
             params.push(&mut norm as *mut NormArg as *mut c_void);
         }
-        // SAFETY: the arguments match the entry's signature (a 64-image batch by value, a
+        // SAFETY: the arguments match the entry's signature (a 48-image batch by value, a
         // pointer, two ints, and for `crop_resize` the norm by value); the caller vouches for
         // the addresses.
         unsafe { launch_256(f, (blocks_x, chunk.len() as u32), stream, &mut params) }

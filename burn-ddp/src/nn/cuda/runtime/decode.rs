@@ -97,7 +97,7 @@ pub(crate) fn start(
     let crops: Vec<Crop> = images
         .iter()
         .zip(&submitted.planes)
-        .map(|(c, plane)| Crop { at: plane.at, pitch: plane.pitch, size: c.size, region: c.region, flip: c.flip })
+        .map(|(c, &pixels)| Crop { pixels, size: c.size, region: c.region, flip: c.flip })
         .collect();
     Ok(Started { device, submitted, crops, out_hw, norm, images })
 }
