@@ -430,8 +430,8 @@ mod tests {
     }
 
     /// The crop kernel's source run on the CPU (`benches/emulate_crop_resize.py`) on a JPEG's
-    /// planes — 4:4:4, 4:2:2, 4:4:0 and 4:2:0, odd sizes, shrinking, enlarging, fractional
-    /// regions and flips — against the reference that enlarges chroma and converts first, then
+    /// planes — 4:4:4, 4:2:2, 4:4:0 and 4:2:0, odd sizes, shrinking a little and a lot,
+    /// enlarging, fractional regions and flips — against the reference that enlarges chroma and converts first, then
     /// filters (f64): the kernel's one pass over the chroma samples with combined weights is
     /// the same filter.
     #[test]
@@ -449,6 +449,9 @@ mod tests {
             (33, 29, [0, 0], [3.0, 4.0, 25.0, 20.0], false),
             (17, 9, [1, 1], [1.5, 0.5, 9.0, 6.0], false),
             (131, 97, [1, 1], [10.0, 5.0, 120.0, 90.0], true),
+            // Wider filters than the kernel keeps weights for in registers, luma and chroma.
+            (400, 300, [1, 1], [0.0, 0.0, 400.0, 300.0], false),
+            (400, 300, [0, 0], [20.0, 10.0, 370.0, 280.0], true),
         ];
         let mut input: Vec<u8> =
             [cases.len() as u32, out_hw[0] as u32, out_hw[1] as u32].iter().flat_map(|v| v.to_le_bytes()).collect();

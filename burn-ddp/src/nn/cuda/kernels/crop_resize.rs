@@ -31,12 +31,17 @@ const KERNEL: &str = r#"
 struct Img { unsigned long long plane[3]; unsigned int pitch[2]; unsigned int w, h, flip, format; float x0, y0, bw, bh; unsigned int index, pad; };
 struct Imgs { Img i[48]; };
 struct Norm { float mean[3]; float inv_std[3]; };
-__device__ float tent(float d, float f) { return fmaxf(0.f, 1.f - fabsf(d / f)); }
+// The triangle filter's weight at distance d from its centre, for support 1 / inv_f.
+__device__ float tent(float d, float inv_f) { return fmaxf(0.f, 1.f - fabsf(d) * inv_f); }
 // The taps of one axis: source indices [*a, *b] of a plane `len` long around centre c, support f.
 __device__ void taps(float c, float f, int len, int* a, int* b) {
     *a = max((int)floorf(c - f), 0);
     *b = min((int)ceilf(c + f), len - 1);
 }
+// Most taps one axis of a filter has whose weights are kept in registers; a wider filter (a
+// region over about 7 times the output's size across, 12 for halved chroma) works them out
+// again per row.
+#define TAPS 16
 // A w × h plane of N interleaved bytes, rows `pitch` apart, filtered at (cx, cy) with supports
 // (fx, fy): out[c] in 0–255.
 template <int N>
@@ -44,19 +49,34 @@ __device__ void filter(const unsigned char* src, unsigned int pitch, int w, int 
     int xa, xb, ya, yb;
     taps(cx, fx, w, &xa, &xb);
     taps(cy, fy, h, &ya, &yb);
-    float acc[N], wsum_x = 0.f, wsum_y = 0.f;
+    const float ix = 1.f / fx, iy = 1.f / fy;
+    const int n = xb - xa + 1;
+    float wx[TAPS], acc[N], wsum_x = 0.f, wsum_y = 0.f;
+#pragma unroll
+    for (int k = 0; k < TAPS; ++k) {
+        if (k >= n) break;
+        wx[k] = tent(xa + k + 0.5f - cx, ix);
+    }
     for (int c = 0; c < N; ++c) acc[c] = 0.f;
-    for (int x = xa; x <= xb; ++x) wsum_x += tent(x + 0.5f - cx, fx);
+    for (int x = xa; x <= xb; ++x) wsum_x += tent(x + 0.5f - cx, ix);
     for (int y = ya; y <= yb; ++y) {
-        const float wy = tent(y + 0.5f - cy, fy);
+        const float wy = tent(y + 0.5f - cy, iy);
         if (wy == 0.f) continue;
         wsum_y += wy;
-        const unsigned char* row = src + (unsigned long long)y * pitch;
+        const unsigned char* row = src + (unsigned long long)y * pitch + N * xa;
         float r[N];
         for (int c = 0; c < N; ++c) r[c] = 0.f;
-        for (int x = xa; x <= xb; ++x) {
-            const float wx = tent(x + 0.5f - cx, fx);
-            for (int c = 0; c < N; ++c) r[c] += wx * row[N * x + c];
+        if (n <= TAPS) {
+#pragma unroll
+            for (int k = 0; k < TAPS; ++k) {
+                if (k >= n) break;
+                for (int c = 0; c < N; ++c) r[c] += wx[k] * row[N * k + c];
+            }
+        } else {
+            for (int k = 0; k < n; ++k) {
+                const float wk = tent(xa + k + 0.5f - cx, ix);
+                for (int c = 0; c < N; ++c) r[c] += wk * row[N * k + c];
+            }
         }
         for (int c = 0; c < N; ++c) acc[c] += wy * r[c];
     }
@@ -64,11 +84,17 @@ __device__ void filter(const unsigned char* src, unsigned int pitch, int w, int 
     for (int c = 0; c < N; ++c) out[c] = acc[c] * scale;
 }
 // What chroma sample i (an index past an edge stands for the edge sample) weighs in the filter
-// over luma taps [a, b] (centre c, support f) once chroma is enlarged to the luma grid by
-// bilinear interpolation (k chroma samples per luma sample, samples centred on what they cover).
-__device__ float chroma_weight(int i, int a, int b, float c, float f, float k) {
+// over luma taps [a, b] (centre c, support 1 / inv_f) once chroma is enlarged to the luma grid
+// by bilinear interpolation, samples centred on what they cover: halved chroma (shift 1) gives
+// luma samples 2i − 1 … 2i + 2 a quarter, three quarters, three quarters and a quarter of it;
+// full-size chroma gives sample i all of it.
+__device__ float chroma_weight(int i, int a, int b, float c, float inv_f, int shift) {
+    if (shift == 0) return i >= a && i <= b ? tent(i + 0.5f - c, inv_f) : 0.f;
     float w = 0.f;
-    for (int x = a; x <= b; ++x) w += tent(x + 0.5f - c, f) * fmaxf(0.f, 1.f - fabsf((x + 0.5f) * k - 0.5f - i));
+    for (int d = 0; d < 4; ++d) {
+        const int x = 2 * i - 1 + d;
+        if (x >= a && x <= b) w += (d == 0 || d == 3 ? 0.25f : 0.75f) * tent(x + 0.5f - c, inv_f);
+    }
     return w;
 }
 // Cb and Cr (0–255) as the luma filter at (cx, cy) sees them after that enlargement: the
@@ -76,26 +102,50 @@ __device__ float chroma_weight(int i, int a, int b, float c, float f, float k) {
 __device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, float* cbcr) {
     const int hx = (im.format >> 1) & 1, vy = (im.format >> 2) & 1;
     const int cw = (im.w + hx) >> hx, ch = (im.h + vy) >> vy;
-    const float kx = 1.f / (1 << hx), ky = 1.f / (1 << vy);
     int xa, xb, ya, yb;
     taps(cx, fx, im.w, &xa, &xb);
     taps(cy, fy, im.h, &ya, &yb);
-    const int ia = (int)floorf((xa + 0.5f) * kx - 0.5f), ib = (int)floorf((xb + 0.5f) * kx - 0.5f) + 1;
-    const int ja = (int)floorf((ya + 0.5f) * ky - 0.5f), jb = (int)floorf((yb + 0.5f) * ky - 0.5f) + 1;
+    const float ix = 1.f / fx, iy = 1.f / fy;
+    // The chroma samples whose enlargement reaches the luma taps: below luma sample x lies
+    // chroma sample ⌊x/2 − 1/4⌋ = (x − 1) >> 1, and the next one above it.
+    const int ia = hx ? (xa - 1) >> 1 : xa, ib = hx ? ((xb - 1) >> 1) + 1 : xb;
+    const int ja = vy ? (ya - 1) >> 1 : ya, jb = vy ? ((yb - 1) >> 1) + 1 : yb;
+    const int n = ib - ia + 1;
+    float wx[TAPS];
+#pragma unroll
+    for (int k = 0; k < TAPS; ++k) {
+        if (k >= n) break;
+        wx[k] = chroma_weight(ia + k, xa, xb, cx, ix, hx);
+    }
     const unsigned char* cb = (const unsigned char*)im.plane[1];
     const unsigned char* cr = (const unsigned char*)im.plane[2];
     float acc_b = 0.f, acc_r = 0.f, wsum = 0.f;
     for (int j = ja; j <= jb; ++j) {
-        const float wy = chroma_weight(j, ya, yb, cy, fy, ky);
+        const float wy = chroma_weight(j, ya, yb, cy, iy, vy);
         if (wy == 0.f) continue;
         const unsigned long long row = (unsigned long long)min(max(j, 0), ch - 1) * im.pitch[1];
-        for (int i = ia; i <= ib; ++i) {
-            const float w = wy * chroma_weight(i, xa, xb, cx, fx, kx);
-            const int at = min(max(i, 0), cw - 1);
-            acc_b += w * cb[row + at];
-            acc_r += w * cr[row + at];
-            wsum += w;
+        float rb = 0.f, rr = 0.f, rs = 0.f;
+        if (n <= TAPS) {
+#pragma unroll
+            for (int k = 0; k < TAPS; ++k) {
+                if (k >= n) break;
+                const int at = min(max(ia + k, 0), cw - 1);
+                rb += wx[k] * cb[row + at];
+                rr += wx[k] * cr[row + at];
+                rs += wx[k];
+            }
+        } else {
+            for (int i = ia; i <= ib; ++i) {
+                const float w = chroma_weight(i, xa, xb, cx, ix, hx);
+                const int at = min(max(i, 0), cw - 1);
+                rb += w * cb[row + at];
+                rr += w * cr[row + at];
+                rs += w;
+            }
         }
+        acc_b += wy * rb;
+        acc_r += wy * rr;
+        wsum += wy * rs;
     }
     cbcr[0] = acc_b / wsum;
     cbcr[1] = acc_r / wsum;
