@@ -13,7 +13,7 @@
 #   ResNet-18 bf16 b128, 3 epochs, --decode gpu and cpu: validation accuracy on either path
 # In PART=6, `BURN_DDP_DECODE_OUTPUT=rgb` runs beside the default: nvJPEG's own colour conversion
 # to RGB against the default's Y, Cb, Cr planes converted in the crop kernel (decode check,
-# training, bench-data).
+# training twice, alternated with the default's runs, and bench-data).
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
 # small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
@@ -106,6 +106,7 @@ if [ "${PART:-1}" = 6 ]; then
   step train_gpu_decode_rgb 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-rgb
   step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
   step train_gpu_decode_2 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-2
+  step train_gpu_decode_rgb_2 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-rgb-2
   step r50_synthetic_2 200 "$B"/burn-vision $S
   step torch_folder 300 $CORES python3 benches/pytorch_baseline.py folder $D/folder 256 30 nhwc bf16 16
   step torch_synthetic 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 8 0 5 30 bf16 nhwc eager
