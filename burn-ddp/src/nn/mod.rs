@@ -20,6 +20,7 @@ pub mod cross_entropy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod decode;
+pub mod jpeg;
 pub mod layer_norm;
 pub(crate) mod layers;
 pub mod linear;

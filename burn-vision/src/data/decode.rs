@@ -67,7 +67,7 @@ pub fn resolve<B: Backend>(
     // The first file stands for the set: PNGs (or progressive JPEGs) would all be decoded on the
     // host anyway, and then copied to the GPU. (One that cannot be read decides nothing: the
     // loader skips and counts it.)
-    if first.is_ok_and(|bytes| super::jpeg::device_decodable(&bytes).is_none()) {
+    if first.is_ok_and(|bytes| burn_ddp::nn::jpeg::device_decodable(&bytes).is_none()) {
         return cpu(format!(
             "{} is not a baseline JPEG (PNG, progressive, greyscale and CMYK images decode on the host)",
             dataset.describe(0)

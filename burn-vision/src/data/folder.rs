@@ -90,7 +90,7 @@ pub fn decode_bytes(bytes: Vec<u8>) -> std::result::Result<DynamicImage, String>
         return Err("file is empty (0 bytes)".into());
     }
     if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        super::jpeg::check_whole(&bytes)?;
+        burn_ddp::nn::jpeg::check_whole(&bytes)?;
     }
     let reader = ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().map_err(|e| e.to_string())?;
     crate::guard::catch_panic(|| reader.decode())

@@ -6,6 +6,7 @@ use crate::data::transform::Pipeline;
 use crate::error::{Error, Result};
 use burn_ddp::nn::crop::{CropResize, Normalize, Pixels};
 use burn_ddp::nn::decode::{Decoding, DeviceDecoder};
+use burn_ddp::nn::jpeg;
 use image::{DynamicImage, GenericImageView};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -322,8 +323,9 @@ fn device_item(
     let bad = |reason: String| Error::BadImage { path: dataset.describe(index).into(), reason };
     let img = match dataset.read_bytes(index).transpose()? {
         Some(bytes) => {
-            if let Some((w, h)) = super::jpeg::device_decodable(&bytes) {
-                super::jpeg::check_whole(&bytes).map_err(bad)?;
+            if let Some(frame) = jpeg::device_decodable(&bytes) {
+                jpeg::check_whole(&bytes).map_err(bad)?;
+                let (w, h) = (frame.width, frame.height);
                 let plan =
                     pipeline.crop_plan((w, h), rng).ok_or_else(|| bad(format!("{w}×{h} is too small to crop")))?;
                 return Ok(CropResize {

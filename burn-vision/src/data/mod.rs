@@ -4,7 +4,6 @@ pub mod augment;
 pub mod decode;
 pub mod folder;
 pub mod idx;
-pub mod jpeg;
 pub mod loader;
 pub mod rand_augment;
 pub mod shards;

@@ -48,8 +48,6 @@ type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
 type BatchedInitialize = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int;
 type DecodeBatched =
     unsafe extern "C" fn(RawHandle, RawState, *const *const u8, *const usize, *mut Image, driver::CUstream) -> c_int;
-type GetImageInfo =
-    unsafe extern "C" fn(RawHandle, *const u8, usize, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int;
 
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
@@ -57,7 +55,6 @@ struct Api {
     state_create: StateCreate,
     batched_initialize: BatchedInitialize,
     decode_batched: DecodeBatched,
-    get_image_info: GetImageInfo,
     /// Kept loaded for the process's lifetime (the handles live as long).
     _lib: Library,
 }
@@ -82,7 +79,6 @@ fn api() -> std::result::Result<&'static Api, String> {
                     .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
                     .map_err(missing)?,
                 decode_batched: *lib.get::<DecodeBatched>(b"nvjpegDecodeBatched\0").map_err(missing)?,
-                get_image_info: *lib.get::<GetImageInfo>(b"nvjpegGetImageInfo\0").map_err(missing)?,
                 _lib: lib,
             })
         }
@@ -337,7 +333,7 @@ impl Decoder {
         }
         let shifts = match rgb_only() {
             true => None,
-            false => planar_shifts(self.handle, inputs),
+            false => planar_shifts(inputs),
         };
         let (layout, total) = layout(inputs, shifts.as_deref());
         if slot.scratch.1 < total {
@@ -548,11 +544,11 @@ unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()>
 }
 
 /// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (three
-/// components, chroma halved or not each way, the size the loader read), each image's chroma
-/// shifts (`None` for decoded pixels); `None` when any JPEG is another kind (the batch is then
-/// decoded to RGB) or there is none. Reads the headers on this thread (`nvjpegGetImageInfo`).
-fn planar_shifts(handle: RawHandle, inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
-    let api = api().ok()?;
+/// components, chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the
+/// caller gave), each image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is
+/// another kind (the batch is then decoded to RGB) or there is none. Reads only the headers'
+/// markers, on this thread.
+fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
     let mut any = false;
     let shifts = inputs
         .iter()
@@ -561,36 +557,11 @@ fn planar_shifts(handle: RawHandle, inputs: &[Input<'_>]) -> Option<Vec<Option<[
                 return Some(None);
             }
             any = true;
-            let (mut components, mut subsampling) = (0, 0);
-            let (mut widths, mut heights) = ([0 as c_int; 4], [0 as c_int; 4]);
-            // SAFETY: a live handle, the image's bytes, out-pointers to locals (four entries each).
-            let status = unsafe {
-                (api.get_image_info)(
-                    handle,
-                    i.bytes.as_ptr(),
-                    i.bytes.len(),
-                    &mut components,
-                    &mut subsampling,
-                    widths.as_mut_ptr(),
-                    heights.as_mut_ptr(),
-                )
-            };
-            (status == 0 && components == 3 && [widths[0], heights[0]] == [i.width as c_int, i.height as c_int])
-                .then(|| chroma_shift(widths[..3].try_into().ok()?, heights[..3].try_into().ok()?))
-                .flatten()
-                .map(Some)
+            let frame = crate::nn::jpeg::device_decodable(i.bytes)?;
+            ([frame.width, frame.height] == [i.width, i.height]).then_some(Some(frame.chroma_shift))
         })
         .collect::<Option<Vec<_>>>()?;
     any.then_some(shifts)
-}
-
-/// How far chroma is halved across and down, from the three components' sizes: 0 or 1 each way,
-/// both chroma planes alike; `None` for any other sampling.
-fn chroma_shift(widths: [c_int; 3], heights: [c_int; 3]) -> Option<[u8; 2]> {
-    let shift = |full: c_int, chroma: [c_int; 2]| -> Option<u8> {
-        (0..=1u8).find(|&s| chroma[0] == chroma[1] && chroma[0] == (full + (1 << s) - 1) >> s)
-    };
-    Some([shift(widths[0], [widths[1], widths[2]])?, shift(heights[0], [heights[1], heights[2]])?])
 }
 
 /// Each image's place in the scratch memory, relative to its start, and the bytes they all take.
@@ -695,17 +666,5 @@ mod tests {
             Decoded::YCbCr { planes: [next, next + 256 * 32, next + 2 * 256 * 32], pitch: [256, 256], shift: [1, 0] }
         );
         assert_eq!(total as u64, next + 3 * 256 * 32);
-    }
-
-    /// nvJPEG's component sizes to chroma shifts: 4:4:4, 4:2:2, 4:4:0 and 4:2:0 (odd sizes
-    /// rounded up), and nothing for quarter-width chroma or chroma planes of different sizes.
-    #[test]
-    fn chroma_shifts_follow_the_component_sizes() {
-        assert_eq!(chroma_shift([500, 500, 500], [375, 375, 375]), Some([0, 0]));
-        assert_eq!(chroma_shift([500, 250, 250], [375, 375, 375]), Some([1, 0]));
-        assert_eq!(chroma_shift([500, 500, 500], [375, 188, 188]), Some([0, 1]));
-        assert_eq!(chroma_shift([33, 17, 17], [17, 9, 9]), Some([1, 1]));
-        assert_eq!(chroma_shift([500, 125, 125], [375, 375, 375]), None);
-        assert_eq!(chroma_shift([500, 250, 500], [375, 375, 375]), None);
     }
 }

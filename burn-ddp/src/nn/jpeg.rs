@@ -1,7 +1,10 @@
-//! Whether a JPEG file holds all of its image data. The decoder fills what a cut file lacks with
-//! grey and says nothing, so a file cut inside its image data would train as if whole; this walk
-//! over the file's markers finds the end-of-image marker after the last scan, or says where the
-//! data stops (libjpeg's "premature end of data").
+//! What a JPEG file's markers say, read without decoding it: whether the file holds all of its
+//! image data, and the frame of a JPEG the GPU decoders take (its size and chroma sampling).
+//! Decoders fill what a cut file lacks with grey and say nothing, so a file cut inside its image
+//! data would train as if whole; [`check_whole`] walks the markers to the end-of-image marker
+//! after the last scan, or says where the data stops (libjpeg's "premature end of data").
+//! [`device_decodable`] lets a data loader choose per file between the GPU decoder and the host,
+//! and the GPU decoder lay out each image's planes (`nn::cuda::nvjpeg`).
 
 /// Checks that the JPEG in `bytes` runs to its end-of-image marker.
 ///
@@ -44,12 +47,24 @@ pub fn check_whole(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
-/// The size `(width, height)` of a JPEG that GPU decoders take (nvJPEG's hardware decoder
-/// among them): baseline or extended sequential Huffman coding (SOF0 / SOF1), 8-bit samples,
-/// three components with chroma at full, half or quarter resolution (4:4:4, 4:2:2, 4:4:0,
-/// 4:2:0). `None` for anything else — progressive, arithmetic-coded, 12-bit, greyscale or CMYK
-/// JPEGs, and bytes that are not a JPEG — which the CPU decodes.
-pub fn device_decodable(bytes: &[u8]) -> Option<(u32, u32)> {
+/// The frame of a JPEG the GPU decoders take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// How many times chroma is halved across and down: `[0, 0]` 4:4:4, `[1, 0]` 4:2:2,
+    /// `[0, 1]` 4:4:0, `[1, 1]` 4:2:0.
+    pub chroma_shift: [u8; 2],
+}
+
+/// The frame of a JPEG that GPU decoders take (nvJPEG's hardware decoder among them): baseline
+/// or extended sequential Huffman coding (SOF0 / SOF1), 8-bit samples, three components with
+/// chroma at full, half or quarter resolution (4:4:4, 4:2:2, 4:4:0, 4:2:0). `None` for anything
+/// else — progressive, arithmetic-coded, 12-bit, greyscale or CMYK JPEGs, and bytes that are not
+/// a JPEG — which the CPU decodes.
+pub fn device_decodable(bytes: &[u8]) -> Option<Frame> {
     if !bytes.starts_with(&[0xFF, 0xD8]) {
         return None;
     }
@@ -72,9 +87,9 @@ pub fn device_decodable(bytes: &[u8]) -> Option<(u32, u32)> {
     }
 }
 
-/// The size in a baseline frame header (precision, height, width, components) when its
+/// The frame in a baseline frame header (precision, height, width, components) when its
 /// sampling is one the GPU decoders take.
-fn sequential_frame(s: &[u8]) -> Option<(u32, u32)> {
+fn sequential_frame(s: &[u8]) -> Option<Frame> {
     let (precision, height, width, components) = (
         *s.first()?,
         u16::from_be_bytes([*s.get(1)?, *s.get(2)?]),
@@ -87,7 +102,11 @@ fn sequential_frame(s: &[u8]) -> Option<(u32, u32)> {
     let factors: Vec<u8> = (0..3).map(|c| s.get(6 + 3 * c + 1).copied()).collect::<Option<_>>()?;
     let luma = (factors[0] >> 4, factors[0] & 15);
     let chroma_full = factors[1] == 0x11 && factors[2] == 0x11;
-    (chroma_full && matches!(luma, (1, 1) | (2, 1) | (1, 2) | (2, 2))).then_some((u32::from(width), u32::from(height)))
+    (chroma_full && matches!(luma, (1, 1) | (2, 1) | (1, 2) | (2, 2))).then(|| Frame {
+        width: u32::from(width),
+        height: u32::from(height),
+        chroma_shift: [luma.0 - 1, luma.1 - 1],
+    })
 }
 
 /// The index of the marker code after the `0xFF` (and fill bytes) at or after `at`, where a
@@ -142,9 +161,22 @@ mod tests {
 
     #[test]
     fn device_decodable_reads_the_size_of_baseline_colour_jpegs_only() {
+        // The `image` crate's encoder keeps chroma at full size (4:4:4).
         for (w, h) in [(40, 30), (17, 9), (1, 1)] {
-            assert_eq!(device_decodable(&jpeg(w, h)), Some((w, h)));
+            assert_eq!(device_decodable(&jpeg(w, h)), Some(Frame { width: w, height: h, chroma_shift: [0, 0] }));
         }
+        // The luma component's sampling factors (the byte after its id in the frame header)
+        // give the other samplings.
+        let sof = jpeg(16, 8);
+        let at = sof.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap() + 2 + 2 + 6 + 1;
+        for (factors, shift) in [(0x11, [0, 0]), (0x21, [1, 0]), (0x12, [0, 1]), (0x22, [1, 1])] {
+            let mut b = sof.clone();
+            b[at] = factors;
+            assert_eq!(device_decodable(&b).map(|f| f.chroma_shift), Some(shift), "factors {factors:#x}");
+        }
+        let mut quarter = sof.clone();
+        quarter[at] = 0x41;
+        assert_eq!(device_decodable(&quarter), None, "4:1:1");
         let grey = {
             let mut out = std::io::Cursor::new(Vec::new());
             image::DynamicImage::ImageLuma8(image::GrayImage::new(8, 8))
