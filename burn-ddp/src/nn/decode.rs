@@ -441,7 +441,9 @@ mod tests {
             return;
         }
         let out_hw = [24usize, 20];
-        let cases: Vec<(u32, u32, [u32; 2], [f32; 4], bool)> = vec![
+        // (width, height, chroma shifts, region, flip)
+        type Case = (u32, u32, [u32; 2], [f32; 4], bool);
+        let cases: Vec<Case> = vec![
             (61, 45, [1, 1], [0.0, 0.0, 61.0, 45.0], false),
             (61, 45, [1, 1], [7.25, 3.5, 30.5, 20.0], true),
             (50, 37, [1, 0], [2.0, 1.0, 44.0, 30.0], false),
