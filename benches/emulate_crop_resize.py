@@ -14,12 +14,10 @@ KERNEL_RS: another copy of the kernel file (e.g. a deliberately broken one, to s
 fail). Needs g++ with C++20.
 """
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from emulate_pixel_ops import PRELUDE, ROOT, kernel  # noqa: E402
+from emulate_pixel_ops import run  # noqa: E402
 
 MAIN = r'''
 int main(int argc, char** argv) {
@@ -67,16 +65,9 @@ int main(int argc, char** argv) {
 
 
 def main():
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    path = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, "burn-ddp/src/nn/cuda/kernels/crop_resize.rs")
-    with tempfile.TemporaryDirectory() as d:
-        cpp, exe = os.path.join(d, "crop_resize.cpp"), os.path.join(d, "crop_resize")
-        # CUDA's integer min and max, which the kernel uses.
-        prelude = PRELUDE + "#include <algorithm>\nusing std::max;\nusing std::min;\n"
-        open(cpp, "w").write(prelude + kernel(path) + MAIN)
-        subprocess.run(["g++", "-O1", "-std=c++20", "-pthread", "-o", exe, cpp, "-lm"], check=True)
-        sys.exit(subprocess.run([exe, sys.argv[1], sys.argv[2]]).returncode)
+    # CUDA's integer min and max, which the kernel uses.
+    extra = "#include <algorithm>\nusing std::max;\nusing std::min;\n"
+    run("crop_resize", "burn-ddp/src/nn/cuda/kernels/crop_resize.rs", MAIN, prelude=extra)
 
 
 if __name__ == "__main__":

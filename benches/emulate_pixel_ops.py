@@ -90,15 +90,21 @@ def kernel(path):
     return m.group(1).replace('extern "C" ', "")
 
 
-def main():
+def run(name, kernel_rs, main_src, prelude="", flags=()):
+    """Compiles kernel file `kernel_rs`'s source (argv[3] instead, when given) with the prelude,
+    `prelude` and `main_src`, and runs it on argv[1] and argv[2], exiting with its status."""
     if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    path = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, "burn-ddp/src/nn/cuda/kernels/pixel_ops.rs")
+        sys.exit(sys.modules["__main__"].__doc__)
+    path = sys.argv[3] if len(sys.argv) > 3 else os.path.join(ROOT, kernel_rs)
     with tempfile.TemporaryDirectory() as d:
-        cpp, exe = os.path.join(d, "pixel_ops.cpp"), os.path.join(d, "pixel_ops")
-        open(cpp, "w").write(PRELUDE + kernel(path) + MAIN)
-        subprocess.run(["g++", "-O1", "-std=c++20", "-pthread", "-ffp-contract=off", "-o", exe, cpp, "-lm"], check=True)
+        cpp, exe = os.path.join(d, name + ".cpp"), os.path.join(d, name)
+        open(cpp, "w").write(PRELUDE + prelude + kernel(path) + main_src)
+        subprocess.run(["g++", "-O1", "-std=c++20", "-pthread", *flags, "-o", exe, cpp, "-lm"], check=True)
         sys.exit(subprocess.run([exe, sys.argv[1], sys.argv[2]]).returncode)
+
+
+def main():
+    run("pixel_ops", "burn-ddp/src/nn/cuda/kernels/pixel_ops.rs", MAIN, flags=["-ffp-contract=off"])
 
 
 if __name__ == "__main__":
