@@ -194,7 +194,7 @@ impl Decoding {
 }
 
 /// `(images nvJPEG decoded, images it could not decode)` in this process so far; the second
-/// ones entered their batches as zeros.
+/// ones entered their batches black.
 pub fn device_decode_counts() -> (u64, u64) {
     #[cfg(feature = "cuda")]
     {

@@ -303,7 +303,7 @@ impl Decoder {
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
     /// the slot's previous decode and reads, and records the slot's `decoded` event. Returns
-    /// where each image lies and how many JPEGs nvJPEG could not decode (their pixels are zero).
+    /// where each image lies and how many JPEGs nvJPEG could not decode (their images are black).
     ///
     /// # Safety
     /// The device's context is bound on this thread; the slot is this caller's (acquired).
@@ -424,7 +424,7 @@ pub(crate) struct Submitted {
     slot: usize,
     /// Where each image of the batch lies, in order.
     pub planes: Vec<Decoded>,
-    /// JPEGs nvJPEG could not decode (their pixels are zero).
+    /// JPEGs nvJPEG could not decode (their images are black).
     pub failed: usize,
     decoded: driver::CUevent,
     consumed: driver::CUevent,

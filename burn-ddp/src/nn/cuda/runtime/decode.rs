@@ -92,7 +92,7 @@ pub(crate) fn start(
     DECODED.fetch_add(jpegs - failed, Ordering::Relaxed);
     if failed > 0 {
         FAILED.fetch_add(failed, Ordering::Relaxed);
-        log::warn!("nvJPEG could not decode {failed} of a batch's {jpegs} JPEGs; their pixels are zero");
+        log::warn!("nvJPEG could not decode {failed} of a batch's {jpegs} JPEGs; their images are black");
     }
     let crops: Vec<Crop> = images
         .iter()
