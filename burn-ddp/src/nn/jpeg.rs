@@ -57,6 +57,9 @@ pub struct Frame {
     /// How many times chroma is halved across and down: `[0, 0]` 4:4:4, `[1, 0]` 4:2:2,
     /// `[0, 1]` 4:4:0, `[1, 1]` 4:2:0.
     pub chroma_shift: [u8; 2],
+    /// Whether the components are Y, Cb and Cr (nearly every JPEG) rather than R, G and B
+    /// (an Adobe marker with transform 0, or components named `R`, `G`, `B`), as libjpeg reads them.
+    pub ycbcr: bool,
 }
 
 /// The frame of a JPEG that GPU decoders take (nvJPEG's hardware decoder among them): baseline
@@ -69,6 +72,8 @@ pub fn device_decodable(bytes: &[u8]) -> Option<Frame> {
         return None;
     }
     let mut at = 2;
+    // An Adobe marker's colour transform (0: the components are R, G, B).
+    let mut adobe_transform = None;
     loop {
         let marker_at = next_marker(bytes, at)?;
         let marker = bytes[marker_at];
@@ -79,7 +84,11 @@ pub fn device_decodable(bytes: &[u8]) -> Option<Frame> {
         let len = usize::from(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]));
         let segment = bytes.get(at + 2..at + len)?;
         match marker {
-            0xC0 | 0xC1 => return sequential_frame(segment),
+            0xC0 | 0xC1 => return sequential_frame(segment, adobe_transform),
+            0xEE if segment.starts_with(b"Adobe") => {
+                adobe_transform = segment.get(11).copied();
+                at += len;
+            }
             // Any other start of frame, a scan or the end before a frame: not for the GPU.
             0xC2..=0xCF | 0xDA | 0xD9 if marker != 0xC4 && marker != 0xC8 && marker != 0xCC => return None,
             _ => at += len,
@@ -88,8 +97,8 @@ pub fn device_decodable(bytes: &[u8]) -> Option<Frame> {
 }
 
 /// The frame in a baseline frame header (precision, height, width, components) when its
-/// sampling is one the GPU decoders take.
-fn sequential_frame(s: &[u8]) -> Option<Frame> {
+/// sampling is one the GPU decoders take; `adobe_transform` from an Adobe marker before it.
+fn sequential_frame(s: &[u8], adobe_transform: Option<u8>) -> Option<Frame> {
     let (precision, height, width, components) = (
         *s.first()?,
         u16::from_be_bytes([*s.get(1)?, *s.get(2)?]),
@@ -99,6 +108,7 @@ fn sequential_frame(s: &[u8]) -> Option<Frame> {
     if precision != 8 || components != 3 || height == 0 || width == 0 {
         return None;
     }
+    let ids: Vec<u8> = (0..3).map(|c| s.get(6 + 3 * c).copied()).collect::<Option<_>>()?;
     let factors: Vec<u8> = (0..3).map(|c| s.get(6 + 3 * c + 1).copied()).collect::<Option<_>>()?;
     let luma = (factors[0] >> 4, factors[0] & 15);
     let chroma_full = factors[1] == 0x11 && factors[2] == 0x11;
@@ -106,6 +116,7 @@ fn sequential_frame(s: &[u8]) -> Option<Frame> {
         width: u32::from(width),
         height: u32::from(height),
         chroma_shift: [luma.0 - 1, luma.1 - 1],
+        ycbcr: adobe_transform != Some(0) && ids != b"RGB",
     })
 }
 
@@ -163,7 +174,8 @@ mod tests {
     fn device_decodable_reads_the_size_of_baseline_colour_jpegs_only() {
         // The `image` crate's encoder keeps chroma at full size (4:4:4).
         for (w, h) in [(40, 30), (17, 9), (1, 1)] {
-            assert_eq!(device_decodable(&jpeg(w, h)), Some(Frame { width: w, height: h, chroma_shift: [0, 0] }));
+            let frame = Frame { width: w, height: h, chroma_shift: [0, 0], ycbcr: true };
+            assert_eq!(device_decodable(&jpeg(w, h)), Some(frame));
         }
         // The luma component's sampling factors (the byte after its id in the frame header)
         // give the other samplings.
@@ -177,6 +189,21 @@ mod tests {
         let mut quarter = sof.clone();
         quarter[at] = 0x41;
         assert_eq!(device_decodable(&quarter), None, "4:1:1");
+        // Components coded as R, G, B: named so, or so said by an Adobe marker (transform 0).
+        let mut named = sof.clone();
+        for (k, id) in b"RGB".iter().enumerate() {
+            named[at - 1 + 3 * k] = *id;
+        }
+        assert_eq!(device_decodable(&named).map(|f| f.ycbcr), Some(false), "components R, G, B");
+        let adobe = |transform: u8| {
+            let mut b = vec![0xFF, 0xD8, 0xFF, 0xEE, 0, 14];
+            b.extend_from_slice(b"Adobe");
+            b.extend_from_slice(&[0, 100, 0, 0, 0, 0, transform]);
+            b.extend_from_slice(&sof[2..]);
+            b
+        };
+        assert_eq!(device_decodable(&adobe(0)).map(|f| f.ycbcr), Some(false), "Adobe transform 0");
+        assert_eq!(device_decodable(&adobe(1)).map(|f| f.ycbcr), Some(true), "Adobe transform 1");
         let grey = {
             let mut out = std::io::Cursor::new(Vec::new());
             image::DynamicImage::ImageLuma8(image::GrayImage::new(8, 8))

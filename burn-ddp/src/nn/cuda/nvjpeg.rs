@@ -543,9 +543,8 @@ unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()>
     }
 }
 
-/// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (three
-/// components, chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the
-/// caller gave), each image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is
+/// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (Y, Cb and Cr,
+/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is
 /// another kind (the batch is then decoded to RGB) or there is none. Reads only the headers'
 /// markers, on this thread.
 fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
@@ -558,7 +557,7 @@ fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
             }
             any = true;
             let frame = crate::nn::jpeg::device_decodable(i.bytes)?;
-            ([frame.width, frame.height] == [i.width, i.height]).then_some(Some(frame.chroma_shift))
+            (frame.ycbcr && [frame.width, frame.height] == [i.width, i.height]).then_some(Some(frame.chroma_shift))
         })
         .collect::<Option<Vec<_>>>()?;
     any.then_some(shifts)
