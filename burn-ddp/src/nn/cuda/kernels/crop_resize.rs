@@ -56,9 +56,13 @@ __device__ void filter(const unsigned char* src, unsigned int pitch, int w, int 
     for (int k = 0; k < TAPS; ++k) {
         if (k >= n) break;
         wx[k] = tent(xa + k + 0.5f - cx, ix);
+        wsum_x += wx[k];
+    }
+    if (n > TAPS) {
+        wsum_x = 0.f;
+        for (int x = xa; x <= xb; ++x) wsum_x += tent(x + 0.5f - cx, ix);
     }
     for (int c = 0; c < N; ++c) acc[c] = 0.f;
-    for (int x = xa; x <= xb; ++x) wsum_x += tent(x + 0.5f - cx, ix);
     for (int y = ya; y <= yb; ++y) {
         const float wy = tent(y + 0.5f - cy, iy);
         if (wy == 0.f) continue;
@@ -111,20 +115,26 @@ __device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, fl
     const int ia = hx ? (xa - 1) >> 1 : xa, ib = hx ? ((xb - 1) >> 1) + 1 : xb;
     const int ja = vy ? (ya - 1) >> 1 : ya, jb = vy ? ((yb - 1) >> 1) + 1 : yb;
     const int n = ib - ia + 1;
-    float wx[TAPS];
+    float wx[TAPS], wsum_x = 0.f, wsum_y = 0.f;
 #pragma unroll
     for (int k = 0; k < TAPS; ++k) {
         if (k >= n) break;
         wx[k] = chroma_weight(ia + k, xa, xb, cx, ix, hx);
+        wsum_x += wx[k];
+    }
+    if (n > TAPS) {
+        wsum_x = 0.f;
+        for (int i = ia; i <= ib; ++i) wsum_x += chroma_weight(i, xa, xb, cx, ix, hx);
     }
     const unsigned char* cb = (const unsigned char*)im.plane[1];
     const unsigned char* cr = (const unsigned char*)im.plane[2];
-    float acc_b = 0.f, acc_r = 0.f, wsum = 0.f;
+    float acc_b = 0.f, acc_r = 0.f;
     for (int j = ja; j <= jb; ++j) {
         const float wy = chroma_weight(j, ya, yb, cy, iy, vy);
         if (wy == 0.f) continue;
+        wsum_y += wy;
         const unsigned long long row = (unsigned long long)min(max(j, 0), ch - 1) * im.pitch[1];
-        float rb = 0.f, rr = 0.f, rs = 0.f;
+        float rb = 0.f, rr = 0.f;
         if (n <= TAPS) {
 #pragma unroll
             for (int k = 0; k < TAPS; ++k) {
@@ -132,7 +142,6 @@ __device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, fl
                 const int at = min(max(ia + k, 0), cw - 1);
                 rb += wx[k] * cb[row + at];
                 rr += wx[k] * cr[row + at];
-                rs += wx[k];
             }
         } else {
             for (int i = ia; i <= ib; ++i) {
@@ -140,15 +149,14 @@ __device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, fl
                 const int at = min(max(i, 0), cw - 1);
                 rb += w * cb[row + at];
                 rr += w * cr[row + at];
-                rs += w;
             }
         }
         acc_b += wy * rb;
         acc_r += wy * rr;
-        wsum += wy * rs;
     }
-    cbcr[0] = acc_b / wsum;
-    cbcr[1] = acc_r / wsum;
+    const float scale = 1.f / (wsum_x * wsum_y);
+    cbcr[0] = acc_b * scale;
+    cbcr[1] = acc_r * scale;
 }
 // Image im's region resampled at output pixel (ox, oy) of out_w × out_h: its R, G, B in 0–255.
 __device__ void resample(const Img& im, int ox, int oy, int out_h, int out_w, float* rgb) {
