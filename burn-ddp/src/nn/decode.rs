@@ -206,6 +206,60 @@ pub fn device_decode_counts() -> (u64, u64) {
     }
 }
 
+/// Where the data loader's threads spent their time handing batches to the GPU's decoder, in
+/// this process so far ([`device_decode_times`]): what tells a decode bound by the GPU's JPEG
+/// engines from one bound by the host.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeviceDecodeTimes {
+    /// Batches submitted.
+    pub batches: u64,
+    /// Seconds waiting for a free decode slot: the training step had not yet taken the batch
+    /// the slot held (the consumer sets the pace).
+    pub slot_wait_s: f64,
+    /// Seconds waiting for the slot's previous decode and its reads to end (the GPU's JPEG
+    /// engines and the crop kernel set the pace).
+    pub reuse_wait_s: f64,
+    /// Seconds in nvJPEG's calls and the copies of images decoded on the host (the submitting
+    /// thread's own work).
+    pub submit_s: f64,
+}
+
+impl DeviceDecodeTimes {
+    /// What was added since `before` (an earlier reading).
+    pub fn since(&self, before: &Self) -> Self {
+        Self {
+            batches: self.batches - before.batches,
+            slot_wait_s: self.slot_wait_s - before.slot_wait_s,
+            reuse_wait_s: self.reuse_wait_s - before.reuse_wait_s,
+            submit_s: self.submit_s - before.submit_s,
+        }
+    }
+
+    /// Milliseconds per batch: `[slot wait, reuse wait, submit]` (zeros without batches).
+    pub fn ms_per_batch(&self) -> [f64; 3] {
+        let per = |s: f64| if self.batches == 0 { 0.0 } else { 1e3 * s / self.batches as f64 };
+        [per(self.slot_wait_s), per(self.reuse_wait_s), per(self.submit_s)]
+    }
+}
+
+/// [`DeviceDecodeTimes`] so far in this process (zeros where nothing was decoded on a GPU).
+pub fn device_decode_times() -> DeviceDecodeTimes {
+    #[cfg(feature = "cuda")]
+    {
+        let [batches, slot, reuse, submit] = crate::nn::cuda::nvjpeg::submit_times();
+        DeviceDecodeTimes {
+            batches,
+            slot_wait_s: slot as f64 * 1e-9,
+            reuse_wait_s: reuse as f64 * 1e-9,
+            submit_s: submit as f64 * 1e-9,
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        DeviceDecodeTimes::default()
+    }
+}
+
 /// `images`, each cut to its region and resized to `out_hw` (`[height, width]`), as a
 /// normalised `[n, 3, h, w]` tensor on `device`: made on the device for burn-cuda, on the host
 /// (decoded images only) elsewhere.
@@ -336,6 +390,22 @@ mod tests {
     use burn_flex::Flex;
 
     const UNIT: Normalize = Normalize { mean: [0.0; 3], std: [1.0; 3] };
+
+    /// Two readings of the decode's times give what the batches between them cost each; a
+    /// span without batches gives zeros, not a division by zero.
+    #[test]
+    fn decode_times_between_two_readings_are_per_batch() {
+        let before = DeviceDecodeTimes { batches: 2, slot_wait_s: 0.5, reuse_wait_s: 0.25, submit_s: 1.0 };
+        let after = DeviceDecodeTimes { batches: 6, slot_wait_s: 0.5, reuse_wait_s: 0.45, submit_s: 1.012 };
+        let span = after.since(&before);
+        assert_eq!(span.batches, 4);
+        let [slot, reuse, submit] = span.ms_per_batch();
+        assert!(
+            slot.abs() < 1e-9 && (reuse - 50.0).abs() < 1e-9 && (submit - 3.0).abs() < 1e-9,
+            "{slot} {reuse} {submit}"
+        );
+        assert_eq!(after.since(&after).ms_per_batch(), [0.0; 3]);
+    }
 
     fn gradient(w: u32, h: u32) -> Vec<u8> {
         (0..h)

@@ -7,6 +7,7 @@ use super::shards::samples_by_shard;
 use super::source::LoadedData;
 use super::split::shuffle_for_epoch;
 use crate::error::{Error, Result};
+use burn_ddp::nn::decode::{DeviceDecodeTimes, device_decode_times};
 use burn_ddp::shard_sampler::ShardSampler;
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,6 +93,33 @@ pub struct DataBenchResult {
     /// In a GPU-decoded run, the JPEGs the GPU's decoder refused (they entered their batches
     /// as zeros, each batch with a warning).
     pub device_failed: u64,
+    /// In a GPU-decoded run, where the loader's submitting thread spent each batch's time while
+    /// the timed batches were loaded: what sets the decode's pace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_submit: Option<DeviceSubmit>,
+}
+
+/// A GPU-decoded run's batches as the loader's thread handed them to the GPU's decoder
+/// (`burn_ddp::nn::decode::DeviceDecodeTimes`), in milliseconds per batch.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceSubmit {
+    /// Batches submitted while the timed batches were loaded.
+    pub batches: u64,
+    /// Waiting for a free decode slot: the consumer had not taken the batch it held.
+    pub slot_wait_ms: f64,
+    /// Waiting for the slot's previous decode and its reads to end: the GPU's JPEG engines and
+    /// the crop kernel.
+    pub reuse_wait_ms: f64,
+    /// In nvJPEG's calls (and copies of images decoded on the host): the host's own work.
+    pub submit_ms: f64,
+}
+
+impl DeviceSubmit {
+    fn between(before: &DeviceDecodeTimes, after: &DeviceDecodeTimes) -> Self {
+        let span = after.since(before);
+        let [slot_wait_ms, reuse_wait_ms, submit_ms] = span.ms_per_batch();
+        Self { batches: span.batches, slot_wait_ms, reuse_wait_ms, submit_ms }
+    }
 }
 
 /// Loads `config.batches + 1` batches of `data` (a shuffled order, as in training), hands them
@@ -146,6 +174,7 @@ pub fn loader_throughput(
     sink.take(first);
     sink.finish();
     let (d0, t0, n0) = loader.stage_times().totals();
+    let submitted_before = device_decode_times();
     let started = Instant::now();
     let mut images = 0;
     for batch in loader.by_ref() {
@@ -155,6 +184,7 @@ pub fn loader_throughput(
     }
     sink.finish();
     let seconds = started.elapsed().as_secs_f64();
+    let device_submit = (decoded_on == "gpu").then(|| DeviceSubmit::between(&submitted_before, &device_decode_times()));
     let (d1, t1, n1) = loader.stage_times().totals();
     let per_image = |s: f64| 1e3 * s / (n1 - n0).max(1) as f64;
     Ok(DataBenchResult {
@@ -172,6 +202,7 @@ pub fn loader_throughput(
         decoded_on: decoded_on.into(),
         host_decoded: loader.stage_times().host_decoded(),
         device_failed: burn_ddp::nn::decode::device_decode_counts().1 - failed_before,
+        device_submit,
     })
 }
 
@@ -192,6 +223,9 @@ mod tests {
         assert_eq!(r.delivered_to, "host memory");
         assert!(r.seconds > 0.0 && r.img_per_s > 0.0 && r.threads >= 1, "{r:?}");
         assert!(r.decode_ms_per_image >= 0.0 && r.transform_ms_per_image > 0.0, "{r:?}");
+        // Decoded on the host: no GPU decoder's times in the report.
+        assert!(r.device_submit.is_none());
+        assert!(!serde_json::to_string(&r).unwrap().contains("device_submit"));
     }
 
     /// Counts what it is handed.

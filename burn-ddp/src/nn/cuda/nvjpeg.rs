@@ -22,7 +22,9 @@ use cudarc::driver::sys as driver;
 use libloading::Library;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Instant;
 
 type RawHandle = *mut c_void;
 type RawState = *mut c_void;
@@ -249,6 +251,25 @@ pub(crate) struct Input<'a> {
     pub height: u32,
 }
 
+/// Where the submitting threads spent their time, summed over this process: batches
+/// submitted, then nanoseconds waiting for a free slot (its batch not yet taken by a step),
+/// waiting for the slot's previous decode and reads to end (the JPEG engines, the crop kernel),
+/// and in nvJPEG's calls and the copies of decoded pixels (the host's own work).
+static SUBMIT_TIMES: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+const BATCHES: usize = 0;
+const SLOT_WAITED: usize = 1;
+const REUSE_WAITED: usize = 2;
+const SUBMITTING: usize = 3;
+
+/// [`SUBMIT_TIMES`] as they stand: `[batches, slot wait ns, reuse wait ns, submit ns]`.
+pub(crate) fn submit_times() -> [u64; 4] {
+    SUBMIT_TIMES.each_ref().map(|t| t.load(Ordering::Relaxed))
+}
+
+fn add_time(which: usize, since: Instant) {
+    SUBMIT_TIMES[which].fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
 /// Whether a slot's next decode waits on the host for the reads of its last batch (the
 /// default); `BURN_DDP_DECODE_REUSE=device` (a diagnosis) orders it on the decoder's stream only.
 fn reuse_waits_on_host() -> bool {
@@ -310,6 +331,7 @@ impl Decoder {
     unsafe fn decode_into(&mut self, index: usize, inputs: &[Input<'_>]) -> Result<(Vec<Decoded>, usize)> {
         let cu = self.stream.cu_stream();
         let slot = &mut self.slots[index];
+        let waiting = Instant::now();
         if slot.used {
             // SAFETY: live events of the bound context. The slot's previous decode must be done
             // before its nvJPEG state is reused, and its images read before they are
@@ -331,6 +353,8 @@ impl Decoder {
                 }
             }
         }
+        add_time(REUSE_WAITED, waiting);
+        let submitting = Instant::now();
         let shifts = match rgb_only() {
             true => None,
             false => planar_shifts(inputs),
@@ -372,6 +396,7 @@ impl Decoder {
             .result()
             .map_err(|e| driver_fail("recording an event", e))?;
         slot.used = true;
+        add_time(SUBMITTING, submitting);
         Ok((planes, failed))
     }
 }
@@ -398,7 +423,10 @@ impl DeviceJpeg {
     ) -> Result<Submitted> {
         let mut decoder = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
         let index = decoder.next;
+        let waiting = Instant::now();
         self.gate.acquire(index, SLOT_WAIT)?;
+        add_time(SLOT_WAITED, waiting);
+        SUBMIT_TIMES[BATCHES].fetch_add(1, Ordering::Relaxed);
         decoder.next = (index + 1) % SLOTS;
         let events = (decoder.slots[index].decoded, decoder.slots[index].consumed);
         // SAFETY: the context is bound (the caller's contract) and the slot acquired above.
