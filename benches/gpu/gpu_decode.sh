@@ -13,7 +13,8 @@
 #   ResNet-18 bf16 b128, 3 epochs, --decode gpu and cpu: validation accuracy on either path
 # In PART=6, `BURN_DDP_DECODE_OUTPUT=rgb` runs beside the default: nvJPEG's own colour conversion
 # to RGB against the default's Y, Cb, Cr planes converted in the crop kernel (decode check,
-# training twice, alternated with the default's runs, and bench-data).
+# training twice, alternated with the default's runs, and bench-data); `BURN_DDP_DECODE_OUTPUT=nv12`
+# (Cb and Cr interleaved, nvJPEG's NV12) takes the decode checks and bench-data.
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
 # small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
@@ -99,6 +100,7 @@ fi
 if [ "${PART:-1}" = 6 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
   BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=rgb SHOW_LINES=4 step checks_rgb_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode
+  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=nv12 SHOW_LINES=4 step checks_nv12_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode decode-ahead
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
   step r50_synthetic_1 200 "$B"/burn-vision $S
@@ -114,6 +116,7 @@ if [ "${PART:-1}" = 6 ]; then
     SHOW_LINES=2 step "data_gpu_$i" 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   done
   SHOW_LINES=2 step data_gpu_rgb 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
+  SHOW_LINES=2 step data_gpu_nv12 60 env BURN_DDP_DECODE_OUTPUT=nv12 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   SHOW_LINES=2 step data_cpu 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
   SHOW="top-1|rror|decoding|images" step eval_gpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode gpu
   SHOW="top-1|rror|decoding|images" step eval_cpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode cpu

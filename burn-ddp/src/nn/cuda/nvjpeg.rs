@@ -44,6 +44,8 @@ const BACKEND_HARDWARE: c_int = 3;
 const OUTPUT_YUV: c_int = 1;
 /// `NVJPEG_OUTPUT_RGBI`: one plane of interleaved R, G, B bytes.
 const OUTPUT_RGBI: c_int = 5;
+/// `NVJPEG_OUTPUT_NV12`: the Y plane, then one plane of Cb and Cr alternating (4:2:0 only).
+const OUTPUT_NV12: c_int = 8;
 
 type CreateEx = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int;
 type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
@@ -228,15 +230,17 @@ pub(crate) enum Decoded {
     Rgb { at: u64, pitch: u32 },
     /// JPEG's Y, Cb and Cr planes (addresses), the row pitches of Y and of both chroma planes,
     /// and how far chroma is halved across and down (0 or 1 each: 4:4:4, 4:2:2, 4:4:0, 4:2:0).
-    YCbCr { planes: [u64; 3], pitch: [u32; 2], shift: [u8; 2] },
+    /// `interleaved`: Cb and Cr alternate in one plane (nvJPEG's NV12, 4:2:0 only), Cr's
+    /// address one byte past Cb's.
+    YCbCr { planes: [u64; 3], pitch: [u32; 2], shift: [u8; 2], interleaved: bool },
 }
 
 impl Decoded {
     fn offset(self, base: u64) -> Self {
         match self {
             Decoded::Rgb { at, pitch } => Decoded::Rgb { at: at + base, pitch },
-            Decoded::YCbCr { planes, pitch, shift } => {
-                Decoded::YCbCr { planes: planes.map(|p| p + base), pitch, shift }
+            Decoded::YCbCr { planes, pitch, shift, interleaved } => {
+                Decoded::YCbCr { planes: planes.map(|p| p + base), pitch, shift, interleaved }
             }
         }
     }
@@ -278,11 +282,24 @@ fn reuse_waits_on_host() -> bool {
     *HOST.get_or_init(|| std::env::var("BURN_DDP_DECODE_REUSE").map_or(true, |v| v != "device"))
 }
 
-/// Whether batches are decoded to interleaved RGB always (`BURN_DDP_DECODE_OUTPUT=rgb`, a
-/// diagnosis: nvJPEG's colour conversion instead of the crop kernel's).
-fn rgb_only() -> bool {
-    static RGB: OnceLock<bool> = OnceLock::new();
-    *RGB.get_or_init(|| std::env::var("BURN_DDP_DECODE_OUTPUT").is_ok_and(|v| v == "rgb"))
+/// What colour JPEGs are decoded to: their planes (the default), interleaved RGB always
+/// (`BURN_DDP_DECODE_OUTPUT=rgb`, a diagnosis: nvJPEG's colour conversion instead of the crop
+/// kernel's), or their planes with Cb and Cr interleaved where every JPEG of a batch is 4:2:0
+/// (`BURN_DDP_DECODE_OUTPUT=nv12`, a diagnosis: nvJPEG's NV12 output).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Planes,
+    Rgb,
+    Nv12,
+}
+
+fn output_asked() -> Output {
+    static ASKED: OnceLock<Output> = OnceLock::new();
+    *ASKED.get_or_init(|| match std::env::var("BURN_DDP_DECODE_OUTPUT").as_deref() {
+        Ok("rgb") => Output::Rgb,
+        Ok("nv12") => Output::Nv12,
+        _ => Output::Planes,
+    })
 }
 
 fn driver_fail(what: &str, e: cudarc::driver::DriverError) -> Error {
@@ -356,11 +373,14 @@ impl Decoder {
         }
         add_time(REUSE_WAITED, waiting);
         let submitting = Instant::now();
-        let shifts = match rgb_only() {
-            true => None,
-            false => planar_shifts(inputs),
+        let asked = output_asked();
+        let shifts = match asked {
+            Output::Rgb => None,
+            Output::Planes | Output::Nv12 => planar_shifts(inputs),
         };
-        let (layout, total) = layout(inputs, shifts.as_deref());
+        // NV12 holds 4:2:0 only: a batch with another sampling gets separate planes.
+        let nv12 = asked == Output::Nv12 && shifts.iter().flatten().flatten().all(|&s| s == [1, 1]);
+        let (layout, total) = layout(inputs, shifts.as_deref(), nv12);
         if slot.scratch.1 < total {
             // Room to grow: a later batch of slightly larger images reuses it. The old memory
             // is freed in stream order, after its last reader.
@@ -388,7 +408,11 @@ impl Decoder {
         }
         let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
         let (handle, state) = (self.handle, slot.state);
-        let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
+        let output = match (shifts.is_some(), nv12) {
+            (true, true) => OUTPUT_NV12,
+            (true, false) => OUTPUT_YUV,
+            (false, _) => OUTPUT_RGBI,
+        };
         // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
         let failed =
             if jpegs.is_empty() { 0 } else { unsafe { decode_jpegs((handle, state), cu, &jpegs, &planes, output) }? };
@@ -543,6 +567,9 @@ fn image(plane: Decoded) -> Image {
         Decoded::Rgb { at, pitch } => {
             Image { channel: [at as *mut u8, none, none, none], pitch: [pitch as usize, 0, 0, 0] }
         }
+        Decoded::YCbCr { planes: [y, cbcr, _], pitch: [py, pc], interleaved: true, .. } => {
+            Image { channel: [y as *mut u8, cbcr as *mut u8, none, none], pitch: [py as usize, pc as usize, 0, 0] }
+        }
         Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], .. } => Image {
             channel: [y as *mut u8, cb as *mut u8, cr as *mut u8, none],
             pitch: [py as usize, pc as usize, pc as usize, 0],
@@ -563,11 +590,12 @@ unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()>
     };
     match plane {
         Decoded::Rgb { at, pitch } => fill(at, 0, pitch as usize * height as usize),
-        Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], shift } => {
+        Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], shift, interleaved } => {
             let chroma_rows = height.div_ceil(1 << shift[1]) as usize;
             fill(y, 0, py as usize * height as usize)?;
             fill(cb, 128, pc as usize * chroma_rows)?;
-            fill(cr, 128, pc as usize * chroma_rows)
+            // Interleaved, Cr lies in Cb's plane, cleared above.
+            if interleaved { Ok(()) } else { fill(cr, 128, pc as usize * chroma_rows) }
         }
     }
 }
@@ -595,8 +623,9 @@ fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
 /// Each image's place in the scratch memory, relative to its start, and the bytes they all take.
 /// Rows are rounded up to 256 bytes, heights to 16 rows (nvJPEG may write whole MCUs), and each
 /// plane starts on a 256-byte boundary. An image with `shifts` is laid out as Y, Cb and Cr
-/// planes; the others as interleaved RGB (rows of exactly `width·3` bytes for decoded pixels).
-fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>) -> (Vec<Decoded>, usize) {
+/// planes (with `nv12`, Y and one plane of Cb and Cr alternating); the others as interleaved
+/// RGB (rows of exactly `width·3` bytes for decoded pixels).
+fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>, nv12: bool) -> (Vec<Decoded>, usize) {
     let mut at = 0usize;
     let mut take = |pitch: u32, rows: u32| {
         let this = at;
@@ -607,11 +636,17 @@ fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>) -> (Vec<Deco
         .iter()
         .enumerate()
         .map(|(k, i)| match shifts.and_then(|s| s[k]) {
+            Some(shift) if nv12 => {
+                let (cw, ch) = (i.width.div_ceil(2), i.height.div_ceil(2));
+                let pitch = [i.width.next_multiple_of(256), (2 * cw).next_multiple_of(256)];
+                let (y, cbcr) = (take(pitch[0], i.height), take(pitch[1], ch));
+                Decoded::YCbCr { planes: [y, cbcr, cbcr + 1], pitch, shift, interleaved: true }
+            }
             Some(shift) => {
                 let (cw, ch) = (i.width.div_ceil(1 << shift[0]), i.height.div_ceil(1 << shift[1]));
                 let pitch = [i.width.next_multiple_of(256), cw.next_multiple_of(256)];
                 let planes = [take(pitch[0], i.height), take(pitch[1], ch), take(pitch[1], ch)];
-                Decoded::YCbCr { planes, pitch, shift }
+                Decoded::YCbCr { planes, pitch, shift, interleaved: false }
             }
             None => {
                 let pitch = if i.jpeg { (i.width * 3).next_multiple_of(256) } else { i.width * 3 };
@@ -664,7 +699,7 @@ mod tests {
             Input { jpeg: false, bytes: &[], width: 7, height: 5 },
             Input { jpeg: true, bytes: &[], width: 1, height: 1 },
         ];
-        let (l, total) = layout(&inputs, None);
+        let (l, total) = layout(&inputs, None, false);
         assert_eq!(l[0], Decoded::Rgb { at: 0, pitch: 1536 });
         assert_eq!(l[1], Decoded::Rgb { at: 1536 * 384, pitch: 21 });
         let third = (1536 * 384 + 21 * 16u64).next_multiple_of(256);
@@ -682,17 +717,52 @@ mod tests {
             Input { jpeg: false, bytes: &[], width: 7, height: 5 },
             Input { jpeg: true, bytes: &[], width: 33, height: 17 },
         ];
-        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), None, Some([1, 0])]));
+        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), None, Some([1, 0])]), false);
         let y = 512 * 384u64;
         let chroma = 256 * 192u64;
-        assert_eq!(l[0], Decoded::YCbCr { planes: [0, y, y + chroma], pitch: [512, 256], shift: [1, 1] });
+        assert_eq!(
+            l[0],
+            Decoded::YCbCr { planes: [0, y, y + chroma], pitch: [512, 256], shift: [1, 1], interleaved: false }
+        );
         let rgb = y + 2 * chroma;
         assert_eq!(l[1], Decoded::Rgb { at: rgb, pitch: 21 });
         let next = (rgb + 21 * 16).next_multiple_of(256);
         assert_eq!(
             l[2],
-            Decoded::YCbCr { planes: [next, next + 256 * 32, next + 2 * 256 * 32], pitch: [256, 256], shift: [1, 0] }
+            Decoded::YCbCr {
+                planes: [next, next + 256 * 32, next + 2 * 256 * 32],
+                pitch: [256, 256],
+                shift: [1, 0],
+                interleaved: false
+            }
         );
         assert_eq!(total as u64, next + 3 * 256 * 32);
+    }
+
+    /// NV12 (4:2:0 only): Y, then one plane of Cb and Cr alternating — rows of twice the
+    /// chroma width, rounded to 256 bytes — with Cr one byte past Cb.
+    #[test]
+    fn nv12_puts_both_chroma_components_in_one_plane() {
+        let inputs = [
+            Input { jpeg: true, bytes: &[], width: 500, height: 375 },
+            Input { jpeg: true, bytes: &[], width: 301, height: 9 },
+        ];
+        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), Some([1, 1])]), true);
+        let y = 512 * 384u64;
+        assert_eq!(l[0], Decoded::YCbCr { planes: [0, y, y + 1], pitch: [512, 512], shift: [1, 1], interleaved: true });
+        // 500 × 375: chroma 250 × 188, rows of 500 bytes (pitch 512), 188 rows → 192.
+        let second = y + 512 * 192;
+        // 301 × 9: chroma 151 × 5, rows of 302 bytes (pitch 512); Y rows 301 → 512, 9 → 16.
+        let second_uv = second + 512 * 16;
+        assert_eq!(
+            l[1],
+            Decoded::YCbCr {
+                planes: [second, second_uv, second_uv + 1],
+                pitch: [512, 512],
+                shift: [1, 1],
+                interleaved: true
+            }
+        );
+        assert_eq!(total as u64, second_uv + 512 * 16);
     }
 }
