@@ -4,7 +4,8 @@
 //! Cr planes as they are coded, and the crop kernel converts to RGB as it samples them: nvJPEG's
 //! own conversion kernel, and its full-size RGB copy of every image, are skipped. A batch with
 //! any other JPEG (greyscale, CMYK, other chroma factors) is decoded to interleaved RGB bytes;
-//! `BURN_DDP_DECODE_OUTPUT=rgb` (a diagnosis) asks for RGB always.
+//! `BURN_DDP_DECODE_OUTPUT=rgb` (a diagnosis) asks for RGB always; `BURN_DDP_DECODE_OUTPUT=nv12`
+//! (another) asks for NV12 — Cb and Cr alternating in one plane — where a batch is all 4:2:0.
 //!
 //! The decoder takes the hardware backend (the JPEG engines of A100, H100 and H200: Huffman
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
