@@ -637,17 +637,19 @@ fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>, nv12: bool) 
         .iter()
         .enumerate()
         .map(|(k, i)| match shifts.and_then(|s| s[k]) {
-            Some(shift) if nv12 => {
-                let (cw, ch) = (i.width.div_ceil(2), i.height.div_ceil(2));
-                let pitch = [i.width.next_multiple_of(256), (2 * cw).next_multiple_of(256)];
-                let (y, cbcr) = (take(pitch[0], i.height), take(pitch[1], ch));
-                Decoded::YCbCr { planes: [y, cbcr, cbcr + 1], pitch, shift, interleaved: true }
-            }
             Some(shift) => {
                 let (cw, ch) = (i.width.div_ceil(1 << shift[0]), i.height.div_ceil(1 << shift[1]));
-                let pitch = [i.width.next_multiple_of(256), cw.next_multiple_of(256)];
-                let planes = [take(pitch[0], i.height), take(pitch[1], ch), take(pitch[1], ch)];
-                Decoded::YCbCr { planes, pitch, shift, interleaved: false }
+                // NV12: Cb and Cr alternate in one plane of rows twice as long.
+                let pitch = [i.width.next_multiple_of(256), (cw << u32::from(nv12)).next_multiple_of(256)];
+                let y = take(pitch[0], i.height);
+                let planes = match nv12 {
+                    true => {
+                        let cbcr = take(pitch[1], ch);
+                        [y, cbcr, cbcr + 1]
+                    }
+                    false => [y, take(pitch[1], ch), take(pitch[1], ch)],
+                };
+                Decoded::YCbCr { planes, pitch, shift, interleaved: nv12 }
             }
             None => {
                 let pitch = if i.jpeg { (i.width * 3).next_multiple_of(256) } else { i.width * 3 };
