@@ -10,7 +10,8 @@ IN, little-endian: u32 n, out_h, out_w; then per image u32 w, h, format (the ker
 else 1 | chroma shift across << 1 | shift down << 2 | chroma interleaved << 3), flip; f32
 region[4]; its pixels — h·w·3 RGB bytes, or Y (h·w bytes) then Cb and Cr (each
 ceil(h/2^down)·ceil(w/2^across) bytes), rows packed. With the interleaved bit the harness
-hands the kernel Cb and Cr alternating in one plane (nvJPEG's NV12) instead. OUT: n·3·out_h·out_w f32, normalised with mean 0 and deviation 1 (level / 255).
+hands the kernel Cb and Cr alternating in one plane (nvJPEG's NV12) instead. OUT:
+n·3·out_h·out_w f32, normalised with mean 0 and deviation 1 (level / 255).
 KERNEL_RS: another copy of the kernel file (e.g. a deliberately broken one, to see the test
 fail). Needs g++ with C++20.
 """

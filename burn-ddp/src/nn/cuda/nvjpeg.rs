@@ -602,9 +602,9 @@ unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()>
 }
 
 /// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (Y, Cb and Cr,
-/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is
-/// another kind (the batch is then decoded to RGB) or there is none. Reads only the headers'
-/// markers, on this thread.
+/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each
+/// image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is another kind (the
+/// batch is then decoded to RGB) or there is none. Reads only the headers' markers, on this thread.
 fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
     let mut any = false;
     let shifts = inputs

@@ -4,14 +4,15 @@
 //! convolution do — mirrored when asked, scaled to `[0, 1]`, normalised per channel and stored
 //! as NCHW f32. The host twin of the arithmetic on RGB bytes is `nn::decode::crop_resize_on_host`.
 //!
-//! An image comes as interleaved RGB bytes or as a JPEG's Y, Cb and Cr planes (chroma at full
-//! or half resolution each way; Cb and Cr in one plane, alternating, for nvJPEG's NV12). From planes, Y takes the filter RGB would; chroma takes the
-//! same filter as if it had first been enlarged to the luma grid by bilinear interpolation
-//! (samples centred on the luma samples they cover, as JFIF sites them — the decoders' "fancy"
-//! upsampling), summed directly over the chroma samples with the combined weights; the filtered
-//! values are converted to RGB with JFIF's full-range BT.601 matrix and clamped to 0–255. The
-//! colour conversion nvJPEG would run on every pixel of the whole image runs here on the crop's
-//! output pixels only; what differs from converting first is rounding and the clamp's place.
+//! An image comes as interleaved RGB bytes or as a JPEG's Y, Cb and Cr planes (chroma at full or
+//! half resolution each way; Cb and Cr in one plane, alternating, for nvJPEG's NV12). From planes,
+//! Y takes the filter RGB would; chroma takes the same filter as if it had first been enlarged to
+//! the luma grid by bilinear interpolation (samples centred on the luma samples they cover, as JFIF
+//! sites them — the decoders' "fancy" upsampling), summed directly over the chroma samples with the
+//! combined weights; the filtered values are converted to RGB with JFIF's full-range BT.601 matrix
+//! and clamped to 0–255. The colour conversion nvJPEG would run on every pixel of the whole image
+//! runs here on the crop's output pixels only; what differs from converting first is rounding and
+//! the clamp's place.
 //!
 //! The kernel is CUDA C compiled by NVRTC once per process ([`crate::nn::cuda::kernels::nvrtc`]).
 
