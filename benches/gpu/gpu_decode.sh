@@ -29,7 +29,8 @@
 # 0.4, random erasing 0.25) on the GPU — the decode and pixel-operation checks, bench-data with
 # --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
-# gpu, and `bench` of the same model with AdamW on synthetic batches.
+# gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
+# `device_submit` (where the loader's thread spends each GPU-decoded batch) per decoder output.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -95,6 +96,23 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
+  exit 0
+fi
+if [ "${PART:-1}" = 9 ]; then
+  # Where bench-data's GPU decode spends each batch, per decoder output (planes, RGB, NV12; and
+  # the planes with the slot reuse ordered on the device), alternated twice: `device_submit`.
+  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=nv12 SHOW_LINES=4 step checks_nv12_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode decode-ahead
+  DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
+  for i in 1 2; do
+    for o in planes rgb nv12; do
+      SHOW_LINES=2 step "data_${o}_$i" 60 env BURN_DDP_DECODE_OUTPUT=$o "$B"/burn-vision $DATA
+    done
+    SHOW_LINES=2 step "data_planes_reuse_device_$i" 60 env BURN_DDP_DECODE_REUSE=device "$B"/burn-vision $DATA
+  done
+  save_cache
+  grep -hE "img_per_s|RESULT check|^=== .*rc=" "$LOG" | cut -c1-400 > "$OUT/summary.txt"
+  grep -hoE "^=== data_[a-z0-9_]+|\"img_per_s\":[0-9.]+|\"device_submit\":\{[^}]*\}" "$LOG" >> "$OUT/summary.txt"
+  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then
