@@ -7,11 +7,9 @@ writes IN and compares OUT with a reference that enlarges chroma and converts to
     python3 benches/emulate_crop_resize.py IN OUT [KERNEL_RS]
 
 IN, little-endian: u32 n, out_h, out_w; then per image u32 w, h, format (the kernel's: 0 RGB,
-else 1 | chroma shift across << 1 | shift down << 2 | chroma interleaved << 3), flip; f32
-region[4]; its pixels — h·w·3 RGB bytes, or Y (h·w bytes) then Cb and Cr (each
-ceil(h/2^down)·ceil(w/2^across) bytes), rows packed. With the interleaved bit the harness
-hands the kernel Cb and Cr alternating in one plane (nvJPEG's NV12) instead. OUT:
-n·3·out_h·out_w f32, normalised with mean 0 and deviation 1 (level / 255).
+else 1 | chroma shift across << 1 | shift down << 2), flip; f32 region[4]; its pixels — h·w·3
+RGB bytes, or Y (h·w bytes) then Cb and Cr (each ceil(h/2^down)·ceil(w/2^across) bytes), rows
+packed. OUT: n·3·out_h·out_w f32, normalised with mean 0 and deviation 1 (level / 255).
 KERNEL_RS: another copy of the kernel file (e.g. a deliberately broken one, to see the test
 fail). Needs g++ with C++20.
 """
@@ -48,14 +46,6 @@ int main(int argc, char** argv) {
         im.plane[2] = (unsigned long long)(p + y + c);
         im.pitch[0] = f[2] == 0 ? 3 * im.w : im.w;
         im.pitch[1] = (unsigned)cw;
-        if (f[2] & 8) {
-            // Cb and Cr alternating in one plane (rows of 2·cw bytes) where Cb's plane was.
-            std::vector<unsigned char> cbcr(2 * c);
-            for (size_t k = 0; k < c; ++k) { cbcr[2 * k] = p[y + k]; cbcr[2 * k + 1] = p[y + c + k]; }
-            std::copy(cbcr.begin(), cbcr.end(), p + y);
-            im.plane[2] = im.plane[1] + 1;
-            im.pitch[1] = (unsigned)(2 * cw);
-        }
     }
     std::vector<float> out((size_t)n * 3 * oh * ow + 4, -99.f);
     const Norm norm = {{0.f, 0.f, 0.f}, {1.f, 1.f, 1.f}};

@@ -13,8 +13,7 @@
 #   ResNet-18 bf16 b128, 3 epochs, --decode gpu and cpu: validation accuracy on either path
 # In PART=6, `BURN_DDP_DECODE_OUTPUT=rgb` runs beside the default: nvJPEG's own colour conversion
 # to RGB against the default's Y, Cb, Cr planes converted in the crop kernel (decode check,
-# training twice, alternated with the default's runs, and bench-data); `BURN_DDP_DECODE_OUTPUT=nv12`
-# (Cb and Cr interleaved, nvJPEG's NV12) takes the decode checks and bench-data.
+# training twice, alternated with the default's runs, and bench-data).
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
 # small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
@@ -30,7 +29,8 @@
 # --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
-# `device_submit` (where the loader's thread spends each GPU-decoded batch) per decoder output.
+# `device_submit` (where the loader's threads spend each GPU-decoded batch) per decoder output
+# and number of submitting threads.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -99,26 +99,29 @@ if [ "${PART:-1}" = 7 ]; then
   exit 0
 fi
 if [ "${PART:-1}" = 9 ]; then
-  # Where bench-data's GPU decode spends each batch, per decoder output (planes, RGB, NV12; and
-  # the planes with the slot reuse ordered on the device), alternated twice: `device_submit`.
-  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=nv12 SHOW_LINES=4 step checks_nv12_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode decode-ahead
+  # Where bench-data's GPU decode spends each batch (`device_submit`), with the batch's JPEGs
+  # submitted from 1, 2 or 4 threads at once (BURN_DDP_DECODE_THREADS), decoded to planes (the
+  # default) and to nvJPEG's RGB, alternated twice; the decode checks first (a batch of 70
+  # photos goes through two parts).
+  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
   for i in 1 2; do
-    for o in planes rgb nv12; do
-      SHOW_LINES=2 step "data_${o}_$i" 60 env BURN_DDP_DECODE_OUTPUT=$o "$B"/burn-vision $DATA
+    for o in planes rgb; do
+      for t in 1 2 4; do
+        SHOW_LINES=1 step "data_${o}_threads${t}_$i" 60 env BURN_DDP_DECODE_OUTPUT=$o BURN_DDP_DECODE_THREADS=$t "$B"/burn-vision $DATA
+      done
     done
-    SHOW_LINES=2 step "data_planes_reuse_device_$i" 60 env BURN_DDP_DECODE_REUSE=device "$B"/burn-vision $DATA
   done
   save_cache
-  grep -hE "img_per_s|RESULT check|^=== .*rc=" "$LOG" | cut -c1-400 > "$OUT/summary.txt"
-  grep -hoE "^=== data_[a-z0-9_]+|\"img_per_s\":[0-9.]+|\"device_submit\":\{[^}]*\}" "$LOG" >> "$OUT/summary.txt"
+  grep -hE "RESULT check.*(lowest|passed|FAIL)|^=== .*rc=" "$LOG" | cut -c1-200 > "$OUT/summary.txt"
+  grep -hoE "^=== data_[a-z0-9_]+:|\"img_per_s\":[0-9]+|\"device_submit\":\{[^}]*\}" "$LOG" | paste -sd' ' | sed 's/ === /\n=== /g' >> "$OUT/summary.txt"
+  echo >> "$OUT/summary.txt"
   cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
   BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=rgb SHOW_LINES=4 step checks_rgb_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode
-  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=nv12 SHOW_LINES=4 step checks_nv12_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode decode-ahead
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
   step r50_synthetic_1 200 "$B"/burn-vision $S
@@ -134,7 +137,6 @@ if [ "${PART:-1}" = 6 ]; then
     SHOW_LINES=2 step "data_gpu_$i" 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   done
   SHOW_LINES=2 step data_gpu_rgb 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
-  SHOW_LINES=2 step data_gpu_nv12 60 env BURN_DDP_DECODE_OUTPUT=nv12 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   SHOW_LINES=2 step data_cpu 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
   SHOW="top-1|rror|decoding|images" step eval_gpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode gpu
   SHOW="top-1|rror|decoding|images" step eval_cpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode cpu

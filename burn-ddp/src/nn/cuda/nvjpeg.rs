@@ -4,15 +4,16 @@
 //! Cr planes as they are coded, and the crop kernel converts to RGB as it samples them: nvJPEG's
 //! own conversion kernel, and its full-size RGB copy of every image, are skipped. A batch with
 //! any other JPEG (greyscale, CMYK, other chroma factors) is decoded to interleaved RGB bytes;
-//! `BURN_DDP_DECODE_OUTPUT=rgb` (a diagnosis) asks for RGB always; `BURN_DDP_DECODE_OUTPUT=nv12`
-//! (another) asks for NV12 — Cb and Cr alternating in one plane — where a batch is all 4:2:0.
+//! `BURN_DDP_DECODE_OUTPUT=rgb` (a diagnosis) asks for RGB always.
 //!
 //! The decoder takes the hardware backend (the JPEG engines of A100, H100 and H200: Huffman
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
 //! (CUDA kernels, Huffman decoding on the calling host thread) elsewhere; [`Backend`] says which.
 //! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
-//! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
-//! (by the data loader's thread) while the training stream still reads the previous one.
+//! slots (nvJPEG states and the memory decoded into) alternate, so a batch can be submitted
+//! (by the data loader's thread) while the training stream still reads the previous one. A
+//! batch is split into up to four parts submitted at once from threads of their own, each with
+//! its own state and stream: nvJPEG's batched call keeps its calling thread busy for every image.
 //!
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
 //! one to end: nvJPEG does not promise to have read them when its call returns.
@@ -45,8 +46,6 @@ const BACKEND_HARDWARE: c_int = 3;
 const OUTPUT_YUV: c_int = 1;
 /// `NVJPEG_OUTPUT_RGBI`: one plane of interleaved R, G, B bytes.
 const OUTPUT_RGBI: c_int = 5;
-/// `NVJPEG_OUTPUT_NV12`: the Y plane, then one plane of Cb and Cr alternating (4:2:0 only).
-const OUTPUT_NV12: c_int = 8;
 
 type CreateEx = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int;
 type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
@@ -138,10 +137,34 @@ const SLOTS: usize = 2;
 /// and never handed to the device, by a consumer that stopped without dropping it).
 const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// One of the decode slots that alternate: an nvJPEG state, the memory its images are decoded
-/// into, and the events that order it between the decoder's stream and the reader's.
+/// Most parts a batch's JPEGs are split into, each submitted at once from a thread of its own
+/// with its own nvJPEG state and stream. nvJPEG's batched call keeps its calling thread busy
+/// 30–45 µs an image (7–11 ms for 256 ImageNet-size photos on an H100's host, the hardware
+/// backend included), which alone would hold one decoder near 23,000 img/s.
+const MAX_PARTS: usize = 4;
+
+/// Fewest JPEGs a part is given: a smaller part saves less than its thread costs.
+const MIN_PART_JPEGS: usize = 32;
+
+/// How many parts a batch of `jpegs` JPEGs is split into: [`MAX_PARTS`], or
+/// `BURN_DDP_DECODE_THREADS` (a diagnosis, 1 to 4), fewer where the parts would be smaller than
+/// [`MIN_PART_JPEGS`]; at least one.
+fn parts_for(jpegs: usize) -> usize {
+    static ASKED: OnceLock<usize> = OnceLock::new();
+    let asked = *ASKED.get_or_init(|| {
+        std::env::var("BURN_DDP_DECODE_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(MAX_PARTS, |n| n.clamp(1, MAX_PARTS))
+    });
+    asked.min(jpegs / MIN_PART_JPEGS).max(1)
+}
+
+/// One of the decode slots that alternate: nvJPEG states (one per part of a batch), the memory
+/// its images are decoded into, and the events that order it between the decoder's stream and
+/// the reader's.
 struct Slot {
-    state: RawState,
+    states: [RawState; MAX_PARTS],
     /// Recorded on the decoder's stream after the slot's last decode.
     decoded: driver::CUevent,
     /// Recorded on the reader's stream after the last reader of the slot's images.
@@ -153,14 +176,23 @@ struct Slot {
     held: Option<Box<dyn std::any::Any + Send>>,
 }
 
-/// nvJPEG's handle, the slots' states and memory, and the decoder's own stream: used by one
-/// submitting thread at a time.
+/// nvJPEG's handle, the slots' states and memory, the decoder's own stream (a batch's first
+/// part decodes there) and the other parts' streams: used by one submitting thread at a time.
 struct Decoder {
     handle: RawHandle,
     backend: Backend,
     slots: [Slot; SLOTS],
     next: usize,
     stream: Arc<CudaStream>,
+    parts: PartStreams,
+}
+
+/// The streams of a batch's parts after the first, each with the event its part records when
+/// enqueued, and the event they all wait for (recorded on the decoder's stream before them).
+struct PartStreams {
+    streams: Vec<Arc<CudaStream>>,
+    done: Vec<driver::CUevent>,
+    start: driver::CUevent,
 }
 
 // SAFETY: nvJPEG handles and states are plain heap objects, and events plain handles; a
@@ -231,17 +263,15 @@ pub(crate) enum Decoded {
     Rgb { at: u64, pitch: u32 },
     /// JPEG's Y, Cb and Cr planes (addresses), the row pitches of Y and of both chroma planes,
     /// and how far chroma is halved across and down (0 or 1 each: 4:4:4, 4:2:2, 4:4:0, 4:2:0).
-    /// `interleaved`: Cb and Cr alternate in one plane (nvJPEG's NV12, 4:2:0 only), Cr's
-    /// address one byte past Cb's.
-    YCbCr { planes: [u64; 3], pitch: [u32; 2], shift: [u8; 2], interleaved: bool },
+    YCbCr { planes: [u64; 3], pitch: [u32; 2], shift: [u8; 2] },
 }
 
 impl Decoded {
     fn offset(self, base: u64) -> Self {
         match self {
             Decoded::Rgb { at, pitch } => Decoded::Rgb { at: at + base, pitch },
-            Decoded::YCbCr { planes, pitch, shift, interleaved } => {
-                Decoded::YCbCr { planes: planes.map(|p| p + base), pitch, shift, interleaved }
+            Decoded::YCbCr { planes, pitch, shift } => {
+                Decoded::YCbCr { planes: planes.map(|p| p + base), pitch, shift }
             }
         }
     }
@@ -283,24 +313,11 @@ fn reuse_waits_on_host() -> bool {
     *HOST.get_or_init(|| std::env::var("BURN_DDP_DECODE_REUSE").map_or(true, |v| v != "device"))
 }
 
-/// What colour JPEGs are decoded to: their planes (the default), interleaved RGB always
-/// (`BURN_DDP_DECODE_OUTPUT=rgb`, a diagnosis: nvJPEG's colour conversion instead of the crop
-/// kernel's), or their planes with Cb and Cr interleaved where every JPEG of a batch is 4:2:0
-/// (`BURN_DDP_DECODE_OUTPUT=nv12`, a diagnosis: nvJPEG's NV12 output).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Output {
-    Planes,
-    Rgb,
-    Nv12,
-}
-
-fn output_asked() -> Output {
-    static ASKED: OnceLock<Output> = OnceLock::new();
-    *ASKED.get_or_init(|| match std::env::var("BURN_DDP_DECODE_OUTPUT").as_deref() {
-        Ok("rgb") => Output::Rgb,
-        Ok("nv12") => Output::Nv12,
-        _ => Output::Planes,
-    })
+/// Whether batches are decoded to interleaved RGB always (`BURN_DDP_DECODE_OUTPUT=rgb`, a
+/// diagnosis: nvJPEG's colour conversion instead of the crop kernel's).
+fn rgb_only() -> bool {
+    static RGB: OnceLock<bool> = OnceLock::new();
+    *RGB.get_or_init(|| std::env::var("BURN_DDP_DECODE_OUTPUT").is_ok_and(|v| v == "rgb"))
 }
 
 fn driver_fail(what: &str, e: cudarc::driver::DriverError) -> Error {
@@ -332,13 +349,26 @@ impl Decoder {
             check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
             Backend::Default
         };
-        let slot = || -> Result<Slot> {
+        let state = || -> Result<RawState> {
             let mut state = std::ptr::null_mut();
             // SAFETY: a live handle; an out-pointer to a local.
             check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut state) })?;
-            Ok(Slot { state, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0), held: None })
+            Ok(state)
         };
-        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
+        let slot = || -> Result<Slot> {
+            let states = [state()?, state()?, state()?, state()?];
+            Ok(Slot { states, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0), held: None })
+        };
+        let others = 1..MAX_PARTS;
+        let parts = PartStreams {
+            streams: others
+                .clone()
+                .map(|_| stream.context().new_stream().map_err(|e| driver_fail("creating a decode stream", e)))
+                .collect::<Result<_>>()?,
+            done: others.map(|_| event()).collect::<Result<_>>()?,
+            start: event()?,
+        };
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream, parts })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -374,14 +404,11 @@ impl Decoder {
         }
         add_time(REUSE_WAITED, waiting);
         let submitting = Instant::now();
-        let asked = output_asked();
-        let shifts = match asked {
-            Output::Rgb => None,
-            Output::Planes | Output::Nv12 => planar_shifts(inputs),
+        let shifts = match rgb_only() {
+            true => None,
+            false => planar_shifts(inputs),
         };
-        // NV12 holds 4:2:0 only: a batch with another sampling gets separate planes.
-        let nv12 = asked == Output::Nv12 && shifts.iter().flatten().flatten().all(|&s| s == [1, 1]);
-        let (layout, total) = layout(inputs, shifts.as_deref(), nv12);
+        let (layout, total) = layout(inputs, shifts.as_deref());
         if slot.scratch.1 < total {
             // Room to grow: a later batch of slightly larger images reuses it. The old memory
             // is freed in stream order, after its last reader.
@@ -408,15 +435,11 @@ impl Decoder {
                 .map_err(|e| driver_fail("copying decoded pixels", e))?;
         }
         let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
-        let (handle, state) = (self.handle, slot.state);
-        let output = match (shifts.is_some(), nv12) {
-            (true, true) => OUTPUT_NV12,
-            (true, false) => OUTPUT_YUV,
-            (false, _) => OUTPUT_RGBI,
-        };
-        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
-        let failed =
-            if jpegs.is_empty() { 0 } else { unsafe { decode_jpegs((handle, state), cu, &jpegs, &planes, output) }? };
+        let streams = (&*self.stream, &self.parts);
+        let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
+        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream; the states
+        // and part streams are this caller's (the decoder is locked).
+        let failed = unsafe { decode_in_parts((self.handle, &slot.states), streams, &jpegs, &planes, output) }?;
         // SAFETY: a live event and stream of the bound context.
         unsafe { driver::cuEventRecord(slot.decoded, cu) }
             .result()
@@ -519,6 +542,113 @@ impl Drop for Submitted {
     }
 }
 
+/// A batch's part as the thread that submits it needs it.
+struct Part<'a, 'b> {
+    handle: RawHandle,
+    state: RawState,
+    stream: driver::CUstream,
+    /// Waited for on `stream` before the part: the decoder's stream's work so far.
+    start: driver::CUevent,
+    /// Recorded on `stream` when the part is enqueued.
+    done: driver::CUevent,
+    jpegs: &'a [(usize, &'b Input<'b>)],
+}
+
+// SAFETY: plain nvJPEG and driver handles, the state and stream this part's alone while it is
+// submitted; the inputs are shared reads.
+unsafe impl Send for Part<'_, '_> {}
+
+impl Part<'_, '_> {
+    /// Decodes the part's JPEGs on its stream after `start`, then records `done` there.
+    ///
+    /// # Safety
+    /// As [`decode_jpegs`]: the context bound on this thread, the state and stream this part's
+    /// alone; its images' planes are no other part's.
+    unsafe fn submit(self, planes: &[Decoded], output: c_int) -> Result<usize> {
+        let on_stream = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
+        // SAFETY: the caller's contract; live events of the bound context.
+        unsafe {
+            on_stream("ordering a decode", driver::cuStreamWaitEvent(self.stream, self.start, 0))?;
+            let failed = decode_jpegs((self.handle, self.state), self.stream, self.jpegs, planes, output);
+            on_stream("recording an event", driver::cuEventRecord(self.done, self.stream))?;
+            failed
+        }
+    }
+}
+
+/// Decodes the JPEGs of a batch in up to [`MAX_PARTS`] parts at once ([`parts_for`]): the
+/// first on this thread and the decoder's stream, each other on a thread of its own and its
+/// part's stream, which starts after everything the decoder's stream held and which the
+/// decoder's stream waits for after. Returns how many JPEGs nvJPEG refused.
+///
+/// # Safety
+/// As [`decode_jpegs`]; the states and part streams are this caller's alone.
+unsafe fn decode_in_parts(
+    (handle, states): (RawHandle, &[RawState; MAX_PARTS]),
+    (stream, parts): (&CudaStream, &PartStreams),
+    jpegs: &[(usize, &Input<'_>)],
+    planes: &[Decoded],
+    output: c_int,
+) -> Result<usize> {
+    let cu = stream.cu_stream();
+    let n = parts_for(jpegs.len());
+    if n == 1 {
+        // SAFETY: the caller's contract.
+        return if jpegs.is_empty() {
+            Ok(0)
+        } else {
+            unsafe { decode_jpegs((handle, states[0]), cu, jpegs, planes, output) }
+        };
+    }
+    let on_cu = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
+    // SAFETY: a live event and stream of the bound context.
+    on_cu("recording an event", unsafe { driver::cuEventRecord(parts.start, cu) })?;
+    let mut chunks = jpegs.chunks(jpegs.len().div_ceil(n));
+    let first = chunks.next().unwrap_or_default();
+    let others: Vec<Part<'_, '_>> = chunks
+        .zip(&parts.streams)
+        .zip(&parts.done)
+        .zip(&states[1..])
+        .map(|(((jpegs, s), &done), &state)| Part {
+            handle,
+            state,
+            stream: s.cu_stream(),
+            start: parts.start,
+            done,
+            jpegs,
+        })
+        .collect();
+    let ctx = stream.context();
+    let (first, rest) = std::thread::scope(|scope| {
+        let threads: Vec<_> = others
+            .into_iter()
+            .map(|part| {
+                scope.spawn(move || -> Result<usize> {
+                    ctx.bind_to_thread().map_err(|e| driver_fail("binding the CUDA context", e))?;
+                    // SAFETY: the caller's contract, on this thread with the context bound.
+                    unsafe { part.submit(planes, output) }
+                })
+            })
+            .collect();
+        // SAFETY: the caller's contract.
+        let first = unsafe { decode_jpegs((handle, states[0]), cu, first, planes, output) };
+        let rest: Vec<Result<usize>> = threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(Error::Kernel { op: "nvJPEG", reason: "a decode thread panicked".into() }))
+            })
+            .collect();
+        (first, rest)
+    });
+    for &done in &parts.done[..rest.len()] {
+        // SAFETY: live events and stream of the bound context. An event a failed part did not
+        // record holds an earlier batch's part, or nothing: waiting for it only delays.
+        on_cu("ordering after a decode", unsafe { driver::cuStreamWaitEvent(cu, done, 0) })?;
+    }
+    rest.into_iter().try_fold(first?, |sum, part| Ok(sum + part?))
+}
+
 /// Decodes the JPEGs of a batch into their planes in one batched call, as `output`
 /// (`OUTPUT_YUV` or `OUTPUT_RGBI`); when nvJPEG refuses the batch, image by image, blanking the
 /// planes of the ones it refuses (black). Returns how many it refused.
@@ -568,9 +698,6 @@ fn image(plane: Decoded) -> Image {
         Decoded::Rgb { at, pitch } => {
             Image { channel: [at as *mut u8, none, none, none], pitch: [pitch as usize, 0, 0, 0] }
         }
-        Decoded::YCbCr { planes: [y, cbcr, _], pitch: [py, pc], interleaved: true, .. } => {
-            Image { channel: [y as *mut u8, cbcr as *mut u8, none, none], pitch: [py as usize, pc as usize, 0, 0] }
-        }
         Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], .. } => Image {
             channel: [y as *mut u8, cb as *mut u8, cr as *mut u8, none],
             pitch: [py as usize, pc as usize, pc as usize, 0],
@@ -591,20 +718,19 @@ unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()>
     };
     match plane {
         Decoded::Rgb { at, pitch } => fill(at, 0, pitch as usize * height as usize),
-        Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], shift, interleaved } => {
+        Decoded::YCbCr { planes: [y, cb, cr], pitch: [py, pc], shift } => {
             let chroma_rows = height.div_ceil(1 << shift[1]) as usize;
             fill(y, 0, py as usize * height as usize)?;
             fill(cb, 128, pc as usize * chroma_rows)?;
-            // Interleaved, Cr lies in Cb's plane, cleared above.
-            if interleaved { Ok(()) } else { fill(cr, 128, pc as usize * chroma_rows) }
+            fill(cr, 128, pc as usize * chroma_rows)
         }
     }
 }
 
 /// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (Y, Cb and Cr,
-/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each
-/// image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is another kind (the
-/// batch is then decoded to RGB) or there is none. Reads only the headers' markers, on this thread.
+/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is
+/// another kind (the batch is then decoded to RGB) or there is none. Reads only the headers'
+/// markers, on this thread.
 fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
     let mut any = false;
     let shifts = inputs
@@ -624,9 +750,8 @@ fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
 /// Each image's place in the scratch memory, relative to its start, and the bytes they all take.
 /// Rows are rounded up to 256 bytes, heights to 16 rows (nvJPEG may write whole MCUs), and each
 /// plane starts on a 256-byte boundary. An image with `shifts` is laid out as Y, Cb and Cr
-/// planes (with `nv12`, Y and one plane of Cb and Cr alternating); the others as interleaved
-/// RGB (rows of exactly `width·3` bytes for decoded pixels).
-fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>, nv12: bool) -> (Vec<Decoded>, usize) {
+/// planes; the others as interleaved RGB (rows of exactly `width·3` bytes for decoded pixels).
+fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>) -> (Vec<Decoded>, usize) {
     let mut at = 0usize;
     let mut take = |pitch: u32, rows: u32| {
         let this = at;
@@ -639,17 +764,9 @@ fn layout(inputs: &[Input<'_>], shifts: Option<&[Option<[u8; 2]>]>, nv12: bool) 
         .map(|(k, i)| match shifts.and_then(|s| s[k]) {
             Some(shift) => {
                 let (cw, ch) = (i.width.div_ceil(1 << shift[0]), i.height.div_ceil(1 << shift[1]));
-                // NV12: Cb and Cr alternate in one plane of rows twice as long.
-                let pitch = [i.width.next_multiple_of(256), (cw << u32::from(nv12)).next_multiple_of(256)];
-                let y = take(pitch[0], i.height);
-                let planes = match nv12 {
-                    true => {
-                        let cbcr = take(pitch[1], ch);
-                        [y, cbcr, cbcr + 1]
-                    }
-                    false => [y, take(pitch[1], ch), take(pitch[1], ch)],
-                };
-                Decoded::YCbCr { planes, pitch, shift, interleaved: nv12 }
+                let pitch = [i.width.next_multiple_of(256), cw.next_multiple_of(256)];
+                let planes = [take(pitch[0], i.height), take(pitch[1], ch), take(pitch[1], ch)];
+                Decoded::YCbCr { planes, pitch, shift }
             }
             None => {
                 let pitch = if i.jpeg { (i.width * 3).next_multiple_of(256) } else { i.width * 3 };
@@ -695,6 +812,17 @@ mod tests {
         assert!(e.contains("never made into a tensor"), "{e}");
     }
 
+    /// A batch is split into as many parts as it has room for at [`MIN_PART_JPEGS`] each, up
+    /// to [`MAX_PARTS`] (unless `BURN_DDP_DECODE_THREADS` asks for fewer).
+    #[test]
+    fn a_batch_splits_into_parts_of_at_least_the_smallest_size() {
+        let most = std::env::var("BURN_DDP_DECODE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_PARTS);
+        assert_eq!(MIN_PART_JPEGS, 32);
+        for (jpegs, parts) in [(0, 1), (1, 1), (63, 1), (64, 2), (100, 3), (128, 4), (256, 4), (1000, 4)] {
+            assert_eq!(parts_for(jpegs), parts.min(most).max(1), "{jpegs} JPEGs");
+        }
+    }
+
     #[test]
     fn layout_aligns_images_and_leaves_room_for_whole_blocks() {
         let inputs = [
@@ -702,7 +830,7 @@ mod tests {
             Input { jpeg: false, bytes: &[], width: 7, height: 5 },
             Input { jpeg: true, bytes: &[], width: 1, height: 1 },
         ];
-        let (l, total) = layout(&inputs, None, false);
+        let (l, total) = layout(&inputs, None);
         assert_eq!(l[0], Decoded::Rgb { at: 0, pitch: 1536 });
         assert_eq!(l[1], Decoded::Rgb { at: 1536 * 384, pitch: 21 });
         let third = (1536 * 384 + 21 * 16u64).next_multiple_of(256);
@@ -720,52 +848,17 @@ mod tests {
             Input { jpeg: false, bytes: &[], width: 7, height: 5 },
             Input { jpeg: true, bytes: &[], width: 33, height: 17 },
         ];
-        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), None, Some([1, 0])]), false);
+        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), None, Some([1, 0])]));
         let y = 512 * 384u64;
         let chroma = 256 * 192u64;
-        assert_eq!(
-            l[0],
-            Decoded::YCbCr { planes: [0, y, y + chroma], pitch: [512, 256], shift: [1, 1], interleaved: false }
-        );
+        assert_eq!(l[0], Decoded::YCbCr { planes: [0, y, y + chroma], pitch: [512, 256], shift: [1, 1] });
         let rgb = y + 2 * chroma;
         assert_eq!(l[1], Decoded::Rgb { at: rgb, pitch: 21 });
         let next = (rgb + 21 * 16).next_multiple_of(256);
         assert_eq!(
             l[2],
-            Decoded::YCbCr {
-                planes: [next, next + 256 * 32, next + 2 * 256 * 32],
-                pitch: [256, 256],
-                shift: [1, 0],
-                interleaved: false
-            }
+            Decoded::YCbCr { planes: [next, next + 256 * 32, next + 2 * 256 * 32], pitch: [256, 256], shift: [1, 0] }
         );
         assert_eq!(total as u64, next + 3 * 256 * 32);
-    }
-
-    /// NV12 (4:2:0 only): Y, then one plane of Cb and Cr alternating — rows of twice the
-    /// chroma width, rounded to 256 bytes — with Cr one byte past Cb.
-    #[test]
-    fn nv12_puts_both_chroma_components_in_one_plane() {
-        let inputs = [
-            Input { jpeg: true, bytes: &[], width: 500, height: 375 },
-            Input { jpeg: true, bytes: &[], width: 301, height: 9 },
-        ];
-        let (l, total) = layout(&inputs, Some(&[Some([1, 1]), Some([1, 1])]), true);
-        let y = 512 * 384u64;
-        assert_eq!(l[0], Decoded::YCbCr { planes: [0, y, y + 1], pitch: [512, 512], shift: [1, 1], interleaved: true });
-        // 500 × 375: chroma 250 × 188, rows of 500 bytes (pitch 512), 188 rows → 192.
-        let second = y + 512 * 192;
-        // 301 × 9: chroma 151 × 5, rows of 302 bytes (pitch 512); Y rows 301 → 512, 9 → 16.
-        let second_uv = second + 512 * 16;
-        assert_eq!(
-            l[1],
-            Decoded::YCbCr {
-                planes: [second, second_uv, second_uv + 1],
-                pitch: [512, 512],
-                shift: [1, 1],
-                interleaved: true
-            }
-        );
-        assert_eq!(total as u64, second_uv + 512 * 16);
     }
 }

@@ -4,15 +4,14 @@
 //! convolution do — mirrored when asked, scaled to `[0, 1]`, normalised per channel and stored
 //! as NCHW f32. The host twin of the arithmetic on RGB bytes is `nn::decode::crop_resize_on_host`.
 //!
-//! An image comes as interleaved RGB bytes or as a JPEG's Y, Cb and Cr planes (chroma at full or
-//! half resolution each way; Cb and Cr in one plane, alternating, for nvJPEG's NV12). From planes,
-//! Y takes the filter RGB would; chroma takes the same filter as if it had first been enlarged to
-//! the luma grid by bilinear interpolation (samples centred on the luma samples they cover, as JFIF
-//! sites them — the decoders' "fancy" upsampling), summed directly over the chroma samples with the
-//! combined weights; the filtered values are converted to RGB with JFIF's full-range BT.601 matrix
-//! and clamped to 0–255. The colour conversion nvJPEG would run on every pixel of the whole image
-//! runs here on the crop's output pixels only; what differs from converting first is rounding and
-//! the clamp's place.
+//! An image comes as interleaved RGB bytes or as a JPEG's Y, Cb and Cr planes (chroma at full
+//! or half resolution each way). From planes, Y takes the filter RGB would; chroma takes the
+//! same filter as if it had first been enlarged to the luma grid by bilinear interpolation
+//! (samples centred on the luma samples they cover, as JFIF sites them — the decoders' "fancy"
+//! upsampling), summed directly over the chroma samples with the combined weights; the filtered
+//! values are converted to RGB with JFIF's full-range BT.601 matrix and clamped to 0–255. The
+//! colour conversion nvJPEG would run on every pixel of the whole image runs here on the crop's
+//! output pixels only; what differs from converting first is rounding and the clamp's place.
 //!
 //! The kernel is CUDA C compiled by NVRTC once per process ([`crate::nn::cuda::kernels::nvrtc`]).
 
@@ -27,9 +26,8 @@ const IMAGES: usize = 48;
 const _: () = assert!(IMAGES * std::mem::size_of::<ImgArg>() + 8 + 4 + 4 + 24 <= 4096);
 
 const KERNEL: &str = r#"
-// format: 0 interleaved RGB in plane[0]; else 1 | chroma shift across << 1 | shift down << 2
-// | chroma interleaved << 3, with Y, Cb, Cr in plane[0..3] (Y rows pitch[0] apart, chroma rows
-// pitch[1]; interleaved, Cb and Cr alternate in one plane and plane[2] is plane[1] + 1).
+// format: 0 interleaved RGB in plane[0]; else 1 | chroma shift across << 1 | shift down << 2,
+// with Y, Cb, Cr in plane[0..3] (Y rows pitch[0] apart, chroma rows pitch[1]).
 struct Img { unsigned long long plane[3]; unsigned int pitch[2]; unsigned int w, h, flip, format; float x0, y0, bw, bh; unsigned int index, pad; };
 struct Imgs { Img i[48]; };
 struct Norm { float mean[3]; float inv_std[3]; };
@@ -106,7 +104,7 @@ __device__ float chroma_weight(int i, int a, int b, float c, float inv_f, int sh
 // Cb and Cr (0–255) as the luma filter at (cx, cy) sees them after that enlargement: the
 // decoders' "fancy" upsampling and the filter in one pass over the chroma samples.
 __device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, float* cbcr) {
-    const int hx = (im.format >> 1) & 1, vy = (im.format >> 2) & 1, step = 1 + ((im.format >> 3) & 1);
+    const int hx = (im.format >> 1) & 1, vy = (im.format >> 2) & 1;
     const int cw = (im.w + hx) >> hx, ch = (im.h + vy) >> vy;
     int xa, xb, ya, yb;
     taps(cx, fx, im.w, &xa, &xb);
@@ -141,14 +139,14 @@ __device__ void chroma(const Img& im, float cx, float cy, float fx, float fy, fl
 #pragma unroll
             for (int k = 0; k < TAPS; ++k) {
                 if (k >= n) break;
-                const int at = min(max(ia + k, 0), cw - 1) * step;
+                const int at = min(max(ia + k, 0), cw - 1);
                 rb += wx[k] * cb[row + at];
                 rr += wx[k] * cr[row + at];
             }
         } else {
             for (int i = ia; i <= ib; ++i) {
                 const float w = chroma_weight(i, xa, xb, cx, ix, hx);
-                const int at = min(max(i, 0), cw - 1) * step;
+                const int at = min(max(i, 0), cw - 1);
                 rb += w * cb[row + at];
                 rr += w * cr[row + at];
             }
@@ -236,8 +234,8 @@ impl ImgArg {
     fn new(c: &Crop, index: usize) -> Self {
         let (plane, pitch, format) = match c.pixels {
             Decoded::Rgb { at, pitch } => ([at, 0, 0], [pitch, 0], 0),
-            Decoded::YCbCr { planes, pitch, shift, interleaved } => {
-                (planes, pitch, 1 | u32::from(shift[0]) << 1 | u32::from(shift[1]) << 2 | u32::from(interleaved) << 3)
+            Decoded::YCbCr { planes, pitch, shift } => {
+                (planes, pitch, 1 | u32::from(shift[0]) << 1 | u32::from(shift[1]) << 2)
             }
         };
         let [w, h] = c.size;
