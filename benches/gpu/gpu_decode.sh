@@ -30,7 +30,7 @@
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
 # `device_submit` (where the loader's threads spend each GPU-decoded batch) per decoder output
-# and number of submitting threads.
+# and number of submitting threads, and training with 1 or 4 submitting threads.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -101,9 +101,8 @@ fi
 if [ "${PART:-1}" = 9 ]; then
   # Where bench-data's GPU decode spends each batch (`device_submit`), with the batch's JPEGs
   # submitted from 1, 2 or 4 threads at once (BURN_DDP_DECODE_THREADS), decoded to planes (the
-  # default) and to nvJPEG's RGB, alternated twice; the decode checks first (a batch of 70
-  # photos goes through two parts).
-  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
+  # default) and to nvJPEG's RGB, alternated twice; then ResNet-50 training on the photos with
+  # 1 and 4 submitting threads alternated twice, the CPU decode once, `bench` before.
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
   for i in 1 2; do
     for o in planes rgb; do
@@ -112,10 +111,25 @@ if [ "${PART:-1}" = 9 ]; then
       done
     done
   done
+  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
+  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
+  step r50_synthetic 200 "$B"/burn-vision $S
+  for i in 1 2; do
+    for t in 1 4; do
+      step "train_threads${t}_$i" 300 $CORES env BURN_DDP_DECODE_THREADS=$t "$B"/burn-vision $T --decode gpu --out $OUT/run-$t-$i
+    done
+  done
+  step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
   save_cache
-  grep -hE "RESULT check.*(lowest|passed|FAIL)|^=== .*rc=" "$LOG" | cut -c1-200 > "$OUT/summary.txt"
-  grep -hoE "^=== data_[a-z0-9_]+:|\"img_per_s\":[0-9]+|\"device_submit\":\{[^}]*\}" "$LOG" | paste -sd' ' | sed 's/ === /\n=== /g' >> "$OUT/summary.txt"
+  # Only a few files come back from the GPU machine: the summary goes to stdout as well.
+  grep -hE "CORES|^=== .*rc=" "$LOG" | cut -c1-200 > "$OUT/summary.txt"
+  grep -hoE "^=== [a-z0-9_]+:|\"img_per_s\":[0-9]+|\"device_submit\":\{[^}]*\}" "$LOG" | paste -sd' ' | sed 's/ === /\n=== /g' >> "$OUT/summary.txt"
   echo >> "$OUT/summary.txt"
+  for f in $OUT/run-*/metrics.jsonl; do
+    echo "$f" >> "$OUT/summary.txt"
+    python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'val_acc', d['val_acc']) for d in map(json.loads, open(sys.argv[1]))]" "$f" >> "$OUT/summary.txt"
+  done
+  rm -rf $OUT/run-*
   cat "$OUT/summary.txt"
   exit 0
 fi
