@@ -31,6 +31,20 @@ use std::time::Instant;
 type RawHandle = *mut c_void;
 type RawState = *mut c_void;
 
+/// An nvJPEG state, and the batch size and output its batched decoder was last initialised for
+/// (`nvjpegDecodeBatchedInitialize`, called again only when either changes or a batch failed).
+struct State {
+    raw: RawState,
+    ready_for: Option<(c_int, c_int)>,
+}
+
+/// Whether every batch initialises its state's batched decoder again
+/// (`BURN_DDP_DECODE_REINIT=1`, a diagnosis: the order before 2026-12-06's evening).
+fn reinit_every_batch() -> bool {
+    static EVERY: OnceLock<bool> = OnceLock::new();
+    *EVERY.get_or_init(|| std::env::var("BURN_DDP_DECODE_REINIT").is_ok_and(|v| v == "1"))
+}
+
 /// nvJPEG's `nvjpegImage_t`: up to four planes, each an address and a row pitch in bytes.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -164,7 +178,7 @@ fn parts_for(jpegs: usize) -> usize {
 /// its images are decoded into, and the events that order it between the decoder's stream and
 /// the reader's.
 struct Slot {
-    states: [RawState; MAX_PARTS],
+    states: [State; MAX_PARTS],
     /// Recorded on the decoder's stream after the slot's last decode.
     decoded: driver::CUevent,
     /// Recorded on the reader's stream after the last reader of the slot's images.
@@ -349,11 +363,11 @@ impl Decoder {
             check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
             Backend::Default
         };
-        let state = || -> Result<RawState> {
-            let mut state = std::ptr::null_mut();
+        let state = || -> Result<State> {
+            let mut raw = std::ptr::null_mut();
             // SAFETY: a live handle; an out-pointer to a local.
-            check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut state) })?;
-            Ok(state)
+            check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut raw) })?;
+            Ok(State { raw, ready_for: None })
         };
         let slot = || -> Result<Slot> {
             let states = [state()?, state()?, state()?, state()?];
@@ -439,7 +453,7 @@ impl Decoder {
         let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
         // SAFETY: the planes are the slot's memory, ordered on the decoder's stream; the states
         // and part streams are this caller's (the decoder is locked).
-        let failed = unsafe { decode_in_parts((self.handle, &slot.states), streams, &jpegs, &planes, output) }?;
+        let failed = unsafe { decode_in_parts((self.handle, &mut slot.states), streams, &jpegs, &planes, output) }?;
         // SAFETY: a live event and stream of the bound context.
         unsafe { driver::cuEventRecord(slot.decoded, cu) }
             .result()
@@ -545,7 +559,7 @@ impl Drop for Submitted {
 /// A batch's part as the thread that submits it needs it.
 struct Part<'a, 'b> {
     handle: RawHandle,
-    state: RawState,
+    state: &'a mut State,
     stream: driver::CUstream,
     /// Waited for on `stream` before the part: the decoder's stream's work so far.
     start: driver::CUevent,
@@ -584,7 +598,7 @@ impl Part<'_, '_> {
 /// # Safety
 /// As [`decode_jpegs`]; the states and part streams are this caller's alone.
 unsafe fn decode_in_parts(
-    (handle, states): (RawHandle, &[RawState; MAX_PARTS]),
+    (handle, states): (RawHandle, &mut [State; MAX_PARTS]),
     (stream, parts): (&CudaStream, &PartStreams),
     jpegs: &[(usize, &Input<'_>)],
     planes: &[Decoded],
@@ -597,19 +611,20 @@ unsafe fn decode_in_parts(
         return if jpegs.is_empty() {
             Ok(0)
         } else {
-            unsafe { decode_jpegs((handle, states[0]), cu, jpegs, planes, output) }
+            unsafe { decode_jpegs((handle, &mut states[0]), cu, jpegs, planes, output) }
         };
     }
     let on_cu = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
     // SAFETY: a live event and stream of the bound context.
     on_cu("recording an event", unsafe { driver::cuEventRecord(parts.start, cu) })?;
     let mut chunks = jpegs.chunks(jpegs.len().div_ceil(n));
+    let (first_state, rest_states) = states.split_first_mut().expect("MAX_PARTS states");
     let first = chunks.next().unwrap_or_default();
     let others: Vec<Part<'_, '_>> = chunks
         .zip(&parts.streams)
         .zip(&parts.done)
-        .zip(&states[1..])
-        .map(|(((jpegs, s), &done), &state)| Part {
+        .zip(rest_states)
+        .map(|(((jpegs, s), &done), state)| Part {
             handle,
             state,
             stream: s.cu_stream(),
@@ -631,7 +646,7 @@ unsafe fn decode_in_parts(
             })
             .collect();
         // SAFETY: the caller's contract.
-        let first = unsafe { decode_jpegs((handle, states[0]), cu, first, planes, output) };
+        let first = unsafe { decode_jpegs((handle, first_state), cu, first, planes, output) };
         let rest: Vec<Result<usize>> = threads
             .into_iter()
             .map(|t| {
@@ -657,25 +672,35 @@ unsafe fn decode_in_parts(
 /// A live handle and state; planes of the bound context's memory, written on `cu`, laid out
 /// for `output`.
 unsafe fn decode_jpegs(
-    (handle, state): (RawHandle, RawState),
+    (handle, state): (RawHandle, &mut State),
     cu: driver::CUstream,
     jpegs: &[(usize, &Input<'_>)],
     planes: &[Decoded],
     output: c_int,
 ) -> Result<usize> {
     let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
-    let run = |items: &[(usize, &Input<'_>)]| -> c_int {
+    let mut run = |items: &[(usize, &Input<'_>)]| -> c_int {
         let data: Vec<*const u8> = items.iter().map(|(_, i)| i.bytes.as_ptr()).collect();
         let lengths: Vec<usize> = items.iter().map(|(_, i)| i.bytes.len()).collect();
         let mut out: Vec<Image> = items.iter().map(|&(k, _)| image(planes[k])).collect();
+        let wanted = (items.len() as c_int, output);
         // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for each
         // image in `output`'s form; a stream of the bound context.
         unsafe {
-            let status = (api.batched_initialize)(handle, state, items.len() as c_int, 1, output);
-            if status != 0 {
-                return status;
+            if state.ready_for != Some(wanted) || reinit_every_batch() {
+                state.ready_for = None;
+                let status = (api.batched_initialize)(handle, state.raw, wanted.0, 1, output);
+                if status != 0 {
+                    return status;
+                }
+                state.ready_for = Some(wanted);
             }
-            (api.decode_batched)(handle, state, data.as_ptr(), lengths.as_ptr(), out.as_mut_ptr(), cu)
+            let status = (api.decode_batched)(handle, state.raw, data.as_ptr(), lengths.as_ptr(), out.as_mut_ptr(), cu);
+            if status != 0 {
+                // A failed batch leaves the batched decoder to be initialised again.
+                state.ready_for = None;
+            }
+            status
         }
     };
     let mut failed = 0;
