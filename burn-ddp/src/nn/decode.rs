@@ -501,9 +501,9 @@ mod tests {
 
     /// The crop kernel's source run on the CPU (`benches/emulate_crop_resize.py`) on a JPEG's
     /// planes — 4:4:4, 4:2:2, 4:4:0 and 4:2:0, odd sizes, shrinking a little and a lot,
-    /// enlarging, fractional regions and flips — against the reference that enlarges chroma and converts first, then
-    /// filters (f64): the kernel's one pass over the chroma samples with combined weights is
-    /// the same filter.
+    /// enlarging, fractional regions and flips — against the reference that enlarges chroma and
+    /// converts first, then filters (f64): the kernel's one pass over the chroma samples with
+    /// combined weights is the same filter.
     #[test]
     fn planes_give_what_upsampling_first_gives() {
         if !tool_runs("python3") || !tool_runs("g++") {

@@ -10,10 +10,8 @@
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
 //! (CUDA kernels, Huffman decoding on the calling host thread) elsewhere; [`Backend`] says which.
 //! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
-//! slots (nvJPEG states and the memory decoded into) alternate, so a batch can be submitted
-//! (by the data loader's thread) while the training stream still reads the previous one. A
-//! batch is split into up to four parts submitted at once from threads of their own, each with
-//! its own state and stream: nvJPEG's batched call keeps its calling thread busy for every image.
+//! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
+//! (by the data loader's thread) while the training stream still reads the previous one.
 //!
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
 //! one to end: nvJPEG does not promise to have read them when its call returns.
@@ -32,17 +30,18 @@ type RawHandle = *mut c_void;
 type RawState = *mut c_void;
 
 /// An nvJPEG state, and the batch size and output its batched decoder was last initialised for
-/// (`nvjpegDecodeBatchedInitialize`, called again only when either changes or a batch failed).
+/// (`nvjpegDecodeBatchedInitialize`).
 struct State {
     raw: RawState,
     ready_for: Option<(c_int, c_int)>,
 }
 
-/// Whether every batch initialises its state's batched decoder again
-/// (`BURN_DDP_DECODE_REINIT=1`, a diagnosis: the order before 2026-12-06's evening).
-fn reinit_every_batch() -> bool {
-    static EVERY: OnceLock<bool> = OnceLock::new();
-    *EVERY.get_or_init(|| std::env::var("BURN_DDP_DECODE_REINIT").is_ok_and(|v| v == "1"))
+/// Whether a state's batched decoder is initialised only when the batch size or output changes
+/// or a batch failed, as nvjpeg.h advises (`BURN_DDP_DECODE_INIT=once`, a trial not yet run on
+/// a GPU), rather than before every batch (the default).
+fn init_once() -> bool {
+    static ONCE: OnceLock<bool> = OnceLock::new();
+    *ONCE.get_or_init(|| std::env::var("BURN_DDP_DECODE_INIT").is_ok_and(|v| v == "once"))
 }
 
 /// nvJPEG's `nvjpegImage_t`: up to four planes, each an address and a row pitch in bytes.
@@ -151,34 +150,10 @@ const SLOTS: usize = 2;
 /// and never handed to the device, by a consumer that stopped without dropping it).
 const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Most parts a batch's JPEGs are split into, each submitted at once from a thread of its own
-/// with its own nvJPEG state and stream. nvJPEG's batched call keeps its calling thread busy
-/// 30–45 µs an image (7–11 ms for 256 ImageNet-size photos on an H100's host, the hardware
-/// backend included), which alone would hold one decoder near 23,000 img/s.
-const MAX_PARTS: usize = 4;
-
-/// Fewest JPEGs a part is given: a smaller part saves less than its thread costs.
-const MIN_PART_JPEGS: usize = 32;
-
-/// How many parts a batch of `jpegs` JPEGs is split into: [`MAX_PARTS`], or
-/// `BURN_DDP_DECODE_THREADS` (a diagnosis, 1 to 4), fewer where the parts would be smaller than
-/// [`MIN_PART_JPEGS`]; at least one.
-fn parts_for(jpegs: usize) -> usize {
-    static ASKED: OnceLock<usize> = OnceLock::new();
-    let asked = *ASKED.get_or_init(|| {
-        std::env::var("BURN_DDP_DECODE_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(MAX_PARTS, |n| n.clamp(1, MAX_PARTS))
-    });
-    asked.min(jpegs / MIN_PART_JPEGS).max(1)
-}
-
-/// One of the decode slots that alternate: nvJPEG states (one per part of a batch), the memory
-/// its images are decoded into, and the events that order it between the decoder's stream and
-/// the reader's.
+/// One of the decode slots that alternate: an nvJPEG state, the memory its images are decoded
+/// into, and the events that order it between the decoder's stream and the reader's.
 struct Slot {
-    states: [State; MAX_PARTS],
+    state: State,
     /// Recorded on the decoder's stream after the slot's last decode.
     decoded: driver::CUevent,
     /// Recorded on the reader's stream after the last reader of the slot's images.
@@ -190,23 +165,14 @@ struct Slot {
     held: Option<Box<dyn std::any::Any + Send>>,
 }
 
-/// nvJPEG's handle, the slots' states and memory, the decoder's own stream (a batch's first
-/// part decodes there) and the other parts' streams: used by one submitting thread at a time.
+/// nvJPEG's handle, the slots' states and memory, and the decoder's own stream: used by one
+/// submitting thread at a time.
 struct Decoder {
     handle: RawHandle,
     backend: Backend,
     slots: [Slot; SLOTS],
     next: usize,
     stream: Arc<CudaStream>,
-    parts: PartStreams,
-}
-
-/// The streams of a batch's parts after the first, each with the event its part records when
-/// enqueued, and the event they all wait for (recorded on the decoder's stream before them).
-struct PartStreams {
-    streams: Vec<Arc<CudaStream>>,
-    done: Vec<driver::CUevent>,
-    start: driver::CUevent,
 }
 
 // SAFETY: nvJPEG handles and states are plain heap objects, and events plain handles; a
@@ -370,19 +336,16 @@ impl Decoder {
             Ok(State { raw, ready_for: None })
         };
         let slot = || -> Result<Slot> {
-            let states = [state()?, state()?, state()?, state()?];
-            Ok(Slot { states, decoded: event()?, consumed: event()?, used: false, scratch: (0, 0), held: None })
+            Ok(Slot {
+                state: state()?,
+                decoded: event()?,
+                consumed: event()?,
+                used: false,
+                scratch: (0, 0),
+                held: None,
+            })
         };
-        let others = 1..MAX_PARTS;
-        let parts = PartStreams {
-            streams: others
-                .clone()
-                .map(|_| stream.context().new_stream().map_err(|e| driver_fail("creating a decode stream", e)))
-                .collect::<Result<_>>()?,
-            done: others.map(|_| event()).collect::<Result<_>>()?,
-            start: event()?,
-        };
-        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream, parts })
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -449,11 +412,12 @@ impl Decoder {
                 .map_err(|e| driver_fail("copying decoded pixels", e))?;
         }
         let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
-        let streams = (&*self.stream, &self.parts);
         let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
-        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream; the states
-        // and part streams are this caller's (the decoder is locked).
-        let failed = unsafe { decode_in_parts((self.handle, &mut slot.states), streams, &jpegs, &planes, output) }?;
+        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
+        let failed = match jpegs.is_empty() {
+            true => 0,
+            false => unsafe { decode_jpegs((self.handle, &mut slot.state), cu, &jpegs, &planes, output) }?,
+        };
         // SAFETY: a live event and stream of the bound context.
         unsafe { driver::cuEventRecord(slot.decoded, cu) }
             .result()
@@ -556,114 +520,6 @@ impl Drop for Submitted {
     }
 }
 
-/// A batch's part as the thread that submits it needs it.
-struct Part<'a, 'b> {
-    handle: RawHandle,
-    state: &'a mut State,
-    stream: driver::CUstream,
-    /// Waited for on `stream` before the part: the decoder's stream's work so far.
-    start: driver::CUevent,
-    /// Recorded on `stream` when the part is enqueued.
-    done: driver::CUevent,
-    jpegs: &'a [(usize, &'b Input<'b>)],
-}
-
-// SAFETY: plain nvJPEG and driver handles, the state and stream this part's alone while it is
-// submitted; the inputs are shared reads.
-unsafe impl Send for Part<'_, '_> {}
-
-impl Part<'_, '_> {
-    /// Decodes the part's JPEGs on its stream after `start`, then records `done` there.
-    ///
-    /// # Safety
-    /// As [`decode_jpegs`]: the context bound on this thread, the state and stream this part's
-    /// alone; its images' planes are no other part's.
-    unsafe fn submit(self, planes: &[Decoded], output: c_int) -> Result<usize> {
-        let on_stream = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
-        // SAFETY: the caller's contract; live events of the bound context.
-        unsafe {
-            on_stream("ordering a decode", driver::cuStreamWaitEvent(self.stream, self.start, 0))?;
-            let failed = decode_jpegs((self.handle, self.state), self.stream, self.jpegs, planes, output);
-            on_stream("recording an event", driver::cuEventRecord(self.done, self.stream))?;
-            failed
-        }
-    }
-}
-
-/// Decodes the JPEGs of a batch in up to [`MAX_PARTS`] parts at once ([`parts_for`]): the
-/// first on this thread and the decoder's stream, each other on a thread of its own and its
-/// part's stream, which starts after everything the decoder's stream held and which the
-/// decoder's stream waits for after. Returns how many JPEGs nvJPEG refused.
-///
-/// # Safety
-/// As [`decode_jpegs`]; the states and part streams are this caller's alone.
-unsafe fn decode_in_parts(
-    (handle, states): (RawHandle, &mut [State; MAX_PARTS]),
-    (stream, parts): (&CudaStream, &PartStreams),
-    jpegs: &[(usize, &Input<'_>)],
-    planes: &[Decoded],
-    output: c_int,
-) -> Result<usize> {
-    let cu = stream.cu_stream();
-    let n = parts_for(jpegs.len());
-    if n == 1 {
-        // SAFETY: the caller's contract.
-        return if jpegs.is_empty() {
-            Ok(0)
-        } else {
-            unsafe { decode_jpegs((handle, &mut states[0]), cu, jpegs, planes, output) }
-        };
-    }
-    let on_cu = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
-    // SAFETY: a live event and stream of the bound context.
-    on_cu("recording an event", unsafe { driver::cuEventRecord(parts.start, cu) })?;
-    let mut chunks = jpegs.chunks(jpegs.len().div_ceil(n));
-    let (first_state, rest_states) = states.split_first_mut().expect("MAX_PARTS states");
-    let first = chunks.next().unwrap_or_default();
-    let others: Vec<Part<'_, '_>> = chunks
-        .zip(&parts.streams)
-        .zip(&parts.done)
-        .zip(rest_states)
-        .map(|(((jpegs, s), &done), state)| Part {
-            handle,
-            state,
-            stream: s.cu_stream(),
-            start: parts.start,
-            done,
-            jpegs,
-        })
-        .collect();
-    let ctx = stream.context();
-    let (first, rest) = std::thread::scope(|scope| {
-        let threads: Vec<_> = others
-            .into_iter()
-            .map(|part| {
-                scope.spawn(move || -> Result<usize> {
-                    ctx.bind_to_thread().map_err(|e| driver_fail("binding the CUDA context", e))?;
-                    // SAFETY: the caller's contract, on this thread with the context bound.
-                    unsafe { part.submit(planes, output) }
-                })
-            })
-            .collect();
-        // SAFETY: the caller's contract.
-        let first = unsafe { decode_jpegs((handle, first_state), cu, first, planes, output) };
-        let rest: Vec<Result<usize>> = threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err(Error::Kernel { op: "nvJPEG", reason: "a decode thread panicked".into() }))
-            })
-            .collect();
-        (first, rest)
-    });
-    for &done in &parts.done[..rest.len()] {
-        // SAFETY: live events and stream of the bound context. An event a failed part did not
-        // record holds an earlier batch's part, or nothing: waiting for it only delays.
-        on_cu("ordering after a decode", unsafe { driver::cuStreamWaitEvent(cu, done, 0) })?;
-    }
-    rest.into_iter().try_fold(first?, |sum, part| Ok(sum + part?))
-}
-
 /// Decodes the JPEGs of a batch into their planes in one batched call, as `output`
 /// (`OUTPUT_YUV` or `OUTPUT_RGBI`); when nvJPEG refuses the batch, image by image, blanking the
 /// planes of the ones it refuses (black). Returns how many it refused.
@@ -687,7 +543,7 @@ unsafe fn decode_jpegs(
         // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for each
         // image in `output`'s form; a stream of the bound context.
         unsafe {
-            if state.ready_for != Some(wanted) || reinit_every_batch() {
+            if state.ready_for != Some(wanted) || !init_once() {
                 state.ready_for = None;
                 let status = (api.batched_initialize)(handle, state.raw, wanted.0, 1, output);
                 if status != 0 {
@@ -753,9 +609,9 @@ unsafe fn blank(plane: Decoded, height: u32, cu: driver::CUstream) -> Result<()>
 }
 
 /// For a batch whose every JPEG is a colour JPEG the crop kernel reads as planes (Y, Cb and Cr,
-/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is
-/// another kind (the batch is then decoded to RGB) or there is none. Reads only the headers'
-/// markers, on this thread.
+/// chroma halved or not each way: `nn::jpeg::device_decodable`, of the size the caller gave), each
+/// image's chroma shifts (`None` for decoded pixels); `None` when any JPEG is another kind (the
+/// batch is then decoded to RGB) or there is none. Reads only the headers' markers, on this thread.
 fn planar_shifts(inputs: &[Input<'_>]) -> Option<Vec<Option<[u8; 2]>>> {
     let mut any = false;
     let shifts = inputs
@@ -835,17 +691,6 @@ mod tests {
         releaser.join().unwrap();
         let e = gate.acquire(1, short).unwrap_err().to_string();
         assert!(e.contains("never made into a tensor"), "{e}");
-    }
-
-    /// A batch is split into as many parts as it has room for at [`MIN_PART_JPEGS`] each, up
-    /// to [`MAX_PARTS`] (unless `BURN_DDP_DECODE_THREADS` asks for fewer).
-    #[test]
-    fn a_batch_splits_into_parts_of_at_least_the_smallest_size() {
-        let most = std::env::var("BURN_DDP_DECODE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_PARTS);
-        assert_eq!(MIN_PART_JPEGS, 32);
-        for (jpegs, parts) in [(0, 1), (1, 1), (63, 1), (64, 2), (100, 3), (128, 4), (256, 4), (1000, 4)] {
-            assert_eq!(parts_for(jpegs), parts.min(most).max(1), "{jpegs} JPEGs");
-        }
     }
 
     #[test]
