@@ -165,6 +165,10 @@ if [ "${PART:-1}" = 6 ]; then
     echo "$f" >> "$OUT/summary.txt"
     python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'val_acc', d['val_acc']) for d in map(json.loads, open(sys.argv[1]))]" "$f" >> "$OUT/summary.txt"
   done
+  # Few files come back from the GPU machine: every run's metrics.jsonl in one archive, the
+  # checkpoints and TensorBoard logs left behind.
+  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl fm-gpu/metrics.jsonl 2>/dev/null)
+  rm -rf $OUT/run-* $OUT/fm-gpu
   cat "$OUT/summary.txt"
   exit 0
 fi
