@@ -219,8 +219,8 @@ pub struct DeviceDecodeTimes {
     /// Seconds waiting for the slot's previous decode and its reads to end (the GPU's JPEG
     /// engines and the crop kernel set the pace).
     pub reuse_wait_s: f64,
-    /// Seconds in nvJPEG's calls and the copies of images decoded on the host (the submitting
-    /// thread's own work).
+    /// Seconds in nvJPEG's calls, reading the JPEG headers' markers for the planes' layout and
+    /// copying images decoded on the host (the submitting thread's own work).
     pub submit_s: f64,
 }
 

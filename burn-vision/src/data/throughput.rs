@@ -110,7 +110,8 @@ pub struct DeviceSubmit {
     /// Waiting for the slot's previous decode and its reads to end: the GPU's JPEG engines and
     /// the crop kernel.
     pub reuse_wait_ms: f64,
-    /// In nvJPEG's calls (and copies of images decoded on the host): the host's own work.
+    /// In nvJPEG's calls (and reading the headers for the planes' layout, copying images
+    /// decoded on the host): the host's own work.
     pub submit_ms: f64,
 }
 

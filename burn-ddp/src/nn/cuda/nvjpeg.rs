@@ -269,8 +269,8 @@ pub(crate) struct Input<'a> {
 /// Where the submitting threads spent their time, summed over this process: batches
 /// submitted, then nanoseconds waiting for a free slot (its batch not yet taken by a step),
 /// waiting for the slot's previous decode and reads to end (the JPEG engines, the crop kernel),
-/// and in nvJPEG's calls, the copies of decoded pixels and the slot's memory when it grows
-/// (the host's own work).
+/// and submitting: nvJPEG's calls, the headers' markers read for the planes' layout, the
+/// copies of decoded pixels and the slot's memory when it grows (the host's own work).
 static SUBMIT_TIMES: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 const BATCHES: usize = 0;
 const SLOT_WAITED: usize = 1;
