@@ -30,7 +30,7 @@
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
 # `device_submit` (where the loader's thread spends each GPU-decoded batch) per decoder output,
-# with nvJPEG's batched decoder initialised before every batch or once, and training either way.
+# and ResNet-50 training on the photos.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -100,25 +100,21 @@ if [ "${PART:-1}" = 7 ]; then
 fi
 if [ "${PART:-1}" = 9 ]; then
   # Where bench-data's GPU decode spends each batch (`device_submit`), decoded to planes (the
-  # default) and to nvJPEG's RGB, with nvJPEG's batched decoder initialised before every batch
-  # (the default) and once (BURN_DDP_DECODE_INIT=once), alternated twice; the decode checks
-  # first with the trial; then ResNet-50 training on the photos either way alternated twice,
-  # the CPU decode once, `bench` before.
-  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_INIT=once SHOW_LINES=3 step checks_init_once 200 \
+  # default) and to nvJPEG's RGB, alternated twice, after the decode checks; then ResNet-50
+  # training on the photos twice with the GPU decode and once with the CPU decode, `bench` before.
+  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=3 step checks 200 \
     "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
   for i in 1 2; do
     for o in planes rgb; do
       SHOW_LINES=1 step "data_${o}_$i" 60 env BURN_DDP_DECODE_OUTPUT=$o "$B"/burn-vision $DATA
-      SHOW_LINES=1 step "data_${o}_init_once_$i" 60 env BURN_DDP_DECODE_OUTPUT=$o BURN_DDP_DECODE_INIT=once "$B"/burn-vision $DATA
     done
   done
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
   step r50_synthetic 200 "$B"/burn-vision $S
   for i in 1 2; do
-    step "train_$i" 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-default-$i
-    step "train_init_once_$i" 300 $CORES env BURN_DDP_DECODE_INIT=once "$B"/burn-vision $T --decode gpu --out $OUT/run-init-once-$i
+    step "train_$i" 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-$i
   done
   step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
   save_cache

@@ -30,18 +30,12 @@ type RawHandle = *mut c_void;
 type RawState = *mut c_void;
 
 /// An nvJPEG state, and the batch size and output its batched decoder was last initialised for
-/// (`nvjpegDecodeBatchedInitialize`).
+/// (`nvjpegDecodeBatchedInitialize`): initialised again only when either changes or a batch
+/// failed, as nvjpeg.h advises, not before every batch (on an H100 that trained ResNet-50 on
+/// GPU-decoded JPEGs 1–2 % faster, 2026-12-06).
 struct State {
     raw: RawState,
     ready_for: Option<(c_int, c_int)>,
-}
-
-/// Whether a state's batched decoder is initialised only when the batch size or output changes
-/// or a batch failed, as nvjpeg.h advises (`BURN_DDP_DECODE_INIT=once`, a trial not yet run on
-/// a GPU), rather than before every batch (the default).
-fn init_once() -> bool {
-    static ONCE: OnceLock<bool> = OnceLock::new();
-    *ONCE.get_or_init(|| std::env::var("BURN_DDP_DECODE_INIT").is_ok_and(|v| v == "once"))
 }
 
 /// nvJPEG's `nvjpegImage_t`: up to four planes, each an address and a row pitch in bytes.
@@ -543,7 +537,7 @@ unsafe fn decode_jpegs(
         // SAFETY: live handle and state; arrays of `items.len()` entries; planes sized for each
         // image in `output`'s form; a stream of the bound context.
         unsafe {
-            if state.ready_for != Some(wanted) || !init_once() {
+            if state.ready_for != Some(wanted) {
                 state.ready_for = None;
                 let status = (api.batched_initialize)(handle, state.raw, wanted.0, 1, output);
                 if status != 0 {
