@@ -29,8 +29,9 @@
 # --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
-# `device_submit` (where the loader's thread spends each GPU-decoded batch) per decoder output,
-# and ResNet-50 training on the photos.
+# `device_submit` (where the loader's thread spends each GPU-decoded batch, and nvJPEG's own
+# allocations and frees) with nvJPEG's default allocators and with stream-ordered ones
+# (BURN_DDP_DECODE_ALLOC=stream), and ResNet-50 training on the photos either way.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -99,24 +100,27 @@ if [ "${PART:-1}" = 7 ]; then
   exit 0
 fi
 if [ "${PART:-1}" = 9 ]; then
-  # Where bench-data's GPU decode spends each batch (`device_submit`), decoded to planes (the
-  # default) and to nvJPEG's RGB, alternated twice, after the decode checks; then ResNet-50
-  # training on the photos twice with the GPU decode and once with the CPU decode, `bench` before.
-  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=3 step checks 200 \
+  # Where bench-data's GPU decode spends each batch (`device_submit`) and how often nvJPEG
+  # allocates and frees (`nvjpeg_memory`), with its default allocators (each free waits for the
+  # whole device) and stream-ordered ones (BURN_DDP_DECODE_ALLOC=stream), alternated twice,
+  # after the decode checks with the stream-ordered ones; then ResNet-50 training on the photos
+  # either way alternated twice, and with the CPU decode once, `bench` before.
+  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_ALLOC=stream SHOW_LINES=3 step checks_stream_alloc 200 \
     "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
   for i in 1 2; do
-    for o in planes rgb; do
-      SHOW_LINES=1 step "data_${o}_$i" 60 env BURN_DDP_DECODE_OUTPUT=$o "$B"/burn-vision $DATA
-    done
+    SHOW_LINES=1 step "data_$i" 60 "$B"/burn-vision $DATA
+    SHOW_LINES=1 step "data_stream_alloc_$i" 60 env BURN_DDP_DECODE_ALLOC=stream "$B"/burn-vision $DATA
   done
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
   step r50_synthetic 200 "$B"/burn-vision $S
   for i in 1 2; do
-    step "train_$i" 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-$i
+    step "train_$i" 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-default-$i
+    step "train_stream_alloc_$i" 300 $CORES env BURN_DDP_DECODE_ALLOC=stream "$B"/burn-vision $T --decode gpu --out $OUT/run-stream-alloc-$i
   done
   step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
+  step r50_synthetic_after 200 "$B"/burn-vision $S
   save_cache
   # Only a few files come back from the GPU machine: the summary goes to stdout as well.
   grep -hE "RESULT check.*(lowest|FAIL)|CORES|^=== .*rc=" "$LOG" | cut -c1-200 > "$OUT/summary.txt"

@@ -1,0 +1,223 @@
+//! The memory nvJPEG allocates for itself (its bitstream and intermediate buffers, grown when a
+//! batch needs more), through allocators of ours so that it is counted: [`counts`] says how
+//! often nvJPEG allocated and freed while decoding.
+//!
+//! Two kinds, chosen when a decoder is created:
+//! - [`Allocators::Cuda`] (the default): what nvJPEG does without allocators of its user's —
+//!   `cuMemAlloc`/`cuMemFree` and `cuMemHostAlloc`/`cuMemFreeHost`. Freeing either waits for
+//!   the whole device, the training's work included.
+//! - [`Allocators::StreamOrdered`] (`BURN_DDP_DECODE_ALLOC=stream`, a trial; needs
+//!   `nvjpegCreateExV2`): device memory from the device's stream-ordered pool
+//!   (`cuMemAllocAsync`/`cuMemFreeAsync` on the stream nvJPEG names), and pinned host memory
+//!   kept once freed and handed out again once the stream nvJPEG named at its free has passed
+//!   that point (an event): no free waits for the device.
+//!
+//! The callbacks are `extern "C"` functions nvJPEG calls on the thread that decodes, with the
+//! device's context bound; they never unwind.
+
+use cudarc::driver::sys as driver;
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Which allocators a decoder gives nvJPEG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Allocators {
+    Cuda,
+    StreamOrdered,
+}
+
+impl Allocators {
+    /// `BURN_DDP_DECODE_ALLOC=stream` asks for the stream-ordered trial; anything else (or
+    /// nothing) for the default.
+    pub(super) fn from_env() -> Self {
+        match std::env::var("BURN_DDP_DECODE_ALLOC").as_deref() {
+            Ok("stream") => Allocators::StreamOrdered,
+            _ => Allocators::Cuda,
+        }
+    }
+}
+
+/// `CU_MEMHOSTALLOC_PORTABLE`: pinned for every context, not only the allocating one.
+const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
+
+/// nvJPEG's calls to its allocators, summed over this process: device allocations, device
+/// frees, pinned allocations, pinned frees (a pinned block handed out again counts as an
+/// allocation too).
+static COUNTS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+const DEVICE_ALLOCS: usize = 0;
+const DEVICE_FREES: usize = 1;
+const PINNED_ALLOCS: usize = 2;
+const PINNED_FREES: usize = 3;
+
+/// [`COUNTS`] as they stand: `[device allocations, device frees, pinned allocations, pinned frees]`.
+pub(crate) fn counts() -> [u64; 4] {
+    COUNTS.each_ref().map(|c| c.load(Ordering::Relaxed))
+}
+
+fn count(which: usize) {
+    COUNTS[which].fetch_add(1, Ordering::Relaxed);
+}
+
+fn status(r: driver::CUresult) -> c_int {
+    match r {
+        driver::CUresult::CUDA_SUCCESS => 0,
+        e => e as c_int,
+    }
+}
+
+/// `nvjpegDevAllocator_t`.
+#[repr(C)]
+pub(super) struct DevAllocator {
+    malloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void) -> c_int,
+}
+
+/// `nvjpegPinnedAllocator_t`.
+#[repr(C)]
+pub(super) struct PinnedAllocator {
+    malloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void) -> c_int,
+}
+
+/// `nvjpegDevAllocatorV2_t`.
+#[repr(C)]
+pub(super) struct DevAllocatorV2 {
+    malloc: unsafe extern "C" fn(*mut c_void, *mut *mut c_void, usize, driver::CUstream) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, driver::CUstream) -> c_int,
+    ctx: *mut c_void,
+}
+
+/// `nvjpegPinnedAllocatorV2_t`.
+#[repr(C)]
+pub(super) struct PinnedAllocatorV2 {
+    malloc: unsafe extern "C" fn(*mut c_void, *mut *mut c_void, usize, driver::CUstream) -> c_int,
+    free: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, driver::CUstream) -> c_int,
+    ctx: *mut c_void,
+}
+
+// SAFETY (both): their context pointer is always null, and the functions are plain code.
+unsafe impl Sync for DevAllocatorV2 {}
+unsafe impl Sync for PinnedAllocatorV2 {}
+
+static CUDA_DEVICE: DevAllocator = DevAllocator { malloc: dev_malloc, free: dev_free };
+static CUDA_PINNED: PinnedAllocator = PinnedAllocator { malloc: pinned_malloc, free: pinned_free };
+static ORDERED_DEVICE: DevAllocatorV2 =
+    DevAllocatorV2 { malloc: dev_malloc_async, free: dev_free_async, ctx: std::ptr::null_mut() };
+static ORDERED_PINNED: PinnedAllocatorV2 =
+    PinnedAllocatorV2 { malloc: pinned_reuse, free: pinned_keep, ctx: std::ptr::null_mut() };
+
+/// The device and pinned allocator structs of `kind`, for `nvjpegCreateEx` (`Cuda`) or
+/// `nvjpegCreateExV2` (`StreamOrdered`); they live as long as the process.
+pub(super) fn allocators(kind: Allocators) -> (*mut c_void, *mut c_void) {
+    match kind {
+        Allocators::Cuda => {
+            (&CUDA_DEVICE as *const DevAllocator as *mut c_void, &CUDA_PINNED as *const PinnedAllocator as *mut c_void)
+        }
+        Allocators::StreamOrdered => (
+            &ORDERED_DEVICE as *const DevAllocatorV2 as *mut c_void,
+            &ORDERED_PINNED as *const PinnedAllocatorV2 as *mut c_void,
+        ),
+    }
+}
+
+unsafe extern "C" fn dev_malloc(at: *mut *mut c_void, size: usize) -> c_int {
+    count(DEVICE_ALLOCS);
+    // SAFETY: nvJPEG's out-pointer; the device's context is bound on the calling thread.
+    unsafe { status(driver::cuMemAlloc_v2(at.cast(), size)) }
+}
+
+unsafe extern "C" fn dev_free(at: *mut c_void) -> c_int {
+    count(DEVICE_FREES);
+    // SAFETY: memory this allocator handed out.
+    unsafe { status(driver::cuMemFree_v2(at as driver::CUdeviceptr)) }
+}
+
+unsafe extern "C" fn pinned_malloc(at: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    count(PINNED_ALLOCS);
+    // SAFETY: nvJPEG's out-pointer; its flags are cudaHostAlloc's, which equal cuMemHostAlloc's.
+    unsafe { status(driver::cuMemHostAlloc(at, size, flags)) }
+}
+
+unsafe extern "C" fn pinned_free(at: *mut c_void) -> c_int {
+    count(PINNED_FREES);
+    // SAFETY: memory this allocator handed out.
+    unsafe { status(driver::cuMemFreeHost(at)) }
+}
+
+unsafe extern "C" fn dev_malloc_async(_: *mut c_void, at: *mut *mut c_void, size: usize, s: driver::CUstream) -> c_int {
+    count(DEVICE_ALLOCS);
+    // SAFETY: nvJPEG's out-pointer and stream, of the bound context.
+    unsafe { status(driver::cuMemAllocAsync(at.cast(), size, s)) }
+}
+
+unsafe extern "C" fn dev_free_async(_: *mut c_void, at: *mut c_void, _: usize, s: driver::CUstream) -> c_int {
+    count(DEVICE_FREES);
+    // SAFETY: memory of the stream-ordered pool, freed after its last use on `s`.
+    unsafe { status(driver::cuMemFreeAsync(at as driver::CUdeviceptr, s)) }
+}
+
+/// A pinned block nvJPEG freed: its address, size, and the event recorded at the free on the
+/// stream nvJPEG named (null: reusable at once).
+struct Kept {
+    at: usize,
+    size: usize,
+    event: usize,
+}
+
+/// Pinned blocks freed and not yet handed out again.
+static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+/// Whether `event` has completed (a null event has).
+fn passed(event: usize) -> bool {
+    // SAFETY: an event this module created and has not destroyed.
+    event == 0 || unsafe { driver::cuEventQuery(event as driver::CUevent) } == driver::CUresult::CUDA_SUCCESS
+}
+
+/// Hands out the smallest kept block of at least `size` bytes (and at most twice that) whose
+/// free the device has passed, or a new one.
+unsafe extern "C" fn pinned_reuse(_: *mut c_void, at: *mut *mut c_void, size: usize, _: driver::CUstream) -> c_int {
+    count(PINNED_ALLOCS);
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let fits = |k: &Kept| k.size >= size && k.size <= size.saturating_mul(2) && passed(k.event);
+    let best = kept.iter().enumerate().filter(|(_, k)| fits(k)).min_by_key(|(_, k)| k.size).map(|(i, _)| i);
+    if let Some(i) = best {
+        let block = kept.swap_remove(i);
+        if block.event != 0 {
+            // SAFETY: an event of this module, completed.
+            unsafe { driver::cuEventDestroy_v2(block.event as driver::CUevent) };
+        }
+        // SAFETY: nvJPEG's out-pointer.
+        unsafe { *at = block.at as *mut c_void };
+        return 0;
+    }
+    drop(kept);
+    // SAFETY: nvJPEG's out-pointer; the device's context is bound on the calling thread.
+    // Portable: a kept block may next serve another device's decoder.
+    unsafe { status(driver::cuMemHostAlloc(at, size, CU_MEMHOSTALLOC_PORTABLE)) }
+}
+
+/// Keeps a freed pinned block for [`pinned_reuse`], with an event on `s` marking the point
+/// after which the device no longer reads it.
+unsafe extern "C" fn pinned_keep(_: *mut c_void, at: *mut c_void, size: usize, s: driver::CUstream) -> c_int {
+    count(PINNED_FREES);
+    let mut event = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local, then a live event and nvJPEG's stream.
+    let recorded = unsafe {
+        driver::cuEventCreate(&mut event, driver::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+            == driver::CUresult::CUDA_SUCCESS
+            && driver::cuEventRecord(event, s) == driver::CUresult::CUDA_SUCCESS
+    };
+    if !recorded {
+        // No event to wait by: give the block back the way the default would.
+        // SAFETY: memory this allocator handed out; `event` is null or live.
+        unsafe {
+            if !event.is_null() {
+                driver::cuEventDestroy_v2(event);
+            }
+            return status(driver::cuMemFreeHost(at));
+        }
+    }
+    KEPT.lock().unwrap_or_else(|p| p.into_inner()).push(Kept { at: at as usize, size, event: event as usize });
+    0
+}
