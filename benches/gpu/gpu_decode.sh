@@ -30,8 +30,9 @@
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
 # `device_submit` (where the loader's thread spends each GPU-decoded batch, and nvJPEG's own
-# allocations and frees) with nvJPEG's default allocators and with stream-ordered ones
-# (BURN_DDP_DECODE_ALLOC=stream), and ResNet-50 training on the photos either way.
+# allocations and frees) with nvJPEG's allocations counted (BURN_DDP_DECODE_ALLOC=counted, as
+# nvJPEG's defaults allocate) and stream-ordered (BURN_DDP_DECODE_ALLOC=stream), and ResNet-50
+# training on the photos with nvJPEG's own allocators and with the stream-ordered ones.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -101,15 +102,16 @@ if [ "${PART:-1}" = 7 ]; then
 fi
 if [ "${PART:-1}" = 9 ]; then
   # Where bench-data's GPU decode spends each batch (`device_submit`) and how often nvJPEG
-  # allocates and frees (`nvjpeg_memory`), with its default allocators (each free waits for the
-  # whole device) and stream-ordered ones (BURN_DDP_DECODE_ALLOC=stream), alternated twice,
-  # after the decode checks with the stream-ordered ones; then ResNet-50 training on the photos
-  # either way alternated twice, and with the CPU decode once, `bench` before.
+  # allocates and frees (`nvjpeg_memory`), counted as its defaults allocate (each free waits
+  # for the whole device) and stream-ordered, alternated twice, after the decode checks with
+  # the stream-ordered ones; then ResNet-50 training on the photos with nvJPEG's own
+  # allocators and the stream-ordered ones alternated twice, the CPU decode once, `bench`
+  # before and after.
   BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_ALLOC=stream SHOW_LINES=3 step checks_stream_alloc 200 \
     "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
   for i in 1 2; do
-    SHOW_LINES=1 step "data_$i" 60 "$B"/burn-vision $DATA
+    SHOW_LINES=1 step "data_counted_$i" 60 env BURN_DDP_DECODE_ALLOC=counted "$B"/burn-vision $DATA
     SHOW_LINES=1 step "data_stream_alloc_$i" 60 env BURN_DDP_DECODE_ALLOC=stream "$B"/burn-vision $DATA
   done
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"

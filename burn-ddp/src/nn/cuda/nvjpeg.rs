@@ -322,15 +322,15 @@ impl Decoder {
             (Allocators::StreamOrdered, Some(v2)) => (v2, Allocators::StreamOrdered),
             (Allocators::StreamOrdered, None) => {
                 log::warn!(
-                    "BURN_DDP_DECODE_ALLOC=stream: this libnvjpeg has no nvjpegCreateExV2; its default allocators run"
+                    "BURN_DDP_DECODE_ALLOC=stream: this libnvjpeg has no nvjpegCreateExV2; counted allocations run instead"
                 );
-                (api.create_ex, Allocators::Cuda)
+                (api.create_ex, Allocators::Counted)
             }
-            (Allocators::Cuda, _) => (api.create_ex, Allocators::Cuda),
+            (kind, _) => (api.create_ex, kind),
         };
         let (device_alloc, pinned_alloc) = nvjpeg_memory::allocators(kind);
-        // SAFETY: allocator structs of the entry point's version that live for the process, no
-        // flags, an out-pointer to a local.
+        // SAFETY: null (nvJPEG's own allocators) or allocator structs of the entry point's
+        // version that live for the process, no flags, an out-pointer to a local.
         let backend = if unsafe { create(BACKEND_HARDWARE, device_alloc, pinned_alloc, 0, &mut handle) } == 0 {
             Backend::Hardware
         } else {
@@ -338,8 +338,8 @@ impl Decoder {
             check("nvjpegCreateEx", unsafe { create(BACKEND_DEFAULT, device_alloc, pinned_alloc, 0, &mut handle) })?;
             Backend::Default
         };
-        if kind == Allocators::StreamOrdered {
-            log::info!("nvJPEG ({backend}) allocates stream-ordered (BURN_DDP_DECODE_ALLOC=stream)");
+        if kind != Allocators::Library {
+            log::info!("{backend}: its allocations counted ({kind:?}, BURN_DDP_DECODE_ALLOC)");
         }
         let state = || -> Result<State> {
             let mut raw = std::ptr::null_mut();

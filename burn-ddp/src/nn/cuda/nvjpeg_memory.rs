@@ -1,19 +1,19 @@
 //! The memory nvJPEG allocates for itself (its bitstream and intermediate buffers, grown when a
-//! batch needs more), through allocators of ours so that it is counted: [`counts`] says how
-//! often nvJPEG allocated and freed while decoding.
+//! batch needs more). By default nvJPEG's own allocators provide it (`cudaMalloc`/`cudaFree`,
+//! `cudaHostAlloc`/`cudaFreeHost`), and freeing either waits for the whole device, the
+//! training's work included. Two diagnoses route it through allocators of ours, which count
+//! every call ([`counts`]), chosen by `BURN_DDP_DECODE_ALLOC` when a decoder is created:
+//! - `counted` ([`Allocators::Counted`]): what nvJPEG's defaults do, through the driver —
+//!   `cuMemAlloc`/`cuMemFree` and `cuMemHostAlloc`/`cuMemFreeHost`.
+//! - `stream` ([`Allocators::StreamOrdered`], a trial; needs `nvjpegCreateExV2`, else `counted`
+//!   runs): device memory from the device's stream-ordered pool (`cuMemAllocAsync`/
+//!   `cuMemFreeAsync` on the stream nvJPEG names), and pinned host memory kept once freed and
+//!   handed out again once the stream nvJPEG named at its free has passed that point (an
+//!   event): no free waits for the device.
 //!
-//! Two kinds, chosen when a decoder is created:
-//! - [`Allocators::Cuda`] (the default): what nvJPEG does without allocators of its user's —
-//!   `cuMemAlloc`/`cuMemFree` and `cuMemHostAlloc`/`cuMemFreeHost`. Freeing either waits for
-//!   the whole device, the training's work included.
-//! - [`Allocators::StreamOrdered`] (`BURN_DDP_DECODE_ALLOC=stream`, a trial; needs
-//!   `nvjpegCreateExV2`): device memory from the device's stream-ordered pool
-//!   (`cuMemAllocAsync`/`cuMemFreeAsync` on the stream nvJPEG names), and pinned host memory
-//!   kept once freed and handed out again once the stream nvJPEG named at its free has passed
-//!   that point (an event): no free waits for the device.
-//!
-//! The callbacks are `extern "C"` functions nvJPEG calls on the thread that decodes, with the
-//! device's context bound; they never unwind.
+//! The callbacks are `extern "C"` functions nvJPEG calls on the thread that decodes, where the
+//! device's context is bound (elsewhere the driver refuses, and the refusal goes back to
+//! nvJPEG as a failed allocation); they never unwind.
 
 use cudarc::driver::sys as driver;
 use std::ffi::{c_int, c_uint, c_void};
@@ -23,19 +23,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Which allocators a decoder gives nvJPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Allocators {
-    Cuda,
+    /// nvJPEG's own (the default), not counted.
+    Library,
+    Counted,
     StreamOrdered,
 }
 
 impl Allocators {
-    /// `BURN_DDP_DECODE_ALLOC=stream` asks for the stream-ordered trial; anything else (or
-    /// nothing) for the default.
+    /// `BURN_DDP_DECODE_ALLOC`: `counted`, `stream`, or anything else (or nothing) for nvJPEG's own.
     pub(super) fn from_env() -> Self {
         match std::env::var("BURN_DDP_DECODE_ALLOC").as_deref() {
+            Ok("counted") => Allocators::Counted,
             Ok("stream") => Allocators::StreamOrdered,
-            _ => Allocators::Cuda,
+            _ => Allocators::Library,
         }
     }
+}
+
+/// Whether this process's decoders count nvJPEG's allocations (`BURN_DDP_DECODE_ALLOC` set to
+/// `counted` or `stream`).
+pub(crate) fn counting() -> bool {
+    Allocators::from_env() != Allocators::Library
 }
 
 /// `CU_MEMHOSTALLOC_PORTABLE`: pinned for every context, not only the allocating one.
@@ -107,11 +115,12 @@ static ORDERED_DEVICE: DevAllocatorV2 =
 static ORDERED_PINNED: PinnedAllocatorV2 =
     PinnedAllocatorV2 { malloc: pinned_reuse, free: pinned_keep, ctx: std::ptr::null_mut() };
 
-/// The device and pinned allocator structs of `kind`, for `nvjpegCreateEx` (`Cuda`) or
-/// `nvjpegCreateExV2` (`StreamOrdered`); they live as long as the process.
+/// The device and pinned allocator structs of `kind`, for `nvjpegCreateEx` (`Counted`) or
+/// `nvjpegCreateExV2` (`StreamOrdered`); they live as long as the process. Null for nvJPEG's own.
 pub(super) fn allocators(kind: Allocators) -> (*mut c_void, *mut c_void) {
     match kind {
-        Allocators::Cuda => {
+        Allocators::Library => (std::ptr::null_mut(), std::ptr::null_mut()),
+        Allocators::Counted => {
             (&CUDA_DEVICE as *const DevAllocator as *mut c_void, &CUDA_PINNED as *const PinnedAllocator as *mut c_void)
         }
         Allocators::StreamOrdered => (
