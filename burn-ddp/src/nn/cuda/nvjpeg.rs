@@ -426,9 +426,10 @@ impl Decoder {
         let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
         let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
         // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
-        let failed = match jpegs.is_empty() {
-            true => 0,
-            false => unsafe { decode_jpegs((self.handle, &mut slot.state), cu, &jpegs, &planes, output) }?,
+        let failed = if jpegs.is_empty() {
+            0
+        } else {
+            unsafe { decode_jpegs((self.handle, &mut slot.state), cu, &jpegs, &planes, output) }?
         };
         // SAFETY: a live event and stream of the bound context.
         unsafe { driver::cuEventRecord(slot.decoded, cu) }

@@ -17,8 +17,8 @@
 
 use cudarc::driver::sys as driver;
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// Which allocators a decoder gives nvJPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,13 +30,15 @@ pub(super) enum Allocators {
 }
 
 impl Allocators {
-    /// `BURN_DDP_DECODE_ALLOC`: `counted`, `stream`, or anything else (or nothing) for nvJPEG's own.
+    /// `BURN_DDP_DECODE_ALLOC`: `counted`, `stream`, or anything else (or nothing) for nvJPEG's
+    /// own; read once per process.
     pub(super) fn from_env() -> Self {
-        match std::env::var("BURN_DDP_DECODE_ALLOC").as_deref() {
+        static KIND: OnceLock<Allocators> = OnceLock::new();
+        *KIND.get_or_init(|| match std::env::var("BURN_DDP_DECODE_ALLOC").as_deref() {
             Ok("counted") => Allocators::Counted,
             Ok("stream") => Allocators::StreamOrdered,
             _ => Allocators::Library,
-        }
+        })
     }
 }
 
@@ -167,7 +169,7 @@ unsafe extern "C" fn dev_free_async(_: *mut c_void, at: *mut c_void, _: usize, s
 }
 
 /// A pinned block nvJPEG freed: its address, size, and the event recorded at the free on the
-/// stream nvJPEG named (null: reusable at once).
+/// stream nvJPEG named.
 struct Kept {
     at: usize,
     size: usize,
@@ -177,10 +179,10 @@ struct Kept {
 /// Pinned blocks freed and not yet handed out again.
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
-/// Whether `event` has completed (a null event has).
+/// Whether `event` has completed.
 fn passed(event: usize) -> bool {
     // SAFETY: an event this module created and has not destroyed.
-    event == 0 || unsafe { driver::cuEventQuery(event as driver::CUevent) } == driver::CUresult::CUDA_SUCCESS
+    (unsafe { driver::cuEventQuery(event as driver::CUevent) }) == driver::CUresult::CUDA_SUCCESS
 }
 
 /// Hands out the smallest kept block of at least `size` bytes (and at most twice that) whose
@@ -192,12 +194,11 @@ unsafe extern "C" fn pinned_reuse(_: *mut c_void, at: *mut *mut c_void, size: us
     let best = kept.iter().enumerate().filter(|(_, k)| fits(k)).min_by_key(|(_, k)| k.size).map(|(i, _)| i);
     if let Some(i) = best {
         let block = kept.swap_remove(i);
-        if block.event != 0 {
-            // SAFETY: an event of this module, completed.
-            unsafe { driver::cuEventDestroy_v2(block.event as driver::CUevent) };
+        // SAFETY: an event of this module, completed; nvJPEG's out-pointer.
+        unsafe {
+            driver::cuEventDestroy_v2(block.event as driver::CUevent);
+            *at = block.at as *mut c_void;
         }
-        // SAFETY: nvJPEG's out-pointer.
-        unsafe { *at = block.at as *mut c_void };
         return 0;
     }
     drop(kept);
