@@ -16,6 +16,7 @@
 //! nvJPEG as a failed allocation); they never unwind.
 
 use cudarc::driver::sys as driver;
+use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -168,16 +169,57 @@ unsafe extern "C" fn dev_free_async(_: *mut c_void, at: *mut c_void, _: usize, s
     unsafe { status(driver::cuMemFreeAsync(at as driver::CUdeviceptr, s)) }
 }
 
-/// A pinned block nvJPEG freed: its address, size, and the event recorded at the free on the
-/// stream nvJPEG named.
+/// A pinned block nvJPEG freed: its address, its size as allocated, and the event recorded at
+/// the free on the stream nvJPEG named.
 struct Kept {
     at: usize,
     size: usize,
     event: usize,
 }
 
-/// Pinned blocks freed and not yet handed out again.
-static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+/// The stream-ordered allocators' pinned blocks: those nvJPEG holds (address → size as
+/// allocated: a kept block handed out for a smaller request keeps its whole size, whatever size
+/// nvJPEG names at its free) and those it freed, kept for reuse.
+#[derive(Default)]
+struct PinnedPool {
+    lent: HashMap<usize, usize>,
+    kept: Vec<Kept>,
+}
+
+impl PinnedPool {
+    /// Takes the smallest kept block of at least `size` bytes (and at most twice that) whose
+    /// event has `passed`, and lends it: its address, and its event (to be destroyed).
+    fn take(&mut self, size: usize, passed: impl Fn(usize) -> bool) -> Option<(usize, usize)> {
+        let fits = |k: &Kept| k.size >= size && k.size <= size.saturating_mul(2) && passed(k.event);
+        let best = self.kept.iter().enumerate().filter(|(_, k)| fits(k)).min_by_key(|(_, k)| k.size).map(|(i, _)| i)?;
+        let block = self.kept.swap_remove(best);
+        self.lent.insert(block.at, block.size);
+        Some((block.at, block.event))
+    }
+
+    /// A new block of `size` bytes at `at`, lent to nvJPEG.
+    fn lend(&mut self, at: usize, size: usize) {
+        self.lent.insert(at, size);
+    }
+
+    /// Keeps the block at `at` that nvJPEG freed (naming `size`), with its free's `event`.
+    fn keep(&mut self, at: usize, size: usize, event: usize) {
+        let size = self.lent.remove(&at).unwrap_or(size);
+        self.kept.push(Kept { at, size, event });
+    }
+
+    /// Forgets the block at `at`, freed outright.
+    fn forget(&mut self, at: usize) {
+        self.lent.remove(&at);
+    }
+}
+
+/// The pinned blocks of every decoder of this process.
+static PINNED: Mutex<Option<PinnedPool>> = Mutex::new(None);
+
+fn pinned_pool<T>(f: impl FnOnce(&mut PinnedPool) -> T) -> T {
+    f(PINNED.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(PinnedPool::default))
+}
 
 /// Whether `event` has completed.
 fn passed(event: usize) -> bool {
@@ -189,22 +231,22 @@ fn passed(event: usize) -> bool {
 /// free the device has passed, or a new one.
 unsafe extern "C" fn pinned_reuse(_: *mut c_void, at: *mut *mut c_void, size: usize, _: driver::CUstream) -> c_int {
     count(PINNED_ALLOCS);
-    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    let fits = |k: &Kept| k.size >= size && k.size <= size.saturating_mul(2) && passed(k.event);
-    let best = kept.iter().enumerate().filter(|(_, k)| fits(k)).min_by_key(|(_, k)| k.size).map(|(i, _)| i);
-    if let Some(i) = best {
-        let block = kept.swap_remove(i);
+    if let Some((block, event)) = pinned_pool(|p| p.take(size, passed)) {
         // SAFETY: an event of this module, completed; nvJPEG's out-pointer.
         unsafe {
-            driver::cuEventDestroy_v2(block.event as driver::CUevent);
-            *at = block.at as *mut c_void;
+            driver::cuEventDestroy_v2(event as driver::CUevent);
+            *at = block as *mut c_void;
         }
         return 0;
     }
-    drop(kept);
     // SAFETY: nvJPEG's out-pointer; the device's context is bound on the calling thread.
     // Portable: a kept block may next serve another device's decoder.
-    unsafe { status(driver::cuMemHostAlloc(at, size, CU_MEMHOSTALLOC_PORTABLE)) }
+    let r = unsafe { driver::cuMemHostAlloc(at, size, CU_MEMHOSTALLOC_PORTABLE) };
+    if r == driver::CUresult::CUDA_SUCCESS {
+        // SAFETY: set by the successful allocation just above.
+        pinned_pool(|p| p.lend(unsafe { *at } as usize, size));
+    }
+    status(r)
 }
 
 /// Keeps a freed pinned block for [`pinned_reuse`], with an event on `s` marking the point
@@ -220,6 +262,7 @@ unsafe extern "C" fn pinned_keep(_: *mut c_void, at: *mut c_void, size: usize, s
     };
     if !recorded {
         // No event to wait by: give the block back the way the default would.
+        pinned_pool(|p| p.forget(at as usize));
         // SAFETY: memory this allocator handed out; `event` is null or live.
         unsafe {
             if !event.is_null() {
@@ -228,6 +271,39 @@ unsafe extern "C" fn pinned_keep(_: *mut c_void, at: *mut c_void, size: usize, s
             return status(driver::cuMemFreeHost(at));
         }
     }
-    KEPT.lock().unwrap_or_else(|p| p.into_inner()).push(Kept { at: at as usize, size, event: event as usize });
+    pinned_pool(|p| p.keep(at as usize, size, event as usize));
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PinnedPool;
+
+    #[test]
+    fn a_kept_block_keeps_its_whole_size_and_waits_for_its_event() {
+        let mut pool = PinnedPool::default();
+        pool.lend(0x1000, 4096);
+        pool.keep(0x1000, 4096, 7);
+        assert_eq!(pool.take(3000, |_| false), None, "its free not yet passed on the device");
+        assert_eq!(pool.take(3000, |e| e == 7), Some((0x1000, 7)));
+        // nvJPEG frees it naming the size it asked for; the block still holds 4096 bytes.
+        pool.keep(0x1000, 3000, 8);
+        assert_eq!(pool.take(3500, |_| true), Some((0x1000, 8)), "3500 bytes fit the 4096-byte block");
+        pool.keep(0x1000, 3500, 9);
+        assert_eq!(pool.take(1024, |_| true), None, "a block over twice the request stays kept");
+        assert_eq!(pool.take(4097, |_| true), None, "too small");
+    }
+
+    #[test]
+    fn the_smallest_fitting_block_is_taken() {
+        let mut pool = PinnedPool::default();
+        for (at, size) in [(1, 8000), (2, 5000), (3, 6000)] {
+            pool.lend(at, size);
+            pool.keep(at, size, at);
+        }
+        assert_eq!(pool.take(4500, |_| true), Some((2, 2)));
+        assert_eq!(pool.take(4500, |_| true), Some((3, 3)));
+        assert_eq!(pool.take(4500, |_| true), Some((1, 1)));
+        assert_eq!(pool.take(4500, |_| true), None);
+    }
 }
