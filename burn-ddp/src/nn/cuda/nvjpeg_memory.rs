@@ -19,7 +19,7 @@ use cudarc::driver::sys as driver;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 /// Which allocators a decoder gives nvJPEG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,10 +215,10 @@ impl PinnedPool {
 }
 
 /// The pinned blocks of every decoder of this process.
-static PINNED: Mutex<Option<PinnedPool>> = Mutex::new(None);
+static PINNED: LazyLock<Mutex<PinnedPool>> = LazyLock::new(Mutex::default);
 
 fn pinned_pool<T>(f: impl FnOnce(&mut PinnedPool) -> T) -> T {
-    f(PINNED.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(PinnedPool::default))
+    f(&mut PINNED.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// Whether `event` has completed.
