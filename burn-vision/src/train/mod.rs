@@ -42,7 +42,7 @@ pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
 ///
 /// # Errors
 /// As [`bench::training::synthetic_throughput`], plus device errors.
-pub fn run_bench(config: &bench::training::BenchConfig, spec: &DeviceSpec) -> Result<bench::training::BenchResult> {
+pub fn run_bench(config: &bench::training::BenchConfig, spec: &DeviceSpec) -> Result<bench::report::BenchResult> {
     match spec {
         DeviceSpec::Cpu => {
             let (dist, _) = bench_world(config, None)?;
@@ -85,7 +85,7 @@ pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
 }
 
 #[cfg(feature = "cuda")]
-fn bench_cuda(config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::training::BenchResult> {
+fn bench_cuda(config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::report::BenchResult> {
     check_gpus(ids)?;
     let (dist, id) = bench_world(config, Some(ids))?;
     let id = id.expect("a GPU");
@@ -94,7 +94,7 @@ fn bench_cuda(config: &bench::training::BenchConfig, ids: &[usize]) -> Result<be
 }
 
 #[cfg(not(feature = "cuda"))]
-fn bench_cuda(_config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::training::BenchResult> {
+fn bench_cuda(_config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::report::BenchResult> {
     cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
 }
 

@@ -2,4 +2,5 @@
 //! (`bench-data`).
 
 pub mod data;
+pub mod report;
 pub mod training;
