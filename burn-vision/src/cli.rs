@@ -3,14 +3,14 @@
 //! [`DataBenchConfig`]), which derive clap's `Args`; the few that are not one field each live
 //! here: a preset, switches that set a field either way, and the launcher's restarts.
 //!
-//! [`BenchConfig`]: crate::train::bench::training::BenchConfig
+//! [`BenchConfig`]: crate::train::bench::config::BenchConfig
 //! [`EvalRequest`]: crate::train::inference::requests::EvalRequest
 //! [`DataBenchConfig`]: crate::data::throughput::DataBenchConfig
 
 use crate::data::augment::Augment;
 use crate::data::source::DataSource;
 use crate::error::{Error, Result};
-use crate::train::bench::training::BenchConfig;
+use crate::train::bench::config::BenchConfig;
 use crate::train::config::{DeviceSpec, TrainConfig};
 use clap::{ArgMatches, Args, FromArgMatches};
 use std::sync::Arc;

@@ -42,7 +42,7 @@ pub fn run(config: &TrainConfig) -> Result<TrainSummary> {
 ///
 /// # Errors
 /// As [`bench::training::synthetic_throughput`], plus device errors.
-pub fn run_bench(config: &bench::training::BenchConfig, spec: &DeviceSpec) -> Result<bench::report::BenchResult> {
+pub fn run_bench(config: &bench::config::BenchConfig, spec: &DeviceSpec) -> Result<bench::report::BenchResult> {
     match spec {
         DeviceSpec::Cpu => {
             let (dist, _) = bench_world(config, None)?;
@@ -59,7 +59,7 @@ pub fn run_bench(config: &bench::training::BenchConfig, spec: &DeviceSpec) -> Re
 /// # Errors
 /// As [`distributed::Distributed::from_env`]; several GPUs without a launcher.
 fn bench_world(
-    config: &bench::training::BenchConfig,
+    config: &bench::config::BenchConfig,
     gpus: Option<&[usize]>,
 ) -> Result<(Option<distributed::Distributed>, Option<usize>)> {
     let launched = burn_ddp::launch_env::launched(&|k| std::env::var(k).ok());
@@ -85,16 +85,16 @@ pub(crate) fn gpu(id: usize) -> burn_cuda::CudaDevice {
 }
 
 #[cfg(feature = "cuda")]
-fn bench_cuda(config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::report::BenchResult> {
+fn bench_cuda(config: &bench::config::BenchConfig, ids: &[usize]) -> Result<bench::report::BenchResult> {
     check_gpus(ids)?;
     let (dist, id) = bench_world(config, Some(ids))?;
     let id = id.expect("a GPU");
-    let config = bench::training::BenchConfig { gpu: Some(id), ..config.clone() };
+    let config = bench::config::BenchConfig { gpu: Some(id), ..config.clone() };
     bench::training::synthetic_throughput::<Autodiff<burn_cuda::Cuda>>(&config, &gpu(id), dist.as_ref())
 }
 
 #[cfg(not(feature = "cuda"))]
-fn bench_cuda(_config: &bench::training::BenchConfig, ids: &[usize]) -> Result<bench::report::BenchResult> {
+fn bench_cuda(_config: &bench::config::BenchConfig, ids: &[usize]) -> Result<bench::report::BenchResult> {
     cuda_device(ids).map(|_| unreachable!("check_gpu_ids fails without the cuda feature"))
 }
 

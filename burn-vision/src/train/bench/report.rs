@@ -2,7 +2,7 @@
 //! thread's phases and DDP's own cost per step (its trace spans, the backend threads' share) —
 //! the types and the arithmetic from raw timings to them.
 
-use crate::train::bench::training::BenchConfig;
+use crate::train::bench::config::BenchConfig;
 use crate::train::distributed::Distributed;
 use burn_ddp::nn::CudnnTimes;
 use burn_ddp::nn::runtime::memory::MemoryReport;
