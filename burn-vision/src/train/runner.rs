@@ -306,39 +306,9 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         dist,
     };
     let main_rank = dist.is_none_or(|d| d.rank == 0);
-    // f16 activations need loss scaling (bf16 has f32's range). A resumed run starts again from
-    // the initial scale, which adapts within a few steps.
-    let scaler = (config.precision == Precision::F16).then(GradScaler::default);
-    let lr_groups = LrGroups::new(config, &model);
-    let (mut trainer, from) = start(
-        config,
-        Trainer {
-            model,
-            optim,
-            lr_groups,
-            clip_grad_norm: config.clip_grad_norm,
-            batches_tracked_before: tracked,
-            step: 0,
-            scaler,
-            label_smoothing: config.label_smoothing as f32,
-        },
-        &at.device,
-        dist,
-    )?;
+    let (mut trainer, from) = start(config, new_trainer(config, (model, tracked), optim), &at.device, dist)?;
     let mut outputs = if main_rank { Some(RunOutputs::open(config, from.epoch)?) } else { None };
-    let mut plan = EpochPlan::new(config, &data, config.batch_size * devices.len(), dist);
-    plan.loader.device_decode =
-        crate::data::decode::resolve::<B>(config.decode, &data.train, &*plan.dataset, &at.device, main_rank)?;
-    if let Some(o) = &outputs {
-        o.write_validation_list(config, &*plan.dataset, &plan.val_idx)?;
-    }
-    if from.partial.steps >= plan.steps_per_epoch {
-        let reason = format!(
-            "it stopped {} steps into an epoch of {} steps; resume with the --max-steps-per-epoch it was trained with",
-            from.partial.steps, plan.steps_per_epoch
-        );
-        return Err(Error::BadCheckpoint { path: last_path(&config.out), reason });
-    }
+    let plan = plan_epochs::<B>(config, &data, (devices.len(), &at), outputs.as_ref(), from.partial.steps)?;
     if main_rank {
         log_start(config, &plan, &trainer.model, (at.dp.is_some(), dist.map_or(1, |d| d.world)));
     }
@@ -392,15 +362,68 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     if let Some(last) = health.last().filter(|_| main_rank) {
         crate::train::instrument::health::log(last);
     }
+    let (skipped, first_skipped) = (skips.count(), skips.first());
+    let resumed_after = from.resumed.then_some(from.epoch);
+    let seconds = started.elapsed().as_secs_f64();
     Ok(TrainSummary {
         epochs: records,
         best_acc,
-        resumed_after: from.resumed.then_some(from.epoch),
-        skipped: skips.count(),
-        first_skipped: skips.first(),
+        resumed_after,
+        skipped,
+        first_skipped,
         out: config.out.clone(),
-        seconds: started.elapsed().as_secs_f64(),
+        seconds,
     })
+}
+
+/// A trainer at step 0 of `model` (whose batch norms tracked `tracked` batches before this
+/// run) and `optim`, with the run's learning-rate groups, clipping and label smoothing.
+fn new_trainer<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
+    config: &TrainConfig,
+    (model, tracked): (Classifier<B>, i64),
+    optim: O,
+) -> Trainer<B, O> {
+    // f16 activations need loss scaling (bf16 has f32's range). A resumed run starts again from
+    // the initial scale, which adapts within a few steps.
+    let scaler = (config.precision == Precision::F16).then(GradScaler::default);
+    Trainer {
+        lr_groups: LrGroups::new(config, &model),
+        model,
+        optim,
+        clip_grad_norm: config.clip_grad_norm,
+        batches_tracked_before: tracked,
+        step: 0,
+        scaler,
+        label_smoothing: config.label_smoothing as f32,
+    }
+}
+
+/// The epochs' plan of this rank over `devices` devices (DataParallel's; its batch spans
+/// them): the decode path resolved for the device, the validation list written where this
+/// rank writes the run's files (`outputs`). A checkpoint that stopped `done_steps` into an
+/// epoch this plan does not reach (another --max-steps-per-epoch) is an error.
+fn plan_epochs<B: AutodiffBackend>(
+    config: &TrainConfig,
+    data: &LoadedData,
+    (devices, at): (usize, &Placement<'_, B>),
+    outputs: Option<&RunOutputs>,
+    done_steps: usize,
+) -> Result<EpochPlan> {
+    let main_rank = at.dist.is_none_or(|d| d.rank == 0);
+    let mut plan = EpochPlan::new(config, data, config.batch_size * devices, at.dist);
+    plan.loader.device_decode =
+        crate::data::decode::resolve::<B>(config.decode, &data.train, &*plan.dataset, &at.device, main_rank)?;
+    if let Some(o) = outputs {
+        o.write_validation_list(config, &*plan.dataset, &plan.val_idx)?;
+    }
+    if done_steps >= plan.steps_per_epoch {
+        let reason = format!(
+            "it stopped {done_steps} steps into an epoch of {} steps; resume with the --max-steps-per-epoch it was trained with",
+            plan.steps_per_epoch
+        );
+        return Err(Error::BadCheckpoint { path: last_path(&config.out), reason });
+    }
+    Ok(plan)
 }
 
 /// This rank's GPU (a DataParallel process: its first).
