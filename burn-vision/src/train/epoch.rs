@@ -118,6 +118,20 @@ impl EpochPlan {
             }
         }
     }
+
+    /// This rank's loader of `epoch`'s batches, after the first `done_steps` (a resumed epoch
+    /// skips the batches its checkpoint had trained on).
+    fn loader_from(
+        &self,
+        epoch: usize,
+        done_steps: usize,
+        pipeline: &crate::data::transform::Pipeline,
+        skips: &Arc<SkipLog>,
+    ) -> Loader {
+        let order = self.order(epoch);
+        let order = order[(done_steps * self.loader.batch_size).min(order.len())..].to_vec();
+        Loader::new(self.dataset.clone(), order, pipeline.clone(), epoch as u64, self.loader.clone(), skips.clone())
+    }
 }
 
 /// Where and how steps run: this process's devices, DataParallel over them, or one DDP rank.
@@ -222,17 +236,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
 ) -> Result<EpochTrained> {
     let (started, collectives_before) = (Instant::now(), burn_ddp::tensor::collective_seconds());
     let (device, epoch, done) = (&at.device, start.epoch, start.done);
-    // A resumed epoch skips the batches its checkpoint had trained on.
-    let order = plan.order(epoch);
-    let order = order[(done.steps * plan.loader.batch_size).min(order.len())..].to_vec();
-    let loader = Loader::new(
-        plan.dataset.clone(),
-        order,
-        train_pipeline.clone(),
-        epoch as u64,
-        plan.loader.clone(),
-        skips.clone(),
-    );
+    let loader = plan.loader_from(epoch, done.steps, train_pipeline, skips);
     let main_rank = at.dist.is_none_or(|d| d.rank == 0);
     let bar = if main_rank { progress_bar(config, plan.steps_per_epoch, epoch) } else { ProgressBar::hidden() };
     bar.set_position(done.steps as u64);
