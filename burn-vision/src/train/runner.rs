@@ -362,17 +362,14 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     if let Some(last) = health.last().filter(|_| main_rank) {
         crate::train::instrument::health::log(last);
     }
-    let (skipped, first_skipped) = (skips.count(), skips.first());
-    let resumed_after = from.resumed.then_some(from.epoch);
-    let seconds = started.elapsed().as_secs_f64();
     Ok(TrainSummary {
         epochs: records,
         best_acc,
-        resumed_after,
-        skipped,
-        first_skipped,
+        resumed_after: from.resumed.then_some(from.epoch),
+        skipped: skips.count(),
+        first_skipped: skips.first(),
         out: config.out.clone(),
-        seconds,
+        seconds: started.elapsed().as_secs_f64(),
     })
 }
 
