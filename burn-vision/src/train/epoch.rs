@@ -142,6 +142,11 @@ pub(super) struct Placement<'a, B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> Placement<'_, B> {
+    /// Whether this process speaks for the run (rank 0, or no DDP): progress, logs, files.
+    pub fn main_rank(&self) -> bool {
+        self.dist.is_none_or(|d| d.rank == 0)
+    }
+
     /// Hands burn-cuda's unused memory back on every device of the step (its exact-size
     /// blocks serve one batch size: done when the size changes, and around validation).
     fn release_unused(&self) {
@@ -237,7 +242,7 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     let (started, collectives_before) = (Instant::now(), burn_ddp::tensor::collective_seconds());
     let (device, epoch, done) = (&at.device, start.epoch, start.done);
     let loader = plan.loader_from(epoch, done.steps, train_pipeline, skips);
-    let main_rank = at.dist.is_none_or(|d| d.rank == 0);
+    let main_rank = at.main_rank();
     let bar = if main_rank { progress_bar(config, plan.steps_per_epoch, epoch) } else { ProgressBar::hidden() };
     bar.set_position(done.steps as u64);
     let (mut loss_sum, mut correct) =

@@ -305,7 +305,7 @@ fn train_loop<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         dp: (devices.len() > 1).then(|| DataParallel::<B>::new(devices.clone())),
         dist,
     };
-    let main_rank = dist.is_none_or(|d| d.rank == 0);
+    let main_rank = at.main_rank();
     let (mut trainer, from) = start(config, new_trainer(config, (model, tracked), optim), &at.device, dist)?;
     let mut outputs = if main_rank { Some(RunOutputs::open(config, from.epoch)?) } else { None };
     let plan = plan_epochs::<B>(config, &data, (devices.len(), &at), outputs.as_ref(), from.partial.steps)?;
@@ -406,10 +406,9 @@ fn plan_epochs<B: AutodiffBackend>(
     outputs: Option<&RunOutputs>,
     done_steps: usize,
 ) -> Result<EpochPlan> {
-    let main_rank = at.dist.is_none_or(|d| d.rank == 0);
     let mut plan = EpochPlan::new(config, data, config.batch_size * devices, at.dist);
     plan.loader.device_decode =
-        crate::data::decode::resolve::<B>(config.decode, &data.train, &*plan.dataset, &at.device, main_rank)?;
+        crate::data::decode::resolve::<B>(config.decode, &data.train, &*plan.dataset, &at.device, at.main_rank())?;
     if let Some(o) = outputs {
         o.write_validation_list(config, &*plan.dataset, &plan.val_idx)?;
     }

@@ -105,7 +105,7 @@ fn warm_up<B: AutodiffBackend>(
 /// its backward then runs and its gradients are dropped.
 fn in_use_after_forward<B: AutodiffBackend>(
     model: &Classifier<B>,
-    (x, y): (&Tensor<B, 4>, &Tensor<B, 1, Int>),
+    (x, y): &Batch<B>,
     device: &B::Device,
     gpu: usize,
 ) -> Option<f64> {
@@ -311,8 +311,8 @@ fn timed_steps<B: AutodiffBackend>(
     })
 }
 
-/// Times `steps` SGD steps (momentum 0.9) of forward, backward and update on random data,
-/// through `dist`'s DDP when given.
+/// Times `steps` steps of forward, backward and the bench's optimizer (SGD with momentum 0.9,
+/// or AdamW) on random data, through `dist`'s DDP when given.
 ///
 /// # Errors
 /// For an unknown model, or a failed DDP step.
@@ -323,7 +323,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
 ) -> Result<BenchResult> {
     let (model, batch) = model_and_batch::<B>(config, device, dist)?;
     let interleave = interleave_blocks(config, dist)?;
-    let mut stepper = Stepper::new(config, dist, batch.clone(), device);
+    let mut stepper = Stepper::new(config, dist, batch, device);
     let first_step_profile = config.host_profile.as_deref().filter(|_| config.host_profile_first_step);
     // Interleaved, the warm-up alternates too, so both kinds of step are warm.
     let mut warm_steps = 0;
@@ -342,7 +342,7 @@ pub fn synthetic_throughput<B: AutodiffBackend>(
     // The pools as the timed steps left them, before the probe's forward and backward.
     let memory = config.gpu.and_then(burn_ddp::nn::runtime::memory::report);
     let in_use_after_forward_gib =
-        config.gpu.and_then(|gpu| in_use_after_forward(&timed.model, (&batch.0, &batch.1), device, gpu));
+        config.gpu.and_then(|gpu| in_use_after_forward(&timed.model, &stepper.batch, device, gpu));
     Ok(BenchResult {
         config: config.clone(),
         seconds: timed.seconds,
