@@ -33,7 +33,8 @@ pub(crate) fn errors(case: &Conv2dCase, device: &CudaDevice, dtype: FloatDType, 
     ]
 }
 
-pub(crate) fn check(device: &CudaDevice) -> bool {
+/// The convolutions every setting is checked on.
+fn cases() -> [Conv2dCase; 8] {
     let c = |n, c, h, w, k, r, stride: usize, pad: usize, dil: usize, groups, bias| Conv2dCase {
         n,
         c,
@@ -48,7 +49,7 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
         groups,
         bias,
     };
-    let cases = [
+    [
         c(4, 16, 14, 14, 32, 3, 1, 1, 1, 1, false),  // pitched rows (14 floats -> 16)
         c(2, 3, 32, 32, 16, 7, 2, 3, 1, 1, false),   // a stem
         c(3, 32, 7, 7, 64, 1, 1, 0, 1, 1, true),     // 1x1 with bias on 7x7 (pitched)
@@ -59,11 +60,18 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
         // Large enough that cuDNN's fastest algorithms use tensor cores: the TF32 pass differs
         // from the FP32 one here (on the small cases above Find picks FMA kernels either way).
         c(8, 128, 14, 14, 128, 3, 1, 1, 1, 1, false),
-    ];
-    let mut ok = true;
-    let base = options::get();
+    ]
+}
+
+/// One setting of the convolution path: its label, options, error bound, activation type and
+/// layout.
+type Setting = (&'static str, CudnnOptions, f64, FloatDType, Layout);
+
+/// Every setting checked: cuDNN in each type and layout, with and without the filter kernel,
+/// and burn's own kernels for comparison.
+fn settings(base: &CudnnOptions) -> Vec<Setting> {
     let (nchw, nhwc) = (Layout::Nchw, Layout::Nhwc);
-    for (label, opts, bound, dtype, layout) in [
+    vec![
         ("cudnn_fp32", CudnnOptions { allow_tf32: false, ..base.clone() }, 1e-4, FloatDType::F32, nchw),
         ("cudnn_tf32", CudnnOptions { allow_tf32: true, ..base.clone() }, 5e-3, FloatDType::F32, nchw),
         // Outputs and gradients are rounded to the type (bf16 keeps 8 mantissa bits, f16 11).
@@ -96,38 +104,55 @@ pub(crate) fn check(device: &CudaDevice) -> bool {
         ),
         ("burn_kernels", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32, nchw),
         ("burn_kernels_nhwc", CudnnOptions { enabled: false, ..base.clone() }, 1e-4, FloatDType::F32, nhwc),
-    ] {
+    ]
+}
+
+pub(crate) fn check(device: &CudaDevice) -> bool {
+    let cases = cases();
+    let mut ok = true;
+    let base = options::get();
+    for (label, opts, bound, dtype, layout) in settings(&base) {
         options::set(opts.clone());
         // burn's own kernels autotune every new shape: two cases are enough to compare with.
         let n = if opts.enabled { cases.len() } else { 2 };
         for case in &cases[..n] {
-            let (before, reorders_before) = (cudnn::calls(), burn_ddp::nn::filter_kernel_calls());
-            let e = errors(case, device, dtype, layout);
-            let used = cudnn::calls() - before;
-            let reorders = burn_ddp::nn::filter_kernel_calls() - reorders_before;
-            // cuDNN sessions: the forward, and one for both gradients (`run_backward`); with
-            // the filter kernel, it reorders the filter and its gradient.
-            // The filter kernel serves channels-last convolutions only (KCRS is the filter's own
-            // order for NCHW ones).
-            let want_reorders = if opts.filter_kernel && opts.enabled && layout == nhwc { 2 } else { 0 };
-            let path_ok = reorders == want_reorders && if opts.enabled { used == 2 } else { used == 0 };
-            let pass = path_ok && e.iter().all(|&v| v < bound);
-            // burn's own kernels are measured for comparison only: their accuracy is burn's.
-            let verdict = match (opts.enabled, pass) {
-                (true, true) => "ok",
-                (true, false) => "FAIL",
-                (false, true) => "info: within the bound",
-                (false, false) => "info: outside the bound",
-            };
-            ok &= pass || !opts.enabled;
-            println!(
-                "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} filter_kernel_calls={reorders} {verdict}",
-                e[0], e[1], e[2], e[3]
-            );
+            ok &= check_case(case, device, (label, &opts, bound, dtype, layout));
         }
     }
     options::set(base);
     ok
+}
+
+/// One case under one setting (already set): prints its RESULT line; false when cuDNN's path
+/// ran other than expected or an error is over the bound (burn's own kernels never fail it).
+fn check_case(
+    case: &Conv2dCase,
+    device: &CudaDevice,
+    (label, opts, bound, dtype, layout): (&str, &CudnnOptions, f64, FloatDType, Layout),
+) -> bool {
+    let (before, reorders_before) = (cudnn::calls(), burn_ddp::nn::filter_kernel_calls());
+    let e = errors(case, device, dtype, layout);
+    let used = cudnn::calls() - before;
+    let reorders = burn_ddp::nn::filter_kernel_calls() - reorders_before;
+    // cuDNN sessions: the forward, and one for both gradients (`run_backward`); with
+    // the filter kernel, it reorders the filter and its gradient.
+    // The filter kernel serves channels-last convolutions only (KCRS is the filter's own
+    // order for NCHW ones).
+    let want_reorders = if opts.filter_kernel && opts.enabled && layout == Layout::Nhwc { 2 } else { 0 };
+    let path_ok = reorders == want_reorders && if opts.enabled { used == 2 } else { used == 0 };
+    let pass = path_ok && e.iter().all(|&v| v < bound);
+    // burn's own kernels are measured for comparison only: their accuracy is burn's.
+    let verdict = match (opts.enabled, pass) {
+        (true, true) => "ok",
+        (true, false) => "FAIL",
+        (false, true) => "info: within the bound",
+        (false, false) => "info: outside the bound",
+    };
+    println!(
+        "RESULT check={label} case={case:?} y={:.2e} dx={:.2e} dw={:.2e} db={:.2e} bound={bound:.0e} cudnn_calls={used} filter_kernel_calls={reorders} {verdict}",
+        e[0], e[1], e[2], e[3]
+    );
+    pass || !opts.enabled
 }
 
 /// One input feeding several convolutions (a ResNet stage's first block: its first
