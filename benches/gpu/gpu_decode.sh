@@ -28,11 +28,7 @@
 # 0.4, random erasing 0.25) on the GPU — the decode and pixel-operation checks, bench-data with
 # --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
-# gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: bench-data's
-# `device_submit` (where the loader's thread spends each GPU-decoded batch, and nvJPEG's own
-# allocations and frees) with nvJPEG's allocations counted (BURN_DDP_DECODE_ALLOC=counted, as
-# nvJPEG's defaults allocate) and stream-ordered (BURN_DDP_DECODE_ALLOC=stream), and ResNet-50
-# training on the photos with nvJPEG's own allocators and with the stream-ordered ones.
+# gpu, and `bench` of the same model with AdamW on synthetic batches.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -98,42 +94,6 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
-  exit 0
-fi
-if [ "${PART:-1}" = 9 ]; then
-  # Where bench-data's GPU decode spends each batch (`device_submit`) and how often nvJPEG
-  # allocates and frees (`nvjpeg_memory`), counted as its defaults allocate (each free waits
-  # for the whole device) and stream-ordered, alternated twice, after the decode checks with
-  # the stream-ordered ones; then ResNet-50 training on the photos with nvJPEG's own
-  # allocators and the stream-ordered ones alternated twice, the CPU decode once, `bench`
-  # before and after.
-  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_ALLOC=stream SHOW_LINES=3 step checks_stream_alloc 200 \
-    "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
-  DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
-  for i in 1 2; do
-    SHOW_LINES=1 step "data_counted_$i" 60 env BURN_DDP_DECODE_ALLOC=counted "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_stream_alloc_$i" 60 env BURN_DDP_DECODE_ALLOC=stream "$B"/burn-vision $DATA
-  done
-  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
-  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
-  step r50_synthetic 200 "$B"/burn-vision $S
-  for i in 1 2; do
-    step "train_$i" 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-default-$i
-    step "train_stream_alloc_$i" 300 $CORES env BURN_DDP_DECODE_ALLOC=stream "$B"/burn-vision $T --decode gpu --out $OUT/run-stream-alloc-$i
-  done
-  step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
-  step r50_synthetic_after 200 "$B"/burn-vision $S
-  save_cache
-  # Only a few files come back from the GPU machine: the summary goes to stdout as well.
-  grep -hE "RESULT check.*(lowest|FAIL)|CORES|^=== .*rc=" "$LOG" | cut -c1-200 > "$OUT/summary.txt"
-  grep -hoE "^=== [a-z0-9_]+:|\"img_per_s\":[0-9]+|\"device_submit\":\{[^}]*\}" "$LOG" | paste -sd' ' | sed 's/ === /\n=== /g' >> "$OUT/summary.txt"
-  echo >> "$OUT/summary.txt"
-  for f in $OUT/run-*/metrics.jsonl; do
-    echo "$f" >> "$OUT/summary.txt"
-    python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'val_acc', d['val_acc']) for d in map(json.loads, open(sys.argv[1]))]" "$f" >> "$OUT/summary.txt"
-  done
-  rm -rf $OUT/run-*
-  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then

@@ -222,11 +222,6 @@ pub struct DeviceDecodeTimes {
     /// Seconds in nvJPEG's calls, reading the JPEG headers' markers for the planes' layout and
     /// copying images decoded on the host (the submitting thread's own work).
     pub submit_s: f64,
-    /// nvJPEG's own allocations and frees, `[device allocations, device frees, pinned
-    /// allocations, pinned frees]`, where they are counted (`BURN_DDP_DECODE_ALLOC=counted` or
-    /// `stream`; see the guide): with nvJPEG's default allocators each free waits for the
-    /// whole device.
-    pub nvjpeg_memory: Option<[u64; 4]>,
 }
 
 impl DeviceDecodeTimes {
@@ -237,10 +232,6 @@ impl DeviceDecodeTimes {
             slot_wait_s: self.slot_wait_s - before.slot_wait_s,
             reuse_wait_s: self.reuse_wait_s - before.reuse_wait_s,
             submit_s: self.submit_s - before.submit_s,
-            nvjpeg_memory: self
-                .nvjpeg_memory
-                .zip(before.nvjpeg_memory)
-                .map(|(now, then)| std::array::from_fn(|i| now[i] - then[i])),
         }
     }
 
@@ -261,7 +252,6 @@ pub fn device_decode_times() -> DeviceDecodeTimes {
             slot_wait_s: slot as f64 * 1e-9,
             reuse_wait_s: reuse as f64 * 1e-9,
             submit_s: submit as f64 * 1e-9,
-            nvjpeg_memory: crate::nn::cuda::nvjpeg_memory::counting().then(crate::nn::cuda::nvjpeg_memory::counts),
         }
     }
     #[cfg(not(feature = "cuda"))]
@@ -405,25 +395,10 @@ mod tests {
     /// span without batches gives zeros, not a division by zero.
     #[test]
     fn decode_times_between_two_readings_are_per_batch() {
-        let before = DeviceDecodeTimes {
-            batches: 2,
-            slot_wait_s: 0.5,
-            reuse_wait_s: 0.25,
-            submit_s: 1.0,
-            nvjpeg_memory: Some([3, 1, 2, 0]),
-        };
-        let after = DeviceDecodeTimes {
-            batches: 6,
-            slot_wait_s: 0.5,
-            reuse_wait_s: 0.45,
-            submit_s: 1.012,
-            nvjpeg_memory: Some([5, 2, 2, 1]),
-        };
+        let before = DeviceDecodeTimes { batches: 2, slot_wait_s: 0.5, reuse_wait_s: 0.25, submit_s: 1.0 };
+        let after = DeviceDecodeTimes { batches: 6, slot_wait_s: 0.5, reuse_wait_s: 0.45, submit_s: 1.012 };
         let span = after.since(&before);
         assert_eq!(span.batches, 4);
-        assert_eq!(span.nvjpeg_memory, Some([2, 1, 0, 1]));
-        let uncounted = DeviceDecodeTimes { nvjpeg_memory: None, ..after };
-        assert_eq!(uncounted.since(&before).nvjpeg_memory, None, "no counts where nvJPEG's own allocators ran");
         let [slot, reuse, submit] = span.ms_per_batch();
         assert!(
             slot.abs() < 1e-9 && (reuse - 50.0).abs() < 1e-9 && (submit - 3.0).abs() < 1e-9,

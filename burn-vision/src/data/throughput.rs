@@ -113,18 +113,13 @@ pub struct DeviceSubmit {
     /// In nvJPEG's calls (and reading the headers for the planes' layout, copying images
     /// decoded on the host): the host's own work.
     pub submit_ms: f64,
-    /// nvJPEG's own allocations and frees over the timed batches, `[device allocations, device
-    /// frees, pinned allocations, pinned frees]`, where `BURN_DDP_DECODE_ALLOC` has them
-    /// counted (with nvJPEG's default allocators a free waits for the whole device).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nvjpeg_memory: Option<[u64; 4]>,
 }
 
 impl DeviceSubmit {
     fn between(before: &DeviceDecodeTimes, after: &DeviceDecodeTimes) -> Self {
         let span = after.since(before);
         let [slot_wait_ms, reuse_wait_ms, submit_ms] = span.ms_per_batch();
-        Self { batches: span.batches, slot_wait_ms, reuse_wait_ms, submit_ms, nvjpeg_memory: span.nvjpeg_memory }
+        Self { batches: span.batches, slot_wait_ms, reuse_wait_ms, submit_ms }
     }
 }
 

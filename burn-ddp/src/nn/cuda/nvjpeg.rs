@@ -16,7 +16,6 @@
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
 //! one to end: nvJPEG does not promise to have read them when its call returns.
 
-use super::nvjpeg_memory::{self, Allocators};
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys as driver;
@@ -64,8 +63,6 @@ type DecodeBatched =
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
     create_ex: CreateEx,
-    /// `nvjpegCreateExV2` (stream-ordered allocators), where this libnvjpeg has it.
-    create_ex_v2: Option<CreateEx>,
     state_create: StateCreate,
     batched_initialize: BatchedInitialize,
     decode_batched: DecodeBatched,
@@ -88,7 +85,6 @@ fn api() -> std::result::Result<&'static Api, String> {
             let missing = |e: libloading::Error| format!("libnvjpeg: {e}");
             Ok(Api {
                 create_ex: *lib.get::<CreateEx>(b"nvjpegCreateEx\0").map_err(missing)?,
-                create_ex_v2: lib.get::<CreateEx>(b"nvjpegCreateExV2\0").ok().map(|f| *f),
                 state_create: *lib.get::<StateCreate>(b"nvjpegJpegStateCreate\0").map_err(missing)?,
                 batched_initialize: *lib
                     .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
@@ -318,29 +314,15 @@ impl Decoder {
             .new_stream()
             .map_err(|e| driver_fail("creating the decoder's stream", e))?;
         let mut handle = std::ptr::null_mut();
-        let (create, kind) = match (Allocators::from_env(), api.create_ex_v2) {
-            (Allocators::StreamOrdered, Some(v2)) => (v2, Allocators::StreamOrdered),
-            (Allocators::StreamOrdered, None) => {
-                log::warn!(
-                    "BURN_DDP_DECODE_ALLOC=stream: this libnvjpeg has no nvjpegCreateExV2; counted allocations run instead"
-                );
-                (api.create_ex, Allocators::Counted)
-            }
-            (kind, _) => (api.create_ex, kind),
-        };
-        let (device_alloc, pinned_alloc) = nvjpeg_memory::allocators(kind);
-        // SAFETY: null (nvJPEG's own allocators) or allocator structs of the entry point's
-        // version that live for the process, no flags, an out-pointer to a local.
-        let backend = if unsafe { create(BACKEND_HARDWARE, device_alloc, pinned_alloc, 0, &mut handle) } == 0 {
+        let none = std::ptr::null_mut();
+        // SAFETY: default allocators (null), no flags, an out-pointer to a local.
+        let backend = if unsafe { (api.create_ex)(BACKEND_HARDWARE, none, none, 0, &mut handle) } == 0 {
             Backend::Hardware
         } else {
             // SAFETY: as above.
-            check("nvjpegCreateEx", unsafe { create(BACKEND_DEFAULT, device_alloc, pinned_alloc, 0, &mut handle) })?;
+            check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
             Backend::Default
         };
-        if kind != Allocators::Library {
-            log::info!("{backend}: its allocations counted ({kind:?}, BURN_DDP_DECODE_ALLOC)");
-        }
         let state = || -> Result<State> {
             let mut raw = std::ptr::null_mut();
             // SAFETY: a live handle; an out-pointer to a local.
