@@ -28,11 +28,7 @@
 # 0.4, random erasing 0.25) on the GPU — the decode and pixel-operation checks, bench-data with
 # --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
-# gpu, and `bench` of the same model with AdamW on synthetic batches. PART=9: three trials for
-# the GPU decode's pace (BURN_DDP_DECODE_STAGING=pinned: the JPEGs copied into page-locked
-# memory first; BURN_DDP_DECODE_PREALLOCATE=1: nvJPEG's batched pre-allocation;
-# BURN_DDP_DECODE_THREADS=2|4: each batch in parts on handles of their own) in bench-data
-# against the default, and the first two in ResNet-50 training.
+# gpu, and `bench` of the same model with AdamW on synthetic batches.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -98,47 +94,6 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
-  exit 0
-fi
-if [ "${PART:-1}" = 9 ]; then
-  # Three trials against the default, bench-data alternated three times with the planes (and with
-  # nvJPEG's RGB for the staging): the JPEGs staged in page-locked memory, nvJPEG's batched
-  # pre-allocation, both, and each batch in 2 or 4 parts on handles of their own; the decode
-  # checks with all three first; then ResNet-50 training on the photos, the default against
-  # the staging with the pre-allocation, alternated twice, `bench` before.
-  ALL="BURN_DDP_DECODE_STAGING=pinned BURN_DDP_DECODE_PREALLOCATE=1 BURN_DDP_DECODE_THREADS=4"
-  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=3 step checks_trials 200 env $ALL \
-    "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
-  DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
-  for i in 1 2 3; do
-    SHOW_LINES=1 step "data_default_$i" 60 "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_pinned_$i" 60 env BURN_DDP_DECODE_STAGING=pinned "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_preallocate_$i" 60 env BURN_DDP_DECODE_PREALLOCATE=1 "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_pinned_preallocate_$i" 60 env BURN_DDP_DECODE_STAGING=pinned BURN_DDP_DECODE_PREALLOCATE=1 "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_parts2_$i" 60 env BURN_DDP_DECODE_THREADS=2 "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_parts4_$i" 60 env BURN_DDP_DECODE_THREADS=4 "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_rgb_default_$i" 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $DATA
-    SHOW_LINES=1 step "data_rgb_pinned_$i" 60 env BURN_DDP_DECODE_OUTPUT=rgb BURN_DDP_DECODE_STAGING=pinned "$B"/burn-vision $DATA
-  done
-  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
-  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
-  step r50_synthetic 200 "$B"/burn-vision $S
-  for i in 1 2; do
-    step "train_default_$i" 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-default-$i
-    step "train_pinned_preallocate_$i" 300 $CORES env BURN_DDP_DECODE_STAGING=pinned BURN_DDP_DECODE_PREALLOCATE=1 \
-      "$B"/burn-vision $T --decode gpu --out $OUT/run-pinned-preallocate-$i
-  done
-  save_cache
-  {
-    grep -hE "img_per_s|hardware JPEG decoder has|PreAllocate|RESULT check.*(lowest|FAIL)|CORES|^=== .*rc=" "$LOG" | cut -c1-400
-    for f in $OUT/run-*/metrics.jsonl; do
-      echo "$f"
-      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4)) for d in map(json.loads, open(sys.argv[1]))]" "$f"
-    done
-  } > "$OUT/summary.txt"
-  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
-  rm -rf $OUT/run-*
-  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then

@@ -12,8 +12,6 @@
 //! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
 //! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
 //! (by the data loader's thread) while the training stream still reads the previous one.
-//! `BURN_DDP_DECODE_THREADS=N` (a diagnosis, 2 to 4) splits each batch into N parts decoded at
-//! once, each on a thread, an nvJPEG handle and a stream of its own.
 //!
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
 //! one to end: nvJPEG does not promise to have read them when its call returns.
@@ -38,8 +36,6 @@ type RawState = *mut c_void;
 struct State {
     raw: RawState,
     ready_for: Option<(c_int, c_int)>,
-    /// Whether `nvjpegDecodeBatchedPreAllocate` ran for it ([`preallocate`]).
-    preallocated: bool,
 }
 
 /// nvJPEG's `nvjpegImage_t`: up to four planes, each an address and a row pitch in bytes.
@@ -63,12 +59,8 @@ type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
 type BatchedInitialize = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int;
 type DecodeBatched =
     unsafe extern "C" fn(RawHandle, RawState, *const *const u8, *const usize, *mut Image, driver::CUstream) -> c_int;
-/// `nvjpegDecodeBatchedPreAllocate(handle, state, batch, width, height, chroma, output)`.
-type PreAllocate = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int, c_int, c_int) -> c_int;
 /// `nvjpegGetHardwareDecoderInfo(handle, engines, cores per engine)`.
 type HardwareInfo = unsafe extern "C" fn(RawHandle, *mut c_uint, *mut c_uint) -> c_int;
-/// `NVJPEG_CSS_444`: the largest a batched decode's pre-allocation is asked for.
-const CSS_444: c_int = 0;
 
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
@@ -76,8 +68,6 @@ struct Api {
     state_create: StateCreate,
     batched_initialize: BatchedInitialize,
     decode_batched: DecodeBatched,
-    /// Absent from libraries older than CUDA 11.
-    pre_allocate: Option<PreAllocate>,
     /// Absent from libraries older than CUDA 11.9.
     hardware_info: Option<HardwareInfo>,
     /// Kept loaded for the process's lifetime (the handles live as long).
@@ -104,7 +94,6 @@ fn api() -> std::result::Result<&'static Api, String> {
                     .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
                     .map_err(missing)?,
                 decode_batched: *lib.get::<DecodeBatched>(b"nvjpegDecodeBatched\0").map_err(missing)?,
-                pre_allocate: lib.get::<PreAllocate>(b"nvjpegDecodeBatchedPreAllocate\0").ok().map(|f| *f),
                 hardware_info: lib.get::<HardwareInfo>(b"nvjpegGetHardwareDecoderInfo\0").ok().map(|f| *f),
                 _lib: lib,
             })
@@ -160,38 +149,10 @@ const SLOTS: usize = 2;
 /// and never handed to the device, by a consumer that stopped without dropping it).
 const SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Most parts a batch's JPEGs are split into ([`parts_asked`]).
-const MAX_PARTS: usize = 4;
-
-/// Fewest JPEGs a part is given: a smaller part saves less than its thread costs.
-const MIN_PART_JPEGS: usize = 32;
-
-/// How many parts a batch's JPEGs are split into, each decoded at once on a thread, an nvJPEG
-/// handle and a stream of its own: 1 (the default), or `BURN_DDP_DECODE_THREADS` (a diagnosis,
-/// 1 to 4). nvJPEG's batched call keeps its calling thread busy for the whole batch (13–15 ms
-/// for 256 ImageNet-size photos on an H100's host); four parts sharing one handle took as long
-/// as one (2026-12-06), so each part has its own handle.
-fn parts_asked() -> usize {
-    static ASKED: OnceLock<usize> = OnceLock::new();
-    *ASKED.get_or_init(|| {
-        std::env::var("BURN_DDP_DECODE_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map_or(1, |n| n.clamp(1, MAX_PARTS))
-    })
-}
-
-/// How many parts a batch of `jpegs` JPEGs is split into: [`parts_asked`], fewer where the
-/// parts would be smaller than [`MIN_PART_JPEGS`]; at least one.
-fn parts_for(jpegs: usize) -> usize {
-    parts_asked().min(jpegs / MIN_PART_JPEGS).max(1)
-}
-
-/// One of the decode slots that alternate: an nvJPEG state per part of a batch (each of its
-/// part's handle), the memory its images are decoded into, and the events that order it
-/// between the decoder's stream and the reader's.
+/// One of the decode slots that alternate: an nvJPEG state, the memory its images are decoded
+/// into, and the events that order it between the decoder's stream and the reader's.
 struct Slot {
-    states: Vec<State>,
+    state: State,
     /// Recorded on the decoder's stream after the slot's last decode.
     decoded: driver::CUevent,
     /// Recorded on the reader's stream after the last reader of the slot's images.
@@ -201,28 +162,16 @@ struct Slot {
     scratch: (u64, usize),
     /// The encoded bytes of the slot's last decode, which nvJPEG may read until it has ended.
     held: Option<Box<dyn std::any::Any + Send>>,
-    /// The slot's JPEGs in page-locked memory, where they are staged ([`staging_pinned`]).
-    pinned: Pinned,
 }
 
-/// nvJPEG's handles (one per part of a batch), the slots' states and memory, the decoder's own
-/// stream (a batch's first part decodes there) and the other parts' streams: used by one
+/// nvJPEG's handle, the slots' states and memory, and the decoder's own stream: used by one
 /// submitting thread at a time.
 struct Decoder {
-    handles: Vec<RawHandle>,
+    handle: RawHandle,
     backend: Backend,
     slots: [Slot; SLOTS],
     next: usize,
     stream: Arc<CudaStream>,
-    parts: PartStreams,
-}
-
-/// The streams of a batch's parts after the first, each with the event its part records when
-/// enqueued, and the event they all wait for (recorded on the decoder's stream before them).
-struct PartStreams {
-    streams: Vec<Arc<CudaStream>>,
-    done: Vec<driver::CUevent>,
-    start: driver::CUevent,
 }
 
 // SAFETY: nvJPEG handles and states are plain heap objects, and events plain handles; a
@@ -350,85 +299,20 @@ fn rgb_only() -> bool {
     *RGB.get_or_init(|| std::env::var("BURN_DDP_DECODE_OUTPUT").is_ok_and(|v| v == "rgb"))
 }
 
-/// Whether a batch's JPEGs are copied into page-locked memory of their slot before nvJPEG
-/// reads them (`BURN_DDP_DECODE_STAGING=pinned`, a trial), as DALI stages the hardware
-/// decoder's input; by default nvJPEG reads them where the loader read them (pageable memory).
-fn staging_pinned() -> bool {
-    static PINNED: OnceLock<bool> = OnceLock::new();
-    *PINNED.get_or_init(|| std::env::var("BURN_DDP_DECODE_STAGING").is_ok_and(|v| v == "pinned"))
-}
-
-/// Whether each nvJPEG state's batched decoder gets `nvjpegDecodeBatchedPreAllocate` for its
-/// first batch's size and largest image (`BURN_DDP_DECODE_PREALLOCATE=1`, a trial): NVIDIA's
-/// nvImageCodec calls it for the hardware decoder's memory pool.
-fn preallocate_asked() -> bool {
-    static ASKED: OnceLock<bool> = OnceLock::new();
-    *ASKED.get_or_init(|| std::env::var("BURN_DDP_DECODE_PREALLOCATE").is_ok_and(|v| v == "1"))
-}
-
-/// Page-locked host memory a slot's JPEGs are copied into ([`staging_pinned`]): its address
-/// and size (null, 0: none yet). Kept for the process's lifetime, as the decoder is.
-struct Pinned {
-    at: *mut u8,
-    bytes: usize,
-}
-
-impl Pinned {
-    /// Copies the JPEGs of `jpegs` into this memory (grown when too small), on the loader's
-    /// threads, and returns them as inputs that read from it.
-    ///
-    /// # Safety
-    /// The device's context is bound on this thread, and nothing reads this memory any more:
-    /// the slot's previous decode has ended. The inputs returned read it until it is staged
-    /// into again.
-    unsafe fn stage(&mut self, jpegs: &[(usize, &Input<'_>)]) -> Result<Vec<(usize, Input<'static>)>> {
-        use rayon::prelude::*;
-        let total: usize = jpegs.iter().map(|(_, i)| i.bytes.len()).sum();
-        if self.bytes < total {
-            let bytes = total + total / 4;
-            // SAFETY: memory this slot allocated, no longer read (the caller's contract).
-            unsafe {
-                if !self.at.is_null() {
-                    driver::cuMemFreeHost(self.at as *mut c_void).result().map_err(|e| driver_fail("freeing", e))?;
-                }
-                self.at = std::ptr::null_mut();
-                self.bytes = 0;
-                let mut at = std::ptr::null_mut();
-                driver::cuMemHostAlloc(&mut at, bytes, 0)
-                    .result()
-                    .map_err(|e| driver_fail(&format!("allocating {bytes} bytes of page-locked memory"), e))?;
-                self.at = at as *mut u8;
-            }
-            self.bytes = bytes;
-        }
-        let mut offsets = Vec::with_capacity(jpegs.len());
-        let mut end = 0;
-        for (_, input) in jpegs {
-            offsets.push(end);
-            end += input.bytes.len();
-        }
-        let base = self.at as usize;
-        jpegs.par_iter().zip(&offsets).for_each(|((_, input), &offset)| {
-            // SAFETY: `offset..offset + len` lies inside the allocation (`total` bytes at least),
-            // and no two inputs' ranges overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(input.bytes.as_ptr(), (base + offset) as *mut u8, input.bytes.len())
-            }
-        });
-        Ok(jpegs
-            .iter()
-            .zip(offsets)
-            .map(|(&(k, input), offset)| {
-                // SAFETY: the bytes just copied, which stay until the slot is staged into again.
-                let bytes = unsafe { std::slice::from_raw_parts((base + offset) as *const u8, input.bytes.len()) };
-                (k, Input { jpeg: true, bytes, width: input.width, height: input.height })
-            })
-            .collect())
-    }
-}
-
 fn driver_fail(what: &str, e: cudarc::driver::DriverError) -> Error {
     Error::Kernel { op: "nvJPEG", reason: format!("{what}: {e:?}") }
+}
+
+/// Logs how many JPEG engines (and cores in each) the hardware decoder of `handle` has, where
+/// libnvjpeg can say.
+fn log_engines(api: &Api, handle: RawHandle) {
+    let Some(info) = api.hardware_info else { return };
+    let (mut engines, mut cores) = (0, 0);
+    // SAFETY: a live handle; out-pointers to locals.
+    if unsafe { info(handle, &mut engines, &mut cores) } == 0 {
+        let each = if cores == 1 { "1 core".to_string() } else { format!("{cores} cores") };
+        log::info!("nvJPEG: the GPU's hardware JPEG decoder has {engines} engines, {each} each");
+    }
 }
 
 fn event() -> Result<driver::CUevent> {
@@ -446,64 +330,36 @@ impl Decoder {
         let stream = crate::nn::cuda::cudnn::convolution::context(device)?
             .new_stream()
             .map_err(|e| driver_fail("creating the decoder's stream", e))?;
+        let mut handle = std::ptr::null_mut();
         let none = std::ptr::null_mut();
-        let mut handles = Vec::with_capacity(parts_asked());
-        let mut first = std::ptr::null_mut();
         // SAFETY: default allocators (null), no flags, an out-pointer to a local.
-        let backend = if unsafe { (api.create_ex)(BACKEND_HARDWARE, none, none, 0, &mut first) } == 0 {
+        let backend = if unsafe { (api.create_ex)(BACKEND_HARDWARE, none, none, 0, &mut handle) } == 0 {
             Backend::Hardware
         } else {
             // SAFETY: as above.
-            check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut first) })?;
+            check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
             Backend::Default
         };
-        handles.push(first);
-        if backend == Backend::Hardware
-            && let Some(info) = api.hardware_info
-        {
-            let (mut engines, mut cores) = (0, 0);
-            // SAFETY: a live handle; out-pointers to locals.
-            if unsafe { info(first, &mut engines, &mut cores) } == 0 {
-                log::info!("nvJPEG: the GPU's hardware JPEG decoder has {engines} engines of {cores} cores");
-            }
+        if backend == Backend::Hardware {
+            log_engines(api, handle);
         }
-        let code = match backend {
-            Backend::Hardware => BACKEND_HARDWARE,
-            Backend::Default => BACKEND_DEFAULT,
-        };
-        for _ in 1..parts_asked() {
-            let mut handle = std::ptr::null_mut();
-            // SAFETY: as above.
-            check("nvjpegCreateEx", unsafe { (api.create_ex)(code, none, none, 0, &mut handle) })?;
-            handles.push(handle);
-        }
-        let state = |handle: RawHandle| -> Result<State> {
+        let state = || -> Result<State> {
             let mut raw = std::ptr::null_mut();
             // SAFETY: a live handle; an out-pointer to a local.
             check("nvjpegJpegStateCreate", unsafe { (api.state_create)(handle, &mut raw) })?;
-            Ok(State { raw, ready_for: None, preallocated: false })
+            Ok(State { raw, ready_for: None })
         };
         let slot = || -> Result<Slot> {
             Ok(Slot {
-                states: handles.iter().map(|&h| state(h)).collect::<Result<_>>()?,
+                state: state()?,
                 decoded: event()?,
                 consumed: event()?,
                 used: false,
                 scratch: (0, 0),
                 held: None,
-                pinned: Pinned { at: std::ptr::null_mut(), bytes: 0 },
             })
         };
-        let others = 1..handles.len();
-        let parts = PartStreams {
-            streams: others
-                .clone()
-                .map(|_| stream.context().new_stream().map_err(|e| driver_fail("creating a decode stream", e)))
-                .collect::<Result<_>>()?,
-            done: others.map(|_| event()).collect::<Result<_>>()?,
-            start: event()?,
-        };
-        Ok(Self { slots: [slot()?, slot()?], handles, backend, next: 0, stream, parts })
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -569,18 +425,14 @@ impl Decoder {
                 .result()
                 .map_err(|e| driver_fail("copying decoded pixels", e))?;
         }
-        let mut jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
-        let staged;
-        if staging_pinned() && !jpegs.is_empty() {
-            // SAFETY: the context is bound, and the slot's previous decode has ended (above).
-            staged = unsafe { slot.pinned.stage(&jpegs) }?;
-            jpegs = staged.iter().map(|(k, i)| (*k, i)).collect();
-        }
+        let jpegs: Vec<(usize, &Input<'_>)> = inputs.iter().enumerate().filter(|(_, i)| i.jpeg).collect();
         let output = if shifts.is_some() { OUTPUT_YUV } else { OUTPUT_RGBI };
-        let streams = (&*self.stream, &self.parts);
-        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream; the
-        // handles, states and part streams are this caller's (the decoder is locked).
-        let failed = unsafe { decode_in_parts((&self.handles, &mut slot.states), streams, &jpegs, &planes, output) }?;
+        // SAFETY: the planes are the slot's memory, ordered on the decoder's stream.
+        let failed = if jpegs.is_empty() {
+            0
+        } else {
+            unsafe { decode_jpegs((self.handle, &mut slot.state), cu, &jpegs, &planes, output) }?
+        };
         // SAFETY: a live event and stream of the bound context.
         unsafe { driver::cuEventRecord(slot.decoded, cu) }
             .result()
@@ -683,113 +535,6 @@ impl Drop for Submitted {
     }
 }
 
-/// A batch's part as the thread that submits it needs it.
-struct Part<'a, 'b> {
-    handle: RawHandle,
-    state: &'a mut State,
-    stream: driver::CUstream,
-    /// Waited for on `stream` before the part: the decoder's stream's work so far.
-    start: driver::CUevent,
-    /// Recorded on `stream` when the part is enqueued.
-    done: driver::CUevent,
-    jpegs: &'a [(usize, &'b Input<'b>)],
-}
-
-// SAFETY: plain nvJPEG and driver handles, the handle, state and stream this part's alone
-// while it is submitted; the inputs are shared reads.
-unsafe impl Send for Part<'_, '_> {}
-
-impl Part<'_, '_> {
-    /// Decodes the part's JPEGs on its stream after `start`, then records `done` there.
-    ///
-    /// # Safety
-    /// As [`decode_jpegs`]: the context bound on this thread, the handle, state and stream this
-    /// part's alone; its images' planes are no other part's.
-    unsafe fn submit(self, planes: &[Decoded], output: c_int) -> Result<usize> {
-        let on_stream = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
-        // SAFETY: the caller's contract; live events of the bound context.
-        unsafe {
-            on_stream("ordering a decode", driver::cuStreamWaitEvent(self.stream, self.start, 0))?;
-            let failed = decode_jpegs((self.handle, self.state), self.stream, self.jpegs, planes, output);
-            on_stream("recording an event", driver::cuEventRecord(self.done, self.stream))?;
-            failed
-        }
-    }
-}
-
-/// Decodes the JPEGs of a batch in [`parts_for`] parts at once: the first on this thread, the
-/// first handle and the decoder's stream, each other on a thread, a handle and a stream of its
-/// own, which starts after everything the decoder's stream held and which the decoder's
-/// stream waits for after. Returns how many JPEGs nvJPEG refused.
-///
-/// # Safety
-/// As [`decode_jpegs`]; the handles, states and part streams are this caller's alone.
-unsafe fn decode_in_parts(
-    (handles, states): (&[RawHandle], &mut [State]),
-    (stream, parts): (&CudaStream, &PartStreams),
-    jpegs: &[(usize, &Input<'_>)],
-    planes: &[Decoded],
-    output: c_int,
-) -> Result<usize> {
-    let cu = stream.cu_stream();
-    let n = parts_for(jpegs.len()).min(handles.len());
-    if jpegs.is_empty() {
-        return Ok(0);
-    }
-    if n == 1 {
-        // SAFETY: the caller's contract.
-        return unsafe { decode_jpegs((handles[0], &mut states[0]), cu, jpegs, planes, output) };
-    }
-    let on_cu = |what: &str, r: driver::CUresult| r.result().map_err(|e| driver_fail(what, e));
-    // SAFETY: a live event and stream of the bound context.
-    on_cu("recording an event", unsafe { driver::cuEventRecord(parts.start, cu) })?;
-    let mut chunks = jpegs.chunks(jpegs.len().div_ceil(n));
-    let (first_state, rest_states) = states.split_first_mut().expect("a state per handle");
-    let first = chunks.next().unwrap_or_default();
-    let others: Vec<Part<'_, '_>> = chunks
-        .zip(&parts.streams)
-        .zip(&parts.done)
-        .zip(rest_states.iter_mut().zip(&handles[1..]))
-        .map(|(((jpegs, s), &done), (state, &handle))| Part {
-            handle,
-            state,
-            stream: s.cu_stream(),
-            start: parts.start,
-            done,
-            jpegs,
-        })
-        .collect();
-    let ctx = stream.context();
-    let (first, rest) = std::thread::scope(|scope| {
-        let threads: Vec<_> = others
-            .into_iter()
-            .map(|part| {
-                scope.spawn(move || -> Result<usize> {
-                    ctx.bind_to_thread().map_err(|e| driver_fail("binding the CUDA context", e))?;
-                    // SAFETY: the caller's contract, on this thread with the context bound.
-                    unsafe { part.submit(planes, output) }
-                })
-            })
-            .collect();
-        // SAFETY: the caller's contract.
-        let first = unsafe { decode_jpegs((handles[0], first_state), cu, first, planes, output) };
-        let rest: Vec<Result<usize>> = threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err(Error::Kernel { op: "nvJPEG", reason: "a decode thread panicked".into() }))
-            })
-            .collect();
-        (first, rest)
-    });
-    for &done in &parts.done[..rest.len()] {
-        // SAFETY: live events and stream of the bound context. An event a failed part did not
-        // record holds an earlier batch's part, or nothing: waiting for it only delays.
-        on_cu("ordering after a decode", unsafe { driver::cuStreamWaitEvent(cu, done, 0) })?;
-    }
-    rest.into_iter().try_fold(first?, |sum, part| Ok(sum + part?))
-}
-
 /// Decodes the JPEGs of a batch into their planes in one batched call, as `output`
 /// (`OUTPUT_YUV` or `OUTPUT_RGBI`); when nvJPEG refuses the batch, image by image, blanking the
 /// planes of the ones it refuses (black). Returns how many it refused.
@@ -815,10 +560,6 @@ unsafe fn decode_jpegs(
         unsafe {
             if state.ready_for != Some(wanted) {
                 state.ready_for = None;
-                if preallocate_asked() && !state.preallocated {
-                    state.preallocated = true;
-                    preallocate((handle, state.raw), items, output);
-                }
                 let status = (api.batched_initialize)(handle, state.raw, wanted.0, 1, output);
                 if status != 0 {
                     return status;
@@ -844,23 +585,6 @@ unsafe fn decode_jpegs(
         }
     }
     Ok(failed)
-}
-
-/// Asks nvJPEG to allocate the batched decoder's memory for `items`' count and largest image
-/// now ([`preallocate_asked`]); a failure is logged once and changes nothing else.
-///
-/// # Safety
-/// A live handle and state.
-unsafe fn preallocate((handle, state): (RawHandle, RawState), items: &[(usize, &Input<'_>)], output: c_int) {
-    let Ok(Some(pre)) = api().map(|a| a.pre_allocate) else { return };
-    let width = items.iter().map(|(_, i)| i.width).max().unwrap_or(1).max(1) as c_int;
-    let height = items.iter().map(|(_, i)| i.height).max().unwrap_or(1).max(1) as c_int;
-    // SAFETY: the caller's contract; plain values.
-    let status = unsafe { pre(handle, state, items.len() as c_int, width, height, CSS_444, output) };
-    if let Err(e) = check("nvjpegDecodeBatchedPreAllocate", status) {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| log::warn!("{e}; decoding without it"));
-    }
 }
 
 /// nvJPEG's description of where to write an image.
