@@ -239,15 +239,12 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
     (start, train_pipeline): (EpochStart<'_, B, O>, &crate::data::transform::Pipeline),
     skips: &Arc<SkipLog>,
 ) -> Result<EpochTrained> {
-    let (started, collectives_before) = (Instant::now(), burn_ddp::tensor::collective_seconds());
+    let mut tally = StepSums::<B>::new(&at.device);
     let (device, epoch, done) = (&at.device, start.epoch, start.done);
     let loader = plan.loader_from(epoch, done.steps, train_pipeline, skips);
     let main_rank = at.main_rank();
     let bar = if main_rank { progress_bar(config, plan.steps_per_epoch, epoch) } else { ProgressBar::hidden() };
     bar.set_position(done.steps as u64);
-    let (mut loss_sum, mut correct) =
-        (Tensor::<B::InnerBackend, 1>::zeros([1], device), Tensor::<B::InnerBackend, 1, Int>::zeros([1], device));
-    let (mut seen, mut steps, mut sync_seconds, mut first_step) = (0usize, 0usize, 0.0, None);
     // The first step carries the one-time costs (kernel tuning and compilation, cuDNN's plan
     // search, the first batch's decoding), the second those of the optimizer with its state:
     // steady throughput is timed after them (after the first only, in epochs of < 4 steps).
@@ -271,27 +268,24 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         phases.end(1);
         let synced_before = at.dist.map_or(0.0, |d| d.ddp.stats().seconds);
         let out = step_gradients(trainer, at, tensors, &mut phases)?;
-        loss_sum = loss_sum + out.loss_sum;
-        correct = correct + out.correct;
+        tally = tally.add(out.loss_sum, out.correct, n);
         phases.end(3);
         apply_step(trainer, out.grads, &plan.schedule, &mut phases);
-        sync_seconds += at.dist.map_or(0.0, |d| d.ddp.stats().seconds) - synced_before;
-        (steps, seen) = (steps + 1, seen + n);
+        tally.sync_seconds += at.dist.map_or(0.0, |d| d.ddp.stats().seconds) - synced_before;
         start.tracer.after_step(trainer.step - 1)?;
         if config.checkpoint_every.is_some_and(|k| trainer.step.is_multiple_of(k))
-            && done.steps + steps < plan.steps_per_epoch
+            && done.steps + tally.steps < plan.steps_per_epoch
         {
-            let so_far = epoch_so_far::<B>(done, (steps, seen, started), (&loss_sum, &correct), at.dist)?;
-            (start.save)(trainer, so_far)?;
+            (start.save)(trainer, tally.so_far(done, at.dist)?)?;
         }
-        if steps == warmup_steps {
+        if tally.steps == warmup_steps {
             let _ = B::sync(device);
-            first_step = Some((Instant::now(), seen));
+            tally.first_step = Some((Instant::now(), tally.seen));
             profile = host_profile_of(config, epoch, main_rank)?;
         }
         bar.inc(1);
         if trainer.step.is_multiple_of(10) {
-            bar.set_message(format!("{:.0} img/s", seen as f64 / started.elapsed().as_secs_f64()));
+            bar.set_message(format!("{:.0} img/s", tally.seen as f64 / tally.started.elapsed().as_secs_f64()));
         }
     }
     bar.finish_and_clear();
@@ -299,26 +293,86 @@ pub(super) fn train_epoch<B: AutodiffBackend, O: Optimizer<Classifier<B>, B>>(
         let _ = B::sync(device);
         log::info!("host profile of epoch {}'s steady steps written: {}", epoch + 1, p.finish()?.display());
     }
-    let mut sums = [loss_sum.into_scalar().elem::<f64>(), correct.into_scalar().elem::<i64>() as f64, seen as f64];
-    if main_rank {
-        // The tallies before the resume were summed over the ranks already: one rank adds them.
-        sums.iter_mut().zip(done.sums).for_each(|(s, d)| *s += d);
+    Ok(tally.trained(done, (warmup_steps, main_rank), &phases))
+}
+
+/// What an epoch's steps add up to as they run: the device's loss and hit sums (read once, at
+/// the end), and the host's counts and clocks.
+struct StepSums<B: AutodiffBackend> {
+    loss_sum: Tensor<B::InnerBackend, 1>,
+    correct: Tensor<B::InnerBackend, 1, Int>,
+    seen: usize,
+    steps: usize,
+    sync_seconds: f64,
+    /// When the warm-up steps had run on the device, and the images seen by then.
+    first_step: Option<(Instant, usize)>,
+    started: Instant,
+    collectives_before: f64,
+}
+
+impl<B: AutodiffBackend> StepSums<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            loss_sum: Tensor::zeros([1], device),
+            correct: Tensor::zeros([1], device),
+            seen: 0,
+            steps: 0,
+            sync_seconds: 0.0,
+            first_step: None,
+            started: Instant::now(),
+            collectives_before: burn_ddp::tensor::collective_seconds(),
+        }
     }
-    // Read back above, so the device has finished the epoch's steps.
-    let steady_img_per_s =
-        first_step.filter(|_| steps > warmup_steps).map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
-    let trained_s = started.elapsed().as_secs_f64();
-    Ok(EpochTrained {
-        sums,
-        seconds: done.seconds + trained_s,
-        rank_img_per_s: seen as f64 / trained_s,
-        steady_img_per_s,
-        sync_seconds,
-        collective_seconds: burn_ddp::tensor::collective_seconds() - collectives_before,
-        steps,
-        data_wait_s: phases.seconds(0),
-        phases_s: phases.totals(),
-    })
+
+    /// Counts a step of `n` images with its loss and hit sums (the sums move, so the device
+    /// adds in place).
+    fn add(self, loss_sum: Tensor<B::InnerBackend, 1>, correct: Tensor<B::InnerBackend, 1, Int>, n: usize) -> Self {
+        Self {
+            loss_sum: self.loss_sum + loss_sum,
+            correct: self.correct + correct,
+            steps: self.steps + 1,
+            seen: self.seen + n,
+            ..self
+        }
+    }
+
+    /// The epoch so far, summed over the ranks, for a mid-epoch checkpoint.
+    fn so_far(&self, done: PartialEpoch, dist: Dist<'_>) -> Result<PartialEpoch> {
+        epoch_so_far::<B>(done, (self.steps, self.seen, self.started), (&self.loss_sum, &self.correct), dist)
+    }
+
+    /// The epoch's figures once its steps are enqueued: reading the device's sums waits for
+    /// them to run. `done` is what a resumed epoch had trained before; its sums were summed over
+    /// the ranks already, so only the rank that speaks for the run (`main_rank`) adds them.
+    fn trained(
+        self,
+        done: PartialEpoch,
+        (warmup_steps, main_rank): (usize, bool),
+        phases: &StepPhases<B>,
+    ) -> EpochTrained {
+        let (seen, steps) = (self.seen, self.steps);
+        let mut sums =
+            [self.loss_sum.into_scalar().elem::<f64>(), self.correct.into_scalar().elem::<i64>() as f64, seen as f64];
+        if main_rank {
+            sums.iter_mut().zip(done.sums).for_each(|(s, d)| *s += d);
+        }
+        let steady_img_per_s = self
+            .first_step
+            .filter(|_| steps > warmup_steps)
+            .map(|(t, n0)| (seen - n0) as f64 / t.elapsed().as_secs_f64());
+        let trained_s = self.started.elapsed().as_secs_f64();
+        EpochTrained {
+            sums,
+            seconds: done.seconds + trained_s,
+            rank_img_per_s: seen as f64 / trained_s,
+            steady_img_per_s,
+            sync_seconds: self.sync_seconds,
+            collective_seconds: burn_ddp::tensor::collective_seconds() - self.collectives_before,
+            steps,
+            data_wait_s: phases.seconds(0),
+            phases_s: phases.totals(),
+        }
+    }
 }
 
 /// `--host-profile`'s sampler, started when this is the epoch it covers (the second, or the
