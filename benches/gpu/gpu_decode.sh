@@ -28,7 +28,9 @@
 # 0.4, random erasing 0.25) on the GPU — the decode and pixel-operation checks, bench-data with
 # --preset vit each way and with the plain recipe, PyTorch's DataLoader alone with either recipe
 # (16 workers), ViT-S/16 bf16 b256 `--preset vit` training on the photos with --decode gpu, cpu,
-# gpu, and `bench` of the same model with AdamW on synthetic batches.
+# gpu, and `bench` of the same model with AdamW on synthetic batches. PART=10: ResNet-50 on the
+# photos with short epochs (30 steps) against long ones (90 steps, three times the photos),
+# --decode gpu, alternated twice, synthetic `bench` of 30 and 90 steps before and after.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -94,6 +96,36 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
+  exit 0
+fi
+if [ "${PART:-1}" = 10 ]; then
+  # Short epochs against long ones: ResNet-50 on the photos (30 steps an epoch) and on three
+  # times as many made the same way (90 steps an epoch), --decode gpu, alternated twice, with
+  # synthetic `bench` of 30 and of 90 timed steps before and after: does the training lose its
+  # few per cent at each epoch's start (the loader's restart, the warm-up steps' sync, the
+  # validation before), or in every step?
+  step photos_long 600 python3 benches/make_photos.py /tmp/photos-long 3600
+  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5"
+  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu"
+  step r50_synthetic_30 200 "$B"/burn-vision $S --steps 30
+  step r50_synthetic_90 200 "$B"/burn-vision $S --steps 90
+  for i in 1 2; do
+    step "train_short_$i" 300 $CORES "$B"/burn-vision $T --data $D/folder --out $OUT/run-short-$i
+    step "train_long_$i" 300 $CORES "$B"/burn-vision $T --data /tmp/photos-long --out $OUT/run-long-$i
+  done
+  step r50_synthetic_30_after 200 "$B"/burn-vision $S --steps 30
+  step r50_synthetic_90_after 200 "$B"/burn-vision $S --steps 90
+  save_cache
+  {
+    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | grep -v "^{\"config\":{\"batch_size\"" | cut -c1-200
+    for f in $OUT/run-*/metrics.jsonl; do
+      echo "$f"
+      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'steps', d.get('steps')) for d in map(json.loads, open(sys.argv[1]))]" "$f"
+    done
+  } > "$OUT/summary.txt"
+  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
+  rm -rf $OUT/run-*
+  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then
