@@ -117,10 +117,10 @@ if [ "${PART:-1}" = 10 ]; then
   step r50_synthetic_90_after 200 "$B"/burn-vision $S --steps 90
   save_cache
   {
-    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | grep -v "^{\"config\":{\"batch_size\"" | cut -c1-200
+    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | cut -c1-200
     for f in $OUT/run-*/metrics.jsonl; do
       echo "$f"
-      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'steps', d.get('steps')) for d in map(json.loads, open(sys.argv[1]))]" "$f"
+      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4)) for d in map(json.loads, open(sys.argv[1]))]" "$f"
     done
   } > "$OUT/summary.txt"
   (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
