@@ -31,6 +31,8 @@
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=10: ResNet-50 on the
 # photos with short epochs (30 steps) against long ones (90 steps, three times the photos),
 # --decode gpu, alternated twice, synthetic `bench` of 30 and 90 steps before and after.
+# PART=11: ResNet-50 on the photos decoded to planes against nvJPEG's RGB output, alternated
+# three times, with `bench-data` of each (does the length of nvJPEG's calls cost the steps?).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -96,6 +98,35 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
+  exit 0
+fi
+if [ "${PART:-1}" = 11 ]; then
+  # Does the length of nvJPEG's calls on the loader's thread cost the training steps? The planes
+  # (the default: 11-12 ms a batch in nvJPEG's calls, no decode kernel) against nvJPEG's RGB
+  # (7-8 ms, plus nvJPEG's colour-conversion kernels on the GPU), ResNet-50 on the photos,
+  # alternated three times, `bench-data` of each and synthetic `bench` before and after.
+  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
+  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
+  DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
+  step r50_synthetic 200 "$B"/burn-vision $S
+  for i in 1 2 3; do
+    SHOW_LINES=1 step "data_planes_$i" 60 "$B"/burn-vision $DATA
+    SHOW_LINES=1 step "data_rgb_$i" 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $DATA
+    step "train_planes_$i" 300 $CORES "$B"/burn-vision $T --out $OUT/run-planes-$i
+    step "train_rgb_$i" 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --out $OUT/run-rgb-$i
+  done
+  step r50_synthetic_after 200 "$B"/burn-vision $S
+  save_cache
+  {
+    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | cut -c1-200
+    for f in $OUT/run-*/metrics.jsonl; do
+      echo "$f"
+      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4)) for d in map(json.loads, open(sys.argv[1]))]" "$f"
+    done
+  } > "$OUT/summary.txt"
+  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
+  rm -rf $OUT/run-*
+  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 10 ]; then
