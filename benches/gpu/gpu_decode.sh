@@ -31,8 +31,9 @@
 # gpu, and `bench` of the same model with AdamW on synthetic batches. PART=10: ResNet-50 on the
 # photos with short epochs (30 steps) against long ones (90 steps, three times the photos),
 # --decode gpu, alternated twice, synthetic `bench` of 30 and 90 steps before and after.
-# PART=11: ResNet-50 on the photos decoded to planes against nvJPEG's RGB output, alternated
-# three times, with `bench-data` of each (does the length of nvJPEG's calls cost the steps?).
+# PART=11: ResNet-50 (or MODEL) on the photos decoded to planes against nvJPEG's RGB output,
+# alternated three times, with `bench-data` of each (does the length of nvJPEG's calls cost the
+# steps?).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -106,8 +107,9 @@ if [ "${PART:-1}" = 11 ]; then
   # (7-8 ms, plus nvJPEG's colour-conversion kernels on the GPU), ResNet-50 on the photos,
   # alternated three times, `bench-data` of each and synthetic `bench` before and after.
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
-  T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
+  T="train --gpus 0 --model ${MODEL:-resnet50} --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
+  S="${S/resnet50/${MODEL:-resnet50}}"
   step r50_synthetic 200 "$B"/burn-vision $S
   for i in 1 2 3; do
     SHOW_LINES=1 step "data_planes_$i" 60 "$B"/burn-vision $DATA
