@@ -101,7 +101,7 @@ pub struct DataBenchResult {
 
 /// A GPU-decoded run's batches as the loader's thread handed them to the GPU's decoder
 /// (`burn_ddp::nn::decode::DeviceDecodeTimes`), in milliseconds per batch.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct DeviceSubmit {
     /// Batches submitted while the timed batches were loaded.
     pub batches: u64,
@@ -116,7 +116,8 @@ pub struct DeviceSubmit {
 }
 
 impl DeviceSubmit {
-    fn between(before: &DeviceDecodeTimes, after: &DeviceDecodeTimes) -> Self {
+    /// The batches submitted between two readings of `device_decode_times`.
+    pub fn between(before: &DeviceDecodeTimes, after: &DeviceDecodeTimes) -> Self {
         let span = after.since(before);
         let [slot_wait_ms, reuse_wait_ms, submit_ms] = span.ms_per_batch();
         Self { batches: span.batches, slot_wait_ms, reuse_wait_ms, submit_ms }

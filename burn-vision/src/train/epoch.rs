@@ -187,6 +187,8 @@ pub(super) struct EpochTrained {
     pub steps: usize,
     pub data_wait_s: f64,
     pub phases_s: Vec<(String, f64)>,
+    /// The loader's hand-over of this epoch's batches to the GPU's decoder, if it decoded any.
+    pub device_decode: Option<crate::data::throughput::DeviceSubmit>,
 }
 
 /// What the run does with the state at `--checkpoint-every` steps.
@@ -308,6 +310,7 @@ struct StepSums<B: AutodiffBackend> {
     first_step: Option<(Instant, usize)>,
     started: Instant,
     collectives_before: f64,
+    decode_before: burn_ddp::nn::decode::DeviceDecodeTimes,
 }
 
 impl<B: AutodiffBackend> StepSums<B> {
@@ -321,6 +324,7 @@ impl<B: AutodiffBackend> StepSums<B> {
             first_step: None,
             started: Instant::now(),
             collectives_before: burn_ddp::tensor::collective_seconds(),
+            decode_before: burn_ddp::nn::decode::device_decode_times(),
         }
     }
 
@@ -371,6 +375,11 @@ impl<B: AutodiffBackend> StepSums<B> {
             steps,
             data_wait_s: phases.seconds(0),
             phases_s: phases.totals(),
+            device_decode: Some(crate::data::throughput::DeviceSubmit::between(
+                &self.decode_before,
+                &burn_ddp::nn::decode::device_decode_times(),
+            ))
+            .filter(|d| d.batches > 0),
         }
     }
 }

@@ -96,6 +96,12 @@ pub struct EpochRecord {
     /// `grad_sync`, `optimizer`; see `train::phases`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases_s: Vec<(String, f64)>,
+    /// Where the data loader's thread spent each training batch it handed to the GPU's JPEG
+    /// decoder this epoch, in milliseconds a batch (as `bench-data`'s `device_submit`: waiting
+    /// for a free decode slot, for the slot's previous decode and reads, in nvJPEG's calls);
+    /// absent when this process decoded nothing on a GPU in the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_decode: Option<crate::data::throughput::DeviceSubmit>,
     /// Wall-clock seconds of the epoch, validation included.
     pub seconds: f64,
     /// Images skipped as unreadable so far.
@@ -174,5 +180,29 @@ mod tests {
         log.truncate_to(2).unwrap();
         let text = std::fs::read_to_string(dir.path().join("m.jsonl")).unwrap();
         assert_eq!(text, "{\"epoch\":0}\n{\"epoch\":1}\n");
+    }
+
+    /// A line written before `device_decode` existed still reads (as none), and a record with
+    /// the loader's hand-over times writes them under their names and reads them back.
+    #[test]
+    fn epoch_records_carry_the_decoders_hand_over_when_there_was_one() {
+        let old = r#"{"epoch":1,"train_loss":1.5,"train_acc":0.4,"val_loss":1.2,"val_acc":0.5,"val_acc5":0.9,"lr":0.1,"img_per_s":100.0,"data_wait_s":0.0,"seconds":2.0,"skipped_images":0}"#;
+        let mut record: EpochRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(record.device_decode, None);
+        assert!(!serde_json::to_string(&record).unwrap().contains("device_decode"));
+        record.device_decode = Some(crate::data::throughput::DeviceSubmit {
+            batches: 30,
+            slot_wait_ms: 0.25,
+            reuse_wait_ms: 0.03,
+            submit_ms: 11.5,
+        });
+        let line = serde_json::to_string(&record).unwrap();
+        assert!(
+            line.contains(
+                r#""device_decode":{"batches":30,"slot_wait_ms":0.25,"reuse_wait_ms":0.03,"submit_ms":11.5}"#
+            ),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<EpochRecord>(&line).unwrap(), record);
     }
 }

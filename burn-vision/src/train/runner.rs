@@ -489,6 +489,7 @@ fn epoch_record(
         steady_img_per_s: trained.steady_img_per_s.map(|r| r * seen as f64 / trained.sums[2].max(1.0)),
         data_wait_s: trained.data_wait_s,
         phases_s: trained.phases_s.clone(),
+        device_decode: trained.device_decode.clone(),
         seconds: trained.seconds,
         skipped_images: skipped,
         gpu_memory_gib: None,

@@ -9,9 +9,8 @@
 //! The decoder takes the hardware backend (the JPEG engines of A100, H100 and H200: Huffman
 //! decoding included, no host thread busy) where the GPU has one, and nvJPEG's default backend
 //! (CUDA kernels, Huffman decoding on the calling host thread) elsewhere; [`Backend`] says which.
-//! Decoding runs on the decoder's own stream, overlapping the caller's computation; decode
-//! slots (an nvJPEG state and the memory decoded into; two unless `BURN_DDP_DECODE_SLOTS`, a
-//! trial, asks for up to 8) take turns, so a batch can be submitted
+//! Decoding runs on the decoder's own stream, overlapping the caller's computation; two decode
+//! slots (an nvJPEG state and the memory decoded into) alternate, so a batch can be submitted
 //! (by the data loader's thread) while the training stream still reads the previous one.
 //!
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
@@ -142,16 +141,9 @@ impl std::fmt::Display for Backend {
     }
 }
 
-/// Decode slots per device: the batch being read by the training stream and those decoded
-/// ahead of it — 2 (the default), or `BURN_DDP_DECODE_SLOTS` (a trial, 2 to 8). A slot is
-/// reused only once the training stream has read its batch on the GPU, so the slots bound how
-/// far the decode runs ahead of the GPU, not of the host.
-fn slots_asked() -> usize {
-    static ASKED: OnceLock<usize> = OnceLock::new();
-    *ASKED.get_or_init(|| {
-        std::env::var("BURN_DDP_DECODE_SLOTS").ok().and_then(|v| v.parse::<usize>().ok()).map_or(2, |n| n.clamp(2, 8))
-    })
-}
+/// Decode slots per device: the batch being read by the training stream and the next one,
+/// decoded ahead.
+const SLOTS: usize = 2;
 
 /// How long a submission waits for a slot before it reports the decoder stuck (a batch taken
 /// and never handed to the device, by a consumer that stopped without dropping it).
@@ -177,7 +169,7 @@ struct Slot {
 struct Decoder {
     handle: RawHandle,
     backend: Backend,
-    slots: Vec<Slot>,
+    slots: [Slot; SLOTS],
     next: usize,
     stream: Arc<CudaStream>,
 }
@@ -198,16 +190,13 @@ pub(crate) struct DeviceJpeg {
 }
 
 /// Which slots hold a batch not yet read (or dropped), and the wait for one to come free.
+#[derive(Default)]
 struct SlotGate {
-    busy: Mutex<Vec<bool>>,
+    busy: Mutex<[bool; SLOTS]>,
     freed: Condvar,
 }
 
 impl SlotGate {
-    fn new(slots: usize) -> Self {
-        Self { busy: Mutex::new(vec![false; slots]), freed: Condvar::new() }
-    }
-
     /// Takes slot `index`, waiting up to `wait` for its batch to be read or dropped.
     fn acquire(&self, index: usize, wait: std::time::Duration) -> Result<()> {
         let busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
@@ -240,8 +229,8 @@ pub(crate) fn device_jpeg(device: usize) -> Result<Arc<DeviceJpeg>> {
         return Ok(d.clone());
     }
     let decoder = Decoder::new(device)?;
-    let gate = SlotGate::new(decoder.slots.len());
-    let made = Arc::new(DeviceJpeg { backend: decoder.backend, decoder: Mutex::new(decoder), gate });
+    let made =
+        Arc::new(DeviceJpeg { backend: decoder.backend, decoder: Mutex::new(decoder), gate: SlotGate::default() });
     map.insert(device, made.clone());
     Ok(made)
 }
@@ -370,8 +359,7 @@ impl Decoder {
                 held: None,
             })
         };
-        let slots = (0..slots_asked()).map(|_| slot()).collect::<Result<_>>()?;
-        Ok(Self { handle, backend, slots, next: 0, stream })
+        Ok(Self { handle, backend, slots: [slot()?, slot()?], next: 0, stream })
     }
 
     /// Decodes (or copies) `inputs` into slot `index`'s memory on the decoder's stream, after
@@ -481,7 +469,7 @@ impl DeviceJpeg {
         self.gate.acquire(index, SLOT_WAIT)?;
         add_time(SLOT_WAITED, waiting);
         SUBMIT_TIMES[BATCHES].fetch_add(1, Ordering::Relaxed);
-        decoder.next = (index + 1) % decoder.slots.len();
+        decoder.next = (index + 1) % SLOTS;
         let events = (decoder.slots[index].decoded, decoder.slots[index].consumed);
         // SAFETY: the context is bound (the caller's contract) and the slot acquired above.
         let decoded = unsafe { decoder.decode_into(index, &inputs(&encoded)) };
@@ -699,7 +687,7 @@ mod tests {
     /// released by another thread, and reports a slot never released in one line.
     #[test]
     fn a_slot_waits_for_its_release_and_reports_one_never_released() {
-        let gate = std::sync::Arc::new(SlotGate::new(2));
+        let gate = std::sync::Arc::new(SlotGate::default());
         let short = std::time::Duration::from_millis(30);
         gate.acquire(0, short).unwrap();
         gate.acquire(1, short).unwrap();
