@@ -11,9 +11,9 @@
 #   PyTorch 2.11: the same model on the same folder, DataLoader(16 workers), bf16 autocast,
 #     channels_last, SGD (benches/pytorch_baseline.py folder), and on synthetic batches
 #   ResNet-18 bf16 b128, 3 epochs, --decode gpu and cpu: validation accuracy on either path
-# In PART=6, `BURN_DDP_DECODE_OUTPUT=rgb` runs beside the default: nvJPEG's own colour conversion
-# to RGB against the default's Y, Cb, Cr planes converted in the crop kernel (decode check,
-# training twice, alternated with the default's runs, and bench-data).
+# In PART=6, `BURN_DDP_DECODE_OUTPUT=planes` runs beside the default: the Y, Cb, Cr planes
+# converted in the crop kernel against the default's nvJPEG colour conversion to RGB (decode
+# check, training twice, alternated with the default's runs, and bench-data).
 # PART=2 leaves out the checks and bench-data (the training rows alone); PART=3 times every
 # kernel of a GPU-decoded bench-data run with Nsight Compute (ncu) instead; PART=4 trains on
 # small JPEGs (the bundled Fashion-MNIST at 224x224) with either decoder; PART=5 runs the
@@ -107,11 +107,11 @@ if [ "${PART:-1}" = 12 ]; then
   # device_decode (ms a batch in nvJPEG's calls on the loader's thread) for ResNet-18
   # (decode-bound) and ResNet-50 on the photos, planes and nvJPEG's RGB, beside bench-data's.
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
-  SHOW_LINES=1 step data_planes 60 "$B"/burn-vision $DATA
+  SHOW_LINES=1 step data_planes 60 env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $DATA
   SHOW_LINES=1 step data_rgb 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $DATA
   T="train --gpus 0 --epochs 3 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
   for m in resnet18 resnet50; do
-    step "train_${m}_planes" 300 $CORES "$B"/burn-vision $T --model $m --out $OUT/run-$m-planes
+    step "train_${m}_planes" 300 $CORES env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $T --model $m --out $OUT/run-$m-planes
     step "train_${m}_rgb" 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --model $m --out $OUT/run-$m-rgb
   done
   save_cache
@@ -129,8 +129,8 @@ if [ "${PART:-1}" = 12 ]; then
 fi
 if [ "${PART:-1}" = 11 ]; then
   # Does the length of nvJPEG's calls on the loader's thread cost the training steps? The planes
-  # (the default: 11-12 ms a batch in nvJPEG's calls, no decode kernel) against nvJPEG's RGB
-  # (7-8 ms, plus nvJPEG's colour-conversion kernels on the GPU), ResNet-50 on the photos,
+  # (11-12 ms a batch in nvJPEG's calls, no decode kernel) against nvJPEG's RGB (the default
+  # since 2026-12-07: 7-8 ms, plus nvJPEG's colour-conversion kernels), ResNet-50 on the photos,
   # alternated three times, `bench-data` of each and synthetic `bench` before and after.
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model ${MODEL:-resnet50} --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
@@ -138,9 +138,9 @@ if [ "${PART:-1}" = 11 ]; then
   S="${S/resnet50/${MODEL:-resnet50}}"
   step r50_synthetic 200 "$B"/burn-vision $S
   for i in 1 2 3; do
-    SHOW_LINES=1 step "data_planes_$i" 60 "$B"/burn-vision $DATA
+    SHOW_LINES=1 step "data_planes_$i" 60 env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $DATA
     SHOW_LINES=1 step "data_rgb_$i" 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $DATA
-    step "train_planes_$i" 300 $CORES "$B"/burn-vision $T --out $OUT/run-planes-$i
+    step "train_planes_$i" 300 $CORES env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $T --out $OUT/run-planes-$i
     step "train_rgb_$i" 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --out $OUT/run-rgb-$i
   done
   step r50_synthetic_after 200 "$B"/burn-vision $S
@@ -189,22 +189,22 @@ if [ "${PART:-1}" = 10 ]; then
 fi
 if [ "${PART:-1}" = 6 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead
-  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=rgb SHOW_LINES=4 step checks_rgb_output 200 "$B"/burn-ddp-gpu-checks jpeg-decode
+  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_OUTPUT=planes SHOW_LINES=4 step checks_planes 200 "$B"/burn-ddp-gpu-checks jpeg-decode
   S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
   T="train --gpus 0 --model resnet50 --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --data $D/folder"
   step r50_synthetic_1 200 "$B"/burn-vision $S
   step train_gpu_decode_1 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu
-  step train_gpu_decode_rgb 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-rgb
+  step train_gpu_decode_planes 300 $CORES env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-planes
   step train_cpu_decode 300 $CORES "$B"/burn-vision $T --decode cpu --out $OUT/run-cpu
   step train_gpu_decode_2 300 $CORES "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-2
-  step train_gpu_decode_rgb_2 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-rgb-2
+  step train_gpu_decode_planes_2 300 $CORES env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $T --decode gpu --out $OUT/run-gpu-planes-2
   step r50_synthetic_2 200 "$B"/burn-vision $S
   step torch_folder 300 $CORES python3 benches/pytorch_baseline.py folder $D/folder 256 30 nhwc bf16 16
   step torch_synthetic 300 python3 benches/pytorch_baseline.py synthetic resnet50 256 224 3 8 0 5 30 bf16 nhwc eager
   for i in 1 2; do
     SHOW_LINES=2 step "data_gpu_$i" 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   done
-  SHOW_LINES=2 step data_gpu_rgb 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
+  SHOW_LINES=2 step data_gpu_planes 60 env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu
   SHOW_LINES=2 step data_cpu 60 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0 --decode cpu
   SHOW="top-1|rror|decoding|images" step eval_gpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode gpu
   SHOW="top-1|rror|decoding|images" step eval_cpu_decode 200 "$B"/burn-vision eval --checkpoint $OUT/run-gpu/best.ckpt --gpus 0 --decode cpu
