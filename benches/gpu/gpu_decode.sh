@@ -35,6 +35,8 @@
 # alternated three times, with `bench-data` of each (does the length of nvJPEG's calls cost the
 # steps?). PART=12: how long nvJPEG's calls take while ResNet-18 and ResNet-50 train on the
 # photos (metrics.jsonl's device_decode), planes and nvJPEG's RGB, beside bench-data's.
+# PART=13: the decoder's stream at the highest priority (BURN_DDP_DECODE_PRIORITY=high) against
+# the default, in bench-data and in ResNet-18 and ResNet-50 training (device_decode per epoch).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -100,6 +102,40 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
+  exit 0
+fi
+if [ "${PART:-1}" = 13 ]; then
+  # The decoder's stream at the device's highest priority (BURN_DDP_DECODE_PRIORITY=high)
+  # against the default: do nvJPEG's calls stay short while a model trains (metrics.jsonl's
+  # device_decode), and does a decode-bound ResNet-18 train faster? The decode checks with it;
+  # bench-data each way; ResNet-18 and ResNet-50 on the photos each way, alternated twice.
+  BURN_DDP_CHECK_JPEGS=$D/folder BURN_DDP_DECODE_PRIORITY=high SHOW_LINES=3 step checks_high_priority 200 \
+    "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
+  DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
+  SHOW_LINES=1 step data_default 60 "$B"/burn-vision $DATA
+  SHOW_LINES=1 step data_high 60 env BURN_DDP_DECODE_PRIORITY=high "$B"/burn-vision $DATA
+  T="train --gpus 0 --epochs 3 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
+  for i in 1 2; do
+    for m in resnet18 resnet50; do
+      step "train_${m}_default_$i" 300 $CORES "$B"/burn-vision $T --model $m --out $OUT/run-$m-default-$i
+      step "train_${m}_high_$i" 300 $CORES env BURN_DDP_DECODE_PRIORITY=high "$B"/burn-vision $T --model $m --out $OUT/run-$m-high-$i
+    done
+  done
+  for m in resnet18 resnet50; do
+    step "${m}_synthetic" 200 "$B"/burn-vision bench --gpus 0 --model $m --batch-size 256 --image-size 224 --classes 8 \
+      --precision bf16 --warmup 5 --steps 30
+  done
+  save_cache
+  {
+    grep -hE "img_per_s|RESULT check.*(lowest|FAIL)|CORES|^=== .*rc=" "$LOG" | cut -c1-200
+    for f in $OUT/run-*/metrics.jsonl; do
+      echo "$f"
+      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'device_decode', d.get('device_decode')) for d in map(json.loads, open(sys.argv[1]))]" "$f"
+    done
+  } > "$OUT/summary.txt"
+  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
+  rm -rf $OUT/run-*
+  cat "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 12 ]; then
