@@ -298,9 +298,9 @@ fn reuse_waits_on_host() -> bool {
 
 /// The decoder's stream: of the device's default priority, or its highest with
 /// `BURN_DDP_DECODE_PRIORITY=high` (a trial, not yet timed on a GPU). While a model trains,
-/// nvJPEG's calls keep the loader's thread two to four times as long as when nothing else runs
-/// (ResNet-50 on an H100: 25–41 ms a batch of 256 against 7–10 ms, 2026-12-07), as if their
-/// work on the GPU queued behind the training's; at the highest priority it would not.
+/// nvJPEG's calls keep the loader's thread two to five times as long as when nothing else runs
+/// (on an H100, 17–41 ms a batch of 256 against 7–10 ms, 2026-12-07), as if their work on the
+/// GPU queued behind the training's; at the highest priority it would not.
 fn decode_stream(device: usize) -> Result<Arc<CudaStream>> {
     static HIGH: OnceLock<bool> = OnceLock::new();
     let high = *HIGH.get_or_init(|| std::env::var("BURN_DDP_DECODE_PRIORITY").is_ok_and(|v| v == "high"));
