@@ -47,6 +47,21 @@ D=/tmp/photos
 echo "host: $(nproc) cores" | tee -a "$LOG"
 CORES="python3 benches/cores_busy.py"   # reports the host cores a command kept busy
 step photos 300 python3 benches/make_photos.py $D/folder 1200
+# Writes $OUT/summary.txt (the log's result lines, then each training's epochs from its
+# metrics.jsonl), packs every run's metrics.jsonl into metrics.tgz, leaves the run folders
+# behind (few files come back from the GPU machine) and prints the summary.
+summarise_runs() {
+  {
+    grep -hE "img_per_s|RESULT check.*(lowest|FAIL)|CORES|^=== .*rc=" "$LOG" | cut -c1-200
+    for f in $OUT/run-*/metrics.jsonl; do
+      echo "$f"
+      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'device_decode', d.get('device_decode')) for d in map(json.loads, open(sys.argv[1]))]" "$f"
+    done
+  } > "$OUT/summary.txt"
+  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
+  rm -rf $OUT/run-*
+  cat "$OUT/summary.txt"
+}
 if [ "${PART:-1}" = 8 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=4 step checks 200 "$B"/burn-ddp-gpu-checks pixel-ops crop-resize jpeg-decode decode-ahead
   DATA="bench-data --data $D/folder --batches 30 --gpus 0"
@@ -126,16 +141,7 @@ if [ "${PART:-1}" = 13 ]; then
       --precision bf16 --warmup 5 --steps 30
   done
   save_cache
-  {
-    grep -hE "img_per_s|RESULT check.*(lowest|FAIL)|CORES|^=== .*rc=" "$LOG" | cut -c1-200
-    for f in $OUT/run-*/metrics.jsonl; do
-      echo "$f"
-      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'device_decode', d.get('device_decode')) for d in map(json.loads, open(sys.argv[1]))]" "$f"
-    done
-  } > "$OUT/summary.txt"
-  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
-  rm -rf $OUT/run-*
-  cat "$OUT/summary.txt"
+  summarise_runs
   exit 0
 fi
 if [ "${PART:-1}" = 12 ]; then
@@ -151,16 +157,7 @@ if [ "${PART:-1}" = 12 ]; then
     step "train_${m}_rgb" 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --model $m --out $OUT/run-$m-rgb
   done
   save_cache
-  {
-    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | cut -c1-200
-    for f in $OUT/run-*/metrics.jsonl; do
-      echo "$f"
-      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4), 'device_decode', d.get('device_decode')) for d in map(json.loads, open(sys.argv[1]))]" "$f"
-    done
-  } > "$OUT/summary.txt"
-  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
-  rm -rf $OUT/run-*
-  cat "$OUT/summary.txt"
+  summarise_runs
   exit 0
 fi
 if [ "${PART:-1}" = 11 ]; then
@@ -181,16 +178,7 @@ if [ "${PART:-1}" = 11 ]; then
   done
   step r50_synthetic_after 200 "$B"/burn-vision $S
   save_cache
-  {
-    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | cut -c1-200
-    for f in $OUT/run-*/metrics.jsonl; do
-      echo "$f"
-      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4)) for d in map(json.loads, open(sys.argv[1]))]" "$f"
-    done
-  } > "$OUT/summary.txt"
-  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
-  rm -rf $OUT/run-*
-  cat "$OUT/summary.txt"
+  summarise_runs
   exit 0
 fi
 if [ "${PART:-1}" = 10 ]; then
@@ -211,16 +199,7 @@ if [ "${PART:-1}" = 10 ]; then
   step r50_synthetic_30_after 200 "$B"/burn-vision $S --steps 30
   step r50_synthetic_90_after 200 "$B"/burn-vision $S --steps 90
   save_cache
-  {
-    grep -hE "img_per_s|CORES|^=== .*rc=" "$LOG" | cut -c1-200
-    for f in $OUT/run-*/metrics.jsonl; do
-      echo "$f"
-      python3 -c "import json, sys; [print(' epoch', d['epoch'], 'steady', round(d.get('steady_img_per_s') or 0), 'data_wait', round(d['data_wait_s'], 4)) for d in map(json.loads, open(sys.argv[1]))]" "$f"
-    done
-  } > "$OUT/summary.txt"
-  (cd "$OUT" && tar czf metrics.tgz run-*/metrics.jsonl 2>/dev/null)
-  rm -rf $OUT/run-*
-  cat "$OUT/summary.txt"
+  summarise_runs
   exit 0
 fi
 if [ "${PART:-1}" = 6 ]; then
