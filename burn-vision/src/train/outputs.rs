@@ -76,8 +76,12 @@ impl RunOutputs {
         (best_acc, improved): (f64, bool),
     ) -> Result<()> {
         let gpu = record.gpu_memory_gib.map_or(String::new(), |g| format!(" | GPU memory {g:.2} GiB"));
+        // Where the GPU decodes the JPEGs, how long nvJPEG kept the loader a batch: what sets the
+        // data's pace when the loop waits for it.
+        let decode =
+            record.device_decode.as_ref().map_or(String::new(), |d| format!(", nvJPEG {:.1} ms a batch", d.submit_ms));
         log::info!(
-            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data){gpu} | {:.1}s",
+            "epoch {}/{}: train loss {:.4} acc {:.2}% | val loss {:.4} acc {:.2}% top-5 {:.2}% | lr {:.2e} | {:.0} img/s ({:.0} after warm-up, {:.1}s waiting for data{decode}){gpu} | {:.1}s",
             record.epoch,
             config.epochs,
             record.train_loss,
