@@ -165,18 +165,18 @@ if [ "${PART:-1}" = 11 ]; then
   # (11-12 ms a batch in nvJPEG's calls, no decode kernel) against nvJPEG's RGB (the default
   # since 2026-12-07: 7-8 ms, plus nvJPEG's colour-conversion kernels), ResNet-50 on the photos,
   # alternated three times, `bench-data` of each and synthetic `bench` before and after.
-  S="bench --gpus 0 --model resnet50 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
-  T="train --gpus 0 --model ${MODEL:-resnet50} --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
+  M=${MODEL:-resnet50}
+  S="bench --gpus 0 --model $M --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
+  T="train --gpus 0 --model $M --epochs 4 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
   DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
-  S="${S/resnet50/${MODEL:-resnet50}}"
-  step r50_synthetic 200 "$B"/burn-vision $S
+  step ${M}_synthetic 200 "$B"/burn-vision $S
   for i in 1 2 3; do
     SHOW_LINES=1 step "data_planes_$i" 60 env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $DATA
     SHOW_LINES=1 step "data_rgb_$i" 60 env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $DATA
     step "train_planes_$i" 300 $CORES env BURN_DDP_DECODE_OUTPUT=planes "$B"/burn-vision $T --out $OUT/run-planes-$i
     step "train_rgb_$i" 300 $CORES env BURN_DDP_DECODE_OUTPUT=rgb "$B"/burn-vision $T --out $OUT/run-rgb-$i
   done
-  step r50_synthetic_after 200 "$B"/burn-vision $S
+  step ${M}_synthetic_after 200 "$B"/burn-vision $S
   save_cache
   summarise_runs
   exit 0
