@@ -19,7 +19,11 @@
 //!
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
 //! one to end: nvJPEG does not promise to have read them when its call returns.
+//!
+//! nvJPEG's own memory comes from this device's pools ([`nvjpeg_memory`]), not from
+//! `cudaMalloc`/`cudaFree`, whose frees wait for the whole device (the training's kernels).
 
+use super::nvjpeg_memory::{self, AllocatorV2, Memory};
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys as driver;
@@ -59,6 +63,8 @@ const OUTPUT_YUV: c_int = 1;
 const OUTPUT_RGBI: c_int = 5;
 
 type CreateEx = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int;
+/// `nvjpegCreateExV2(backend, device allocator, pinned allocator, flags, handle)`.
+type CreateExV2 = unsafe extern "C" fn(c_int, *const AllocatorV2, *const AllocatorV2, c_uint, *mut RawHandle) -> c_int;
 type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
 type BatchedInitialize = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int;
 type DecodeBatched =
@@ -69,6 +75,8 @@ type HardwareInfo = unsafe extern "C" fn(RawHandle, *mut c_uint, *mut c_uint) ->
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
     create_ex: CreateEx,
+    /// Absent from libraries older than CUDA 12.1: nvJPEG then keeps its own allocators.
+    create_ex_v2: Option<CreateExV2>,
     state_create: StateCreate,
     batched_initialize: BatchedInitialize,
     decode_batched: DecodeBatched,
@@ -93,6 +101,7 @@ fn api() -> std::result::Result<&'static Api, String> {
             let missing = |e: libloading::Error| format!("libnvjpeg: {e}");
             Ok(Api {
                 create_ex: *lib.get::<CreateEx>(b"nvjpegCreateEx\0").map_err(missing)?,
+                create_ex_v2: lib.get::<CreateExV2>(b"nvjpegCreateExV2\0").ok().map(|f| *f),
                 state_create: *lib.get::<StateCreate>(b"nvjpegJpegStateCreate\0").map_err(missing)?,
                 batched_initialize: *lib
                     .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
@@ -296,26 +305,6 @@ fn reuse_waits_on_host() -> bool {
     *HOST.get_or_init(|| std::env::var("BURN_DDP_DECODE_REUSE").map_or(true, |v| v != "device"))
 }
 
-/// The decoder's stream: of the device's default priority, or its highest with
-/// `BURN_DDP_DECODE_PRIORITY=high` (a trial, not yet timed on a GPU). While a model trains,
-/// nvJPEG's calls keep the loader's thread two to five times as long as when nothing else runs
-/// (on an H100, 17–41 ms a batch of 256 against 7–10 ms, 2026-12-07), as if their work on the
-/// GPU queued behind the training's; at the highest priority it would not.
-fn decode_stream(device: usize) -> Result<Arc<CudaStream>> {
-    static HIGH: OnceLock<bool> = OnceLock::new();
-    let high = *HIGH.get_or_init(|| std::env::var("BURN_DDP_DECODE_PRIORITY").is_ok_and(|v| v == "high"));
-    let ctx = crate::nn::cuda::cudnn::convolution::context(device)?;
-    let made = if high {
-        ctx.bind_to_thread().map_err(|e| driver_fail("binding the CUDA context", e))?;
-        let (_, greatest) = cudarc::driver::result::stream::get_priority_range()
-            .map_err(|e| driver_fail("reading the stream priorities", e))?;
-        ctx.new_stream_with_priority(greatest)
-    } else {
-        ctx.new_stream()
-    };
-    made.map_err(|e| driver_fail("creating the decoder's stream", e))
-}
-
 /// Whether colour batches are decoded to their planes (`BURN_DDP_DECODE_OUTPUT=planes`: the
 /// crop kernel's colour conversion instead of nvJPEG's); RGB otherwise (the default, also
 /// `BURN_DDP_DECODE_OUTPUT=rgb`).
@@ -349,20 +338,37 @@ fn event() -> Result<driver::CUevent> {
     Ok(event)
 }
 
+/// nvJPEG's handle on the hardware backend where the GPU has one, else on the default backend;
+/// with this device's memory pools as its allocators ([`nvjpeg_memory`]) unless
+/// `BURN_DDP_DECODE_MEMORY=nvjpeg` or the library predates them.
+fn create_handle(api: &Api, stream: &CudaStream) -> Result<(RawHandle, Backend)> {
+    let memory = match (api.create_ex_v2, nvjpeg_memory::mode()) {
+        (Some(v2), mode) if mode != nvjpeg_memory::Mode::Library => {
+            Some((v2, &*Memory::leak(stream.context().cu_ctx(), mode)))
+        }
+        _ => None,
+    };
+    let create = |backend: c_int, handle: &mut RawHandle| match memory {
+        // SAFETY: allocators that live as long as the process, no flags, an out-pointer.
+        Some((v2, m)) => unsafe { v2(backend, &m.device_allocator, &m.pinned_allocator, 0, handle) },
+        // SAFETY: nvJPEG's own allocators (null), no flags, an out-pointer.
+        None => unsafe { (api.create_ex)(backend, std::ptr::null_mut(), std::ptr::null_mut(), 0, handle) },
+    };
+    let mut handle = std::ptr::null_mut();
+    if create(BACKEND_HARDWARE, &mut handle) == 0 {
+        return Ok((handle, Backend::Hardware));
+    }
+    check("nvjpegCreateEx", create(BACKEND_DEFAULT, &mut handle))?;
+    Ok((handle, Backend::Default))
+}
+
 impl Decoder {
     fn new(device: usize) -> Result<Self> {
         let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
-        let stream = decode_stream(device)?;
-        let mut handle = std::ptr::null_mut();
-        let none = std::ptr::null_mut();
-        // SAFETY: default allocators (null), no flags, an out-pointer to a local.
-        let backend = if unsafe { (api.create_ex)(BACKEND_HARDWARE, none, none, 0, &mut handle) } == 0 {
-            Backend::Hardware
-        } else {
-            // SAFETY: as above.
-            check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
-            Backend::Default
-        };
+        let stream = crate::nn::cuda::cudnn::convolution::context(device)?
+            .new_stream()
+            .map_err(|e| driver_fail("creating the decoder's stream", e))?;
+        let (handle, backend) = create_handle(api, &stream)?;
         if backend == Backend::Hardware {
             log_engines(api, handle);
         }
