@@ -35,8 +35,6 @@
 # alternated three times, with `bench-data` of each (does the length of nvJPEG's calls cost the
 # steps?). PART=12: how long nvJPEG's calls take while ResNet-18 and ResNet-50 train on the
 # photos (metrics.jsonl's device_decode), planes and nvJPEG's RGB, beside bench-data's.
-# PART=14: nvJPEG's memory kept between its calls (the default) against the driver's for every
-# request (BURN_DDP_DECODE_MEMORY=driver, counted) and nvJPEG's own allocators (=nvjpeg).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -117,38 +115,6 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
-  exit 0
-fi
-if [ "${PART:-1}" = 14 ]; then
-  # nvJPEG's memory kept between its calls (the default since 2026-12-07) against every
-  # request and free reaching the driver (BURN_DDP_DECODE_MEMORY=driver, counted) and nvJPEG's
-  # own allocators (=nvjpeg): the decode checks with the pool (a block lent again while the
-  # training's stream is busy), bench-data each way, ResNet-18 each way and ResNet-50 with the
-  # pool and nvJPEG's allocators, alternated twice (metrics.jsonl's device_decode: memory_calls,
-  # memory_ms), synthetic `bench` of both models.
-  BURN_DDP_CHECK_JPEGS=$D/folder SHOW_LINES=3 step checks_pool 200 \
-    "$B"/burn-ddp-gpu-checks crop-resize jpeg-decode decode-ahead decode-behind-busy-stream
-  DATA="bench-data --data $D/folder --batches 30 --gpus 0 --decode gpu"
-  for mem in nvjpeg driver pool; do
-    SHOW_LINES=1 step "data_$mem" 60 env BURN_DDP_DECODE_MEMORY=$mem "$B"/burn-vision $DATA
-  done
-  T="train --gpus 0 --epochs 3 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
-  for i in 1 2; do
-    for mem in nvjpeg driver pool; do
-      step "train_resnet18_${mem}_$i" 300 $CORES env BURN_DDP_DECODE_MEMORY=$mem "$B"/burn-vision $T --model resnet18 \
-        --out $OUT/run-resnet18-$mem-$i
-    done
-    for mem in nvjpeg pool; do
-      step "train_resnet50_${mem}_$i" 300 $CORES env BURN_DDP_DECODE_MEMORY=$mem "$B"/burn-vision $T --model resnet50 \
-        --out $OUT/run-resnet50-$mem-$i
-    done
-  done
-  for m in resnet18 resnet50; do
-    step "${m}_synthetic" 200 "$B"/burn-vision bench --gpus 0 --model $m --batch-size 256 --image-size 224 --classes 8 \
-      --precision bf16 --warmup 5 --steps 30
-  done
-  save_cache
-  summarise_runs
   exit 0
 fi
 if [ "${PART:-1}" = 12 ]; then

@@ -222,10 +222,6 @@ pub struct DeviceDecodeTimes {
     /// Seconds in nvJPEG's calls, reading the JPEG headers' markers for the planes' layout and
     /// copying images decoded on the host (the submitting thread's own work).
     pub submit_s: f64,
-    /// Allocations and frees of nvJPEG's own memory that reached the driver (a free waits for
-    /// all of the device's queued work), and seconds in them; part of `submit_s`.
-    pub memory_calls: u64,
-    pub memory_s: f64,
 }
 
 impl DeviceDecodeTimes {
@@ -236,16 +232,13 @@ impl DeviceDecodeTimes {
             slot_wait_s: self.slot_wait_s - before.slot_wait_s,
             reuse_wait_s: self.reuse_wait_s - before.reuse_wait_s,
             submit_s: self.submit_s - before.submit_s,
-            memory_calls: self.memory_calls - before.memory_calls,
-            memory_s: self.memory_s - before.memory_s,
         }
     }
 
-    /// Milliseconds per batch: `[slot wait, reuse wait, submit, nvJPEG's memory]` (zeros
-    /// without batches).
-    pub fn ms_per_batch(&self) -> [f64; 4] {
+    /// Milliseconds per batch: `[slot wait, reuse wait, submit]` (zeros without batches).
+    pub fn ms_per_batch(&self) -> [f64; 3] {
         let per = |s: f64| if self.batches == 0 { 0.0 } else { 1e3 * s / self.batches as f64 };
-        [per(self.slot_wait_s), per(self.reuse_wait_s), per(self.submit_s), per(self.memory_s)]
+        [per(self.slot_wait_s), per(self.reuse_wait_s), per(self.submit_s)]
     }
 }
 
@@ -254,14 +247,11 @@ pub fn device_decode_times() -> DeviceDecodeTimes {
     #[cfg(feature = "cuda")]
     {
         let [batches, slot, reuse, submit] = crate::nn::cuda::nvjpeg::submit_times();
-        let (memory_calls, memory) = crate::nn::cuda::nvjpeg_memory::driver_times();
         DeviceDecodeTimes {
             batches,
             slot_wait_s: slot as f64 * 1e-9,
             reuse_wait_s: reuse as f64 * 1e-9,
             submit_s: submit as f64 * 1e-9,
-            memory_calls,
-            memory_s: memory as f64 * 1e-9,
         }
     }
     #[cfg(not(feature = "cuda"))]
@@ -405,33 +395,16 @@ mod tests {
     /// span without batches gives zeros, not a division by zero.
     #[test]
     fn decode_times_between_two_readings_are_per_batch() {
-        let before = DeviceDecodeTimes {
-            batches: 2,
-            slot_wait_s: 0.5,
-            reuse_wait_s: 0.25,
-            submit_s: 1.0,
-            memory_calls: 3,
-            memory_s: 0.5,
-        };
-        let after = DeviceDecodeTimes {
-            batches: 6,
-            slot_wait_s: 0.5,
-            reuse_wait_s: 0.45,
-            submit_s: 1.012,
-            memory_calls: 11,
-            memory_s: 0.508,
-        };
+        let before = DeviceDecodeTimes { batches: 2, slot_wait_s: 0.5, reuse_wait_s: 0.25, submit_s: 1.0 };
+        let after = DeviceDecodeTimes { batches: 6, slot_wait_s: 0.5, reuse_wait_s: 0.45, submit_s: 1.012 };
         let span = after.since(&before);
-        assert_eq!((span.batches, span.memory_calls), (4, 8));
-        let [slot, reuse, submit, memory] = span.ms_per_batch();
+        assert_eq!(span.batches, 4);
+        let [slot, reuse, submit] = span.ms_per_batch();
         assert!(
-            slot.abs() < 1e-9
-                && (reuse - 50.0).abs() < 1e-9
-                && (submit - 3.0).abs() < 1e-9
-                && (memory - 2.0).abs() < 1e-9,
-            "{slot} {reuse} {submit} {memory}"
+            slot.abs() < 1e-9 && (reuse - 50.0).abs() < 1e-9 && (submit - 3.0).abs() < 1e-9,
+            "{slot} {reuse} {submit}"
         );
-        assert_eq!(after.since(&after).ms_per_batch(), [0.0; 4]);
+        assert_eq!(after.since(&after).ms_per_batch(), [0.0; 3]);
     }
 
     fn gradient(w: u32, h: u32) -> Vec<u8> {

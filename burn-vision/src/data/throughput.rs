@@ -113,28 +113,14 @@ pub struct DeviceSubmit {
     /// In nvJPEG's calls (and reading the headers for the planes' layout, copying images
     /// decoded on the host): the host's own work.
     pub submit_ms: f64,
-    /// Allocations and frees of nvJPEG's own memory that reached the driver, in all, and the
-    /// milliseconds a batch they took (part of `submit_ms`; a free waits for the whole
-    /// device). Absent from files written before 2026-12-07's memory pools.
-    #[serde(default)]
-    pub memory_calls: u64,
-    #[serde(default)]
-    pub memory_ms: f64,
 }
 
 impl DeviceSubmit {
     /// The batches submitted between two readings of `device_decode_times`.
     pub fn between(before: &DeviceDecodeTimes, after: &DeviceDecodeTimes) -> Self {
         let span = after.since(before);
-        let [slot_wait_ms, reuse_wait_ms, submit_ms, memory_ms] = span.ms_per_batch();
-        Self {
-            batches: span.batches,
-            slot_wait_ms,
-            reuse_wait_ms,
-            submit_ms,
-            memory_calls: span.memory_calls,
-            memory_ms,
-        }
+        let [slot_wait_ms, reuse_wait_ms, submit_ms] = span.ms_per_batch();
+        Self { batches: span.batches, slot_wait_ms, reuse_wait_ms, submit_ms }
     }
 }
 

@@ -9,7 +9,6 @@ pub mod cudnn;
 pub mod gemm_layout;
 pub(crate) mod kernels;
 pub(crate) mod nvjpeg;
-pub(crate) mod nvjpeg_memory;
 pub(crate) mod ops;
 pub(crate) mod runtime;
 pub use runtime::burn_stream;

@@ -19,11 +19,7 @@
 //!
 //! A batch's encoded bytes stay with its slot until the slot's next decode has waited for this
 //! one to end: nvJPEG does not promise to have read them when its call returns.
-//!
-//! nvJPEG's own memory comes from this device's pools ([`nvjpeg_memory`]), not from
-//! `cudaMalloc`/`cudaFree`, whose frees wait for the whole device (the training's kernels).
 
-use super::nvjpeg_memory::{self, AllocatorV2, Memory};
 use crate::error::{Error, Result};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys as driver;
@@ -63,8 +59,6 @@ const OUTPUT_YUV: c_int = 1;
 const OUTPUT_RGBI: c_int = 5;
 
 type CreateEx = unsafe extern "C" fn(c_int, *mut c_void, *mut c_void, c_uint, *mut RawHandle) -> c_int;
-/// `nvjpegCreateExV2(backend, device allocator, pinned allocator, flags, handle)`.
-type CreateExV2 = unsafe extern "C" fn(c_int, *const AllocatorV2, *const AllocatorV2, c_uint, *mut RawHandle) -> c_int;
 type StateCreate = unsafe extern "C" fn(RawHandle, *mut RawState) -> c_int;
 type BatchedInitialize = unsafe extern "C" fn(RawHandle, RawState, c_int, c_int, c_int) -> c_int;
 type DecodeBatched =
@@ -75,8 +69,6 @@ type HardwareInfo = unsafe extern "C" fn(RawHandle, *mut c_uint, *mut c_uint) ->
 /// The entry points used, resolved once from libnvjpeg.
 struct Api {
     create_ex: CreateEx,
-    /// Absent from libraries older than CUDA 12.1: nvJPEG then keeps its own allocators.
-    create_ex_v2: Option<CreateExV2>,
     state_create: StateCreate,
     batched_initialize: BatchedInitialize,
     decode_batched: DecodeBatched,
@@ -101,7 +93,6 @@ fn api() -> std::result::Result<&'static Api, String> {
             let missing = |e: libloading::Error| format!("libnvjpeg: {e}");
             Ok(Api {
                 create_ex: *lib.get::<CreateEx>(b"nvjpegCreateEx\0").map_err(missing)?,
-                create_ex_v2: lib.get::<CreateExV2>(b"nvjpegCreateExV2\0").ok().map(|f| *f),
                 state_create: *lib.get::<StateCreate>(b"nvjpegJpegStateCreate\0").map_err(missing)?,
                 batched_initialize: *lib
                     .get::<BatchedInitialize>(b"nvjpegDecodeBatchedInitialize\0")
@@ -338,37 +329,22 @@ fn event() -> Result<driver::CUevent> {
     Ok(event)
 }
 
-/// nvJPEG's handle on the hardware backend where the GPU has one, else on the default backend;
-/// with this device's memory pools as its allocators ([`nvjpeg_memory`]) unless
-/// `BURN_DDP_DECODE_MEMORY=nvjpeg` or the library predates them.
-fn create_handle(api: &Api, stream: &CudaStream) -> Result<(RawHandle, Backend)> {
-    let memory = match (api.create_ex_v2, nvjpeg_memory::mode()) {
-        (Some(v2), mode) if mode != nvjpeg_memory::Mode::Library => {
-            Some((v2, &*Memory::leak(stream.context().cu_ctx(), mode)))
-        }
-        _ => None,
-    };
-    let create = |backend: c_int, handle: &mut RawHandle| match memory {
-        // SAFETY: allocators that live as long as the process, no flags, an out-pointer.
-        Some((v2, m)) => unsafe { v2(backend, &m.device_allocator, &m.pinned_allocator, 0, handle) },
-        // SAFETY: nvJPEG's own allocators (null), no flags, an out-pointer.
-        None => unsafe { (api.create_ex)(backend, std::ptr::null_mut(), std::ptr::null_mut(), 0, handle) },
-    };
-    let mut handle = std::ptr::null_mut();
-    if create(BACKEND_HARDWARE, &mut handle) == 0 {
-        return Ok((handle, Backend::Hardware));
-    }
-    check("nvjpegCreateEx", create(BACKEND_DEFAULT, &mut handle))?;
-    Ok((handle, Backend::Default))
-}
-
 impl Decoder {
     fn new(device: usize) -> Result<Self> {
         let api = api().map_err(|reason| Error::Kernel { op: "nvJPEG", reason })?;
         let stream = crate::nn::cuda::cudnn::convolution::context(device)?
             .new_stream()
             .map_err(|e| driver_fail("creating the decoder's stream", e))?;
-        let (handle, backend) = create_handle(api, &stream)?;
+        let mut handle = std::ptr::null_mut();
+        let none = std::ptr::null_mut();
+        // SAFETY: default allocators (null), no flags, an out-pointer to a local.
+        let backend = if unsafe { (api.create_ex)(BACKEND_HARDWARE, none, none, 0, &mut handle) } == 0 {
+            Backend::Hardware
+        } else {
+            // SAFETY: as above.
+            check("nvjpegCreateEx", unsafe { (api.create_ex)(BACKEND_DEFAULT, none, none, 0, &mut handle) })?;
+            Backend::Default
+        };
         if backend == Backend::Hardware {
             log_engines(api, handle);
         }
