@@ -69,6 +69,8 @@ enum BenchKind {
     Attention,
     /// DDP's host time per step over a one-rank NCCL group.
     Ddp,
+    /// nvJPEG's calls with the GPU idle and with burn's stream busy.
+    DecodeWait,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -177,5 +179,6 @@ fn run_bench(kind: BenchKind, cli: &Cli, device: &CudaDevice) {
         BenchKind::Products => bench::products::bench_gemm(device, cli.iters),
         BenchKind::Attention => bench::attention::bench_sdpa(device, cli.iters),
         BenchKind::Ddp => bench::ddp::bench_nccl_ddp(device, checks::nccl::nccl_group()),
+        BenchKind::DecodeWait => bench::decode_wait::bench_decode_wait(device, cli.iters),
     }
 }

@@ -4,4 +4,5 @@ pub(crate) mod attention;
 pub(crate) mod batch_norm;
 pub(crate) mod convolution;
 pub(crate) mod ddp;
+pub(crate) mod decode_wait;
 pub(crate) mod products;

@@ -153,6 +153,23 @@ pub(crate) fn check_jpeg_decode(device: &CudaDevice) -> bool {
     ok & check_crop_batch(crops, device)
 }
 
+/// `n` whole images of the check's JPEGs (see [`jpegs`]), in turn, each with its size read
+/// from its header: a batch for timing nvJPEG.
+pub(crate) fn batch_of_photos(n: usize) -> Vec<CropResize> {
+    let sized: Vec<CropResize> = jpegs()
+        .into_iter()
+        .filter_map(|(_, bytes)| {
+            let (w, h) = image::ImageReader::new(std::io::Cursor::new(&bytes))
+                .with_guessed_format()
+                .ok()?
+                .into_dimensions()
+                .ok()?;
+            Some(whole_of(&bytes, w, h))
+        })
+        .collect();
+    (0..n).map(|i| sized[i % sized.len()].clone()).collect()
+}
+
 fn whole_of(bytes: &[u8], w: u32, h: u32) -> CropResize {
     CropResize {
         pixels: Pixels::Jpeg(bytes.to_vec()),
@@ -356,15 +373,15 @@ pub(crate) fn check_decode_behind_busy_stream(device: &CudaDevice) -> bool {
 
 /// Work queued on burn's stream and never waited for: `count` products of two 4096² matrices
 /// (cuBLAS, each about `product_ms`).
-struct Busy {
+pub(crate) struct Busy {
     a: burn::tensor::Tensor<Cuda, 2>,
-    count: usize,
-    product_ms: f64,
+    pub count: usize,
+    pub product_ms: f64,
 }
 
 impl Busy {
     /// Enough products for about 60 ms, timed here.
-    fn new(device: &CudaDevice) -> Self {
+    pub(crate) fn new(device: &CudaDevice) -> Self {
         use burn::tensor::backend::Backend;
         let a = burn::tensor::Tensor::<Cuda, 2>::full([4096, 4096], 1e-4, device);
         let once = || drop(burn_ddp::nn::matmul(a.clone(), a.clone()));
@@ -379,7 +396,7 @@ impl Busy {
         Self { a, count: (60.0 / product_ms).ceil().clamp(1.0, 1000.0) as usize, product_ms }
     }
 
-    fn queue(&self) {
+    pub(crate) fn queue(&self) {
         for _ in 0..self.count {
             drop(burn_ddp::nn::matmul(self.a.clone(), self.a.clone()));
         }
