@@ -35,6 +35,8 @@
 # alternated three times, with `bench-data` of each (does the length of nvJPEG's calls cost the
 # steps?). PART=12: how long nvJPEG's calls take while ResNet-18 and ResNet-50 train on the
 # photos (metrics.jsonl's device_decode), planes and nvJPEG's RGB, beside bench-data's.
+# PART=15: nvJPEG's time a batch with the GPU idle and with burn's stream busy (--bench
+# decode-wait).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -115,6 +117,14 @@ if [ "${PART:-1}" = 7 ]; then
   # Few files come back from the GPU machine: everything but the log and summary in one archive.
   tar czf /tmp/part7.tgz -C "$OUT" --exclude gpu_decode.log --exclude summary.txt . && mv /tmp/part7.tgz "$OUT/" && \
     find "$OUT" -mindepth 1 -maxdepth 1 ! -name part7.tgz ! -name gpu_decode.log ! -name summary.txt -exec rm -rf {} +
+  exit 0
+fi
+if [ "${PART:-1}" = 15 ]; then
+  # Do nvJPEG's calls wait for other streams' work? Its time a batch of 256 photos with the GPU
+  # idle and with products queued on burn's stream (burn-ddp-gpu-checks --bench decode-wait).
+  BURN_DDP_CHECK_JPEGS=$D/folder SHOW="RESULT" SHOW_LINES=8 step decode_wait 200 \
+    "$B"/burn-ddp-gpu-checks --bench decode-wait --iters 10
+  save_cache
   exit 0
 fi
 if [ "${PART:-1}" = 12 ]; then
