@@ -36,7 +36,8 @@
 # steps?). PART=12: how long nvJPEG's calls take while ResNet-18 and ResNet-50 train on the
 # photos (metrics.jsonl's device_decode), planes and nvJPEG's RGB, beside bench-data's.
 # PART=15: nvJPEG's time a batch with the GPU idle and with burn's stream busy (--bench
-# decode-wait).
+# decode-wait). PART=16: the same and ResNet-18 / ResNet-50 training with 8 (CUDA's default),
+# 32 and 1 hardware queues for the context's streams (CUDA_DEVICE_MAX_CONNECTIONS).
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -125,6 +126,30 @@ if [ "${PART:-1}" = 15 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW="RESULT" SHOW_LINES=8 step decode_wait 200 \
     "$B"/burn-ddp-gpu-checks --bench decode-wait --iters 10
   save_cache
+  exit 0
+fi
+if [ "${PART:-1}" = 16 ]; then
+  # CUDA multiplexes a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by
+  # default): streams sharing one are served in order. Does the decode wait behind the
+  # training's work that way? --bench decode-wait and ResNet-18 / ResNet-50 on the photos with
+  # 8 (the default), 32 (the most) and 1 connection, metrics.jsonl's device_decode each.
+  for c in 8 32 1; do
+    BURN_DDP_CHECK_JPEGS=$D/folder SHOW="RESULT bench" SHOW_LINES=4 step "decode_wait_$c" 200 \
+      env CUDA_DEVICE_MAX_CONNECTIONS=$c "$B"/burn-ddp-gpu-checks --bench decode-wait --iters 10
+  done
+  T="train --gpus 0 --epochs 3 --batch-size 256 --precision bf16 --optimizer sgd --lr 0.1 --decode gpu --data $D/folder"
+  for i in 1 2; do
+    for c in 8 32; do
+      step "train_resnet18_c${c}_$i" 300 $CORES env CUDA_DEVICE_MAX_CONNECTIONS=$c "$B"/burn-vision $T --model resnet18 \
+        --out $OUT/run-resnet18-c$c-$i
+    done
+  done
+  for c in 8 32; do
+    step "train_resnet50_c$c" 300 $CORES env CUDA_DEVICE_MAX_CONNECTIONS=$c "$B"/burn-vision $T --model resnet50 \
+      --out $OUT/run-resnet50-c$c
+  done
+  save_cache
+  summarise_runs
   exit 0
 fi
 if [ "${PART:-1}" = 12 ]; then

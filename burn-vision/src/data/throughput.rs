@@ -75,9 +75,12 @@ pub struct DataBenchResult {
     pub img_per_s: f64,
     /// Threads decoding and transforming (rayon's pool).
     pub threads: usize,
-    /// Milliseconds per image spent reading and decoding (one thread's time).
+    /// Milliseconds per image spent reading and decoding (one thread's time), over every image
+    /// the loader made (the loader's threads run ahead of the timed window: a short run may
+    /// have made all its batches before it opened).
     pub decode_ms_per_image: f64,
-    /// Milliseconds per image spent in the transforms and normalisation (one thread's time).
+    /// Milliseconds per image spent in the transforms and normalisation (one thread's time),
+    /// over every image the loader made.
     pub transform_ms_per_image: f64,
     /// `[n, c, h, w]` of the batches.
     pub batch_shape: [usize; 4],
@@ -175,7 +178,6 @@ pub fn loader_throughput(
     let batch_shape = first.shape;
     sink.take(first);
     sink.finish();
-    let (d0, t0, n0) = loader.stage_times().totals();
     let submitted_before = device_decode_times();
     let started = Instant::now();
     let mut images = 0;
@@ -187,8 +189,8 @@ pub fn loader_throughput(
     sink.finish();
     let seconds = started.elapsed().as_secs_f64();
     let device_submit = (decoded_on == "gpu").then(|| DeviceSubmit::between(&submitted_before, &device_decode_times()));
-    let (d1, t1, n1) = loader.stage_times().totals();
-    let per_image = |s: f64| 1e3 * s / (n1 - n0).max(1) as f64;
+    let (decode_s, transform_s, made) = loader.stage_times().totals();
+    let per_image = |s: f64| 1e3 * s / made.max(1) as f64;
     Ok(DataBenchResult {
         config: config.clone(),
         delivered_to: sink.name(),
@@ -196,8 +198,8 @@ pub fn loader_throughput(
         seconds,
         img_per_s: images as f64 / seconds.max(1e-9),
         threads: rayon::current_num_threads(),
-        decode_ms_per_image: per_image(d1 - d0),
-        transform_ms_per_image: per_image(t1 - t0),
+        decode_ms_per_image: per_image(decode_s),
+        transform_ms_per_image: per_image(transform_s),
         batch_shape,
         transforms,
         skipped: skips.count(),
