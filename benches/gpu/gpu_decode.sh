@@ -37,7 +37,8 @@
 # photos (metrics.jsonl's device_decode), planes and nvJPEG's RGB, beside bench-data's.
 # PART=15: nvJPEG's time a batch with the GPU idle and with burn's stream busy (--bench
 # decode-wait). PART=16: the same and ResNet-18 / ResNet-50 training with 8 (CUDA's default),
-# 32 and 1 hardware queues for the context's streams (CUDA_DEVICE_MAX_CONNECTIONS).
+# 32 and 1 hardware queues for the context's streams (CUDA_DEVICE_MAX_CONNECTIONS). PART=17:
+# synthetic `bench` (ResNet-50, ResNet-18, ViT-B/16, ResNet-50 with --ddp) with 8 and 32.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -126,6 +127,23 @@ if [ "${PART:-1}" = 15 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW="RESULT" SHOW_LINES=8 step decode_wait 200 \
     "$B"/burn-ddp-gpu-checks --bench decode-wait --iters 10
   save_cache
+  exit 0
+fi
+if [ "${PART:-1}" = 17 ]; then
+  # What 32 hardware queues (burn-vision's default since 2026-12-07) cost or gain where the
+  # decode is not involved: synthetic `bench` of ResNet-50, ResNet-18 and ViT-B/16 bf16 b256,
+  # and ResNet-50 through DDP over a one-rank NCCL group, with CUDA's 8 and with 32, alternated.
+  S="bench --gpus 0 --batch-size 256 --image-size 224 --classes 8 --precision bf16 --warmup 5 --steps 30"
+  for i in 1 2; do
+    for c in 8 32; do
+      for m in resnet50 resnet18 vit_b16; do
+        SHOW_LINES=1 step "${m}_c${c}_$i" 200 env CUDA_DEVICE_MAX_CONNECTIONS=$c "$B"/burn-vision $S --model $m
+      done
+      SHOW_LINES=1 step "resnet50_ddp_c${c}_$i" 200 env CUDA_DEVICE_MAX_CONNECTIONS=$c "$B"/burn-vision $S --model resnet50 --ddp
+    done
+  done
+  save_cache
+  grep -hE "^=== .*rc=" "$LOG" > "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 16 ]; then

@@ -84,6 +84,9 @@ struct DoctorArgs {
 }
 
 fn main() {
+    // SAFETY: the first statement of `main`: no other thread exists yet. The launched
+    // programs inherit the setting.
+    unsafe { burn_ddp::device::use_all_cuda_queues() };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp(None)
         .format_target(false)

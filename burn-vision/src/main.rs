@@ -211,6 +211,8 @@ fn cmd_export(a: ExportArgs) -> Result<()> {
 }
 
 fn main() {
+    // SAFETY: the first statement of `main`: no other thread exists yet.
+    unsafe { burn_ddp::device::use_all_cuda_queues() };
     burn_vision::mark_start();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp(None)

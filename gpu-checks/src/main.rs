@@ -91,6 +91,8 @@ impl From<DType> for FloatDType {
 }
 
 fn main() {
+    // SAFETY: the first statement of `main`: no other thread exists yet. As burn-vision runs.
+    unsafe { burn_ddp::device::use_all_cuda_queues() };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     if cli.list {

@@ -82,6 +82,13 @@ pub fn resolve<B: Backend>(
             if say {
                 let ops = if train.is_crop_and_resize() { "" } else { ", RandAugment, colour jitter, random erasing" };
                 log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip{ops} and normalise on the GPU", d.name());
+                let queues = burn_ddp::device::cuda_queues();
+                if queues < 32 {
+                    log::warn!(
+                        "CUDA spreads this process's streams over {queues} hardware queues ({}): the decode's work may wait behind the training's; 32 fed a decode-bound ResNet-18 20 % faster on an H100",
+                        burn_ddp::device::CUDA_QUEUES_VAR
+                    );
+                }
             }
             Ok(Some(d))
         }
