@@ -204,7 +204,7 @@ fn peer_access(n: usize) -> Check {
 
 /// The variables that steer NCCL and the rendezvous, as set now.
 fn variables(var: &dyn Fn(&str) -> Option<String>) -> Check {
-    const NAMES: [&str; 12] = [
+    const NAMES: [&str; 13] = [
         "NCCL_DEBUG",
         "NCCL_SOCKET_IFNAME",
         "NCCL_IB_DISABLE",
@@ -217,6 +217,7 @@ fn variables(var: &dyn Fn(&str) -> Option<String>) -> Check {
         "BURN_DDP_TIMEOUT_S",
         "BURN_DDP_TOKEN",
         "CUDA_VISIBLE_DEVICES",
+        crate::device::CUDA_QUEUES_VAR,
     ];
     let set: Vec<String> = NAMES
         .iter()
@@ -228,6 +229,10 @@ fn variables(var: &dyn Fn(&str) -> Option<String>) -> Check {
     }
     if var("NCCL_IB_DISABLE").is_some_and(|v| v == "1") {
         warnings.push("NCCL_IB_DISABLE=1: nodes talk over TCP sockets, not InfiniBand");
+    }
+    let queues = var(crate::device::CUDA_QUEUES_VAR);
+    if queues.is_some_and(|v| v.trim().parse::<usize>().is_ok_and(|n| n < 32)) {
+        warnings.push("fewer than 32 CUDA hardware queues: work of other streams (the GPU's JPEG decode, NCCL) may wait behind the training's; unset CUDA_DEVICE_MAX_CONNECTIONS (the launcher then sets 32) unless your program needs the order");
     }
     let shown = if set.is_empty() { "none set (defaults: time-out 300 s)".to_string() } else { set.join(" ") };
     match warnings.is_empty() {
@@ -396,6 +401,12 @@ mod tests {
         assert_eq!(c.status, Status::Warn);
         assert!(c.detail.contains("NCCL_P2P_DISABLE=1") && !c.detail.contains("secret"), "{c:?}");
         assert_eq!(variables(&|_| None).status, Status::Info);
+        let one_queue = |k: &str| (k == "CUDA_DEVICE_MAX_CONNECTIONS").then(|| "1".to_string());
+        let c = variables(&one_queue);
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.detail.contains("CUDA_DEVICE_MAX_CONNECTIONS=1") && c.detail.contains("32"), "{c:?}");
+        let all = |k: &str| (k == "CUDA_DEVICE_MAX_CONNECTIONS").then(|| "32".to_string());
+        assert_eq!(variables(&all).status, Status::Info);
     }
 
     #[test]
