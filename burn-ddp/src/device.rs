@@ -20,9 +20,12 @@ pub const CUDA_QUEUES_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 pub unsafe fn use_all_cuda_queues() {
     if std::env::var_os(CUDA_QUEUES_VAR).is_none() {
         // SAFETY: the caller's contract: no other thread reads or writes the environment.
-        unsafe { std::env::set_var(CUDA_QUEUES_VAR, "32") };
+        unsafe { std::env::set_var(CUDA_QUEUES_VAR, ALL_CUDA_QUEUES.to_string()) };
     }
 }
+
+/// The most hardware work queues CUDA gives a context, what [`use_all_cuda_queues`] sets.
+pub const ALL_CUDA_QUEUES: usize = 32;
 
 /// The hardware work queues a CUDA context made now spreads its streams over: the value of
 /// [`CUDA_QUEUES_VAR`], or CUDA's 8 where it is unset or not a number.
@@ -31,7 +34,12 @@ pub fn cuda_queues() -> usize {
 }
 
 fn queues_from(value: Option<&str>) -> usize {
-    value.and_then(|v| v.trim().parse().ok()).unwrap_or(8)
+    value.and_then(parse_queues).unwrap_or(8)
+}
+
+/// A value of [`CUDA_QUEUES_VAR`] as CUDA reads it: a number, blanks around it allowed.
+pub fn parse_queues(value: &str) -> Option<usize> {
+    value.trim().parse().ok()
 }
 
 /// Number of CUDA GPUs visible to this process.
@@ -289,6 +297,14 @@ mod tests {
         assert_eq!(queues_from(Some(" 4\n")), 4);
         assert_eq!(queues_from(Some("many")), 8);
         assert_eq!(queues_from(None), 8);
+    }
+
+    #[test]
+    fn a_queue_value_is_a_number_or_none() {
+        assert_eq!(parse_queues("32"), Some(32));
+        assert_eq!(parse_queues(" 4\n"), Some(4));
+        assert_eq!(parse_queues("many"), None);
+        assert_eq!(parse_queues(""), None);
     }
 
     #[test]

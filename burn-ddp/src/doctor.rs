@@ -230,8 +230,8 @@ fn variables(var: &dyn Fn(&str) -> Option<String>) -> Check {
     if var("NCCL_IB_DISABLE").is_some_and(|v| v == "1") {
         warnings.push("NCCL_IB_DISABLE=1: nodes talk over TCP sockets, not InfiniBand");
     }
-    let queues = var(crate::device::CUDA_QUEUES_VAR);
-    if queues.is_some_and(|v| v.trim().parse::<usize>().is_ok_and(|n| n < 32)) {
+    let queues = var(crate::device::CUDA_QUEUES_VAR).as_deref().and_then(crate::device::parse_queues);
+    if queues.is_some_and(|n| n < crate::device::ALL_CUDA_QUEUES) {
         warnings.push("fewer than 32 CUDA hardware queues: work of other streams (the GPU's JPEG decode, NCCL) may wait behind the training's; unset CUDA_DEVICE_MAX_CONNECTIONS (the launcher then sets 32) unless your program needs the order");
     }
     let shown = if set.is_empty() { "none set (defaults: time-out 300 s)".to_string() } else { set.join(" ") };

@@ -83,7 +83,7 @@ pub fn resolve<B: Backend>(
                 let ops = if train.is_crop_and_resize() { "" } else { ", RandAugment, colour jitter, random erasing" };
                 log::info!("decoding JPEGs on the GPU: {}; crop, resize, flip{ops} and normalise on the GPU", d.name());
                 let queues = burn_ddp::device::cuda_queues();
-                if queues < 32 {
+                if queues < burn_ddp::device::ALL_CUDA_QUEUES {
                     log::warn!(
                         "CUDA spreads this process's streams over {queues} hardware queues ({}): the decode's work may wait behind the training's; 32 fed a decode-bound ResNet-18 20 % faster on an H100",
                         burn_ddp::device::CUDA_QUEUES_VAR
