@@ -39,6 +39,7 @@
 # decode-wait). PART=16: the same and ResNet-18 / ResNet-50 training with 8 (CUDA's default),
 # 32 and 1 hardware queues for the context's streams (CUDA_DEVICE_MAX_CONNECTIONS). PART=17:
 # synthetic `bench` (ResNet-50, ResNet-18, ViT-B/16, ResNet-50 with --ddp) with 8 and 32.
+# PART=18: bench-data's GPU decode with 8 and 32 hardware queues, alternated three times.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp-gpu-checks).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -127,6 +128,19 @@ if [ "${PART:-1}" = 15 ]; then
   BURN_DDP_CHECK_JPEGS=$D/folder SHOW="RESULT" SHOW_LINES=8 step decode_wait 200 \
     "$B"/burn-ddp-gpu-checks --bench decode-wait --iters 10
   save_cache
+  exit 0
+fi
+if [ "${PART:-1}" = 18 ]; then
+  # bench-data to the GPU (GPU decode, the default planes) with CUDA's 8 hardware queues and
+  # with 32 (burn-vision's default since 2026-12-07), alternated three times: does the decode's
+  # pace where nothing else runs depend on them?
+  for i in 1 2 3; do
+    for c in 8 32; do
+      SHOW_LINES=1 step "data_gpu_c${c}_$i" 60 env CUDA_DEVICE_MAX_CONNECTIONS=$c "$B"/burn-vision bench-data \
+        --data $D/folder --batches 30 --gpus 0 --decode gpu
+    done
+  done
+  grep -hE "^=== .*rc=" "$LOG" > "$OUT/summary.txt"
   exit 0
 fi
 if [ "${PART:-1}" = 17 ]; then

@@ -5,7 +5,8 @@
 #   xtask data shards: the same images as 20 shards of 480 (classes mixed)
 #   burn-vision bench-data b256, 30 batches, RandomResizedCrop 224 + flip + normalise:
 #     folder / shards alternated twice to host memory, then once each up to GPU 0
-#   burn-vision train --gpus 0, ResNet-18 bf16 b128, 3 epochs, on each (speed, accuracy)
+#   burn-vision train --gpus 0 --decode cpu, ResNet-18 bf16 b128, 3 epochs, on each (speed,
+#     accuracy; the CPU decode, as the comparison is of reading, not decoding)
 # PART=2: after the photos and shards, bench-data folder / shards alternated three times to
 #   host memory, then benches/gpu_decode_probe.py: nvJPEG through torchvision on the same
 #   photos (GPU decode alone, and with RandomResizedCrop + flip + normalise on the GPU).
@@ -33,7 +34,7 @@ else
   done
   SHOW_LINES=1 step folder_gpu 150 "$B"/burn-vision bench-data --data $D/folder --batches 30 --gpus 0
   SHOW_LINES=1 step shards_gpu 150 "$B"/burn-vision bench-data --data $D/shards --batches 30 --gpus 0
-  T="train --gpus 0 --model resnet18 --epochs 3 --batch-size 128 --precision bf16 --optimizer sgd --lr 0.1"
+  T="train --gpus 0 --model resnet18 --epochs 3 --batch-size 128 --precision bf16 --optimizer sgd --lr 0.1 --decode cpu"
   step train_folder 300 "$B"/burn-vision $T --data $D/folder --out $OUT/run-folder
   step train_shards 300 "$B"/burn-vision $T --data $D/shards --out $OUT/run-shards
 fi

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -158,20 +158,12 @@ impl Loader {
             if config.drop_last { order.len() / config.batch_size } else { order.len().div_ceil(config.batch_size) };
         let (tx, rx) = sync_channel(config.prefetch.max(1));
         let times = Arc::new(StageTimes::default());
-        let stage_times = times.clone();
+        let producer = Producer { dataset, pipeline, epoch, config, skips, times: times.clone() };
         let worker = std::thread::Builder::new()
             .name("burn-vision-loader".into())
             .spawn(move || {
-                for chunk in order.chunks(config.batch_size).take(batches) {
-                    let batch = make_batch(&*dataset, chunk, &pipeline, epoch, &config, &skips, &stage_times);
-                    let failed = batch.is_err();
-                    if let Ok(None) = batch {
-                        continue;
-                    }
-                    if tx.send(batch.map(|b| b.expect("None handled above"))).is_err() || failed {
-                        return;
-                    }
-                }
+                let chunks = order.chunks(producer.config.batch_size).take(batches);
+                producer.send_batches(chunks, tx)
             })
             .expect("spawning the loader thread");
         Self { rx: Some(rx), worker: Some(worker), batches, times }
@@ -193,122 +185,192 @@ impl Loader {
     }
 }
 
-fn make_batch(
-    dataset: &dyn Dataset,
-    chunk: &[usize],
-    pipeline: &Pipeline,
+/// What the loader's threads make batches from.
+struct Producer {
+    dataset: Arc<dyn Dataset>,
+    pipeline: Pipeline,
     epoch: u64,
-    config: &LoaderConfig,
-    skips: &SkipLog,
-    times: &StageTimes,
-) -> Result<Option<Batch>> {
-    if let Some(decoder) = config.device_decode.as_ref().filter(|_| pipeline.is_device_plannable()) {
-        return make_device_batch(dataset, chunk, pipeline, (epoch, config, decoder), skips, times);
-    }
-    let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
-    // Decode and transform in parallel; normalise straight into the batch (below).
-    let decoded: Vec<(usize, Result<DynamicImage>)> = chunk
-        .par_iter()
-        .map(|&index| {
-            let t = Instant::now();
-            let loaded = dataset.load(index);
-            times.decode_ns.fetch_add(elapsed(t), Ordering::Relaxed);
-            let result = loaded.map(|img| {
-                let t = Instant::now();
-                let img = pipeline.transform(img, &mut sample_rng(config.seed, epoch, index));
-                times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
-                img
-            });
-            (index, result)
-        })
-        .collect();
-    let mut kept = Vec::with_capacity(decoded.len());
-    let (mut labels, mut indices) = (Vec::new(), Vec::new());
-    let mut size = None;
-    for (index, result) in decoded {
-        match result {
-            Ok(img) => {
-                let hw = img.dimensions();
-                if *size.get_or_insert(hw) != hw {
-                    return Err(Error::InvalidConfig {
-                        name: "transforms",
-                        value: format!("{hw:?} vs {:?}", size.unwrap()),
-                        reason: format!(
-                            "images in one batch differ in size ({}); add a Resize/CenterCrop",
-                            dataset.describe(index)
-                        ),
-                    });
-                }
-                kept.push(img);
-                labels.push(dataset.label(index) as i64);
-                indices.push(index);
-            }
-            Err(e) if !config.strict => skips.record(dataset.describe(index), &e),
-            Err(e) => return Err(e),
-        }
-    }
-    let Some((w, h)) = size else { return Ok(None) };
-    let per_image = (w * h) as usize * pipeline.channels;
-    // Zeroed pages come from the OS on first write, so the threads below fault them in.
-    let mut images = vec![0.0f32; per_image * kept.len()];
-    images.par_chunks_mut(per_image).zip(kept.into_par_iter()).for_each(|(out, img)| {
-        let t = Instant::now();
-        pipeline.normalize_into(img, out);
-        times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
-    });
-    times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
-    Ok(Some(Batch {
-        shape: [labels.len(), pipeline.channels, h as usize, w as usize],
-        images: BatchImages::Host(images),
-        labels,
-        indices,
-    }))
+    config: LoaderConfig,
+    skips: Arc<SkipLog>,
+    times: Arc<StageTimes>,
 }
 
-/// A batch for the device to decode: each sample's file read and checked, its crop drawn from
-/// its own RNG as the host path draws it; formats the device does not decode are decoded here.
-/// The batch is handed to `decoder` before it is returned (on a GPU its decode starts now).
-fn make_device_batch(
-    dataset: &dyn Dataset,
-    chunk: &[usize],
-    pipeline: &Pipeline,
-    (epoch, config, decoder): (u64, &LoaderConfig, &DeviceDecoder),
-    skips: &SkipLog,
-    times: &StageTimes,
-) -> Result<Option<Batch>> {
-    let items: Vec<(usize, Result<CropResize>)> = chunk
-        .par_iter()
-        .map(|&index| {
-            let t = Instant::now();
-            let item = device_item(dataset, index, pipeline, &mut sample_rng(config.seed, epoch, index), times);
-            times.decode_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            (index, item)
-        })
-        .collect();
-    let (mut images, mut labels, mut indices) = (Vec::new(), Vec::new(), Vec::new());
-    for (index, item) in items {
-        match item {
-            Ok(c) => {
-                images.push(c);
-                labels.push(dataset.label(index) as i64);
-                indices.push(index);
-            }
-            Err(e) if !config.strict => skips.record(dataset.describe(index), &e),
-            Err(e) => return Err(e),
+impl Producer {
+    /// Sends the batches of `chunks` in order, an all-skipped one left out; stops after the
+    /// first error (sent too) or when the receiver is gone.
+    fn send_batches<'a>(&self, chunks: impl Iterator<Item = &'a [usize]>, tx: SyncSender<Result<Batch>>) {
+        let device = self.config.device_decode.clone().filter(|_| self.pipeline.is_device_plannable());
+        match device {
+            Some(decoder) => self.send_device_batches(chunks, decoder, tx),
+            None => send_in_order(chunks.map(|chunk| self.host_batch(chunk)), &tx),
         }
     }
-    if images.is_empty() {
-        return Ok(None);
+
+    /// Device batches in two stages: this thread reads and checks each batch's files while a
+    /// second one hands the batch read before it to `decoder`, whose calls keep their thread
+    /// for milliseconds (nvJPEG's batched decode: about 11 ms a batch of 256 photos), so that
+    /// neither waits for the other — reading from slow storage included.
+    fn send_device_batches<'a>(
+        &self,
+        chunks: impl Iterator<Item = &'a [usize]>,
+        decoder: DeviceDecoder,
+        tx: SyncSender<Result<Batch>>,
+    ) {
+        std::thread::scope(|scope| {
+            let (read_tx, read_rx) = sync_channel::<Result<Option<ReadBatch>>>(1);
+            std::thread::Builder::new()
+                .name("burn-vision-decode-start".into())
+                .spawn_scoped(scope, move || {
+                    let started =
+                        read_rx.into_iter().map(|read| read.and_then(|r| r.map(|r| r.start(&decoder)).transpose()));
+                    send_in_order(started, &tx)
+                })
+                .expect("spawning the loader's decode thread");
+            for chunk in chunks {
+                let read = self.read_device_batch(chunk);
+                let failed = read.is_err();
+                if read_tx.send(read).is_err() || failed {
+                    break;
+                }
+            }
+        });
     }
-    times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
-    let (w, h) = pipeline.output_size((1, 1));
-    let norm = Normalize {
-        mean: [pipeline.mean[0], pipeline.mean[1], pipeline.mean[2]],
-        std: [pipeline.std[0], pipeline.std[1], pipeline.std[2]],
-    };
-    let shape = [labels.len(), 3, h as usize, w as usize];
-    let images = BatchImages::Device(decoder.start(images, [shape[2], shape[3]], norm)?);
-    Ok(Some(Batch { shape, images, labels, indices }))
+}
+
+/// Sends `batches` to `tx` in order, skipping `None`s; stops after the first error (sent too)
+/// or when the receiver is gone.
+fn send_in_order(batches: impl Iterator<Item = Result<Option<Batch>>>, tx: &SyncSender<Result<Batch>>) {
+    for batch in batches {
+        let failed = batch.is_err();
+        let Some(batch) = batch.transpose() else { continue };
+        if tx.send(batch).is_err() || failed {
+            return;
+        }
+    }
+}
+
+impl Producer {
+    /// A batch decoded and transformed on the host, on the loader's thread pool.
+    fn host_batch(&self, chunk: &[usize]) -> Result<Option<Batch>> {
+        let Producer { dataset, pipeline, epoch, config, skips, times } = self;
+        let (dataset, epoch) = (&**dataset, *epoch);
+        let elapsed = |t: Instant| t.elapsed().as_nanos() as u64;
+        // Decode and transform in parallel; normalise straight into the batch (below).
+        let decoded: Vec<(usize, Result<DynamicImage>)> = chunk
+            .par_iter()
+            .map(|&index| {
+                let t = Instant::now();
+                let loaded = dataset.load(index);
+                times.decode_ns.fetch_add(elapsed(t), Ordering::Relaxed);
+                let result = loaded.map(|img| {
+                    let t = Instant::now();
+                    let img = pipeline.transform(img, &mut sample_rng(config.seed, epoch, index));
+                    times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
+                    img
+                });
+                (index, result)
+            })
+            .collect();
+        let mut kept = Vec::with_capacity(decoded.len());
+        let (mut labels, mut indices) = (Vec::new(), Vec::new());
+        let mut size = None;
+        for (index, result) in decoded {
+            match result {
+                Ok(img) => {
+                    let hw = img.dimensions();
+                    if *size.get_or_insert(hw) != hw {
+                        return Err(Error::InvalidConfig {
+                            name: "transforms",
+                            value: format!("{hw:?} vs {:?}", size.unwrap()),
+                            reason: format!(
+                                "images in one batch differ in size ({}); add a Resize/CenterCrop",
+                                dataset.describe(index)
+                            ),
+                        });
+                    }
+                    kept.push(img);
+                    labels.push(dataset.label(index) as i64);
+                    indices.push(index);
+                }
+                Err(e) if !config.strict => skips.record(dataset.describe(index), &e),
+                Err(e) => return Err(e),
+            }
+        }
+        let Some((w, h)) = size else { return Ok(None) };
+        let per_image = (w * h) as usize * pipeline.channels;
+        // Zeroed pages come from the OS on first write, so the threads below fault them in.
+        let mut images = vec![0.0f32; per_image * kept.len()];
+        images.par_chunks_mut(per_image).zip(kept.into_par_iter()).for_each(|(out, img)| {
+            let t = Instant::now();
+            pipeline.normalize_into(img, out);
+            times.transform_ns.fetch_add(elapsed(t), Ordering::Relaxed);
+        });
+        times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
+        Ok(Some(Batch {
+            shape: [labels.len(), pipeline.channels, h as usize, w as usize],
+            images: BatchImages::Host(images),
+            labels,
+            indices,
+        }))
+    }
+
+    /// A batch for the device to decode: each sample's file read and checked, its crop drawn
+    /// from its own RNG as the host path draws it; formats the device does not decode are
+    /// decoded here.
+    fn read_device_batch(&self, chunk: &[usize]) -> Result<Option<ReadBatch>> {
+        let Producer { dataset, pipeline, epoch, config, skips, times } = self;
+        let dataset = &**dataset;
+        let items: Vec<(usize, Result<CropResize>)> = chunk
+            .par_iter()
+            .map(|&index| {
+                let t = Instant::now();
+                let item = device_item(dataset, index, pipeline, &mut sample_rng(config.seed, *epoch, index), times);
+                times.decode_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                (index, item)
+            })
+            .collect();
+        let (mut images, mut labels, mut indices) = (Vec::new(), Vec::new(), Vec::new());
+        for (index, item) in items {
+            match item {
+                Ok(c) => {
+                    images.push(c);
+                    labels.push(dataset.label(index) as i64);
+                    indices.push(index);
+                }
+                Err(e) if !config.strict => skips.record(dataset.describe(index), &e),
+                Err(e) => return Err(e),
+            }
+        }
+        if images.is_empty() {
+            return Ok(None);
+        }
+        times.images.fetch_add(labels.len() as u64, Ordering::Relaxed);
+        let (w, h) = pipeline.output_size((1, 1));
+        let norm = Normalize {
+            mean: [pipeline.mean[0], pipeline.mean[1], pipeline.mean[2]],
+            std: [pipeline.std[0], pipeline.std[1], pipeline.std[2]],
+        };
+        let shape = [labels.len(), 3, h as usize, w as usize];
+        Ok(Some(ReadBatch { images, norm, shape, labels, indices }))
+    }
+}
+
+/// A device batch read and checked, its decode not yet started.
+struct ReadBatch {
+    images: Vec<CropResize>,
+    norm: Normalize,
+    shape: [usize; 4],
+    labels: Vec<i64>,
+    indices: Vec<usize>,
+}
+
+impl ReadBatch {
+    /// The batch, handed to `decoder` (on a GPU its decode starts now).
+    fn start(self, decoder: &DeviceDecoder) -> Result<Batch> {
+        let ReadBatch { images, norm, shape, labels, indices } = self;
+        let images = BatchImages::Device(decoder.start(images, [shape[2], shape[3]], norm)?);
+        Ok(Batch { shape, images, labels, indices })
+    }
 }
 
 /// One sample for the device: its JPEG bytes when the device decodes them, its RGB pixels
@@ -484,6 +546,40 @@ mod tests {
         }
         let host = Loader::new(data, vec![0, 1], pipe, 4, config(2, false), Arc::default()).next().unwrap().unwrap();
         assert!(host.images.host().is_some(), "device_decode off: decoded on the host");
+    }
+
+    /// Device batches come from two threads (one reads, one starts the decode): in order, a
+    /// strict loader's error after the batches before it and then nothing, and a loader
+    /// dropped early returns.
+    #[test]
+    fn device_batches_keep_their_order_and_errors_through_both_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        for i in 0..9u32 {
+            let img = image::RgbImage::from_fn(20, 20, |x, y| image::Rgb([(x + i) as u8, y as u8, 9]));
+            img.save(dir.path().join(format!("a/{i}.png"))).unwrap();
+        }
+        std::fs::write(dir.path().join("a/4.png"), b"not a png").unwrap();
+        let data: Arc<dyn Dataset> = Arc::new(crate::data::FolderDataset::open(dir.path()).unwrap());
+        let pipe = Pipeline::imagenet_train(8);
+        let device =
+            |strict| LoaderConfig { device_decode: Some(DeviceDecoder::deferred()), strict, ..config(2, false) };
+        let order: Vec<usize> = (0..9).rev().collect();
+        let batches: Vec<Vec<usize>> =
+            Loader::new(data.clone(), order.clone(), pipe.clone(), 0, device(false), Arc::default())
+                .map(|b| b.unwrap().indices)
+                .collect();
+        assert_eq!(batches, [vec![8, 7], vec![6, 5], vec![3], vec![2, 1], vec![0]]);
+        let mut strict = Loader::new(data.clone(), order.clone(), pipe.clone(), 0, device(true), Arc::default());
+        assert_eq!(strict.next().unwrap().unwrap().indices, [8, 7]);
+        assert_eq!(strict.next().unwrap().unwrap().indices, [6, 5]);
+        let error = strict.next().unwrap().unwrap_err().to_string();
+        assert!(error.contains("4.png"), "{error}");
+        assert!(strict.next().is_none());
+        let mut early =
+            Loader::new(data, order, pipe, 0, LoaderConfig { prefetch: 1, ..device(false) }, Arc::default());
+        assert!(early.next().unwrap().is_ok());
+        drop(early);
     }
 
     #[test]
