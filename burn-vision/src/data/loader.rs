@@ -235,21 +235,7 @@ impl Producer {
             }
         });
     }
-}
 
-/// Sends `batches` to `tx` in order, skipping `None`s; stops after the first error (sent too)
-/// or when the receiver is gone.
-fn send_in_order(batches: impl Iterator<Item = Result<Option<Batch>>>, tx: &SyncSender<Result<Batch>>) {
-    for batch in batches {
-        let failed = batch.is_err();
-        let Some(batch) = batch.transpose() else { continue };
-        if tx.send(batch).is_err() || failed {
-            return;
-        }
-    }
-}
-
-impl Producer {
     /// A batch decoded and transformed on the host, on the loader's thread pool.
     fn host_batch(&self, chunk: &[usize]) -> Result<Option<Batch>> {
         let Producer { dataset, pipeline, epoch, config, skips, times } = self;
@@ -352,6 +338,18 @@ impl Producer {
         };
         let shape = [labels.len(), 3, h as usize, w as usize];
         Ok(Some(ReadBatch { images, norm, shape, labels, indices }))
+    }
+}
+
+/// Sends `batches` to `tx` in order, skipping `None`s; stops after the first error (sent too)
+/// or when the receiver is gone.
+fn send_in_order(batches: impl Iterator<Item = Result<Option<Batch>>>, tx: &SyncSender<Result<Batch>>) {
+    for batch in batches {
+        let failed = batch.is_err();
+        let Some(batch) = batch.transpose() else { continue };
+        if tx.send(batch).is_err() || failed {
+            return;
+        }
     }
 }
 
