@@ -131,7 +131,7 @@ if [ "${PART:-1}" = 15 ]; then
   exit 0
 fi
 if [ "${PART:-1}" = 18 ]; then
-  # bench-data to the GPU (GPU decode, the default planes) with CUDA's 8 hardware queues and
+  # bench-data to the GPU (GPU decode, nvJPEG's RGB: the default) with CUDA's 8 hardware queues and
   # with 32 (burn-vision's default since 2026-12-07), alternated three times: does the decode's
   # pace where nothing else runs depend on them?
   for i in 1 2 3; do
