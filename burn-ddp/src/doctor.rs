@@ -223,16 +223,17 @@ fn variables(var: &dyn Fn(&str) -> Option<String>) -> Check {
         .iter()
         .filter_map(|n| var(n).map(|v| if *n == "BURN_DDP_TOKEN" { format!("{n}=(set)") } else { format!("{n}={v}") }))
         .collect();
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     if var("NCCL_P2P_DISABLE").is_some_and(|v| v == "1") {
-        warnings.push("NCCL_P2P_DISABLE=1 sends GPU-to-GPU traffic through host memory (several times slower): unset it unless a hang needs it");
+        warnings.push("NCCL_P2P_DISABLE=1 sends GPU-to-GPU traffic through host memory (several times slower): unset it unless a hang needs it".into());
     }
     if var("NCCL_IB_DISABLE").is_some_and(|v| v == "1") {
-        warnings.push("NCCL_IB_DISABLE=1: nodes talk over TCP sockets, not InfiniBand");
+        warnings.push("NCCL_IB_DISABLE=1: nodes talk over TCP sockets, not InfiniBand".into());
     }
     let queues = var(crate::device::CUDA_QUEUES_VAR).as_deref().and_then(crate::device::parse_queues);
     if queues.is_some_and(|n| n < crate::device::ALL_CUDA_QUEUES) {
-        warnings.push("fewer than 32 CUDA hardware queues: work of other streams (the GPU's JPEG decode, NCCL) may wait behind the training's; unset CUDA_DEVICE_MAX_CONNECTIONS (the launcher then sets 32) unless your program needs the order");
+        let all = crate::device::ALL_CUDA_QUEUES;
+        warnings.push(format!("fewer than {all} CUDA hardware queues: work of other streams (the GPU's JPEG decode, NCCL) may wait behind the training's; unset {} (the launcher then sets {all}) unless your program needs the order", crate::device::CUDA_QUEUES_VAR));
     }
     let shown = if set.is_empty() { "none set (defaults: time-out 300 s)".to_string() } else { set.join(" ") };
     match warnings.is_empty() {

@@ -217,22 +217,15 @@ impl Producer {
         tx: SyncSender<Result<Batch>>,
     ) {
         std::thread::scope(|scope| {
-            let (read_tx, read_rx) = sync_channel::<Result<Option<ReadBatch>>>(1);
+            let (read_tx, read_rx) = sync_channel::<Result<ReadBatch>>(1);
             std::thread::Builder::new()
                 .name("burn-vision-decode-start".into())
                 .spawn_scoped(scope, move || {
-                    let started =
-                        read_rx.into_iter().map(|read| read.and_then(|r| r.map(|r| r.start(&decoder)).transpose()));
+                    let started = read_rx.into_iter().map(|read| read.and_then(|r| r.start(&decoder)).map(Some));
                     send_in_order(started, &tx)
                 })
                 .expect("spawning the loader's decode thread");
-            for chunk in chunks {
-                let read = self.read_device_batch(chunk);
-                let failed = read.is_err();
-                if read_tx.send(read).is_err() || failed {
-                    break;
-                }
-            }
+            send_in_order(chunks.map(|chunk| self.read_device_batch(chunk)), &read_tx);
         });
     }
 
@@ -343,7 +336,7 @@ impl Producer {
 
 /// Sends `batches` to `tx` in order, skipping `None`s; stops after the first error (sent too)
 /// or when the receiver is gone.
-fn send_in_order(batches: impl Iterator<Item = Result<Option<Batch>>>, tx: &SyncSender<Result<Batch>>) {
+fn send_in_order<T>(batches: impl Iterator<Item = Result<Option<T>>>, tx: &SyncSender<Result<T>>) {
     for batch in batches {
         let failed = batch.is_err();
         let Some(batch) = batch.transpose() else { continue };
