@@ -28,4 +28,4 @@ for line in open(sys.argv[1]):
 PY
 grep -h "rc=" "$OUT"/p18/gpu_decode.log
 sed -n '/^summary (img\/s):/,$p' "$OUT"/shards/shards1.log
-grep -hE "val_acc|rc=" "$OUT"/shards/shards1.log | tail -12
+grep -hE "epoch [0-9]+/[0-9]+:|rc=" "$OUT"/shards/shards1.log | cut -c1-200 | tail -16
