@@ -61,9 +61,10 @@
 #   PART=12 the host-bound rows inside one process (`--ddp-interleave 25`), twice: the
 #           tutorial's model and ResNet-18 28² b256 (600 steps), each with DIR's binaries first
 #           when OLD=DIR is given (bins.txz there is unpacked), then with these; after the
-#           same-stream, NCCL and SyncBatchNorm checks. REPS=1: once. LARGE=1: then ResNet-50
-#           bf16 b256 and ViT-B/16 bf16 b128 in one process (60 steps in blocks of 10), these
-#           binaries only.
+#           same-stream, NCCL and SyncBatchNorm checks. REPS=1: once. ALT='VAR=VALUE ...': each
+#           also with these binaries under those variables (alt_*), right after. LARGE=1: then
+#           ResNet-50 bf16 b256 and ViT-B/16 bf16 b128 in one process (60 steps in blocks of 10),
+#           these binaries only (and under ALT).
 #   PART=13 the host-bound ResNet-18 28² b256 row between processes, as the goal measures it:
 #           PAIRS pairs (default 6) of `bench` plain and `bench --ddp`, alternated, ours only
 #           (PyTorch's pairs are PART=9's).
@@ -243,12 +244,15 @@ elif [ "$PART" = 12 ]; then
       declare -n args=$w
       [ -n "${OLD:-}" ] && step old_${name}_interleaved_$i 150 "$OLD"/burn-vision "${args[@]}" --ddp --ddp-interleave 25
       step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      [ -n "${ALT:-}" ] && step alt_${name}_interleaved_$i 150 env $ALT "$BV" "${args[@]}" --ddp --ddp-interleave 25
       unset -n args
     done
   done
   if [ "${LARGE:-0}" = 1 ]; then
     step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/60}" --ddp --ddp-interleave 10
+    [ -n "${ALT:-}" ] && step alt_r50_interleaved 150 env $ALT "$BV" "${R50[@]/$STEPS/60}" --ddp --ddp-interleave 10
     step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/60}" --ddp --ddp-interleave 10
+    [ -n "${ALT:-}" ] && step alt_vitb16_interleaved 150 env $ALT "$BV" "${VB[@]/$STEPS/60}" --ddp --ddp-interleave 10
   fi
 elif [ "$PART" = 13 ]; then
   for i in $(seq 1 "${PAIRS:-6}"); do
