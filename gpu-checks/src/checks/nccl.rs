@@ -25,37 +25,11 @@ pub(crate) fn nccl_group() -> std::sync::Arc<burn_ddp::Group> {
     burn_ddp::init_process_group(burn_ddp::CommBackend::Nccl, &config).expect("a one-rank NCCL group")
 }
 
-/// [`ordered_sum`] with the collective's end a stream word (the default, where the driver runs
-/// stream memory operations: burn's stream waits for a value the enqueue thread's work writes),
-/// then a CUDA event (`CudnnOptions::stream_values` off).
-pub(crate) fn check_nccl_ordering(device: &CudaDevice, pg: &std::sync::Arc<burn_ddp::Group>) -> bool {
-    use burn_ddp::nn::options::{self, CudnnOptions};
-    let base = options::get();
-    let mut ok = true;
-    for stream_values in [true, false] {
-        options::set(CudnnOptions { stream_values, ..base.clone() });
-        let before = burn_ddp::nn::CudnnTimes::now();
-        let summed = ordered_sum(device, pg);
-        let d = burn_ddp::nn::CudnnTimes::now().since(&before);
-        let end = match (d.forks_by_values, d.forks_by_events, d.forks_by_flags) {
-            (1, 0, 0) => "stream-word",
-            (0, 1, 0) => "event",
-            (0, 0, 1) => "flag",
-            _ => "unknown",
-        };
-        println!("RESULT check=nccl_ordered_sum_end stream_values={stream_values} end={end}");
-        // Without stream words on this driver the first run takes events: logged at start-up.
-        ok &= summed && (stream_values || end == "event");
-    }
-    options::set(base);
-    ok
-}
-
 /// NCCL summing on the device, ordered after burn's stream with nobody waiting (one rank: the
 /// sum is the rank's own values times the pre-multiplier, 2 here, so a collective that ran
 /// before its producers, or was read before it ended, shows as un-doubled values): the
 /// producers are 24 chained 2048² products still running when the collective is enqueued.
-fn ordered_sum(device: &CudaDevice, pg: &std::sync::Arc<burn_ddp::Group>) -> bool {
+pub(crate) fn check_nccl_ordering(device: &CudaDevice, pg: &std::sync::Arc<burn_ddp::Group>) -> bool {
     use burn_ddp::tensor::{all_reduce_on_device, collective_seconds, join_on_device, orders_on_device};
     let pg: std::sync::Arc<dyn burn_ddp::ProcessGroup> = pg.clone();
     let ordered = orders_on_device::<Cuda>(&*pg, device);
@@ -186,13 +160,12 @@ pub(crate) fn check_nccl_ddp(device: &CudaDevice, pg: std::sync::Arc<burn_ddp::G
     let s = ddp.stats();
     let ok = err <= 1e-4 && s.buckets > 3 && s.on_device == s.buckets && s.overlapped > 0;
     println!(
-        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} started_in_backward={} ordered_by_events={} by_values={} by_flags={} {}",
+        "RESULT check=nccl_ddp_one_rank params={} max_rel_err={err:.1e} (plain vs plain {noise:.1e}) bound=1e-4 buckets={} on_device={} started_in_backward={} ordered_by_events={} by_flags={} {}",
         plain.len(),
         s.buckets,
         s.on_device,
         s.overlapped,
         ordered.forks_by_events,
-        ordered.forks_by_values,
         ordered.forks_by_flags,
         if ok { "ok" } else { "FAIL" }
     );

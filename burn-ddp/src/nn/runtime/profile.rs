@@ -34,7 +34,7 @@ static NANOS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static DEVICE_ORDERED: AtomicU64 = AtomicU64::new(0);
 static ON_BURNS_STREAM: AtomicU64 = AtomicU64::new(0);
-static FORKS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+static FORKS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
 /// Runs `f`, adding its wall time to `phase`.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -54,23 +54,12 @@ pub(crate) fn count_call(device_ordered: bool, on_burns_stream: bool) {
     ON_BURNS_STREAM.fetch_add(u64::from(on_burns_stream), Ordering::Relaxed);
 }
 
-/// How a piece of work on another CUDA stream was ordered with burn's stream.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-#[derive(Clone, Copy)]
-pub(crate) enum ForkOrder {
-    /// Flags stored on burn's stream and one-thread fence kernels.
-    Flags = 0,
-    /// A CUDA event each way (`CudnnOptions::direct_fences`).
-    Events = 1,
-    /// A CUDA event, and back a stream word (`CudnnOptions::stream_values`).
-    Values = 2,
-}
-
 /// Counts one piece of work handed to another CUDA stream (a DDP bucket's or a SyncBatchNorm
-/// exchange's collective) and how it was ordered with burn's stream.
+/// exchange's collective) and how it was ordered with burn's stream: by CUDA events
+/// (`CudnnOptions::direct_fences`) or by flags and fence kernels.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn count_fork(order: ForkOrder) {
-    FORKS[order as usize].fetch_add(1, Ordering::Relaxed);
+pub(crate) fn count_fork(by_events: bool) {
+    FORKS[usize::from(by_events)].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Totals since the process started; subtract two snapshots for a span.
@@ -86,8 +75,6 @@ pub struct CudnnTimes {
     pub forks_by_events: u64,
     /// The same, ordered by flags and fence kernels.
     pub forks_by_flags: u64,
-    /// The same, ordered by a CUDA event there and a stream word back.
-    pub forks_by_values: u64,
     /// Seconds resolving and packing inputs, allocating outputs.
     pub prepare_s: f64,
     /// Seconds looking up device addresses (on cubecl's device thread unless host-ordered).
@@ -114,7 +101,6 @@ impl CudnnTimes {
             on_burns_stream: ON_BURNS_STREAM.load(Ordering::Relaxed),
             forks_by_events: FORKS[1].load(Ordering::Relaxed),
             forks_by_flags: FORKS[0].load(Ordering::Relaxed),
-            forks_by_values: FORKS[2].load(Ordering::Relaxed),
             prepare_s: s(Phase::Prepare),
             resources_s: s(Phase::Resources),
             wait_burn_s: s(Phase::WaitBurn),
@@ -132,7 +118,6 @@ impl CudnnTimes {
             on_burns_stream: self.on_burns_stream - earlier.on_burns_stream,
             forks_by_events: self.forks_by_events - earlier.forks_by_events,
             forks_by_flags: self.forks_by_flags - earlier.forks_by_flags,
-            forks_by_values: self.forks_by_values - earlier.forks_by_values,
             prepare_s: self.prepare_s - earlier.prepare_s,
             resources_s: self.resources_s - earlier.resources_s,
             wait_burn_s: self.wait_burn_s - earlier.wait_burn_s,
@@ -182,12 +167,11 @@ mod tests {
         let a = CudnnTimes::now();
         timed(Phase::Cudnn, || std::thread::sleep(std::time::Duration::from_millis(5)));
         count_call(true, true);
-        count_fork(ForkOrder::Events);
-        count_fork(ForkOrder::Flags);
-        count_fork(ForkOrder::Values);
+        count_fork(true);
+        count_fork(false);
         let d = CudnnTimes::now().since(&a);
         assert!(d.calls >= 1 && d.device_ordered >= 1 && d.on_burns_stream >= 1);
-        assert!(d.forks_by_events >= 1 && d.forks_by_flags >= 1 && d.forks_by_values >= 1);
+        assert!(d.forks_by_events >= 1 && d.forks_by_flags >= 1);
         assert!(d.cudnn_s >= 0.004, "{d:?}");
     }
 }

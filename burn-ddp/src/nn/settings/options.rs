@@ -25,7 +25,6 @@ use std::sync::{OnceLock, RwLock};
 /// | `BURN_DDP_COALESCED_FOLD=0` | [`coalesced_fold`](Self::coalesced_fold) | on |
 /// | `BURN_DDP_FILTER_KERNEL=0` | [`filter_kernel`](Self::filter_kernel) | on |
 /// | `BURN_DDP_DIRECT_FENCES=0` | [`direct_fences`](Self::direct_fences) | on (where `same_stream` owns burn's stream) |
-/// | `BURN_DDP_STREAM_VALUES=0` | [`stream_values`](Self::stream_values) | on (where the driver runs stream memory operations) |
 ///
 /// — and set in code with [`set`] for the rest (each turns one fast path off, for diagnosis
 /// and for measuring what it gains: `burn-ddp-gpu-checks` and the GPU scripts do).
@@ -134,14 +133,6 @@ pub struct CudnnOptions {
     /// held by a spinning wait, and no cubecl launch (about 42 µs each on an H100, 2026-12-05)
     /// is paid on burn's device thread.
     pub direct_fences: bool,
-    /// With [`direct_fences`](Self::direct_fences): end a collective with a word of device
-    /// memory written on its stream that burn's stream waits for (`cuStreamWriteValue32` /
-    /// `cuStreamWaitValue32`), instead of a CUDA event (`false`). burn's stream can wait for
-    /// such a word before the collective is even enqueued, so burn-ddp's enqueue thread
-    /// enqueues DDP's buckets and cubecl's device thread, which sets a host-bound step's pace,
-    /// no longer does (`BURN_DDP_ENQUEUE_THREAD=0` keeps them there). Where the driver refuses
-    /// stream memory operations, events are used.
-    pub stream_values: bool,
 }
 
 impl Default for CudnnOptions {
@@ -171,7 +162,6 @@ impl Default for CudnnOptions {
             coalesced_fold: true,
             filter_kernel: true,
             direct_fences: true,
-            stream_values: true,
         }
     }
 }
@@ -203,7 +193,6 @@ impl CudnnOptions {
             ("BURN_DDP_COALESCED_FOLD", &mut o.coalesced_fold),
             ("BURN_DDP_FILTER_KERNEL", &mut o.filter_kernel),
             ("BURN_DDP_DIRECT_FENCES", &mut o.direct_fences),
-            ("BURN_DDP_STREAM_VALUES", &mut o.stream_values),
         ] {
             if let Some(v) = flag(name) {
                 *field = v;
@@ -252,7 +241,7 @@ mod tests {
     fn defaults_match_pytorch() {
         let o = CudnnOptions::default();
         assert!(o.enabled && o.allow_tf32 && !o.deterministic && o.same_stream && o.lt_epilogue);
-        assert!(o.coalesced_fold && o.filter_kernel && o.direct_fences && o.stream_values);
+        assert!(o.coalesced_fold && o.filter_kernel && o.direct_fences);
         assert_eq!(o.workspace_limit, 512 << 20);
     }
 
@@ -277,7 +266,6 @@ mod tests {
             ("BURN_DDP_COALESCED_FOLD", "off"),
             ("BURN_DDP_FILTER_KERNEL", "0"),
             ("BURN_DDP_DIRECT_FENCES", "0"),
-            ("BURN_DDP_STREAM_VALUES", "off"),
             ("BURN_VISION_CUDNN_GRAPH", "0"),
         ];
         let o = CudnnOptions::from_vars(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()));
@@ -299,7 +287,6 @@ mod tests {
                 && !o.coalesced_fold
                 && !o.filter_kernel
                 && !o.direct_fences
-                && !o.stream_values
         );
         assert_eq!(o.workspace_limit, 64 << 20);
         assert_eq!(o.conv_candidates, 24);

@@ -10,5 +10,4 @@ pub(crate) mod launch;
 pub(crate) mod same_stream;
 pub(crate) mod side_stream;
 pub(crate) mod stream_bridge;
-pub(crate) mod stream_words;
 pub(crate) mod upload;

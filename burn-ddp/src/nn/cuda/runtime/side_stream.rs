@@ -31,7 +31,6 @@ use crate::nn::cuda::runtime::fusion_op::{self, Cube};
 use crate::nn::cuda::runtime::launch::{self, Prim, empty_of};
 use crate::nn::cuda::runtime::same_stream;
 use crate::nn::cuda::runtime::stream_bridge::{self, Channel, DeviceKernels, Fence};
-use crate::nn::cuda::runtime::stream_words::{self, Word, Words};
 use crate::trace::DDP_BACKEND_THREADS;
 use burn::tensor::{DType, Shape};
 use cubecl::cuda::CudaRuntime;
@@ -40,13 +39,12 @@ use cudarc::driver::{CudaContext, sys as driver};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The fence kernels of one device, for other streams of its primary context, its spare CUDA
-/// events, and its stream words where the driver runs stream memory operations.
+/// The fence kernels of one device, for other streams of its primary context, and its spare
+/// CUDA events.
 struct SideKernels {
     ctx: Arc<CudaContext>,
     kernels: DeviceKernels,
     events: Vec<driver::CUevent>,
-    words: Option<Words>,
 }
 
 // SAFETY: the events are plain driver handles of the primary context, used under the mutex.
@@ -78,11 +76,6 @@ enum Order {
     /// stream's `cuStreamWaitEvent` — no kernel, so no multiprocessor held by a spinning wait
     /// while burn's stream catches up (PyTorch's DDP orders its streams so).
     Events { burn: driver::CUstream, fork: driver::CUevent, join: driver::CUevent },
-    /// As `Events` for the fork; the work's end is a stream word (`stream_words`) that burn's
-    /// stream waits for, so the join need not wait until the work is enqueued: the work may be
-    /// enqueued by the enqueue thread whenever it gets to it (`CudnnOptions::stream_values`).
-    /// The fork's event goes back to the spares once the work's wait for it is enqueued.
-    Values { burn: driver::CUstream, fork: driver::CUevent, done: Word },
 }
 
 // SAFETY: plain driver handles; a stream or event may be used from any thread of its context.
@@ -112,11 +105,9 @@ impl SideFence {
         match self.order {
             Order::Flags(fence) => k.kernels.wait(stream, &fence),
             // SAFETY: a live stream and event of the bound context.
-            Order::Events { fork, .. } | Order::Values { fork, .. } => {
-                unsafe { driver::cuStreamWaitEvent(stream, fork, 0) }
-                    .result()
-                    .map_err(|e| fail("ordering a stream after burn's", e))
-            }
+            Order::Events { fork, .. } => unsafe { driver::cuStreamWaitEvent(stream, fork, 0) }
+                .result()
+                .map_err(|e| fail("ordering a stream after burn's", e)),
         }
     }
 
@@ -132,17 +123,6 @@ impl SideFence {
             Order::Events { join, .. } => {
                 unsafe { driver::cuEventRecord(join, stream) }.result().map_err(|e| fail("recording a CUDA event", e))
             }
-            // SAFETY: a live stream of the bound context; a word of its device.
-            Order::Values { done, .. } => unsafe { stream_words::write(stream, done) },
-        }
-    }
-
-    /// Called once the work is enqueued (or failed to be): a fork's event ordered by a stream
-    /// word is free again once the work's wait for it is enqueued (a wait sees the records made
-    /// before it, so a later record of the same event does not move it).
-    fn enqueued(&self) {
-        if let Order::Values { fork, .. } = self.order {
-            self.kernels.lock().unwrap_or_else(|p| p.into_inner()).events.push(fork);
         }
     }
 }
@@ -219,12 +199,7 @@ fn kernels(device: usize) -> Result<Arc<Mutex<SideKernels>>> {
     let kernels = DeviceKernels::load()?;
     let stream = ctx.new_stream().map_err(|e| fail("creating a CUDA stream", e))?;
     kernels.self_test(&stream)?;
-    let words = Words::new(&ctx)
-        .inspect_err(|e| {
-            log::info!("collectives' ends ordered by CUDA events on GPU {device}: stream words unavailable ({e})")
-        })
-        .ok();
-    let k = Arc::new(Mutex::new(SideKernels { ctx, kernels, events: Vec::new(), words }));
+    let k = Arc::new(Mutex::new(SideKernels { ctx, kernels, events: Vec::new() }));
     map.insert(device, k.clone());
     Ok(k)
 }
@@ -457,17 +432,10 @@ fn hand_over(
                     let (order, bufs) = hand_over(&side)?;
                     let work = work.ok_or_else(|| fail("forking to another stream", "the operation ran twice"))?;
                     let side = SideFence { order, kernels: side };
-                    let ticket = match enqueue_thread(matches!(order, Order::Values { .. })) {
-                        // The enqueue thread holds the buffers the work reads that no tensor holds
-                        // until it has enqueued it: the join may come first.
-                        Some(thread) => {
-                            let hold = keep.iter().chain(&scratch).cloned().collect();
-                            Some(thread.send(bufs, side, Box::new(work), hold))
-                        }
+                    let ticket = match enqueue_thread() {
+                        Some(thread) => Some(thread.send(bufs, side, Box::new(work))),
                         None => {
-                            let enqueued = span("ddp: enqueue the collective", || work(&bufs, &side));
-                            side.enqueued();
-                            enqueued?;
+                            span("ddp: enqueue the collective", || work(&bufs, &side))?;
                             None
                         }
                     };
@@ -509,36 +477,25 @@ pub fn pass_through(inputs: Vec<Prim>) -> (Prim, Join) {
 
 /// A fork's first step, in order with burn's kernels: with `CudnnOptions::direct_fences`, where
 /// the current burn stream owns the device's same-stream path (`same_stream::direct_fence_stream`),
-/// an event recorded on burn's CUDA stream, the work's end a stream word ([`Order::Values`],
-/// with `CudnnOptions::stream_values` where the driver runs them) or another event
-/// ([`Order::Events`]); else the flag stored on burn's stream through cubecl (`stream_bridge`).
+/// an event recorded on burn's CUDA stream ([`Order::Events`]); else the flag stored on burn's
+/// stream through cubecl (`stream_bridge`).
 fn order_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClient<CudaRuntime>) -> Result<Order> {
-    use crate::nn::runtime::profile::{ForkOrder, count_fork};
     let Some(stream) = same_stream::direct_fence_stream(device) else {
-        count_fork(ForkOrder::Flags);
+        crate::nn::runtime::profile::count_fork(false);
         return stream_bridge::before(Channel::Side, device, client, false).map(Order::Flags);
     };
     let burn = stream as driver::CUstream;
     let mut k = bound(side)?;
-    let fork = k.event()?;
+    let (fork, join) = (k.event()?, k.event()?);
     // SAFETY: burn's live stream of the bound (primary) context; an event of it.
-    if let Err(e) = unsafe { driver::cuEventRecord(fork, burn) }.result() {
-        k.events.push(fork);
-        return Err(fail("recording a CUDA event on burn's stream", e));
-    }
-    let values = crate::nn::settings::options::get().stream_values;
-    if let Some(words) = k.words.as_mut().filter(|_| values) {
-        count_fork(ForkOrder::Values);
-        return Ok(Order::Values { burn, fork, done: words.take() });
-    }
-    match k.event() {
-        Ok(join) => {
-            count_fork(ForkOrder::Events);
+    match unsafe { driver::cuEventRecord(fork, burn) }.result() {
+        Ok(()) => {
+            crate::nn::runtime::profile::count_fork(true);
             Ok(Order::Events { burn, fork, join })
         }
         Err(e) => {
-            k.events.push(fork);
-            Err(e)
+            k.events.extend([fork, join]);
+            Err(fail("recording a CUDA event on burn's stream", e))
         }
     }
 }
@@ -547,11 +504,6 @@ fn order_on_burn(side: &Mutex<SideKernels>, device: usize, client: &ComputeClien
 fn wait_on_burn(device: usize, order: &Order) {
     match *order {
         Order::Flags(fence) => stream_bridge::after(Channel::Side, device, &fence),
-        Order::Values { burn, done, .. } => {
-            if let Err(e) = wait_for_word(device, burn, done) {
-                log::error!("{e}; burn's stream may read the collective's buffers early");
-            }
-        }
         Order::Events { burn, fork, join } => {
             if let Err(e) = wait_for_event(device, burn, join) {
                 log::error!("{e}; burn's stream may read the collective's buffers early");
@@ -582,22 +534,6 @@ fn wait_for_event(device: usize, burn: driver::CUstream, join: driver::CUevent) 
     unsafe { driver::cuEventSynchronize(join) }.result().map_err(|e| fail("waiting for a collective on the host", e))
 }
 
-/// Burn's stream — the one joining, else `burn`, the one that forked — waits for `done` on the
-/// device; where that cannot be enqueued, the host waits for the word instead.
-fn wait_for_word(device: usize, burn: driver::CUstream, done: Word) -> Result<()> {
-    let side = kernels(device)?;
-    drop(bound(&side)?);
-    let joining = same_stream::direct_fence_stream(device).map_or(burn, |s| s as driver::CUstream);
-    // SAFETY: a live stream of the bound context; a word of its device.
-    match unsafe { stream_words::wait(joining, done) } {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            log::warn!("{e}; the host waits for the collective");
-            stream_words::host_wait(done)
-        }
-    }
-}
-
 /// A part of a fork's or a join's work on the backend's threads, timed as its own span inside
 /// theirs (`bench --ddp`'s `backend_thread_spans` lists each part).
 fn span<T>(name: &str, f: impl FnOnce() -> T) -> T {
@@ -624,28 +560,24 @@ fn wait_for(ticket: &Ticket) {
     }
 }
 
-/// What the enqueue thread is given per fork: the buffers' addresses, the fence, the work, its
-/// ticket, and the buffers it holds until the work is enqueued.
-type Job = (ForkBuffers, SideFence, Work, Ticket, Vec<Cube>);
-
 /// The thread that enqueues forks' work on their streams, in the order the forks ran, instead
-/// of cubecl's device thread: by default where the work's end is a stream word
-/// ([`Order::Values`]); `BURN_DDP_ENQUEUE_THREAD=0` keeps the work on the device thread, `=1`
-/// sends it here also where the end is an event (then the join waits until the work is
-/// enqueued — on an H100, 2026-12-05, that cost what it saved). The device thread only takes
-/// the buffers' addresses and records the fork's event on burn's stream (what must happen in
-/// order with burn's kernels); a DDP bucket's NCCL enqueue — the wait, the bucket copies, the
-/// grouped all-reduce, the signal: about 29 µs of the device thread's time per ResNet-18 bucket
-/// and 22 µs per ViT-B/16 bucket on an H100 (2026-12-07), where that thread sets a host-bound
-/// step's pace — runs here. Work that fails to enqueue still signals, so burn's stream never
-/// waits for nothing; the failure is reported by the next [`fork`].
-struct EnqueueThread(Mutex<std::sync::mpsc::Sender<Job>>);
+/// of cubecl's device thread (`BURN_DDP_ENQUEUE_THREAD=1`, experimental, off by default: on an
+/// H100, 2026-12-05, it gained nothing, since the joins then wait for the enqueue). The device
+/// thread only takes the buffers' addresses and stores the fence on burn's stream (what must
+/// happen in order with burn's kernels); a DDP bucket's NCCL
+/// enqueue — the wait, the bucket copies, the grouped all-reduce, the signal: about 94 µs of
+/// the device thread's time per ViT-B/16 bucket on an H200 (2026-12-05), where that thread
+/// sets a host-bound step's pace — runs here. A [`join`] (on the device thread, usually long
+/// after) waits until its fork's work is enqueued before burn's stream waits for the signal, as
+/// `stream_bridge::after` requires. Work that fails to enqueue still signals, so burn's stream
+/// never waits for nothing; the failure is reported by the next [`fork`].
+struct EnqueueThread(Mutex<std::sync::mpsc::Sender<(ForkBuffers, SideFence, Work, Ticket)>>);
 
 impl EnqueueThread {
-    fn send(&self, bufs: ForkBuffers, fence: SideFence, work: Work, hold: Vec<Cube>) -> Ticket {
+    fn send(&self, bufs: ForkBuffers, fence: SideFence, work: Work) -> Ticket {
         let ticket: Ticket = Arc::default();
-        let sent = self.0.lock().unwrap_or_else(|p| p.into_inner()).send((bufs, fence, work, ticket.clone(), hold));
-        if let Err(std::sync::mpsc::SendError((bufs, fence, work, ticket, _hold))) = sent {
+        let sent = self.0.lock().unwrap_or_else(|p| p.into_inner()).send((bufs, fence, work, ticket.clone()));
+        if let Err(std::sync::mpsc::SendError((bufs, fence, work, ticket))) = sent {
             // The thread is gone (it never panics by design): enqueue here instead.
             run(&bufs, &fence, work, &ticket);
         }
@@ -671,33 +603,24 @@ fn run(bufs: &ForkBuffers, fence: &SideFence, work: Work, ticket: &Ticket) {
             Err(e) => log::error!("signalling a failed fork's fence: {e}; burn's stream may wait forever"),
         }
     }
-    fence.enqueued();
     *ticket.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
     ticket.1.notify_all();
 }
 
-/// The enqueue thread, started on first use, for a fork whose work ends in a stream word
-/// (`by_words`) unless `BURN_DDP_ENQUEUE_THREAD=0`, and for every fork with `=1` (read once).
-fn enqueue_thread(by_words: bool) -> Option<&'static EnqueueThread> {
-    static SETTING: OnceLock<Option<bool>> = OnceLock::new();
-    let setting = *SETTING.get_or_init(|| match std::env::var("BURN_DDP_ENQUEUE_THREAD").as_deref() {
-        Ok("1") => Some(true),
-        Ok("0") => Some(false),
-        _ => None,
-    });
-    if !setting.unwrap_or(by_words) {
-        return None;
-    }
+/// The enqueue thread when `BURN_DDP_ENQUEUE_THREAD=1` (read once), started on first use.
+fn enqueue_thread() -> Option<&'static EnqueueThread> {
     static THREAD: OnceLock<Option<EnqueueThread>> = OnceLock::new();
     THREAD
         .get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            if !std::env::var("BURN_DDP_ENQUEUE_THREAD").is_ok_and(|v| v == "1") {
+                return None;
+            }
+            let (tx, rx) = std::sync::mpsc::channel::<(ForkBuffers, SideFence, Work, Ticket)>();
             let spawned = std::thread::Builder::new().name("burn-ddp-enqueue".into()).spawn(move || {
-                for (bufs, fence, work, ticket, hold) in rx {
+                for (bufs, fence, work, ticket) in rx {
                     crate::trace::span("ddp: enqueue a bucket's collective", crate::trace::DDP_ENQUEUE_THREAD, || {
                         run(&bufs, &fence, work, &ticket)
                     });
-                    drop(hold);
                 }
             });
             match spawned {
@@ -757,9 +680,7 @@ fn submit_joins(like: &Cube, states: Vec<Arc<Mutex<JoinState>>>) {
             for state in &states {
                 let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
                 if let JoinState::Enqueued(order, keep, ticket) = done {
-                    // A stream word needs no record made before the wait: only an event's join
-                    // waits until the enqueue thread is done with the work.
-                    if let Some(ticket) = ticket.filter(|_| !matches!(order, Order::Values { .. })) {
+                    if let Some(ticket) = ticket {
                         wait_for(&ticket);
                     }
                     wait_on_burn(device.index, &order);
