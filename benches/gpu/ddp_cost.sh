@@ -68,6 +68,13 @@
 #   PART=13 the host-bound ResNet-18 28² b256 row between processes, as the goal measures it:
 #           PAIRS pairs (default 6) of `bench` plain and `bench --ddp`, alternated, ours only
 #           (PyTorch's pairs are PART=9's).
+#   PART=14 which host thread sets a host-bound DDP step's pace, inside one process
+#           (`--ddp-interleave 25`): after the same-stream, NCCL and SyncBatchNorm checks, REPS
+#           times (default 2) ResNet-18 28² b256 (600 steps) and the tutorial's model, each as is
+#           and with SPIN_US microseconds (default 300) of busy host work added once per DDP step
+#           on the training thread, burn-fusion's thread and cubecl's device thread in turn
+#           (BURN_DDP_DIAGNOSE_SPIN): a step slows by the whole amount only where that thread
+#           sets its pace; and the tutorial's model in one bucket (`--bucket-cap-mb 100`).
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -254,6 +261,21 @@ elif [ "$PART" = 12 ]; then
     step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/60}" --ddp --ddp-interleave 10
     [ -n "${ALT:-}" ] && step alt_vitb16_interleaved 150 env $ALT "$BV" "${VB[@]/$STEPS/60}" --ddp --ddp-interleave 10
   fi
+elif [ "$PART" = 14 ]; then
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  R18L=("${R18B[@]/300/600}")
+  for i in $(seq 1 "${REPS:-2}"); do
+    for w in R18L TUTM; do
+      name=$([ $w = TUTM ] && echo tut_model || echo r18s)
+      declare -n args=$w
+      step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      for t in training fusion device; do
+        step ${name}_spin_${t}_interleaved_$i 150 env BURN_DDP_DIAGNOSE_SPIN=$t:${SPIN_US:-300} "$BV" "${args[@]}" --ddp --ddp-interleave 25
+      done
+      [ $w = TUTM ] && step ${name}_one_bucket_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
+      unset -n args
+    done
+  done
 elif [ "$PART" = 13 ]; then
   for i in $(seq 1 "${PAIRS:-6}"); do
     step r18s_plain_$i 150 "$BV" "${R18B[@]}"

@@ -50,3 +50,50 @@ impl Diagnose {
         set
     }
 }
+
+/// A host thread of a DDP step on the device (see [`spin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostThread {
+    /// The thread that runs the training step and queues burn's operations.
+    Training,
+    /// burn-fusion's thread, which runs the queued operations (DDP's bucket hand-over).
+    Fusion,
+    /// cubecl's device thread, which launches kernels (DDP's addresses, fences and NCCL calls).
+    Device,
+}
+
+/// `BURN_DDP_DIAGNOSE_SPIN=THREAD:MICROSECONDS` (`training`, `fusion` or `device`): that thread
+/// is kept busy that long once per DDP step on the device, in the step's last bucket operation
+/// — a known amount of host work on one thread, to find which thread sets a host-bound step's
+/// pace (a step slows by the whole amount only where that thread does). Read once; changes no
+/// value, in any world.
+pub(crate) fn spin(thread: HostThread) {
+    static SET: std::sync::OnceLock<Option<(HostThread, std::time::Duration)>> = std::sync::OnceLock::new();
+    let set = SET.get_or_init(|| {
+        let v = std::env::var("BURN_DDP_DIAGNOSE_SPIN").ok()?;
+        let (name, us) = v.split_once(':')?;
+        let thread = match name {
+            "training" => HostThread::Training,
+            "fusion" => HostThread::Fusion,
+            "device" => HostThread::Device,
+            _ => None?,
+        };
+        match us.parse::<u64>() {
+            Ok(us) => Some((thread, std::time::Duration::from_micros(us))),
+            Err(_) => {
+                log::warn!(
+                    "BURN_DDP_DIAGNOSE_SPIN={v} ignored: it takes training, fusion or device, a colon and microseconds"
+                );
+                None
+            }
+        }
+    });
+    if let Some((t, d)) = *set
+        && t == thread
+    {
+        let started = std::time::Instant::now();
+        while started.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+}

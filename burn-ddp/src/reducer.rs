@@ -307,6 +307,7 @@ impl<B: Backend> StepReducer<B> {
     /// no join of their own. Every bucket in flight is joined, also when the last one fails to
     /// start (then each reports that failure).
     fn launch_last_and_join(&self, s: &mut StepState<B>) {
+        crate::diagnose::spin(crate::diagnose::HostThread::Training);
         let b = s.launched;
         let (grads, present, presence) = self.bucket_inputs(s, b);
         let diagnose = Diagnose::get(self.pg.world_size());

@@ -366,6 +366,7 @@ fn fork_joining(
                 outs.split_off(1);
         }
         if !states.is_empty() {
+            crate::diagnose::spin(crate::diagnose::HostThread::Fusion);
             submit_joins(&outs[0], states.clone());
         }
         outs.extend(hand_back(tokens.into_iter().map(|(cube, _)| cube), &earlier_joins));
@@ -676,6 +677,7 @@ pub fn join_held(tokens: Vec<Prim>, joins: &[Join]) -> Vec<Prim> {
 fn submit_joins(like: &Cube, states: Vec<Arc<Mutex<JoinState>>>) {
     let device = like.device.clone();
     device_thread::submit(&like.device, move || {
+        crate::diagnose::spin(crate::diagnose::HostThread::Device);
         crate::trace::span("ddp: join buckets (device thread)", DDP_BACKEND_THREADS, || {
             for state in &states {
                 let done = std::mem::replace(&mut *state.lock().unwrap_or_else(|p| p.into_inner()), JoinState::Failed);
