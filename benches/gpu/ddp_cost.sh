@@ -117,6 +117,19 @@ TUT=(train --data /tmp/fm224 --preset tutorial --epochs 1 --gpus 0 --quiet)
 # The tutorial's model and batch alone (ResNet-34 b16 224², f32, synthetic): no data pipeline,
 # no launcher.
 TUTM=(bench --gpus 0 --model resnet34 --batch-size 16 --image-size 224 --classes 10 --warmup 5 --steps 500)
+# `interleaved_variants I W VAR PREFIX VALUE...`: the workload array named W (TUTM or R18L) in
+# one process (`--ddp --ddp-interleave 25`) as is, then under VAR=VALUE for each VALUE (the
+# run named after PREFIX and VALUE up to a colon).
+interleaved_variants() {
+  local i=$1 w=$2 var=$3 prefix=$4; shift 4
+  local name label; name=$([ "$w" = TUTM ] && echo tut_model || echo r18s)
+  local -n args=$w
+  step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
+  for v in "$@"; do
+    label=$prefix${v%%:*}
+    step ${name}_${label//-/_}_interleaved_$i 150 env $var=$v "$BV" "${args[@]}" --ddp --ddp-interleave 25
+  done
+}
 if [ "$PART" = 1 ] || [ "$PART" = 7 ]; then
   [ "$PART" = 1 ] && step check_nccl 300 "$B"/burn-ddp-gpu-checks nccl
   for i in $([ "$PART" = 7 ] && echo 1 2 3 || echo 1 2); do ddp_pair r50 $i R50 "${R50T[@]}"; done
@@ -231,13 +244,7 @@ elif [ "$PART" = 11 ]; then
   R18L=("${R18B[@]/300/600}")
   for i in $(seq 1 "${REPS:-2}"); do
     for w in TUTM R18L; do
-      name=$([ $w = TUTM ] && echo tut_model || echo r18s)
-      declare -n args=$w
-      step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      for d in ${DIAGNOSE:-fences-only no-stream-work no-device-ops}; do
-        step ${name}_${d//-/_}_interleaved_$i 150 env BURN_DDP_DIAGNOSE=$d "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      done
-      unset -n args
+      interleaved_variants $i $w BURN_DDP_DIAGNOSE "" ${DIAGNOSE:-fences-only no-stream-work no-device-ops}
     done
   done
   for t in perf nsys; do echo "$t: $(command -v $t || echo not found)" | tee -a "$LOG"; done
@@ -266,15 +273,9 @@ elif [ "$PART" = 14 ]; then
   R18L=("${R18B[@]/300/600}")
   for i in $(seq 1 "${REPS:-2}"); do
     for w in R18L TUTM; do
-      name=$([ $w = TUTM ] && echo tut_model || echo r18s)
-      declare -n args=$w
-      step ${name}_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      for t in training fusion device; do
-        step ${name}_spin_${t}_interleaved_$i 150 env BURN_DDP_DIAGNOSE_SPIN=$t:${SPIN_US:-300} "$BV" "${args[@]}" --ddp --ddp-interleave 25
-      done
-      [ $w = TUTM ] && step ${name}_one_bucket_interleaved_$i 150 "$BV" "${args[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
-      unset -n args
+      interleaved_variants $i $w BURN_DDP_DIAGNOSE_SPIN spin_ training:${SPIN_US:-300} fusion:${SPIN_US:-300} device:${SPIN_US:-300}
     done
+    step tut_model_one_bucket_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
   done
 elif [ "$PART" = 13 ]; then
   for i in $(seq 1 "${PAIRS:-6}"); do
