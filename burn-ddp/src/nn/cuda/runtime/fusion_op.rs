@@ -119,19 +119,6 @@ pub(crate) fn row_major(dims: &[usize]) -> Vec<usize> {
     (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect()
 }
 
-/// Whether `t`'s strides are [`row_major`]'s for its dims (checked without allocating: a DDP
-/// bucket asks it of every gradient, every step).
-pub(crate) fn is_row_major(t: &Cube) -> bool {
-    let (dims, strides) = (t.meta.shape().as_slice(), t.meta.strides());
-    let mut expect = 1;
-    dims.len() == strides.len()
-        && dims.iter().zip(strides.iter()).rev().all(|(&d, &s)| {
-            let ok = s == expect;
-            expect *= d;
-            ok
-        })
-}
-
 /// `(shape, dtype)` of a tensor, for [`queue`]'s outputs.
 pub(crate) fn like(t: &Prim) -> (Shape, DType) {
     (t.shape.clone(), t.dtype)
