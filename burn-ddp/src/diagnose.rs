@@ -70,23 +70,14 @@ pub(crate) enum HostThread {
 pub(crate) fn spin(thread: HostThread) {
     static SET: std::sync::OnceLock<Option<(HostThread, std::time::Duration)>> = std::sync::OnceLock::new();
     let set = SET.get_or_init(|| {
-        let v = std::env::var("BURN_DDP_DIAGNOSE_SPIN").ok()?;
-        let (name, us) = v.split_once(':')?;
-        let thread = match name {
-            "training" => HostThread::Training,
-            "fusion" => HostThread::Fusion,
-            "device" => HostThread::Device,
-            _ => None?,
-        };
-        match us.parse::<u64>() {
-            Ok(us) => Some((thread, std::time::Duration::from_micros(us))),
-            Err(_) => {
-                log::warn!(
-                    "BURN_DDP_DIAGNOSE_SPIN={v} ignored: it takes training, fusion or device, a colon and microseconds"
-                );
-                None
-            }
+        let v = std::env::var("BURN_DDP_DIAGNOSE_SPIN").ok().filter(|v| !v.is_empty())?;
+        let parsed = parse_spin(&v);
+        if parsed.is_none() {
+            log::warn!(
+                "BURN_DDP_DIAGNOSE_SPIN={v} ignored: it takes training, fusion or device, a colon and whole microseconds (e.g. fusion:300)"
+            );
         }
+        parsed
     });
     if let Some((t, d)) = *set
         && t == thread
@@ -94,6 +85,34 @@ pub(crate) fn spin(thread: HostThread) {
         let started = std::time::Instant::now();
         while started.elapsed() < d {
             std::hint::spin_loop();
+        }
+    }
+}
+
+/// `THREAD:MICROSECONDS` as [`spin`] takes it.
+fn parse_spin(v: &str) -> Option<(HostThread, std::time::Duration)> {
+    let (name, us) = v.split_once(':')?;
+    let thread = match name.trim() {
+        "training" => HostThread::Training,
+        "fusion" => HostThread::Fusion,
+        "device" => HostThread::Device,
+        _ => return None,
+    };
+    Some((thread, std::time::Duration::from_micros(us.trim().parse().ok()?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn spin_settings_name_a_thread_and_whole_microseconds() {
+        assert_eq!(parse_spin("fusion:300"), Some((HostThread::Fusion, Duration::from_micros(300))));
+        assert_eq!(parse_spin("training: 1000"), Some((HostThread::Training, Duration::from_millis(1))));
+        assert_eq!(parse_spin("device:0"), Some((HostThread::Device, Duration::ZERO)));
+        for bad in ["fusion", "gpu:300", "fusion:-3", "fusion:1.5", ":300", "none"] {
+            assert_eq!(parse_spin(bad), None, "{bad}");
         }
     }
 }
