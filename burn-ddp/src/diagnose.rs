@@ -64,9 +64,10 @@ pub(crate) enum HostThread {
 
 /// `BURN_DDP_DIAGNOSE_SPIN=THREAD:MICROSECONDS` (`training`, `fusion` or `device`): that thread
 /// is kept busy that long once per DDP step on the device, in the step's last bucket operation
-/// — a known amount of host work on one thread, to find which thread sets a host-bound step's
-/// pace (a step slows by the whole amount only where that thread does). Read once; changes no
-/// value, in any world.
+/// (the device thread in every join of work on another stream: also in each SyncBatchNorm
+/// exchange's) — a known amount of host work on one thread, to find which thread sets a
+/// host-bound step's pace (a step slows by the whole amount only where that thread does). Read
+/// once; changes no value, in any world.
 pub(crate) fn spin(thread: HostThread) {
     static SET: std::sync::OnceLock<Option<(HostThread, std::time::Duration)>> = std::sync::OnceLock::new();
     let set = SET.get_or_init(|| {
