@@ -24,7 +24,7 @@
 use crate::error::{Error, Result};
 use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
-use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
+use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks};
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
 use burn::tensor::backend::AutodiffBackend;
@@ -226,7 +226,7 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
     let count = Tensor::<B, 1>::full([1], per_channel as f32, &device);
     let local = Tensor::cat(vec![count, mean_r.reshape([c]), m2_r.reshape([c])], 0);
     let (mean, var, _) = combine(sync.gather(local), sync.pg.world_size(), c);
-    update_running(bn, mean.clone().reshape([c]), var.clone().reshape([c]));
+    bn.update_running(mean.clone().reshape([c]), var.clone().reshape([c]));
     let mut shape = [1; D];
     shape[1] = c;
     let std = (var + bn.epsilon).sqrt();

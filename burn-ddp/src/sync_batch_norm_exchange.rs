@@ -1,10 +1,8 @@
 //! SyncBatchNorm's exchanges, shared by its f32 path (`sync_batch_norm`) and its channels-last
 //! kernel path (`sync_batch_norm_nhwc`): the gather of every rank's moments, sums over the
-//! ranks (on the device where the group allows), Chan's combination and burn's running-statistic
-//! update.
+//! ranks (on the device where the group allows) and Chan's combination.
 
 use crate::error::Result;
-use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
 use crate::{ReduceOp, tensor};
 use burn::prelude::*;
@@ -56,16 +54,6 @@ pub(crate) fn combine<B: Backend>(
     let m2 = m2s.sum_dim(0) + ((means - mean.clone()).square() * counts).sum_dim(0);
     let var = m2 / total.clone(); // biased, as burn's BatchNorm normalises with
     (mean, var, total)
-}
-
-/// Burn's BatchNorm update of the running statistics from a batch's mean and biased variance.
-pub(crate) fn update_running<B: Backend>(bn: &BatchNorm<B>, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
-    let (m, device) = (bn.momentum, mean.device());
-    let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| {
-        (running.to_device(&device) * (1.0 - m) + batch.detach() * m).detach()
-    };
-    bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
-    bn.running_var.update(blend(bn.running_var.value_sync(), var));
 }
 
 /// A group in an autodiff op's state (which must be `Debug`).

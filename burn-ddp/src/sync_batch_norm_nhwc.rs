@@ -18,7 +18,7 @@ use crate::nn::Layout;
 use crate::nn::cuda::kernels::batch_norm_phases::{self as phases, Affine};
 use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
-use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks, update_running};
+use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks};
 use crate::tensor::cast;
 use burn::prelude::*;
 use burn::tensor::TensorPrimitive;
@@ -72,7 +72,7 @@ fn train(bn: &BatchNorm<Ad>, x: Tensor<Ad, 4>, pg: &Arc<dyn ProcessGroup>, relu:
         gather_plain(local, pg).unwrap_or_else(|e| panic!("SyncBatchNorm: exchanging batch statistics failed: {e}"));
     let (mean, var, total) = combine(gathered, pg.world_size(), c);
     let (mean, var) = (mean.reshape([c]), var.reshape([c]));
-    update_running(bn, Tensor::<Ad, 1>::from_inner(mean.clone()), Tensor::from_inner(var.clone()));
+    bn.update_running(Tensor::<Ad, 1>::from_inner(mean.clone()), Tensor::from_inner(var.clone()));
     let inv_std = var.add_scalar(bn.epsilon).sqrt().recip();
     let prim = |t: Tensor<Cuda, 1>| -> Prim { t.into_primitive().tensor() };
     let affine = Affine {

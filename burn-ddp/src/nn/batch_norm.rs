@@ -1,6 +1,6 @@
 //! BatchNorm (optionally followed by ReLU) that takes the fastest path the backend has: one
-//! cuDNN call or our kernels on burn-cuda (`feature = "cuda"`), burn-nn's BatchNorm everywhere
-//! else — as [`BatchNorm::forward`] and the functions beside it.
+//! cuDNN call or our kernels on burn-cuda (`feature = "cuda"`), burn-nn's batch norm on burn's
+//! operations everywhere else — as [`BatchNorm::forward`] and the functions beside it.
 
 use super::Layout;
 use crate::grad_ready;
@@ -54,8 +54,9 @@ impl<B: Backend> BatchNorm<B> {
 /// Channels-last activations ([`Layout::Nhwc`] in the layer) go to [`crate::nn::batch_norm_nhwc`]
 /// (our CUDA kernels on burn-cuda, burn's operations elsewhere). NCHW ones, on
 /// `Autodiff<Cuda>` and `Cuda`, run cuDNN's batch normalization — and its ReLU — when the
-/// library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn's BatchNorm
-/// and ReLU, with one log line when cuDNN was meant to run and could not.
+/// library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn-nn's batch
+/// norm computed on burn's operations in a row order burn-flex vectorises (`nchw`) and ReLU,
+/// with one log line when cuDNN was meant to run and could not.
 ///
 /// # Shapes
 /// `[batch, channels, height, width]` (in the layer's layout) → the same
@@ -75,9 +76,38 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
         Err(x) => x,
     };
     let dtype = x.dtype();
-    let y = bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()));
+    let y = nchw(bn, x.cast(bn.gamma.val().dtype()));
     let y = if relu { relu_op(y) } else { y };
     y.cast(dtype)
+}
+
+/// `bn(x)` for NCHW `x` on burn's operations, as burn-nn's BatchNorm computes it: batch
+/// statistics on autodiff backends (the mean, then the biased variance of the centred values;
+/// running statistics blended as burn-nn blends them), running statistics otherwise. The
+/// activations are taken as rows, `[batch · channels, height · width]`, against one value per
+/// row (a channel's, repeated for each image): every pass over them is then a reduction along
+/// rows or an operation with a per-row scalar, which burn-flex runs vectorised, where burn-nn's
+/// `[1, channels, 1, 1]` broadcasts and transposed copies walk the tensor an element at a time.
+fn nchw<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
+    let [n, c, h, w] = x.dims();
+    let device = x.device();
+    let rows = x.reshape([n * c, h * w]);
+    let per_row = |t: Tensor<B, 1>| t.reshape([1, c]).repeat_dim(0, n).reshape([n * c, 1]);
+    let (centered, inv_std) = if B::ad_enabled(&device) {
+        let count = (n * h * w) as f64;
+        let channel_mean = |t: Tensor<B, 2>| t.sum_dim(1).reshape([n, c]).sum_dim(0).reshape([c]).div_scalar(count);
+        let mean = channel_mean(rows.clone());
+        let centered = rows - per_row(mean.clone());
+        let var = channel_mean(centered.clone().square());
+        bn.update_running(mean, var.clone());
+        (centered, var.add_scalar(bn.epsilon).sqrt().recip())
+    } else {
+        let mean = bn.running_mean.value().to_device(&device);
+        let var = bn.running_var.value().to_device(&device);
+        (rows - per_row(mean), var.add_scalar(bn.epsilon).sqrt().recip())
+    };
+    let y = centered * per_row(inv_std * bn.gamma.val()) + per_row(bn.beta.val());
+    y.reshape([n, c, h, w])
 }
 
 /// `relu(bn(x) + residual)`, the output in `bn(x)`'s type (`residual` is cast to it), the
@@ -183,6 +213,7 @@ pub fn conv_batch_norm<B: Backend>(conv: &Conv2d<B>, bn: &BatchNorm<B>, x: Tenso
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::module::AutodiffModule;
     use burn::tensor::Tolerance;
     use burn_autodiff::Autodiff;
     use burn_flex::Flex;
@@ -190,21 +221,43 @@ mod tests {
 
     type B = Autodiff<Flex>;
 
+    /// Against burn-nn's BatchNorm (an independent implementation: `[1, c, 1, 1]` broadcasts),
+    /// with and without the ReLU: the output, the gradients of the input, gamma and beta, both
+    /// running statistics, and inference from them afterwards.
     #[test]
-    fn matches_burn_batch_norm_then_relu_and_updates_running_stats() {
+    fn matches_burn_batch_norm_values_gradients_and_running_stats() {
         let device = Default::default();
-        let bn = BatchNorm::from(BatchNormConfig::new(3).init::<B>(&device));
-        let x = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.5, 2.0), &device);
-        let y = bn.forward_relu(x.clone());
-        let reference = BatchNormConfig::new(3).init::<B>(&device);
-        let expected = relu_op(reference.forward(x));
-        y.into_data().assert_approx_eq::<f32>(&expected.into_data(), Tolerance::default());
-        bn.running_mean
-            .value_sync()
-            .into_data()
-            .assert_approx_eq::<f32>(&reference.running_mean.value_sync().into_data(), Tolerance::default());
-        let moved = bn.running_mean.value_sync().abs().sum().into_scalar();
-        assert!(moved > 0.0, "running mean was not updated");
+        let tol = Tolerance::<f32>::absolute(2e-5);
+        for relu in [false, true] {
+            let gamma = Tensor::<B, 1>::random([3], burn::tensor::Distribution::Uniform(0.5, 1.5), &device);
+            let beta = Tensor::<B, 1>::random([3], burn::tensor::Distribution::Uniform(-0.5, 0.5), &device);
+            let layer = || {
+                let mut bn = BatchNormConfig::new(3).init::<B>(&device);
+                bn.gamma = Param::from_tensor(gamma.clone());
+                bn.beta = Param::from_tensor(beta.clone());
+                bn
+            };
+            let (mine, theirs) = (BatchNorm::from(layer()), layer());
+            let x = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.5, 2.0), &device)
+                .require_grad();
+            let g = Tensor::<B, 4>::random([2, 3, 4, 5], burn::tensor::Distribution::Normal(0.0, 1.0), &device);
+            let y = if relu { mine.forward_relu(x.clone()) } else { mine.forward(x.clone()) };
+            let y_ref = theirs.forward(x.clone());
+            let y_ref = if relu { relu_op(y_ref) } else { y_ref };
+            y.clone().into_data().assert_approx_eq::<f32>(&y_ref.clone().into_data(), tol);
+            let (grads, grads_ref) = ((y * g.clone()).sum().backward(), (y_ref * g).sum().backward());
+            let grad = |t: Tensor<B, 1>, gr| t.grad(gr).expect("a gradient").into_data();
+            x.grad(&grads).unwrap().into_data().assert_approx_eq::<f32>(&x.grad(&grads_ref).unwrap().into_data(), tol);
+            grad(mine.gamma.val(), &grads).assert_approx_eq::<f32>(&grad(theirs.gamma.val(), &grads_ref), tol);
+            grad(mine.beta.val(), &grads).assert_approx_eq::<f32>(&grad(theirs.beta.val(), &grads_ref), tol);
+            for (a, b) in [(&mine.running_mean, &theirs.running_mean), (&mine.running_var, &theirs.running_var)] {
+                a.value_sync().into_data().assert_approx_eq::<f32>(&b.value_sync().into_data(), tol);
+            }
+            let moved = mine.running_mean.value_sync().abs().sum().into_scalar();
+            assert!(moved > 0.0, "running mean was not updated");
+            let (mine, theirs, xi) = (mine.valid(), theirs.valid(), x.inner());
+            mine.forward(xi.clone()).into_data().assert_approx_eq::<f32>(&theirs.forward(xi).into_data(), tol);
+        }
     }
 
     /// A fresh layer (parameters not yet initialised) gets its gradients on the first step:

@@ -63,12 +63,7 @@ fn nhwc<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, epilogue: Epilogue<Tenso
         let mean = channel_mean(x.clone());
         let centered = x - mean.clone();
         let var = channel_mean(centered.clone().square());
-        let m = bn.momentum;
-        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 4>| {
-            running.to_device(&device).mul_scalar(1.0 - m).add(batch.detach().reshape([c]).mul_scalar(m)).detach()
-        };
-        bn.running_mean.update(blend(bn.running_mean.value_sync(), mean));
-        bn.running_var.update(blend(bn.running_var.value_sync(), var.clone()));
+        bn.update_running(mean.reshape([c]), var.clone().reshape([c]));
         (centered, var.add_scalar(bn.epsilon).sqrt().recip())
     } else {
         let mean = per_channel(bn.running_mean.value().to_device(&device));

@@ -133,6 +133,17 @@ impl<B: Backend> BatchNorm<B> {
         self
     }
 
+    /// Burn's BatchNorm update of the running statistics from a batch's mean and biased
+    /// variance (`[channels]` each): a momentum blend, outside the autodiff graph.
+    pub(crate) fn update_running(&self, mean: Tensor<B, 1>, var: Tensor<B, 1>) {
+        let (m, device) = (self.momentum, mean.device());
+        let blend = |running: Tensor<B, 1>, batch: Tensor<B, 1>| {
+            (running.to_device(&device) * (1.0 - m) + batch.detach() * m).detach()
+        };
+        self.running_mean.update(blend(self.running_mean.value_sync(), mean));
+        self.running_var.update(blend(self.running_var.value_sync(), var));
+    }
+
     /// burn-nn's module over the same parameters and the same running statistics (updates
     /// through it reach this layer: burn's `RunningState` is shared between clones). The
     /// parameters are read, not cloned: a clone of a not-yet-initialised parameter would
