@@ -74,7 +74,8 @@
 #           and with SPIN_US microseconds (default 300) of busy host work added once per DDP step
 #           on the training thread, burn-fusion's thread and cubecl's device thread in turn
 #           (BURN_DDP_DIAGNOSE_SPIN): a step slows by the whole amount only where that thread
-#           sets its pace; and the tutorial's model in one bucket (`--bucket-cap-mb 100`).
+#           sets its pace; and the tutorial's model in one bucket (`--bucket-cap-mb 100`) and in
+#           about 18 (`--bucket-cap-mb 5`): what a bucket costs beyond its gradients.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
 # $OUT/ddp-cost-PART.log; the summary table last (benches/gpu/ddp_cost_summary.py).
@@ -276,6 +277,7 @@ elif [ "$PART" = 14 ]; then
       interleaved_variants $i $w BURN_DDP_DIAGNOSE_SPIN spin_ training:${SPIN_US:-300} fusion:${SPIN_US:-300} device:${SPIN_US:-300}
     done
     step tut_model_one_bucket_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 100
+    step tut_model_5mb_buckets_interleaved_$i 150 "$BV" "${TUTM[@]}" --ddp --ddp-interleave 25 --bucket-cap-mb 5
   done
 elif [ "$PART" = 13 ]; then
   for i in $(seq 1 "${PAIRS:-6}"); do
