@@ -22,6 +22,7 @@
 //! after burn's stream (`tensor::all_reduce_on_device`): the host does not wait for them.
 
 use crate::error::{Error, Result};
+use crate::nn::batch_norm::ChannelRows;
 use crate::nn::layers::BatchNorm;
 use crate::process_group::ProcessGroup;
 use crate::sync_batch_norm_exchange::{GroupRef, combine, gather_plain, sum_over_ranks};
@@ -190,13 +191,10 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
 ) -> Tensor<B, D> {
     let relu_if = |y: Tensor<B, D>| if relu { burn::tensor::activation::relu(y) } else { y };
     let device = x.device();
-    if !B::ad_enabled(&device) {
-        let dtype = x.dtype();
-        return relu_if(bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()))).cast(dtype);
-    }
-    // A world of one: the global batch is this rank's own, so this is plain batch norm, as
-    // PyTorch's SyncBatchNorm (it synchronises only when the world size is over 1).
-    if sync.pg.world_size() == 1 {
+    // Evaluation (the running statistics), and a world of one (the global batch is this rank's
+    // own): plain batch norm, as PyTorch's SyncBatchNorm (it synchronises only when training
+    // over more than one process).
+    if !B::ad_enabled(&device) || sync.pg.world_size() == 1 {
         match same_type::<Tensor<B, D>, Tensor<B, 4>>(x) {
             // The caller's NCHW-ordered dims, in the layer's own layout for `nn::batch_norm`.
             Ok(x4) => {
@@ -205,6 +203,10 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
             }
             Err(back) => x = back,
         }
+    }
+    if !B::ad_enabled(&device) {
+        let dtype = x.dtype();
+        return relu_if(bn.to_burn_nn().forward(x.cast(bn.gamma.val().dtype()))).cast(dtype);
     }
     // γ and β report their gradients to DDP as soon as this layer's backward has run, like
     // every burn-ddp layer's parameters (outside a DDP step: their plain values).
@@ -215,22 +217,18 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
         Ok(y) => return y,
         Err(x) => x,
     };
-    let dtype = x.dtype();
-    let x = x.cast(burn::tensor::FloatDType::F32);
-    let dims = x.dims();
+    let (dtype, dims) = (x.dtype(), x.dims());
     let c = dims[1];
     let per_channel = dims.iter().enumerate().filter(|&(i, _)| i != 1).map(|(_, &d)| d).product::<usize>();
-    let xc = x.clone().swap_dims(0, 1).reshape([c, per_channel]);
-    let mean_r = xc.clone().mean_dim(1); // [c, 1]
-    let m2_r = (xc - mean_r.clone()).square().sum_dim(1); // [c, 1]
+    let (at, rows) = ChannelRows::of(x.cast(burn::tensor::FloatDType::F32));
+    let mean_r = at.channel_sum(rows.clone()).div_scalar(per_channel as f64);
+    let m2_r = at.channel_sum((rows.clone() - at.per_row(mean_r.clone())).square());
     let count = Tensor::<B, 1>::full([1], per_channel as f32, &device);
-    let local = Tensor::cat(vec![count, mean_r.reshape([c]), m2_r.reshape([c])], 0);
+    let local = Tensor::cat(vec![count, mean_r, m2_r], 0);
     let (mean, var, _) = combine(sync.gather(local), sync.pg.world_size(), c);
-    bn.update_running(mean.clone().reshape([c]), var.clone().reshape([c]));
-    let mut shape = [1; D];
-    shape[1] = c;
-    let std = (var + bn.epsilon).sqrt();
-    let y =
-        (x - mean.reshape(shape)) / std.reshape(shape) * bn.gamma.val().reshape(shape) + bn.beta.val().reshape(shape);
-    relu_if(y).cast(dtype)
+    let (mean, var) = (mean.reshape([c]), var.reshape([c]));
+    bn.update_running(mean.clone(), var.clone());
+    let inv_std = (var + bn.epsilon).sqrt().recip();
+    let y = (rows - at.per_row(mean)) * at.per_row(inv_std * bn.gamma.val()) + at.per_row(bn.beta.val());
+    relu_if(y.reshape(dims)).cast(dtype)
 }

@@ -109,15 +109,19 @@ fn equivalence(test: &str, sizes: &[usize]) {
     check("beta gradient", &dbeta, &host(bn_ref.beta.grad(&grads_ref).unwrap()));
     check("running mean", &host(bn.running_mean.value()), &host(bn_ref.running_mean.value()));
     check("running var", &host(bn.running_var.value()), &host(bn_ref.running_var.value()));
+    // Evaluation with these running statistics (before the forward pass below moves them).
+    let eval_ref = host(bn_ref.valid().forward(input(mine.clone(), &device).inner()));
     // The statistics really are global: a rank-local BatchNorm differs.
     let local = host(layer(&device).forward(input(mine.clone(), &device)));
     assert!(
         max_relative_diff(&local, &rows(bn_ref.forward(input(0..total, &device))), 1e-3) > 1e-3,
         "rank-local statistics must differ from global ones"
     );
-    // Evaluation mode: running statistics, no communication (a lone rank would hang otherwise).
+    // Evaluation mode: running statistics, no communication (a lone rank would hang otherwise),
+    // as plain BatchNorm's.
     let eval = sync_batch_norm(&bn.valid(), input(mine.clone(), &device).inner(), &sync);
     assert_eq!(eval.dims(), [sizes[rank], C, H, W]);
+    check("evaluation", &host(eval), &eval_ref);
     println!("SYNC_BN_OK rank={rank}");
 }
 

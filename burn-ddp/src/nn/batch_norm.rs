@@ -55,7 +55,7 @@ impl<B: Backend> BatchNorm<B> {
 /// (our CUDA kernels on burn-cuda, burn's operations elsewhere). NCHW ones, on
 /// `Autodiff<Cuda>` and `Cuda`, run cuDNN's batch normalization — and its ReLU — when the
 /// library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn-nn's batch
-/// norm computed on burn's operations in a row order burn-flex vectorises (`nchw`) and ReLU,
+/// norm computed on burn's operations over [`ChannelRows`] and ReLU,
 /// with one log line when cuDNN was meant to run and could not.
 ///
 /// # Shapes
@@ -81,33 +81,60 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
     y.cast(dtype)
 }
 
+/// Activations with channels at axis 1 taken as rows, `[batch · channels, the other axes]`,
+/// against one value per row (a channel's, repeated for each image): every pass of a batch
+/// norm over them is then a reduction along rows or an operation with a per-row scalar, which
+/// burn-flex runs vectorised, where `[1, channels, 1, 1]` broadcasts and transposed copies are
+/// walked an element at a time.
+#[derive(Clone, Copy)]
+pub(crate) struct ChannelRows {
+    batch: usize,
+    channels: usize,
+}
+
+impl ChannelRows {
+    /// `x` as rows, and their shape.
+    pub fn of<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Self, Tensor<B, 2>) {
+        let dims = x.dims();
+        let rows = Self { batch: dims[0], channels: dims[1] };
+        let rest = dims[2..].iter().product::<usize>();
+        (rows, x.reshape([dims[0] * dims[1], rest]))
+    }
+
+    /// One value per channel (`[channels]`) as one per row (`[batch · channels, 1]`).
+    pub fn per_row<B: Backend>(self, t: Tensor<B, 1>) -> Tensor<B, 2> {
+        let (n, c) = (self.batch, self.channels);
+        t.reshape([1, c]).repeat_dim(0, n).reshape([n * c, 1])
+    }
+
+    /// Per channel, the sum of its rows' values: `[channels]`.
+    pub fn channel_sum<B: Backend>(self, rows: Tensor<B, 2>) -> Tensor<B, 1> {
+        let (n, c) = (self.batch, self.channels);
+        rows.sum_dim(1).reshape([n, c]).sum_dim(0).reshape([c])
+    }
+}
+
 /// `bn(x)` for NCHW `x` on burn's operations, as burn-nn's BatchNorm computes it: batch
 /// statistics on autodiff backends (the mean, then the biased variance of the centred values;
-/// running statistics blended as burn-nn blends them), running statistics otherwise. The
-/// activations are taken as rows, `[batch · channels, height · width]`, against one value per
-/// row (a channel's, repeated for each image): every pass over them is then a reduction along
-/// rows or an operation with a per-row scalar, which burn-flex runs vectorised, where burn-nn's
-/// `[1, channels, 1, 1]` broadcasts and transposed copies walk the tensor an element at a time.
+/// running statistics blended as burn-nn blends them), running statistics otherwise — over
+/// [`ChannelRows`].
 fn nchw<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
-    let [n, c, h, w] = x.dims();
-    let device = x.device();
-    let rows = x.reshape([n * c, h * w]);
-    let per_row = |t: Tensor<B, 1>| t.reshape([1, c]).repeat_dim(0, n).reshape([n * c, 1]);
+    let (dims, device) = (x.dims(), x.device());
+    let (at, rows) = ChannelRows::of(x);
     let (centered, inv_std) = if B::ad_enabled(&device) {
-        let count = (n * h * w) as f64;
-        let channel_mean = |t: Tensor<B, 2>| t.sum_dim(1).reshape([n, c]).sum_dim(0).reshape([c]).div_scalar(count);
-        let mean = channel_mean(rows.clone());
-        let centered = rows - per_row(mean.clone());
-        let var = channel_mean(centered.clone().square());
+        let count = (dims[0] * dims[2] * dims[3]) as f64;
+        let mean = at.channel_sum(rows.clone()).div_scalar(count);
+        let centered = rows - at.per_row(mean.clone());
+        let var = at.channel_sum(centered.clone().square()).div_scalar(count);
         bn.update_running(mean, var.clone());
         (centered, var.add_scalar(bn.epsilon).sqrt().recip())
     } else {
         let mean = bn.running_mean.value().to_device(&device);
         let var = bn.running_var.value().to_device(&device);
-        (rows - per_row(mean), var.add_scalar(bn.epsilon).sqrt().recip())
+        (rows - at.per_row(mean), var.add_scalar(bn.epsilon).sqrt().recip())
     };
-    let y = centered * per_row(inv_std * bn.gamma.val()) + per_row(bn.beta.val());
-    y.reshape([n, c, h, w])
+    let y = centered * at.per_row(inv_std * bn.gamma.val()) + at.per_row(bn.beta.val());
+    y.reshape(dims)
 }
 
 /// `relu(bn(x) + residual)`, the output in `bn(x)`'s type (`residual` is cast to it), the
