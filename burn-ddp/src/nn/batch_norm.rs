@@ -55,8 +55,8 @@ impl<B: Backend> BatchNorm<B> {
 /// (our CUDA kernels on burn-cuda, burn's operations elsewhere). NCHW ones, on
 /// `Autodiff<Cuda>` and `Cuda`, run cuDNN's batch normalization — and its ReLU — when the
 /// library loads and [`super::CudnnOptions::batch_norm`] is set; otherwise burn-nn's batch
-/// norm computed on burn's operations over [`ChannelRows`] and ReLU,
-/// with one log line when cuDNN was meant to run and could not.
+/// norm computed on burn's operations over [`ChannelRows`], and ReLU, with one log line when
+/// cuDNN was meant to run and could not.
 ///
 /// # Shapes
 /// `[batch, channels, height, width]` (in the layer's layout) → the same
