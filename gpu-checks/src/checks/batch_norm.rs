@@ -13,12 +13,31 @@ use burn_nn::BatchNormConfig;
 
 pub(crate) type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
 
+/// Which batch norm a case runs: burn-ddp's (`nn::batch_norm`, what is checked), or burn-nn's
+/// BatchNorm and burn's ReLU (the reference: NCHW, f32).
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Bn {
+    BurnDdp,
+    BurnNn,
+}
+
+impl Bn {
+    /// `relu?(bn(x))` by this implementation.
+    fn run<B: Backend>(self, bn: &burn_ddp::nn::BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
+        if self == Bn::BurnDdp {
+            return batch_norm(bn, x, relu);
+        }
+        let y = bn.to_burn_nn().forward(x);
+        if relu { burn::tensor::activation::relu(y) } else { y }
+    }
+}
+
 /// Two training steps of `relu?(batch_norm(x))` (the first on x/2, for the running statistics),
 /// then inference with the result: (y, dx, dgamma, dbeta), (running mean, var), inference y.
 /// The activations are in `dtype`, the parameters and statistics in f32.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn bn_case<B: burn::tensor::backend::AutodiffBackend>(
-    d: &B::Device,
+    (d, which): (&B::Device, Bn),
     dims: [usize; 4],
     x: &[f32],
     g: &[f32],
@@ -34,8 +53,8 @@ pub(crate) fn bn_case<B: burn::tensor::backend::AutodiffBackend>(
     bn.beta = burn::module::Param::from_tensor(Tensor::from_data(TensorData::new(beta.to_vec(), [c]), d));
     let xt = Tensor::<B, 4>::from_data(TensorData::new(x.to_vec(), dims), d).require_grad();
     let bn_in = |t: Tensor<B, 4>| layout.view_from_nchw(t).cast(dtype);
-    let _ = batch_norm(&bn, bn_in(xt.clone() * 0.5), relu);
-    let y = layout.view_nchw(batch_norm(&bn, bn_in(xt.clone()), relu));
+    let _ = which.run(&bn, bn_in(xt.clone() * 0.5), relu);
+    let y = layout.view_nchw(which.run(&bn, bn_in(xt.clone()), relu));
     assert_eq!(y.dtype(), dtype.into(), "batch norm keeps its input's type");
     let grads = (y.clone().cast(FloatDType::F32) * Tensor::<B, 4>::from_data(TensorData::new(g.to_vec(), dims), d))
         .sum()
@@ -48,7 +67,7 @@ pub(crate) fn bn_case<B: burn::tensor::backend::AutodiffBackend>(
     ];
     let running = [to_f64(bn.running_mean.value_sync()), to_f64(bn.running_var.value_sync())];
     let xi = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(x.to_vec(), dims), d);
-    let infer = batch_norm(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu);
+    let infer = which.run(&bn.valid(), layout.view_from_nchw(xi).cast(dtype), relu);
     (out, running, to_f64(layout.view_nchw(infer)))
 }
 
@@ -96,10 +115,11 @@ pub(crate) fn check_bn(device: &CudaDevice) -> bool {
             .collect();
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
         let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
-        let (out, running, infer) = bn_case::<Ad>(device, dims, &x, &g, &gamma, &beta, relu, dtype, layout);
+        let (out, running, infer) =
+            bn_case::<Ad>((device, Bn::BurnDdp), dims, &x, &g, &gamma, &beta, relu, dtype, layout);
         let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
         let (ref_out, ref_running, ref_infer) = bn_case::<Autodiff<burn_flex::Flex>>(
-            &Default::default(),
+            (&Default::default(), Bn::BurnNn),
             dims,
             &x,
             &g,

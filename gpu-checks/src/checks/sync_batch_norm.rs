@@ -1,6 +1,6 @@
 //! SyncBatchNorm on the GPU against BatchNorm over the concatenated batch.
 
-use crate::checks::batch_norm::{BnRun, bn_case};
+use crate::checks::batch_norm::{Bn, BnRun, bn_case};
 use crate::util::{Ad, round, to_f64, values};
 use burn::prelude::*;
 use burn::tensor::FloatDType;
@@ -92,7 +92,7 @@ pub(crate) fn check_sync_bn(device: &CudaDevice) -> bool {
             .collect();
         let (gamma, beta) = (values(13, dims[1], 1.0, 1.0), values(14, dims[1], 1.0, 0.0));
         let (ref_out, ref_running, _) = bn_case::<Autodiff<burn_flex::Flex>>(
-            &Default::default(),
+            (&Default::default(), Bn::BurnNn),
             dims,
             &x,
             &g,
