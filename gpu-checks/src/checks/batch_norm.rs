@@ -15,7 +15,7 @@ pub(crate) type BnRun = ([Vec<f64>; 4], [Vec<f64>; 2], Vec<f64>);
 
 /// Which batch norm a case runs: burn-ddp's (`nn::batch_norm`, what is checked), or burn-nn's
 /// BatchNorm and burn's ReLU (the reference: NCHW, f32).
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 pub(crate) enum Bn {
     BurnDdp,
     BurnNn,
@@ -24,11 +24,24 @@ pub(crate) enum Bn {
 impl Bn {
     /// `relu?(bn(x))` by this implementation.
     fn run<B: Backend>(self, bn: &burn_ddp::nn::BatchNorm<B>, x: Tensor<B, 4>, relu: bool) -> Tensor<B, 4> {
-        if self == Bn::BurnDdp {
-            return batch_norm(bn, x, relu);
+        match (self, relu) {
+            (Bn::BurnDdp, _) => batch_norm(bn, x, relu),
+            (Bn::BurnNn, false) => bn.to_burn_nn().forward(x),
+            (Bn::BurnNn, true) => burn::tensor::activation::relu(bn.to_burn_nn().forward(x)),
         }
-        let y = bn.to_burn_nn().forward(x);
-        if relu { burn::tensor::activation::relu(y) } else { y }
+    }
+
+    /// `relu(bn(x) + r)` by this implementation.
+    fn run_add_relu<B: Backend>(
+        self,
+        bn: &burn_ddp::nn::BatchNorm<B>,
+        x: Tensor<B, 4>,
+        r: Tensor<B, 4>,
+    ) -> Tensor<B, 4> {
+        match self {
+            Bn::BurnDdp => batch_norm_add_relu(bn, x, r),
+            Bn::BurnNn => burn::tensor::activation::relu(bn.to_burn_nn().forward(x) + r),
+        }
     }
 }
 
@@ -244,7 +257,7 @@ pub(crate) fn check_fused(device: &CudaDevice) -> bool {
 /// may not write into it.
 #[allow(clippy::too_many_arguments)]
 fn add_relu_case<B: burn::tensor::backend::AutodiffBackend>(
-    d: &B::Device,
+    (d, which): (&B::Device, Bn),
     dims: [usize; 4],
     [x, r, g]: [&[f32]; 3],
     gamma: &[f32],
@@ -259,7 +272,7 @@ fn add_relu_case<B: burn::tensor::backend::AutodiffBackend>(
     let t = |v: &[f32]| Tensor::<B, 4>::from_data(TensorData::new(v.to_vec(), dims), d);
     let (xt, rt) = (t(x).require_grad(), t(r).require_grad());
     let into = |t: Tensor<B, 4>| layout.view_from_nchw(t).cast(dtype);
-    let y = batch_norm_add_relu(&bn, into(xt.clone()), into(rt.clone()));
+    let y = which.run_add_relu(&bn, into(xt.clone()), into(rt.clone()));
     assert_eq!(y.dtype(), dtype.into(), "the block's end keeps its input's type");
     let y = if shared { y.clone() + Tensor::zeros_like(&y).require_grad() } else { y };
     let y = layout.view_nchw(y);
@@ -277,7 +290,7 @@ fn add_relu_case<B: burn::tensor::backend::AutodiffBackend>(
         let t = Tensor::<B::InnerBackend, 4>::from_data(TensorData::new(v.to_vec(), dims), d);
         layout.view_from_nchw(t).cast(dtype)
     };
-    let infer = batch_norm_add_relu(&bn.valid(), inner(x), inner(r));
+    let infer = which.run_add_relu(&bn.valid(), inner(x), inner(r));
     (out, to_f64(layout.view_nchw(infer)))
 }
 
@@ -302,11 +315,18 @@ pub(crate) fn check_bn_add_relu(device: &CudaDevice) -> bool {
         let (x, r, g) = (rounded(11, 4.0, 0.7), rounded(12, 3.0, -0.4), rounded(13, 2.0, 0.1));
         let (gamma, beta) = (values(3, dims[1], 1.0, 1.0), values(4, dims[1], 1.0, 0.0));
         let (before, kernels_before) = (cudnn::calls(), burn_ddp::nn::nhwc_bn_kernel_calls());
-        let (out, infer) =
-            add_relu_case::<Ad>(device, dims, [&x, &r, &g], &gamma, &beta, (dtype, shared), Layout::Nhwc);
+        let (out, infer) = add_relu_case::<Ad>(
+            (device, Bn::BurnDdp),
+            dims,
+            [&x, &r, &g],
+            &gamma,
+            &beta,
+            (dtype, shared),
+            Layout::Nhwc,
+        );
         let (used, kernels) = (cudnn::calls() - before, burn_ddp::nn::nhwc_bn_kernel_calls() - kernels_before);
         let (ref_out, ref_infer) = add_relu_case::<Autodiff<burn_flex::Flex>>(
-            &Default::default(),
+            (&Default::default(), Bn::BurnNn),
             dims,
             [&x, &r, &g],
             &gamma,
