@@ -219,8 +219,8 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
     };
     let (dtype, dims) = (x.dtype(), x.dims());
     let c = dims[1];
-    let per_channel = dims.iter().enumerate().filter(|&(i, _)| i != 1).map(|(_, &d)| d).product::<usize>();
     let (at, rows) = ChannelRows::of(x.cast(burn::tensor::FloatDType::F32));
+    let per_channel = at.per_channel();
     let mean_r = at.channel_sum(rows.clone()).div_scalar(per_channel as f64);
     let m2_r = at.channel_sum((rows.clone() - at.per_row(mean_r.clone())).square());
     let count = Tensor::<B, 1>::full([1], per_channel as f32, &device);

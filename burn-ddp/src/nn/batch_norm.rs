@@ -90,15 +90,21 @@ pub fn batch_norm<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>, relu: bool) ->
 pub(crate) struct ChannelRows {
     batch: usize,
     channels: usize,
+    /// Values per row: the product of the axes after the channels.
+    rest: usize,
 }
 
 impl ChannelRows {
     /// `x` as rows, and their shape.
     pub fn of<B: Backend, const D: usize>(x: Tensor<B, D>) -> (Self, Tensor<B, 2>) {
         let dims = x.dims();
-        let rows = Self { batch: dims[0], channels: dims[1] };
-        let rest = dims[2..].iter().product::<usize>();
-        (rows, x.reshape([dims[0] * dims[1], rest]))
+        let rows = Self { batch: dims[0], channels: dims[1], rest: dims[2..].iter().product() };
+        (rows, x.reshape([rows.batch * rows.channels, rows.rest]))
+    }
+
+    /// Values per channel: what a batch statistic averages over.
+    pub fn per_channel(self) -> usize {
+        self.batch * self.rest
     }
 
     /// One value per channel (`[channels]`) as one per row (`[batch · channels, 1]`).
@@ -122,7 +128,7 @@ fn nchw<B: Backend>(bn: &BatchNorm<B>, x: Tensor<B, 4>) -> Tensor<B, 4> {
     let (dims, device) = (x.dims(), x.device());
     let (at, rows) = ChannelRows::of(x);
     let (centered, inv_std) = if B::ad_enabled(&device) {
-        let count = (dims[0] * dims[2] * dims[3]) as f64;
+        let count = at.per_channel() as f64;
         let mean = at.channel_sum(rows.clone()).div_scalar(count);
         let centered = rows - at.per_row(mean.clone());
         let var = at.channel_sum(centered.clone().square()).div_scalar(count);
