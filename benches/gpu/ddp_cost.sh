@@ -69,7 +69,7 @@
 #           PAIRS pairs (default 6) of `bench` plain and `bench --ddp`, alternated, ours only
 #           (PyTorch's pairs are PART=9's).
 #   PART=14 which host thread sets a host-bound DDP step's pace, inside one process
-#           (`--ddp-interleave 25`): after the same-stream, NCCL and SyncBatchNorm checks, REPS
+#           (`--ddp-interleave 25`): after the batch-norm, same-stream, NCCL and SyncBatchNorm checks, REPS
 #           times (default 2) ResNet-18 28² b256 (600 steps) and the tutorial's model, each as is
 #           and with SPIN_US microseconds (default 300) of busy host work added once per DDP step
 #           on the training thread, burn-fusion's thread and cubecl's device thread in turn
@@ -204,7 +204,7 @@ elif [ "$PART" = 6 ]; then
   done
   step vitb16_events_100mib_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10 --bucket-cap-mb 100
 elif [ "$PART" = 8 ]; then
-  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks batch-norm same-stream nccl sync-batch-norm
   for i in 1 2 3; do step r18s_interleaved_$i 150 "$BV" "${R18B[@]}" --ddp --ddp-interleave 25; done
   if [ "${SKIP_TUT:-0}" != 1 ]; then
     fm224
@@ -213,7 +213,7 @@ elif [ "$PART" = 8 ]; then
   step r50_interleaved 150 "$BV" "${R50[@]/$STEPS/100}" --ddp --ddp-interleave 10
   step vitb16_interleaved 150 "$BV" "${VB[@]/$STEPS/100}" --ddp --ddp-interleave 10
 elif [ "$PART" = 9 ]; then
-  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks batch-norm same-stream nccl sync-batch-norm
   fm224
   R18T=(synthetic resnet18 256 28 1 10 1 5 300 bf16 nhwc)
   for i in $(seq 1 "${REPS:-2}"); do
@@ -250,7 +250,7 @@ elif [ "$PART" = 11 ]; then
   done
   for t in perf nsys; do echo "$t: $(command -v $t || echo not found)" | tee -a "$LOG"; done
 elif [ "$PART" = 12 ]; then
-  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks batch-norm same-stream nccl sync-batch-norm
   R18L=("${R18B[@]/300/600}")
   [ -n "${OLD:-}" ] && { [ -f "$OLD"/bins.txz ] && python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$OLD"/bins.txz "$OLD"; chmod +x "$OLD"/burn-vision; }
   for i in $(seq 1 "${REPS:-2}"); do
@@ -270,7 +270,7 @@ elif [ "$PART" = 12 ]; then
     [ -n "${ALT:-}" ] && step alt_vitb16_interleaved 150 env $ALT "$BV" "${VB[@]/$STEPS/60}" --ddp --ddp-interleave 10
   fi
 elif [ "$PART" = 14 ]; then
-  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks same-stream nccl sync-batch-norm
+  SHOW_LINES=20 step checks 300 "$B"/burn-ddp-gpu-checks batch-norm same-stream nccl sync-batch-norm
   R18L=("${R18B[@]/300/600}")
   for i in $(seq 1 "${REPS:-2}"); do
     for w in R18L TUTM; do
