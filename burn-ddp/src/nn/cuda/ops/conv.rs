@@ -12,7 +12,7 @@
 use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::convolution::{self as cudnn, ConvShape, Direction, Pointers};
 use crate::nn::cuda::kernels::filter_reorder;
-use crate::nn::cuda::runtime::fusion_op::{self, Cube, packed, row_major};
+use crate::nn::cuda::runtime::fusion_op::{self, Cube, is_row_major, packed};
 use crate::nn::cuda::runtime::launch::{
     Ad, BURN_RUNS, Inner, Prim, cast, data_type, dims4, empty, launch, packed_shape, same_data_type, warn_once,
 };
@@ -354,7 +354,7 @@ fn backward_cubes(
 /// packed strides are those of the buffer it would otherwise allocate (`x`'s type).
 fn writable_as_dx(t: &Cube, x: &Cube, shape: &ConvShape) -> bool {
     let dims = dx_dims(shape);
-    t.dtype == x.dtype && t.meta.shape().as_slice() == dims.as_slice() && t.meta.strides().to_vec() == row_major(&dims)
+    t.dtype == x.dtype && t.meta.shape().as_slice() == dims.as_slice() && is_row_major(&dims, t.meta.strides())
 }
 
 /// The input gradient's dims, in the layout's order.

@@ -109,17 +109,40 @@ pub(crate) fn packed(t: Cube) -> Cube {
 /// The buffer packed, checked to be row-major (what plans built for packed strides need).
 pub(crate) fn dense(t: Cube) -> Cube {
     let t = packed(t);
-    let expect = row_major(t.meta.shape().as_slice());
-    assert_eq!(t.meta.strides().to_vec(), expect, "a packed buffer has row-major strides");
+    assert!(is_row_major(t.meta.shape().as_slice(), t.meta.strides()), "a packed buffer has row-major strides");
     t
 }
 
-/// The strides of a packed row-major buffer of `dims`, in elements.
-pub(crate) fn row_major(dims: &[usize]) -> Vec<usize> {
-    (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect()
+/// Whether `strides` (in elements) are those of a packed row-major buffer of `dims`: each the
+/// product of the dims after it. Allocates nothing: asked once per gradient every DDP step.
+pub(crate) fn is_row_major(dims: &[usize], strides: &[usize]) -> bool {
+    dims.len() == strides.len()
+        && dims.iter().zip(strides).rev().try_fold(1usize, |want, (&d, &s)| (s == want).then(|| want * d)).is_some()
 }
 
 /// `(shape, dtype)` of a tensor, for [`queue`]'s outputs.
 pub(crate) fn like(t: &Prim) -> (Shape, DType) {
     (t.shape.clone(), t.dtype)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_row_major;
+
+    /// The strides of a packed row-major buffer of `dims`, in elements.
+    fn row_major(dims: &[usize]) -> Vec<usize> {
+        (0..dims.len()).map(|i| dims[i + 1..].iter().product()).collect()
+    }
+
+    #[test]
+    fn is_row_major_agrees_with_the_strides_row_major_lists() {
+        for dims in [vec![], vec![7], vec![3, 1, 5], vec![64, 3, 7, 7], vec![2, 0, 4]] {
+            assert!(is_row_major(&dims, &row_major(&dims)), "{dims:?}");
+        }
+        // A transposed view, a pitched row and a broadcast: not packed.
+        assert!(!is_row_major(&[3, 5], &[1, 3]));
+        assert!(!is_row_major(&[3, 5], &[8, 1]));
+        assert!(!is_row_major(&[3, 5], &[0, 1]));
+        assert!(!is_row_major(&[3, 5], &[5]));
+    }
 }

@@ -251,7 +251,7 @@ fn fork_addresses(
 /// no view shares it, or it is a packed copy of ours), else a fresh one (then the input is
 /// kept until the join: the work still reads it).
 fn place(cube: Cube, last_user: bool) -> (Cube, Cube, Option<Cube>) {
-    let row_major = cube.meta.strides().to_vec() == fusion_op::row_major(cube.meta.shape().as_slice());
+    let row_major = fusion_op::is_row_major(cube.meta.shape().as_slice(), cube.meta.strides());
     let (cube, mine) = if row_major {
         let mine = last_user && cube.handle.can_mut();
         (cube, mine)
