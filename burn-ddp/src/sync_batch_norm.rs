@@ -177,12 +177,6 @@ pub fn sync_batch_norm_relu<B: Backend, const D: usize>(
     sync_batch_norm_act(bn, x, sync, true)
 }
 
-/// `from` as `To` when they are the same type, else `from` back.
-fn same_type<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
-    let boxed: Box<dyn std::any::Any> = Box::new(from);
-    boxed.downcast::<To>().map(|b| *b).map_err(|b| *b.downcast::<From>().expect("the same value back"))
-}
-
 fn sync_batch_norm_act<B: Backend, const D: usize>(
     bn: &BatchNorm<B>,
     mut x: Tensor<B, D>,
@@ -195,11 +189,11 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
     // own): plain batch norm, as PyTorch's SyncBatchNorm (it synchronises only when training
     // over more than one process).
     if !B::ad_enabled(&device) || sync.pg.world_size() == 1 {
-        match same_type::<Tensor<B, D>, Tensor<B, 4>>(x) {
+        match crate::tensor::cast::<Tensor<B, D>, Tensor<B, 4>>(x) {
             // The caller's NCHW-ordered dims, in the layer's own layout for `nn::batch_norm`.
             Ok(x4) => {
                 let y = bn.layout.view_nchw(crate::nn::batch_norm(bn, bn.layout.view_from_nchw(x4), relu));
-                return same_type(y).unwrap_or_else(|_| unreachable!("D is 4"));
+                return crate::tensor::cast(y).unwrap_or_else(|_| unreachable!("D is 4"));
             }
             Err(back) => x = back,
         }

@@ -22,7 +22,7 @@ use burn_ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
 use cubecl::cuda::{CudaDevice, CudaRuntime};
 use cubecl::server::{Binding, ComputeServer};
 use cubecl::stream_id::StreamId;
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
@@ -31,8 +31,9 @@ pub(crate) type Prim = FloatTensor<Cuda>;
 pub(crate) type Client = burn_fusion::Client<<Inner as FusionBackend>::FusionRuntime>;
 pub(crate) type Ad = Autodiff<Cuda>;
 
+/// `a` as `T`, a type already checked to be `A` (a backend's tensor or device as burn-cuda's).
 pub(crate) fn cast<A: 'static, T: 'static>(a: A) -> T {
-    *(Box::new(a) as Box<dyn Any>).downcast::<T>().expect("backend type checked before the cast")
+    crate::tensor::cast(a).unwrap_or_else(|_| panic!("backend type checked before the cast"))
 }
 
 /// `items` grouped by the burn-cuda device of the tensor `tensor_of` names (a `B` already
@@ -260,7 +261,7 @@ fn launch_with(
 
 /// The buffers behind `bindings`, kept allocated while held, and their device addresses: looked
 /// up by cubecl's server for `device` on the calling stream (a direct call on the device thread).
-fn resources(device: &CudaDevice, bindings: Vec<Binding>) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
+pub(crate) fn resources(device: &CudaDevice, bindings: Vec<Binding>) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
     let stream = StreamId::current();
     let server = device_thread::server(device);
     let held = server
