@@ -31,13 +31,13 @@
 #           (--bucket-cap-mb 100: 4 buckets instead of 16).
 #   PART=7  PART=1's ResNet-50 rows alone, three pairs (the spread between processes makes
 #           them the noisiest of PART=1).
-#   PART=8  the host-bound goals on one build: the NCCL, SyncBatchNorm and same-stream checks,
-#           the ResNet-18 28² interleaved row three times, the tutorial preset plain / under
-#           the launcher twice (SKIP_TUT=1 leaves them out), then ResNet-50's and ViT-B/16's
-#           interleaved rows once.
-#   PART=9  every goal of the DDP cost in one call, PyTorch beside each row: the NCCL,
-#           SyncBatchNorm and same-stream checks; twice, ResNet-50 bf16 b256 and ViT-B/16 bf16
-#           b128 (synthetic 224²) and ResNet-18 on 28² b256 (host-bound), each ours plain, ours
+#   PART=8  the host-bound goals on one build: the batch-norm, NCCL, SyncBatchNorm and
+#           same-stream checks, the ResNet-18 28² interleaved row three times, the tutorial
+#           preset plain / under the launcher twice (SKIP_TUT=1 leaves them out), then
+#           ResNet-50's and ViT-B/16's interleaved rows once.
+#   PART=9  every goal of the DDP cost in one call, PyTorch beside each row: the batch-norm,
+#           NCCL, SyncBatchNorm and same-stream checks; twice, ResNet-50 bf16 b256 and ViT-B/16
+#           bf16 b128 (synthetic 224²) and ResNet-18 on 28² b256 (host-bound), each ours plain, ours
 #           `bench --ddp`, PyTorch eager, PyTorch DDP; the tutorial preset (1 epoch) plain and
 #           under `burn-ddp launch --nproc-per-node 1`, and PyTorch's tutorial plain and under
 #           DDP with SyncBatchNorm (f32 channels-last, 16 loader workers); then the in-process
@@ -69,8 +69,8 @@
 #           PAIRS pairs (default 6) of `bench` plain and `bench --ddp`, alternated, ours only
 #           (PyTorch's pairs are PART=9's).
 #   PART=14 which host thread sets a host-bound DDP step's pace, inside one process
-#           (`--ddp-interleave 25`): after the batch-norm, same-stream, NCCL and SyncBatchNorm checks, REPS
-#           times (default 2) ResNet-18 28² b256 (600 steps) and the tutorial's model, each as is
+#           (`--ddp-interleave 25`): after the batch-norm, same-stream, NCCL and SyncBatchNorm
+#           checks, REPS times (default 2) ResNet-18 28² b256 (600 steps) and the tutorial's model, each as is
 #           and with SPIN_US microseconds (default 300) of busy host work added once per DDP step
 #           on the training thread, burn-fusion's thread and cubecl's device thread in turn
 #           (BURN_DDP_DIAGNOSE_SPIN): a step slows by the whole amount only where that thread
