@@ -21,6 +21,7 @@ pub mod params;
 pub mod process_group;
 mod reducer;
 pub mod rendezvous;
+mod same_type;
 pub mod sampler;
 pub mod shard_sampler;
 pub mod store;

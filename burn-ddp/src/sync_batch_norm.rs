@@ -189,11 +189,11 @@ fn sync_batch_norm_act<B: Backend, const D: usize>(
     // own): plain batch norm, as PyTorch's SyncBatchNorm (it synchronises only when training
     // over more than one process).
     if !B::ad_enabled(&device) || sync.pg.world_size() == 1 {
-        match crate::tensor::cast::<Tensor<B, D>, Tensor<B, 4>>(x) {
+        match crate::same_type::cast::<Tensor<B, D>, Tensor<B, 4>>(x) {
             // The caller's NCHW-ordered dims, in the layer's own layout for `nn::batch_norm`.
             Ok(x4) => {
                 let y = bn.layout.view_nchw(crate::nn::batch_norm(bn, bn.layout.view_from_nchw(x4), relu));
-                return crate::tensor::cast(y).unwrap_or_else(|_| unreachable!("D is 4"));
+                return crate::same_type::cast(y).unwrap_or_else(|_| unreachable!("D is 4"));
             }
             Err(back) => x = back,
         }

@@ -9,6 +9,8 @@ use crate::collective_time::timed;
 use crate::error::{Error, Result};
 use crate::process_group::buffer::MemoryKind;
 use crate::process_group::*;
+#[cfg(feature = "cuda")]
+use crate::same_type::cast;
 use burn::prelude::*;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType as BurnDType, TensorData};
@@ -305,27 +307,4 @@ fn joined_from_cuda<B: Backend>(
 #[cfg(feature = "cuda")]
 fn from_cuda_tensor<B: Backend>(t: FloatTensor<burn_cuda::Cuda>) -> FloatTensor<B> {
     cast(t).unwrap_or_else(|_| unreachable!("B is burn-cuda"))
-}
-
-/// `from` as `To` when they are the same type, else `from` back. Moves the value without
-/// allocating: every burn-cuda layer and DDP bucket casts its tensors this way, each step.
-pub(crate) fn cast<From: 'static, To: 'static>(from: From) -> std::result::Result<To, From> {
-    let mut slot = Some(from);
-    match (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<To>>() {
-        Some(to) => Ok(to.take().expect("filled above")),
-        None => Err(slot.take().expect("left as it was")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cast;
-
-    #[test]
-    fn cast_moves_a_value_to_its_own_type_and_gives_another_type_back() {
-        let v = vec![1.5f32, 2.5];
-        assert_eq!(cast::<Vec<f32>, Vec<f32>>(v.clone()), Ok(v.clone()));
-        assert_eq!(cast::<Vec<f32>, Vec<f64>>(v.clone()), Err(v));
-        assert_eq!(cast::<String, u8>("kept".to_string()), Err("kept".to_string()));
-    }
 }

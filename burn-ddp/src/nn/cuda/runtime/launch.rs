@@ -33,7 +33,7 @@ pub(crate) type Ad = Autodiff<Cuda>;
 
 /// `a` as `T`, a type already checked to be `A` (a backend's tensor or device as burn-cuda's).
 pub(crate) fn cast<A: 'static, T: 'static>(a: A) -> T {
-    crate::tensor::cast(a).unwrap_or_else(|_| panic!("backend type checked before the cast"))
+    crate::same_type::cast(a).unwrap_or_else(|_| panic!("backend type checked before the cast"))
 }
 
 /// `items` grouped by the burn-cuda device of the tensor `tensor_of` names (a `B` already
