@@ -261,7 +261,7 @@ fn launch_with(
 
 /// The buffers behind `bindings`, kept allocated while held, and their device addresses: looked
 /// up by cubecl's server for `device` on the calling stream (a direct call on the device thread).
-pub(crate) fn resources(device: &CudaDevice, bindings: Vec<Binding>) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
+fn resources(device: &CudaDevice, bindings: Vec<Binding>) -> Result<(Vec<impl Sized + use<>>, Vec<u64>)> {
     let stream = StreamId::current();
     let server = device_thread::server(device);
     let held = server

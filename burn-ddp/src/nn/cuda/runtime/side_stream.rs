@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::nn::cuda::cudnn::types::fail;
 use crate::nn::cuda::runtime::device_thread;
 use crate::nn::cuda::runtime::fusion_op::{self, Cube};
-use crate::nn::cuda::runtime::launch::{self, Prim, empty_of};
+use crate::nn::cuda::runtime::launch::{Prim, empty_of};
 use crate::nn::cuda::runtime::same_stream;
 use crate::nn::cuda::runtime::stream_bridge::{self, Channel, DeviceKernels, Fence};
 use crate::trace::DDP_BACKEND_THREADS;
@@ -213,25 +213,37 @@ pub fn ready(device: usize) -> Result<()> {
     kernels(device).map(|_| ())
 }
 
+/// The device addresses of `cubes` (on cubecl's device thread: direct calls), and what keeps
+/// them valid while held.
+fn addresses(client: &ComputeClient<CudaRuntime>, cubes: &[Cube]) -> Result<(Vec<u64>, Vec<impl Sized + use<>>)> {
+    let held = cubes
+        .iter()
+        .map(|c| client.get_resource(c.handle.clone()).map_err(|e| fail("device pointer", e)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((held.iter().map(|r| r.resource().ptr).collect(), held))
+}
+
 /// A fork's [`ForkBuffers`], and what keeps them valid while held: one address per buffer,
-/// asked of cubecl's server in one call on the device thread (an output written in place,
-/// `in_place[i]`, is its input's buffer; `fresh` are the others, in order).
+/// asked of cubecl once (an output written in place, `in_place[i]`, is its input's buffer).
 fn fork_addresses(
+    client: &ComputeClient<CudaRuntime>,
     sources: &[Cube],
-    (fresh, in_place): (&[Cube], &[bool]),
+    (outs, in_place): (&[Cube], &[bool]),
     scratch: &[Cube],
 ) -> Result<(ForkBuffers, Vec<impl Sized + use<>>)> {
-    let bindings = sources.iter().chain(fresh).chain(scratch).map(|c| c.handle.clone().binding()).collect();
-    let (held, at) = launch::resources(&sources[0].device, bindings)?;
-    let (inputs, rest) = at.split_at(sources.len());
-    let (fresh_at, scratch) = rest.split_at(rest.len() - scratch.len());
-    let mut fresh_at = fresh_at.iter();
+    let fresh: Vec<Cube> = outs.iter().zip(in_place).filter(|(_, p)| !**p).map(|(o, _)| o.clone()).collect();
+    let (inputs, mut held) = addresses(client, sources)?;
+    let (fresh_at, held_fresh) = addresses(client, &fresh)?;
+    let (scratch, held_scratch) = addresses(client, scratch)?;
+    let mut fresh_at = fresh_at.into_iter();
     let outputs = in_place
         .iter()
-        .zip(inputs)
-        .map(|(&p, &at)| if p { at } else { *fresh_at.next().expect("one address per fresh output") })
+        .zip(&inputs)
+        .map(|(&p, &at)| if p { at } else { fresh_at.next().expect("one address per fresh output") })
         .collect();
-    Ok((ForkBuffers { inputs: inputs.to_vec(), outputs, scratch: scratch.to_vec() }, held))
+    held.extend(held_fresh);
+    held.extend(held_scratch);
+    Ok((ForkBuffers { inputs, outputs, scratch }, held))
 }
 
 /// One input's buffer on the fusion thread, packed, and the output buffer of the same shape:
@@ -417,16 +429,15 @@ fn hand_over(
             scratch.iter().map(|(shape, dtype)| empty_of(&sources[0], shape.as_slice(), *dtype)).collect()
         });
         let (device, client) = (sources[0].device.clone(), sources[0].client.clone());
-        // The device thread needs the outputs not written in place only (usually none).
-        let fresh: Vec<Cube> = outs.iter().zip(&in_place).filter(|(_, p)| !**p).map(|(o, _)| o.clone()).collect();
-        let (buffers, returned) = ((sources, fresh, in_place, scratch), outs);
+        let (buffers, returned) = ((sources, outs.clone(), in_place, scratch), outs);
         device_thread::submit(&device, move || {
-            let (sources, fresh, in_place, scratch) = buffers;
+            let (sources, outs, in_place, scratch) = buffers;
             let hand_over = |side: &Mutex<SideKernels>| -> Result<(Order, ForkBuffers)> {
                 // The resources are held until the addresses are taken; the cubes keep the
                 // buffers until the join.
-                let (bufs, _held) =
-                    span("ddp: buffers' addresses", || fork_addresses(&sources, (&fresh, &in_place), &scratch))?;
+                let (bufs, _held) = span("ddp: buffers' addresses", || {
+                    fork_addresses(&client, &sources, (&outs, &in_place), &scratch)
+                })?;
                 let order = span("ddp: flag on burn's stream", || order_on_burn(side, device.index, &client))?;
                 Ok((order, bufs))
             };
