@@ -70,11 +70,11 @@
 #           (PyTorch's pairs are PART=9's).
 #   PART=14 which host thread sets a host-bound DDP step's pace, inside one process
 #           (`--ddp-interleave 25`): after the batch-norm, same-stream, NCCL and SyncBatchNorm
-#           checks, REPS times (default 2) ResNet-18 28² b256 (600 steps) and the tutorial's model, each as is
-#           and with SPIN_US microseconds (default 300) of busy host work added once per DDP step
-#           on the training thread, burn-fusion's thread and cubecl's device thread in turn
-#           (BURN_DDP_DIAGNOSE_SPIN): a step slows by the whole amount only where that thread
-#           sets its pace; and the tutorial's model in one bucket (`--bucket-cap-mb 100`) and in
+#           checks, REPS times (default 2) ResNet-18 28² b256 (600 steps) and the tutorial's
+#           model, each as is and with SPIN_US microseconds (default 300) of busy host work
+#           added once per DDP step on the training thread, burn-fusion's thread and cubecl's
+#           device thread in turn (BURN_DDP_DIAGNOSE_SPIN): a step slows by the whole amount
+#           only where that thread sets its pace; and the tutorial's model in one bucket (`--bucket-cap-mb 100`) and in
 #           about 18 (`--bucket-cap-mb 5`): what a bucket costs beyond its gradients.
 #   OLD=DIR also runs DIR's binaries (an earlier build) the same way, where they can.
 # Binaries: carry/bins.txz (burn-vision, burn-ddp, burn-ddp-gpu-checks; release, CUDA). Raw log
